@@ -1,0 +1,153 @@
+"""
+Command-line configuration, nanoGPT style but without exec'ing into the caller's globals:
+
+    python train.py config/owt_tucker.py --batch_size=32 --compile=False --tucker_ranks=8,64,64
+
+Arguments are applied in order: a config file (a .py file of `key = value` lines, run in
+a fresh namespace) or a `--key=value` override. A config file may start with
+`include("shakespeare_base.py")` to run a shared base file (path relative to the including
+file) into its own namespace first, so per-variant files hold only what differs. Every key must already exist in the
+defaults and every value must match the type of its default, so a typo or a wrong type
+fails loudly at startup instead of being silently ignored.
+
+Usage from a script:
+
+    from configurator import parse_config, format_config
+    config = parse_config(sys.argv[1:], defaults)   # defaults: dict of key -> default value
+    print(format_config(config))
+"""
+import ast
+import difflib
+import inspect
+import os
+
+
+def parse_config(argv: list[str], defaults: dict) -> dict:
+    """Apply config files and --key=value overrides from `argv` (in order) onto a copy of `defaults`."""
+    cfg = dict(defaults)
+    for arg in argv:
+        if arg.startswith("--"):
+            key, sep, raw = arg[2:].partition("=")
+            if not sep or not key:
+                raise ValueError(f"bad override {arg!r}: write overrides as --key=value")
+            source = f"override {arg!r}"
+            _check_known(key, defaults, source)
+            cfg[key] = _coerce(key, _parse_cli_value(raw, defaults[key]), defaults[key], source)
+        else:
+            for key, value in _load_config_file(arg).items():
+                _check_known(key, defaults, arg)
+                cfg[key] = _coerce(key, value, defaults[key], arg)
+    return cfg
+
+
+def format_config(cfg: dict) -> str:
+    """One `key = value` line per entry, aligned, in insertion order."""
+    width = max((len(k) for k in cfg), default=0)
+    return "\n".join(f"{k:<{width}} = {v!r}" for k, v in cfg.items())
+
+
+# -----------------------------------------------------------------------------
+# helpers
+
+
+def _load_config_file(path: str) -> dict:
+    """Run a config file in a fresh namespace; return its public top-level values."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"config file not found: {path!r} (arguments without a leading '--' are config files; "
+            f"overrides are written --key=value)")
+    if not path.endswith(".py"):
+        raise ValueError(f"config file {path!r} must be a .py file of `key = value` lines")
+    ns = {"__name__": "__config__"}
+    _run_into(path, ns, stack=())
+    # imports, helper functions and classes, and _private names are the file's own business
+    return {k: v for k, v in ns.items()
+            if not k.startswith("_")
+            and not (inspect.ismodule(v) or inspect.isfunction(v) or inspect.isclass(v) or inspect.isbuiltin(v))}
+
+
+def _run_into(path: str, ns: dict, stack: tuple) -> None:
+    """Execute config file `path` into namespace `ns`, giving it `include(other)`."""
+    path = os.path.abspath(path)
+    if path in stack:
+        raise ValueError(f"config include cycle: {' -> '.join(stack + (path,))}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"included config file not found: {path!r}")
+
+    def include(rel: str) -> None:
+        _run_into(os.path.join(os.path.dirname(path), rel), ns, stack + (path,))
+
+    with open(path, encoding="utf-8") as f:
+        src = f.read()
+    ns["include"] = include
+    exec(compile(src, path, "exec"), ns)
+
+
+def _check_known(key: str, defaults: dict, source: str) -> None:
+    if key in defaults:
+        return
+    close = difflib.get_close_matches(key, list(defaults), n=3)
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    raise ValueError(f"unknown config key {key!r} in {source}{hint}; valid keys: {', '.join(sorted(defaults))}")
+
+
+def _literal(raw: str):
+    """Python literal if `raw` is one ('3', 'True', '(8,64)', "'x'"), else the raw string."""
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return raw
+
+
+def _parse_cli_value(raw: str, default):
+    value = _literal(raw)
+    # for a string key the raw text is the value (--wandb_run_name=2024 means '2024', not 2024),
+    # unless it was written as a quoted string literal
+    if isinstance(default, str) and not isinstance(value, str):
+        return raw
+    return value
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _type_error(key, value, expected, source):
+    return ValueError(f"config key {key!r} in {source}: got {value!r} ({type(value).__name__}), expected {expected}")
+
+
+def _coerce(key: str, value, default, source: str):
+    """Check `value` against the type of `default` and convert where it is lossless."""
+    if default is None:  # no type to check against: any literal (None, int, tuple, str, ...)
+        return value
+    if isinstance(default, bool):  # before int: bool is a subclass of int
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise _type_error(key, value, "bool (True or False)", source)
+    if isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _type_error(key, value, "int", source)
+    if isinstance(default, float):
+        if _is_number(value):
+            return float(value)
+        raise _type_error(key, value, "float", source)
+    if isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        raise _type_error(key, value, "str", source)
+    if isinstance(default, (tuple, list)):
+        kind = type(default).__name__
+        if isinstance(value, str):  # "8,64,64" -> (8, 64, 64); "8," -> (8,)
+            value = [_literal(s.strip()) for s in value.split(",") if s.strip()]
+        if not isinstance(value, (tuple, list)):
+            raise _type_error(key, value, f"{kind} (e.g. 8,64,64)", source)
+        # numeric defaults (ranks, betas, ...) need numeric entries
+        if default and all(_is_number(d) for d in default) and not all(_is_number(v) for v in value):
+            raise _type_error(key, value, f"{kind} of numbers (e.g. 8,64,64)", source)
+        return type(default)(value)
+    if isinstance(value, type(default)):  # any other type (dict, ...): same type required
+        return value
+    raise _type_error(key, value, type(default).__name__, source)

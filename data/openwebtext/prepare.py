@@ -1,0 +1,263 @@
+"""
+Prepare OpenWebText for GPT-2 BPE training, as nanoGPT's data/openwebtext does.
+
+    python data/openwebtext/prepare.py                       # HF `openwebtext` (needs `datasets`)
+    python data/openwebtext/prepare.py --files a.txt b.jsonl --out_dir out-data --tokenizer gpt2.tiktoken
+
+Default source: HF datasets' `openwebtext` (8,013,769 documents), split with
+train_test_split(test_size=0.0005, seed=2357, shuffle=True) and 'test' renamed 'val',
+exactly as nanoGPT (~9B train tokens, ~4M val tokens). With --files the documents come
+from local files instead (.txt: one document per file; .jsonl: one {"text": ...} per line;
+.json: a list of {"text": ...}) and a seeded val split is drawn over the documents.
+
+Every document is encoded with encode_ordinary and followed by <|endoftext|> (50256).
+Tokenization runs in a multiprocessing pool; tokens are streamed to disk in document
+order, so memory stays bounded whatever the dataset size. Outputs in --out_dir:
+train.bin, val.bin (flat uint16 tokens, read with np.memmap) and meta.json.
+"""
+import argparse
+import collections
+import itertools
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for tokenizer.py
+from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+HF_DATASET = "openwebtext"  # nanoGPT's name; newer hubs also host it as "Skylion007/openwebtext"
+DEFAULT_NUM_PROC = min(8, os.cpu_count() or 1)  # nanoGPT uses 8 workers
+
+# -----------------------------------------------------------------------------
+# tokenization workers
+
+_enc = None  # per-process encoding, built once by the pool initializer
+
+
+def _init_worker(ranks_file):
+    global _enc
+    _enc = get_gpt2_encoding(ranks_file)
+
+
+def _tokenize_chunk(docs):
+    """List of documents -> one uint16 array: tokens of each document, each followed by EOT."""
+    ids = []
+    for doc in docs:
+        ids.extend(_enc.encode_ordinary(doc))
+        ids.append(EOT)
+    return np.array(ids, dtype=np.uint16)  # vocab 50257 < 2**16, so uint16 is lossless
+
+
+class _Progress:
+    """Tiny progress line on stderr: documents, documents/s, tokens (no tqdm dependency)."""
+
+    def __init__(self, desc, total=None, every=0.5):
+        self.desc, self.total, self.t0 = desc, total, time.time()
+        self.tty = sys.stderr.isatty()
+        self.every = every if self.tty else 10.0  # don't flood log files
+        self.last = self.t0  # first line after `every` seconds; close() always prints the final one
+        self.docs = self.tokens = 0
+
+    def update(self, docs, tokens):
+        self.docs += docs
+        self.tokens += tokens
+        now = time.time()
+        if now - self.last >= self.every:
+            self.last = now
+            self._print(end="\r" if self.tty else "\n")
+
+    def _print(self, end):
+        dt = max(time.time() - self.t0, 1e-9)
+        frac = f" {100 * self.docs / self.total:5.1f}%" if self.total else ""
+        print(f"{self.desc}:{frac} {self.docs:,} docs ({self.docs / dt:,.0f} docs/s), "
+              f"{self.tokens:,} tokens, {dt:.0f}s", end=end, file=sys.stderr, flush=True)
+
+    def close(self):
+        self._print(end="\n")
+
+
+def _chunks(iterable, n):
+    it = iter(iterable)
+    while chunk := list(itertools.islice(it, n)):
+        yield chunk
+
+
+def write_tokens(docs, path, pool, desc, total=None, chunk_docs=256, max_inflight=32):
+    """Tokenize the `docs` iterable into the flat uint16 file `path`; return (n_tokens, n_docs).
+
+    Tokens are appended to a temp file as chunks come back (in order) and the file is
+    renamed at the end, so there's one tokenization pass and no size needs to be known
+    ahead. At most `max_inflight` chunks are submitted but not yet written: unlike
+    Pool.imap, whose result queue grows without bound when the writer falls behind,
+    this keeps memory at O(max_inflight * chunk) for any dataset size.
+    """
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    prog = _Progress(desc, total)
+    n_tokens = n_docs = 0
+    try:
+        with open(tmp, "wb") as f:
+            def drain(res, ndocs):
+                nonlocal n_tokens, n_docs
+                arr = res.get() if pool is not None else res
+                arr.tofile(f)
+                n_tokens += len(arr)
+                n_docs += ndocs
+                prog.update(ndocs, len(arr))
+
+            pending = collections.deque()  # (AsyncResult, n_docs), in submission order
+            for chunk in _chunks(docs, chunk_docs):
+                if pool is None:  # num_proc=1: tokenize in-process (easy to debug)
+                    drain(_tokenize_chunk(chunk), len(chunk))
+                    continue
+                pending.append((pool.apply_async(_tokenize_chunk, (chunk,)), len(chunk)))
+                if len(pending) >= max_inflight:
+                    drain(*pending.popleft())
+            while pending:
+                drain(*pending.popleft())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    prog.close()
+    return n_tokens, n_docs
+
+
+# -----------------------------------------------------------------------------
+# document sources
+
+
+def iter_local_documents(files):
+    """Yield documents from local files: .txt (whole file), .jsonl (line["text"]), .json (list)."""
+    for fn in files:
+        fn = Path(fn)
+        if fn.suffix == ".txt":
+            yield fn.read_text(encoding="utf-8")
+        elif fn.suffix == ".jsonl":
+            with open(fn, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    if line.strip():
+                        yield _text_field(json.loads(line), f"{fn}:{lineno}")
+        elif fn.suffix == ".json":
+            with open(fn, encoding="utf-8") as f:
+                records = json.load(f)
+            if not isinstance(records, list):
+                raise ValueError(f"{fn}: expected a JSON list of {{'text': ...}} objects")
+            for i, rec in enumerate(records):
+                yield _text_field(rec, f"{fn}[{i}]")
+        else:
+            raise ValueError(f"{fn}: unsupported file type {fn.suffix!r} (use .txt, .jsonl or .json)")
+
+
+def _text_field(rec, where):
+    if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+        raise ValueError(f"{where}: expected an object with a string 'text' field")
+    return rec["text"]
+
+
+def split_mask(n_docs, val_fraction, seed):
+    """Boolean mask of val documents: ceil(n * val_fraction) of them (as HF's train_test_split),
+    at least 1 and at most n-1 when there are >= 2 documents, chosen with a seeded RNG."""
+    if n_docs < 2:
+        return np.zeros(n_docs, dtype=bool)
+    n_val = min(max(1, math.ceil(n_docs * val_fraction)), n_docs - 1)
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(n_docs, dtype=bool)
+    mask[rng.choice(n_docs, size=n_val, replace=False)] = True
+    return mask
+
+
+def _hf_documents(dset, batch_size=1000):
+    # batched iteration is much faster than row-by-row access on an Arrow-backed dataset
+    for batch in dset.iter(batch_size=batch_size):
+        yield from batch["text"]
+
+
+# -----------------------------------------------------------------------------
+
+
+def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.0005, seed=2357,
+            ranks_file=None, chunk_docs=256) -> dict:
+    """Tokenize OpenWebText (or local `files`) into out_dir/{train,val}.bin; return the meta dict."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    get_gpt2_encoding(ranks_file)  # fail fast (missing ranks file) before any heavy work
+
+    if files:
+        # local documents: a cheap counting pass first, so the split is fixed before
+        # tokenizing; then each split streams the files again, keeping its own documents
+        files = [str(Path(f).resolve()) for f in files]
+        n_docs = sum(1 for _ in iter_local_documents(files))
+        is_val = split_mask(n_docs, val_fraction, seed)
+        if n_docs < 2:
+            print(f"warning: only {n_docs} document(s), val split is empty", file=sys.stderr)
+
+        def local_docs(want_val):
+            return (d for d, v in zip(iter_local_documents(files), is_val) if v == want_val)
+
+        # split name -> (function making the document stream, number of documents)
+        splits = {"train": (lambda: local_docs(False), int((~is_val).sum())),
+                  "val": (lambda: local_docs(True), int(is_val.sum()))}
+        sources = files
+    else:
+        from datasets import load_dataset  # lazy: only this path needs HF datasets
+
+        dataset = load_dataset(HF_DATASET, num_proc=num_proc)
+        split_dataset = dataset["train"].train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
+        split_dataset["val"] = split_dataset.pop("test")  # rename the test split to val
+        splits = {"train": (lambda: _hf_documents(split_dataset["train"]), len(split_dataset["train"])),
+                  "val": (lambda: _hf_documents(split_dataset["val"]), len(split_dataset["val"]))}
+        sources = [f"hf:{HF_DATASET}"]
+
+    meta = {
+        "dataset": "openwebtext" if not files else "local",
+        "tokenizer": "gpt2",
+        "vocab_size": VOCAB_SIZE,
+        "dtype": "uint16",
+        "eot_token": EOT,
+        "val_fraction": val_fraction,
+        "seed": seed,
+        "sources": sources,
+    }
+    pool = mp.Pool(num_proc, initializer=_init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
+    if pool is None:
+        _init_worker(ranks_file)
+    try:
+        for name, (make_docs, total) in splits.items():
+            n_tok, n_doc = write_tokens(make_docs(), out_dir / f"{name}.bin", pool, desc=name,
+                                        total=total, chunk_docs=chunk_docs, max_inflight=4 * num_proc)
+            assert n_doc == total, f"{name}: wrote {n_doc} documents, expected {total}"
+            meta[f"{name}_tokens"] = n_tok
+            meta[f"{name}_documents"] = n_doc
+            meta["documents"] = meta.get("documents", 0) + n_doc
+            print(f"{name}: {n_doc:,} documents, {n_tok:,} tokens")
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+
+    # meta.json last and atomically: its presence means the .bin files are complete
+    tmp = out_dir / f"meta.json.tmp.{os.getpid()}"
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(tmp, out_dir / "meta.json")
+    return meta
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out_dir", default=str(HERE), help="where train.bin/val.bin/meta.json go")
+    p.add_argument("--files", nargs="+", default=None, help="local .txt/.jsonl/.json files instead of HF openwebtext")
+    p.add_argument("--num_proc", type=int, default=DEFAULT_NUM_PROC, help="tokenizer worker processes")
+    p.add_argument("--val_fraction", type=float, default=0.0005, help="fraction of documents held out for val")
+    p.add_argument("--seed", type=int, default=2357, help="seed of the train/val split")
+    p.add_argument("--tokenizer", default=None, help="GPT-2 ranks file (gpt2.tiktoken) for offline use")
+    args = p.parse_args()
+    prepare(out_dir=args.out_dir, files=args.files, num_proc=args.num_proc, val_fraction=args.val_fraction,
+            seed=args.seed, ranks_file=args.tokenizer)

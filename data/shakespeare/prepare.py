@@ -1,0 +1,94 @@
+"""
+Prepare tiny Shakespeare for GPT-2 BPE training, as nanoGPT's data/shakespeare does:
+the first 90% of the characters are train, the last 10% val, each encoded with the
+GPT-2 tokenizer and written as a flat uint16 token file.
+
+    python data/shakespeare/prepare.py                        # downloads input.txt
+    python data/shakespeare/prepare.py --input path/to/input.txt --tokenizer gpt2.tiktoken
+
+Writes train.bin (301,966 tokens), val.bin (36,059 tokens) and meta.json into --out_dir
+(default: this folder). Read them back with np.memmap(path, dtype=np.uint16, mode='r').
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for tokenizer.py
+from tokenizer import VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
+
+DATA_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+HERE = Path(__file__).resolve().parent
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    # write next to the target and rename, so a crash never leaves a truncated file behind
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def download(out_dir: Path) -> Path:
+    """Fetch tiny Shakespeare into out_dir/input.txt unless it is already there."""
+    path = out_dir / "input.txt"
+    if not path.exists():
+        print(f"downloading {DATA_URL} -> {path}")
+        with urllib.request.urlopen(DATA_URL, timeout=60) as r:
+            _atomic_write_bytes(path, r.read())
+    return path
+
+
+def prepare(input_path=None, out_dir=HERE, ranks_file=None) -> dict:
+    """Tokenize tiny Shakespeare into out_dir/{train,val}.bin and return the meta dict."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    downloaded = input_path is None
+    input_path = download(out_dir) if downloaded else Path(input_path)
+
+    raw = input_path.read_bytes()
+    data = raw.decode("utf-8")
+    # split on characters (not tokens), exactly as nanoGPT, so token counts match its numbers
+    n = len(data)
+    train_data = data[: int(n * 0.9)]
+    val_data = data[int(n * 0.9):]
+
+    # encode_ordinary: plain text, any literal "<|endoftext|>" is NOT turned into the special token
+    enc = get_gpt2_encoding(ranks_file)
+    train_ids = np.array(enc.encode_ordinary(train_data), dtype=np.uint16)
+    val_ids = np.array(enc.encode_ordinary(val_data), dtype=np.uint16)
+    print(f"train has {len(train_ids):,} tokens")
+    print(f"val has {len(val_ids):,} tokens")
+
+    _atomic_write_bytes(out_dir / "train.bin", train_ids.tobytes())
+    _atomic_write_bytes(out_dir / "val.bin", val_ids.tobytes())
+    meta = {
+        "dataset": "shakespeare",
+        "tokenizer": enc.name,
+        "vocab_size": VOCAB_SIZE,
+        "dtype": "uint16",
+        "train_tokens": int(len(train_ids)),
+        "val_tokens": int(len(val_ids)),
+        "train_chars": len(train_data),
+        "val_chars": len(val_data),
+        "source": str(input_path.resolve()),
+        "source_url": DATA_URL if downloaded else None,  # None: a local copy was given
+        "source_sha256": hashlib.sha256(raw).hexdigest(),
+    }
+    # meta.json last: its presence means the .bin files next to it are complete
+    _atomic_write_bytes(out_dir / "meta.json", (json.dumps(meta, indent=2) + "\n").encode())
+    return meta
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", default=None, help="local input.txt (default: download to out_dir/input.txt)")
+    p.add_argument("--out_dir", default=str(HERE), help="where train.bin/val.bin/meta.json go")
+    p.add_argument("--tokenizer", default=None, help="GPT-2 ranks file (gpt2.tiktoken) for offline use")
+    args = p.parse_args()
+    prepare(input_path=args.input, out_dir=args.out_dir, ranks_file=args.tokenizer)

@@ -1,0 +1,774 @@
+"""
+One GPT with every attention of the Tucker Attention paper: MHA, GQA/MQA, MLA and Tucker.
+
+Notation follows the paper: d = n_embd, nH = n_head, dH = d / nH, sequence length N.
+Every attention class has the same signature
+
+    forward(x, rope, cache=None) -> y      x, y: (B, N, d); rope: the (cos, sin) tables or None
+
+x's tokens sit at positions cache.pos .. cache.pos + N - 1 (0 .. N - 1 without a cache).
+
+and `ATTENTION[config.attn]` picks the class. The pieces, top to bottom:
+
+    GPTConfig                  one flat, validated dataclass (every field commented)
+    RoPE helpers               rope_cache(), apply_rope()
+    LayerCache                 a static KV cache of named tensors (what each variant stores)
+    GroupedQueryAttention      MHA, GQA, MQA             (attn='mha' | 'gqa')
+    LatentAttention            MLA, decoupled or latent RoPE, unfused / fused (attn='mla')
+    TuckerAttention            Tucker, latent RoPE        (attn='tucker')
+    Block, GPT                 forward, KV-cache decoding, generate, optimizer, MFU, accounting
+
+Nothing happens at import time: no tensors are allocated until a module is built.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+ATTN_CHOICES = ("mha", "gqa", "mla", "tucker")
+POS_CHOICES = ("learned", "rope")
+MLA_ROPE_CHOICES = ("decoupled", "latent")
+
+
+# ----------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class GPTConfig:
+    # --- GPT-2 shapes (defaults: GPT-2 124M) ---
+    block_size: int = 1024  # context length N the model is built for (learned positions, RoPE table)
+    vocab_size: int = 50304  # GPT-2's 50257 tokens padded up to a multiple of 64 for fast matmuls
+    n_layer: int = 12  # transformer blocks
+    n_head: int = 12  # query heads nH
+    n_embd: int = 768  # model width d; head dim dH = n_embd // n_head
+    dropout: float = 0.0  # dropout on embeddings, attention probabilities and residual branches
+    bias: bool = True  # biases in Linear layers and LayerNorms (GPT-2: True; the paper's runs: False)
+    # --- which attention ---
+    attn: str = "mha"  # 'mha' | 'gqa' | 'mla' | 'tucker' (MQA is 'gqa' with n_kv_head=1)
+    # GQA: number of key/value heads nG; n_head must be a multiple of it. MHA: None (= n_head).
+    n_kv_head: Optional[int] = None
+    # MLA: query latent rank dcQ; None = a full d x d query (the paper's "MLA [GQA equiv.]" row)
+    q_rank: Optional[int] = None
+    # MLA: key/value latent rank dcK (the KV cache holds this latent); required for attn='mla'
+    kv_rank: Optional[int] = None
+    # MLA/Tucker: one down-projection for keys and values (MLA W_DKV; Tucker U~3 = U3)
+    shared_kv: bool = False
+    # Tucker: pre-softmax ranks (r1, r2, r3) = (head, query, key); required for attn='tucker'
+    tucker_ranks: Optional[Tuple[int, int, int]] = None
+    # Tucker: post-softmax ranks (r~1, r~2, r~3) = (head, output, value); None = tucker_ranks
+    tucker_ranks_post: Optional[Tuple[int, int, int]] = None
+    # --- positions ---
+    pos_emb: str = "learned"  # 'learned' absolute embedding (the paper's "w/o RoPE") | 'rope'
+    # MLA with RoPE: 'decoupled' (DeepSeek-V2: extra rotary query dims per head and one shared
+    # rotary key) or 'latent' (rotation inside the dcK latent, the paper's eq. eq_mla_coupled_rope)
+    mla_rope: str = "decoupled"
+    # decoupled RoPE: rotary dims per query head and of the shared rotary key; None = dH // 2
+    rope_head_dim: Optional[int] = None
+    rope_theta: float = 10000.0  # RoPE base: frequency of pair i is rope_theta ** (-2i / dim)
+
+    def __post_init__(self):
+        # Tuples arrive as lists from JSON checkpoints and as strings from nowhere: normalize.
+        for name in ("tucker_ranks", "tucker_ranks_post"):
+            value = getattr(self, name)
+            if value is not None:
+                if not isinstance(value, (tuple, list)) or len(value) != 3:
+                    raise ValueError(f"{name} must be three integers (head, query/output, key/value ranks), got {value!r}")
+                setattr(self, name, tuple(value))
+        self._validate()
+        if self.attn == "tucker" and self.tucker_ranks_post is None:
+            self.tucker_ranks_post = self.tucker_ranks
+        if self.attn == "mla" and self.pos_emb == "rope" and self.mla_rope == "decoupled" and self.rope_head_dim is None:
+            self.rope_head_dim = (self.n_embd // self.n_head) // 2
+
+    # Every check names the key and the allowed values; nothing is left to a shape error in forward.
+    def _validate(self):
+        def need_int(name, value, lo, hi=None):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            if value < lo or (hi is not None and value > hi):
+                allowed = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+                raise ValueError(f"{name}={value} is out of range: allowed {allowed}")
+
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+            need_int(name, getattr(self, name), 1)
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
+        if not (0.0 <= self.dropout < 1.0):
+            raise ValueError(f"dropout={self.dropout} is out of range: allowed [0, 1)")
+        if self.attn not in ATTN_CHOICES:
+            raise ValueError(f"attn={self.attn!r} is unknown: allowed {ATTN_CHOICES}")
+        if self.pos_emb not in POS_CHOICES:
+            raise ValueError(f"pos_emb={self.pos_emb!r} is unknown: allowed {POS_CHOICES}")
+        if self.mla_rope not in MLA_ROPE_CHOICES:
+            raise ValueError(f"mla_rope={self.mla_rope!r} is unknown: allowed {MLA_ROPE_CHOICES}")
+        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
+            raise ValueError(f"rope_theta={self.rope_theta!r} must be a positive number")
+
+        d, nH, dH = self.n_embd, self.n_head, self.n_embd // self.n_head
+        rope = self.pos_emb == "rope"
+        # Keys of one family set for another would never reach the model: refuse them.
+        owners = {"n_kv_head": ("gqa", "mha"), "q_rank": ("mla",), "kv_rank": ("mla",),
+                  "tucker_ranks": ("tucker",), "tucker_ranks_post": ("tucker",)}
+        for key, families in owners.items():
+            if getattr(self, key) is not None and self.attn not in families:
+                raise ValueError(f"{key} is a key of attn in {families}, but attn={self.attn!r}; remove it")
+        if self.shared_kv and self.attn not in ("mla", "tucker"):
+            raise ValueError(f"shared_kv=True needs attn='mla' or 'tucker', got attn={self.attn!r}")
+        if self.rope_head_dim is not None and not (self.attn == "mla" and rope and self.mla_rope == "decoupled"):
+            raise ValueError("rope_head_dim is the size of MLA's decoupled RoPE: it needs attn='mla', "
+                             "pos_emb='rope', mla_rope='decoupled'")
+
+        if self.attn == "mha":
+            if self.n_kv_head is not None and self.n_kv_head != nH:
+                raise ValueError(f"n_kv_head={self.n_kv_head} with attn='mha' must be None or n_head={nH}; use attn='gqa'")
+        if self.attn == "gqa":
+            if self.n_kv_head is None:
+                raise ValueError("attn='gqa' needs n_kv_head (1 = MQA)")
+            need_int("n_kv_head", self.n_kv_head, 1, nH)
+            if nH % self.n_kv_head != 0:
+                raise ValueError(f"n_head={nH} must be a multiple of n_kv_head={self.n_kv_head}")
+        if self.attn in ("mha", "gqa") and rope and dH % 2:
+            raise ValueError(f"RoPE rotates pairs: head dim n_embd/n_head={dH} must be even")
+        if self.attn == "mla":
+            if self.kv_rank is None:
+                raise ValueError("attn='mla' needs kv_rank (the KV latent rank dcK)")
+            need_int("kv_rank", self.kv_rank, 1, d)
+            if self.q_rank is not None:
+                need_int("q_rank", self.q_rank, 1, d)
+            if rope and self.mla_rope == "latent" and self.kv_rank % 2:
+                raise ValueError(f"latent RoPE rotates pairs in the KV latent: kv_rank={self.kv_rank} must be even")
+            if rope and self.mla_rope == "decoupled" and self.rope_head_dim is not None:
+                need_int("rope_head_dim", self.rope_head_dim, 2, d)
+                if self.rope_head_dim % 2:
+                    raise ValueError(f"rope_head_dim={self.rope_head_dim} must be even (RoPE rotates pairs)")
+        if self.attn == "tucker":
+            if self.tucker_ranks is None:
+                raise ValueError("attn='tucker' needs tucker_ranks=(r1, r2, r3)")
+            for name in ("tucker_ranks", "tucker_ranks_post"):
+                ranks = getattr(self, name)
+                if ranks is None:
+                    continue
+                for mode, (value, size) in enumerate(zip(ranks, (nH, d, d)), start=1):
+                    need_int(f"{name}[{mode - 1}] (mode {mode})", value, 1, size)
+            r3 = self.tucker_ranks[2]
+            if self.shared_kv and self.tucker_ranks_post is not None and self.tucker_ranks_post[2] != r3:
+                raise ValueError(f"shared_kv=True shares U3 as U~3: tucker_ranks_post[2]={self.tucker_ranks_post[2]} "
+                                 f"must equal tucker_ranks[2]={r3}")
+            if rope and r3 % 2:
+                raise ValueError(f"latent RoPE rotates pairs in the key latent: tucker_ranks[2]={r3} must be even")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GPTConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# ----------------------------------------------------------------------------------------
+# RoPE: one precomputed (cos, sin) table, sliced by position, applied by one function.
+
+
+def rope_cache(dim: int, max_len: int, theta: float, device=None, dtype=torch.float32):
+    """cos, sin of shape (max_len, dim // 2): angle[pos, i] = pos * theta ** (-2 i / dim),
+    computed in float64 and returned in `dtype`."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim))
+    angles = torch.outer(torch.arange(max_len, device=device, dtype=torch.float64), inv_freq)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rope_at(rope: Tuple[torch.Tensor, torch.Tensor], start: int, length: int):
+    """The (cos, sin) rows of positions start .. start + length - 1 from the full tables."""
+    cos, sin = rope
+    return cos[start:start + length], sin[start:start + length]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., i], x[..., i + D/2]) of x (..., N, D) by the angles of cos/sin (N, D/2).
+
+    This is R(n, D) of the paper in the "rotate half" layout (GPT-NeoX / LLaMA); it satisfies
+    R(m) R(n)^T = R(m - n), so q_m . k_n depends on m - n only.
+    """
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+# ----------------------------------------------------------------------------------------
+# KV cache: per layer, one preallocated tensor per named entry, written in place (static shapes).
+
+
+class LayerCache:
+    """What one attention layer keeps per past token, e.g. {'k': (B, nG, L, dH), 'v': ...} for GQA,
+    {'kv': (B, 1, L, r3)} for Tucker with shared KV. `append` writes the new tokens at `pos` and
+    returns views of everything cached so far; `pos` advances once per forward call."""
+
+    def __init__(self, spec: Dict[str, Tuple[int, int]], batch_size: int, max_len: int, device=None, dtype=None):
+        self.max_len = max_len
+        self.pos = 0
+        self.store = {name: torch.zeros(batch_size, heads, max_len, dim, device=device, dtype=dtype)
+                      for name, (heads, dim) in spec.items()}
+
+    def append(self, **new: torch.Tensor) -> Dict[str, torch.Tensor]:
+        T = next(iter(new.values())).size(2)
+        if self.pos + T > self.max_len:
+            raise ValueError(f"KV cache is full: {self.pos} + {T} tokens > max_len={self.max_len}")
+        out = {}
+        for name, value in new.items():
+            buf = self.store[name]
+            buf[:, :, self.pos:self.pos + T] = value
+            out[name] = buf[:, :, :self.pos + T]
+        self.pos += T
+        return out
+
+    def values_per_token(self) -> int:
+        return sum(buf.size(1) * buf.size(3) for buf in self.store.values())
+
+
+def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.Tensor:
+    """Causal scaled-dot-product attention over SDPA. q: (B, nH, T, Dq), k/v: (B, nG, S, D) with
+    nH a multiple of nG (nG = 1 is MQA-style: one K/V head read for every query head, no copies).
+    q_start is the position of q's first token among the S keys (0 without a cache)."""
+    T, S = q.size(2), k.size(2)
+    gqa = {"enable_gqa": True} if k.size(1) != q.size(1) else {}
+    if q_start == 0 and T == S:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, **gqa)
+    if T == 1:  # one new token sees every cached one
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, **gqa)
+    # several new tokens after a cached prefix: query i (at q_start + i) sees keys 0 .. q_start + i
+    mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=q_start)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, **gqa)
+
+
+def _normal_(t: torch.Tensor, std: float) -> None:
+    torch.nn.init.normal_(t, mean=0.0, std=std)
+
+
+# ----------------------------------------------------------------------------------------
+# Initialization, shared reasoning (GPT-2 scheme: std s = 0.02, residual outputs s_o = s/sqrt(2L)).
+#
+# MHA's per-head maps are W_Q,i W_K,i^T (entries of variance dH s^4) and W_V,i W_O,i (dH s^2 s_o^2).
+# Every low-rank variant is initialized so that these effective per-head products, and the
+# per-head query/key/value projections where they exist, have MHA's variance at initialization:
+# a variant then starts from the same function statistics as MHA and only its rank differs.
+# A down-projection to a latent of width r gets std 1/sqrt(d) (unit-variance latent), and the
+# up-projection out of it gets std s * sqrt(d / r), so that down @ up has entries of variance s^2.
+# tests/test_model.py::test_init_scales checks these variances for every variant.
+
+
+class GroupedQueryAttention(nn.Module):
+    """MHA (n_kv_head = n_head), GQA (n_head % n_kv_head == 0) and MQA (n_kv_head = 1).
+
+    q = x W_Q, k = x W_K, v = x W_V with nG = n_kv_head key/value heads shared by groups of
+    nH / nG query heads; RoPE (if any) rotates q and k in the head dimension dH.
+    KV cache: k, v of nG heads, 2 nG dH values per token.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head, self.head_dim = config.n_head, config.head_dim
+        self.n_kv_head = config.n_kv_head or config.n_head
+        d, dH = config.n_embd, config.head_dim
+        # one fused projection [W_Q | W_K | W_V]: (d) -> (nH + 2 nG) dH
+        self.c_attn = nn.Linear(d, (self.n_head + 2 * self.n_kv_head) * dH, bias=config.bias)
+        self.c_proj = nn.Linear(d, d, bias=config.bias)  # W_O
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.rope = config.pos_emb == "rope"
+
+    rope_dim = staticmethod(lambda config: config.head_dim)
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        _normal_(self.c_attn.weight, std)
+        _normal_(self.c_proj.weight, out_std)
+        for lin in (self.c_attn, self.c_proj):
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+
+    def cache_spec(self) -> Dict[str, Tuple[int, int]]:
+        return {"k": (self.n_kv_head, self.head_dim), "v": (self.n_kv_head, self.head_dim)}
+
+    def forward(self, x, rope, cache: Optional[LayerCache] = None):
+        B, T, d = x.size()
+        nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.c_attn(x).split([nH * dH, nG * dH, nG * dH], dim=2)
+        q = q.view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
+        k = k.view(B, T, nG, dH).transpose(1, 2)  # (B, nG, T, dH)
+        v = v.view(B, T, nG, dH).transpose(1, 2)  # (B, nG, T, dH)
+        q_start = cache.pos if cache is not None else 0
+        if self.rope:
+            cos, sin = rope_at(rope, q_start, T)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            kv = cache.append(k=k, v=v)
+            k, v = kv["k"], kv["v"]  # (B, nG, S, dH)
+        y = _attend(q, k, v, scale=1.0 / math.sqrt(dH), dropout_p=self.dropout if self.training else 0.0,
+                    q_start=q_start)  # (B, nH, T, dH)
+        y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, nH dH)
+        return self.resid_dropout(self.c_proj(y))
+
+    def flops_per_token(self, ctx: int) -> int:
+        """Forward FLOPs per token: weight matmuls + scores and weighted sum over ctx keys."""
+        d, nH, nG, dH = self.c_proj.in_features, self.n_head, self.n_kv_head, self.head_dim
+        return 2 * (d * (nH + 2 * nG) * dH + d * d) + 2 * nH * ctx * (dH + dH)
+
+
+class LatentAttention(nn.Module):
+    """Multi-head latent attention (MLA, DeepSeek-V2) with shared or separated KV down-projection.
+
+    Query:   c_Q = x W_DQ (dcQ), q_i = c_Q W_UQ,i (dH)         [or q = x W_Q when q_rank is None]
+    Key:     c_K = x W_DK (dcK),  k_i = c_K W_UK,i (dH)         [c_K = c_V = x W_DKV when shared]
+    Value:   c_V = x W_DV (dcK),  v_i = c_V W_UV,i (dH);   output W_O stays full rank.
+
+    Unfused (training): heads are up-projected and attend as in MHA.
+    Fused / absorbed (inference; always with latent RoPE): q_i W_UK,i^T lives in the dcK latent,
+    all heads attend MQA-style to the one latent key c_K and value c_V, and W_UV,i is applied
+    to the attended latent per head afterwards. Mathematically identical to unfused.
+
+    RoPE: 'decoupled' adds per-head rotary query dims q^R_i = c_Q W_QR,i and one shared rotary key
+    k^R = x W_KR (rope_head_dim each); score = (q_i.k_i + q^R_i.k^R) / sqrt(dH + rope_head_dim).
+    'latent' rotates q_i W_UK,i^T and c_K inside the dcK latent (eq. eq_mla_coupled_rope).
+    KV cache: c_K and c_V (c_KV once when shared), + k^R for decoupled RoPE; the latent is cached
+    unrotated, so with latent RoPE the cached keys are rotated when read.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        d, nH, dH = config.n_embd, config.n_head, config.head_dim
+        self.n_head, self.head_dim = nH, dH
+        self.q_rank, self.kv_rank, self.shared_kv = config.q_rank, config.kv_rank, config.shared_kv
+        rope = config.pos_emb == "rope"
+        self.decoupled = rope and config.mla_rope == "decoupled"
+        self.latent_rope = rope and config.mla_rope == "latent"
+        self.rope_head_dim = config.rope_head_dim if self.decoupled else 0
+        q_in = self.q_rank or d  # width the query up-projection (or full query) reads from
+        if self.q_rank is None:
+            self.q_down = None
+            self.q_up = nn.Linear(d, nH * dH, bias=config.bias)  # full W_Q
+        else:
+            self.q_down = nn.Linear(d, self.q_rank, bias=config.bias)  # W_DQ
+            self.q_up = nn.Linear(self.q_rank, nH * dH, bias=config.bias)  # W_UQ
+        self.k_down = nn.Linear(d, self.kv_rank, bias=config.bias)  # W_DKV (shared) or W_DK
+        self.v_down = None if self.shared_kv else nn.Linear(d, self.kv_rank, bias=config.bias)  # W_DV
+        self.k_up = nn.Linear(self.kv_rank, nH * dH, bias=config.bias)  # W_UK
+        self.v_up = nn.Linear(self.kv_rank, nH * dH, bias=config.bias)  # W_UV
+        if self.decoupled:
+            self.q_rope = nn.Linear(q_in, nH * self.rope_head_dim, bias=config.bias)  # W_QR
+            self.k_rope = nn.Linear(d, self.rope_head_dim, bias=config.bias)  # W_KR, one shared head
+        self.c_proj = nn.Linear(nH * dH, d, bias=config.bias)  # W_O
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.fused = self.latent_rope  # latent RoPE only exists in the absorbed form
+        self.scale = 1.0 / math.sqrt(dH + self.rope_head_dim)
+
+    @staticmethod
+    def rope_dim(config: GPTConfig) -> int:
+        return config.kv_rank if config.mla_rope == "latent" else config.rope_head_dim
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        d = self.c_proj.out_features
+        for down in (self.q_down, self.k_down, self.v_down):
+            if down is not None:
+                _normal_(down.weight, 1.0 / math.sqrt(d))  # unit-variance latent
+        q_in = self.q_rank or d
+        _normal_(self.q_up.weight, std * math.sqrt(d / q_in) if self.q_down is not None else std)
+        _normal_(self.k_up.weight, std * math.sqrt(d / self.kv_rank))
+        _normal_(self.v_up.weight, std * math.sqrt(d / self.kv_rank))
+        if self.decoupled:
+            _normal_(self.q_rope.weight, std * math.sqrt(d / q_in) if self.q_down is not None else std)
+            _normal_(self.k_rope.weight, std)
+        _normal_(self.c_proj.weight, out_std)
+        for m in self.modules():
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def cache_spec(self) -> Dict[str, Tuple[int, int]]:
+        spec = {"c_kv": (1, self.kv_rank)} if self.shared_kv else {"c_k": (1, self.kv_rank), "c_v": (1, self.kv_rank)}
+        if self.decoupled:
+            spec["k_rope"] = (1, self.rope_head_dim)
+        return spec
+
+    def forward(self, x, rope, cache: Optional[LayerCache] = None):
+        B, T, d = x.size()
+        nH, dH, dc = self.n_head, self.head_dim, self.kv_rank
+        c_q = self.q_down(x) if self.q_down is not None else x  # (B, T, dcQ) or (B, T, d)
+        q = self.q_up(c_q).view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
+        c_k = self.k_down(x).unsqueeze(1)  # (B, 1, T, dcK)
+        c_v = c_k if self.shared_kv else self.v_down(x).unsqueeze(1)  # (B, 1, T, dcK)
+        q_start = cache.pos if cache is not None else 0
+        k_r = None
+        if self.decoupled:
+            cos, sin = rope_at(rope, q_start, T)
+            q_r = apply_rope(self.q_rope(c_q).view(B, T, nH, -1).transpose(1, 2), cos, sin)  # (B, nH, T, dR)
+            k_r = apply_rope(self.k_rope(x).unsqueeze(1), cos, sin)  # (B, 1, T, dR)
+
+        if cache is not None:
+            new = {"c_kv": c_k} if self.shared_kv else {"c_k": c_k, "c_v": c_v}
+            if self.decoupled:
+                new["k_rope"] = k_r
+            full = cache.append(**new)
+            c_k = full["c_kv"] if self.shared_kv else full["c_k"]  # (B, 1, S, dcK)
+            c_v = full["c_kv"] if self.shared_kv else full["c_v"]
+            k_r = full.get("k_rope")
+        dropout_p = self.dropout if self.training else 0.0
+
+        if self.fused or cache is not None:
+            # absorbed: q_i W_UK,i^T puts each query head in the dcK latent of the shared key
+            W_UK = self.k_up.weight.view(nH, dH, dc)  # (nH, dH, dcK)
+            q_lat = torch.matmul(q, W_UK)  # (B, nH, T, dcK)
+            k = c_k
+            if self.latent_rope:
+                q_lat = apply_rope(q_lat, *rope_at(rope, q_start, T))
+                # cached latents are stored unrotated (one tensor serves as K and V when shared):
+                # the S keys at positions 0 .. S-1 are rotated as they are read.
+                k = apply_rope(c_k, *rope_at(rope, 0, c_k.size(2)))
+            if self.decoupled:
+                q_lat = torch.cat((q_lat, q_r), dim=-1)  # (B, nH, T, dcK + dR)
+                k = torch.cat((k, k_r), dim=-1)  # (B, 1, S, dcK + dR)
+            # (a key bias b_UK,i would add q_i . b_UK,i to every score of a query: softmax ignores it)
+            o_lat = _attend(q_lat, k, c_v, scale=self.scale, dropout_p=dropout_p, q_start=q_start)  # (B, nH, T, dcK)
+            W_UV = self.v_up.weight.view(nH, dH, dc).transpose(1, 2)  # (nH, dcK, dH)
+            y = torch.matmul(o_lat, W_UV)  # (B, nH, T, dH)
+            if self.v_up.bias is not None:
+                y = y + self.v_up.bias.view(nH, 1, dH)  # rows of softmax sum to one
+        else:
+            S = c_k.size(2)
+            k = self.k_up(c_k.squeeze(1)).view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
+            v = self.v_up(c_v.squeeze(1)).view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
+            if self.decoupled:
+                q = torch.cat((q, q_r), dim=-1)  # (B, nH, T, dH + dR)
+                k = torch.cat((k, k_r.expand(B, nH, S, -1)), dim=-1)  # (B, nH, S, dH + dR)
+            y = _attend(q, k, v, scale=self.scale, dropout_p=dropout_p, q_start=q_start)  # (B, nH, T, dH)
+        y = y.transpose(1, 2).reshape(B, T, nH * dH)
+        return self.resid_dropout(self.c_proj(y))
+
+    def flops_per_token(self, ctx: int) -> int:
+        d, nH, dH, dc = self.c_proj.out_features, self.n_head, self.head_dim, self.kv_rank
+        dq = self.q_rank
+        w = (d * dq + dq * nH * dH) if dq else d * nH * dH  # query
+        w += d * dc * (1 if self.shared_kv else 2) + nH * dH * d  # down-projections, W_O
+        if self.decoupled:
+            w += (dq or d) * nH * self.rope_head_dim + d * self.rope_head_dim
+        if self.fused:  # absorbed: W_UK on the query, W_UV on the attended latent, attention in dcK
+            w += 2 * nH * dH * dc
+            att = nH * ctx * (dc + self.rope_head_dim + dc)
+        else:  # up-project every key and value
+            w += 2 * dc * nH * dH
+            att = nH * ctx * (dH + self.rope_head_dim + dH)
+        return 2 * w + 2 * att
+
+
+class TuckerAttention(nn.Module):
+    """Tucker attention (Definition 2.1): W = C x1 U1 x2 U2 x3 U3, W~ = C~ x1 U~1 x2 U~2 x3 U~3.
+
+        G   = C  x1 U1          (nH, r2, r3)     per-head query core, recomputed each step (tiny)
+        G~  = C~ x1 U~1         (nH, r~2, r~3)   per-head output core
+        q_i = (x U2) G_i        (B, nH, N, r3)   queries live in the key latent
+        k   = x U3              (B, 1, N, r3)    ONE key head shared by all query heads
+        v   = x U~3             (B, 1, N, r~3)   ONE value head (k itself when KV is shared)
+        o_i = softmax(q_i k^T / sqrt(dH)) v      MQA-style SDPA, no per-head K/V copies
+        y   = (sum_i o_i G~_i^T) U~2^T           (B, N, d)
+
+    Scale: 1/sqrt(dH), as the paper writes it (eq. eq_kv_caching); with full ranks this makes
+    Tucker exactly MHA (Lemma B.1), see tensor_forms.mha_to_tucker.
+    Latent RoPE (Definition 3.1) rotates q_i and k in the r3 latent: one key rotation for all heads.
+    KV cache: k and v (r3 + r~3 values per token), or the one latent x U3 when shared (r3),
+    cached unrotated so it serves as the value too; keys are rotated when read.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        d, nH = config.n_embd, config.n_head
+        r1, r2, r3 = config.tucker_ranks
+        p1, p2, p3 = config.tucker_ranks_post
+        self.n_head, self.head_dim = nH, config.head_dim
+        self.ranks, self.ranks_post, self.shared_kv = (r1, r2, r3), (p1, p2, p3), config.shared_kv
+        self.core = nn.Parameter(torch.empty(r1, r2, r3))  # C
+        self.U1 = nn.Parameter(torch.empty(nH, r1))  # head basis
+        self.U2 = nn.Parameter(torch.empty(d, r2))  # query basis
+        self.U3 = nn.Parameter(torch.empty(d, r3))  # key basis (the cached key latent)
+        self.core_post = nn.Parameter(torch.empty(p1, p2, p3))  # C~
+        self.U1_post = nn.Parameter(torch.empty(nH, p1))  # U~1
+        self.U2_post = nn.Parameter(torch.empty(d, p2))  # U~2, output basis
+        self.U3_post = None if self.shared_kv else nn.Parameter(torch.empty(d, p3))  # U~3, value basis
+        self.bias = nn.Parameter(torch.zeros(d)) if config.bias else None  # output bias
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.rope = config.pos_emb == "rope"
+
+    @staticmethod
+    def rope_dim(config: GPTConfig) -> int:
+        return config.tucker_ranks[2]
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        # Effective per-head maps W_i = U2 G_i U3^T and W~_i = U~3 G~_i^T U~2^T get MHA's variances
+        # (dH s^4 and dH s^2 s_o^2): U2, U3, U~3 ~ s (so k and v spread like MHA's), U~2 ~ s_o,
+        # U1, U~1 ~ 1/sqrt(r1) (a head mixes r1 core slices at unit gain), and the cores carry the
+        # rest: var(C) = dH / (r2 r3), var(C~) = dH / (r~2 r~3). At full ranks with r3 = dH this is
+        # MHA's statistics exactly; with r3 != dH queries spread by sqrt(dH / r3) against MHA's
+        # so that the scores q.k / sqrt(dH) keep MHA's variance.
+        (r1, r2, r3), (p1, p2, p3), dH = self.ranks, self.ranks_post, self.head_dim
+        _normal_(self.U2, std)
+        _normal_(self.U3, std)
+        _normal_(self.U1, 1.0 / math.sqrt(r1))
+        _normal_(self.core, math.sqrt(dH / (r2 * r3)))
+        if self.U3_post is not None:
+            _normal_(self.U3_post, std)
+        _normal_(self.U2_post, out_std)
+        _normal_(self.U1_post, 1.0 / math.sqrt(p1))
+        _normal_(self.core_post, math.sqrt(dH / (p2 * p3)))
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def cache_spec(self) -> Dict[str, Tuple[int, int]]:
+        if self.shared_kv:
+            return {"kv": (1, self.ranks[2])}
+        return {"k": (1, self.ranks[2]), "v": (1, self.ranks_post[2])}
+
+    def head_cores(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """G = C x1 U1 (nH, r2, r3) and G~ = C~ x1 U~1 (nH, r~2, r~3)."""
+        G = torch.einsum("ha,abc->hbc", self.U1, self.core)
+        G_post = torch.einsum("ha,abc->hbc", self.U1_post, self.core_post)
+        return G, G_post
+
+    def forward(self, x, rope, cache: Optional[LayerCache] = None):
+        B, T, d = x.size()
+        nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
+        G, G_post = self.head_cores()
+        # q_i = (x U2) G_i for all heads in one matmul: (B, T, r2) @ (r2, nH r3)
+        q = (x @ self.U2) @ G.permute(1, 0, 2).reshape(r2, nH * r3)  # (B, T, nH r3)
+        q = q.view(B, T, nH, r3).transpose(1, 2)  # (B, nH, T, r3)
+        k = (x @ self.U3).unsqueeze(1)  # (B, 1, T, r3)
+        v = k if self.shared_kv else (x @ self.U3_post).unsqueeze(1)  # (B, 1, T, r~3)
+        q_start = cache.pos if cache is not None else 0
+        if self.rope:  # latent RoPE: one rotation of the shared key serves every head
+            q = apply_rope(q, *rope_at(rope, q_start, T))
+            if not self.shared_kv:
+                k = apply_rope(k, *rope_at(rope, q_start, T))
+        if cache is not None:
+            if self.shared_kv:
+                k = v = cache.append(kv=k)["kv"]  # (B, 1, S, r3)
+            else:
+                kv = cache.append(k=k, v=v)
+                k, v = kv["k"], kv["v"]  # (B, 1, S, r3), (B, 1, S, r~3)
+        if self.rope and self.shared_kv:
+            # the one latent serves as key (rotated) and value (not): cache it unrotated and
+            # rotate the S keys at positions 0 .. S-1 as they are read
+            k = apply_rope(k, *rope_at(rope, 0, k.size(2)))
+        o = _attend(q, k, v, scale=1.0 / math.sqrt(self.head_dim),
+                    dropout_p=self.dropout if self.training else 0.0, q_start=q_start)  # (B, nH, T, r~3)
+        # sum_i o_i G~_i^T as one matmul: (B, T, nH r~3) @ (nH r~3, r~2)
+        o = o.transpose(1, 2).reshape(B, T, nH * p3)
+        y = (o @ G_post.transpose(1, 2).reshape(nH * p3, p2)) @ self.U2_post.t()  # (B, T, d)
+        if self.bias is not None:
+            y = y + self.bias
+        return self.resid_dropout(y)
+
+    def flops_per_token(self, ctx: int) -> int:
+        d = self.U2.size(0)
+        nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
+        w = d * r2 + r2 * nH * r3 + d * r3 + (0 if self.shared_kv else d * p3) + nH * p3 * p2 + p2 * d
+        return 2 * w + 2 * nH * ctx * (r3 + p3)
+
+
+ATTENTION = {"mha": GroupedQueryAttention, "gqa": GroupedQueryAttention, "mla": LatentAttention,
+             "tucker": TuckerAttention}
+
+
+# ----------------------------------------------------------------------------------------
+# Transformer
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1 semantics we rely on)."""
+
+    def __init__(self, ndim: int, bias: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = ATTENTION[config.attn](config)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, rope, cache: Optional[LayerCache] = None):
+        x = x + self.attn(self.ln_1(x), rope, cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd) if config.pos_emb == "learned" else None,
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying (GPT-2)
+        if config.pos_emb == "rope":
+            cos, sin = rope_cache(ATTENTION[config.attn].rope_dim(config), config.block_size, config.rope_theta)
+            self.register_buffer("rope_cos", cos, persistent=False)  # (block_size, rope_dim / 2)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.init_weights()
+
+    def init_weights(self):
+        """GPT-2 scheme: N(0, 0.02), residual output projections N(0, 0.02 / sqrt(2 n_layer)); each
+        attention sets its own parameters so that its effective per-head maps match MHA's."""
+        std, out_std = 0.02, 0.02 / math.sqrt(2 * self.config.n_layer)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                _normal_(module.weight, std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                _normal_(module.weight, std)
+        for block in self.transformer.h:
+            block.attn.init_weights(std, out_std)
+            _normal_(block.mlp.c_proj.weight, out_std)
+
+    # --- forward ---------------------------------------------------------------------------
+
+    def forward(self, idx, targets=None, caches=None, last_only: bool = False):
+        """idx (B, T) token ids -> (logits, loss). With `caches` (one LayerCache per layer, from
+        `new_caches`) the tokens continue a cached prefix. `last_only` returns logits of the last
+        position only (generation); the loss needs targets (B, T), ignore_index -1."""
+        B, T = idx.size()
+        start = caches[0].pos if caches is not None else 0
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens is longer than block_size={self.config.block_size}")
+        x = self.transformer.wte(idx)  # (B, T, d)
+        if self.transformer.wpe is not None:
+            x = x + self.transformer.wpe(torch.arange(start, start + T, device=idx.device))
+        x = self.transformer.drop(x)
+        rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None
+        for i, block in enumerate(self.transformer.h):
+            x = block(x, rope, caches[i] if caches is not None else None)
+        x = self.transformer.ln_f(x)
+        if last_only:
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)  # (B, T, vocab)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+    # --- KV cache and generation ----------------------------------------------------------
+
+    def new_caches(self, batch_size: int, max_len: Optional[int] = None, device=None, dtype=None):
+        """One LayerCache per layer holding only what this variant needs per past token."""
+        max_len = max_len or self.config.block_size
+        p = next(self.parameters())
+        return [LayerCache(block.attn.cache_spec(), batch_size, max_len, device or p.device, dtype or p.dtype)
+                for block in self.transformer.h]
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
+                 use_cache: bool = True, generator: Optional[torch.Generator] = None):
+        """Append max_new_tokens tokens to idx (B, T). temperature 0 means greedy (argmax).
+
+        With the cache: the prompt is prefilled once, then one token per step. When the context
+        reaches block_size the cache is rebuilt from the last block_size // 2 tokens (the
+        uncached path crops the context each step instead, as nanoGPT does)."""
+        caches = None
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits, _ = self(idx[:, -self.config.block_size:], last_only=True)
+            elif caches is None or caches[0].pos >= self.config.block_size:
+                ctx = idx[:, -(self.config.block_size // 2 if caches is not None else self.config.block_size):]
+                caches = self.new_caches(idx.size(0))
+                logits, _ = self(ctx, caches=caches, last_only=True)
+            else:
+                logits, _ = self(idx[:, -1:], caches=caches, last_only=True)
+            logits = logits[:, -1, :].float()
+            if temperature == 0:
+                idx_next = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("inf")
+                probs = F.softmax(logits, dim=-1)
+                idx_next = torch.multinomial(probs, num_samples=1, generator=generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+    # --- accounting (from the instantiated modules, never re-derived from the config) --------
+
+    def attn_params_per_layer(self) -> int:
+        return sum(p.numel() for p in self.transformer.h[0].attn.parameters())
+
+    def attn_params(self) -> int:
+        return sum(p.numel() for block in self.transformer.h for p in block.attn.parameters())
+
+    def kv_values_per_token_per_layer(self) -> int:
+        return sum(heads * dim for heads, dim in self.transformer.h[0].attn.cache_spec().values())
+
+    def kv_cache_bytes(self, seq_len: int, batch_size: int = 1, bytes_per_value: int = 2) -> int:
+        per_layer = sum(heads * dim for b in self.transformer.h for heads, dim in b.attn.cache_spec().values())
+        return per_layer * seq_len * batch_size * bytes_per_value
+
+    def get_num_params(self, non_embedding: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.transformer.wpe is not None:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    # --- training helpers ---------------------------------------------------------------------
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; weight decay on matrices and cores (dim >= 2), none on biases and norms."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+
+    def flops_per_token(self, ctx: Optional[int] = None) -> int:
+        """Forward + backward FLOPs per token (3x forward): every layer's own matmul count (Tucker's
+        cores and absorbed MLA are not 2 x params), the MLP, and the lm_head. Attention scores count
+        the full context ctx (nanoGPT's convention, no causal halving)."""
+        ctx = ctx or self.config.block_size
+        d, V = self.config.n_embd, self.config.vocab_size
+        per_layer = self.transformer.h[0].attn.flops_per_token(ctx) + 2 * (2 * d * 4 * d)
+        return 3 * (self.config.n_layer * per_layer + 2 * d * V)
+
+    def estimate_mfu(self, tokens_per_iter: int, dt: float, peak_flops: float, ctx: Optional[int] = None) -> float:
+        """Model FLOPs utilization: achieved FLOP/s over `peak_flops` (e.g. 790e12 for bf16 on H200)."""
+        return self.flops_per_token(ctx) * tokens_per_iter / dt / peak_flops

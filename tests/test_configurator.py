@@ -1,0 +1,96 @@
+"""configurator.parse_config: config files and --key=value overrides, type-checked."""
+import pytest
+
+from configurator import format_config, parse_config
+
+DEFAULTS = {
+    "batch_size": 12,
+    "learning_rate": 6e-4,
+    "compile": True,
+    "out_dir": "out",
+    "tucker_ranks": (4, 32, 32),
+    "n_kv_head": None,
+}
+
+
+def write(tmp_path, text, name="exp.py"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_untouched():
+    cfg = parse_config([], DEFAULTS)
+    assert cfg == DEFAULTS and cfg is not DEFAULTS
+
+
+def test_file_then_cli_order(tmp_path):
+    path = write(tmp_path, "import math\n_helper = 3\nbatch_size = 32\nout_dir = 'out-file'\n"
+                           "learning_rate = 1e-3 * math.sqrt(4)\n")
+    cfg = parse_config([path, "--batch_size=64"], DEFAULTS)
+    assert cfg["batch_size"] == 64 and cfg["out_dir"] == "out-file" and cfg["learning_rate"] == 2e-3
+    # a later file wins over an earlier override: strictly in order
+    assert parse_config(["--batch_size=64", path], DEFAULTS)["batch_size"] == 32
+    assert DEFAULTS["batch_size"] == 12  # defaults are never mutated
+
+
+def test_cli_types():
+    cfg = parse_config(["--compile=False", "--learning_rate=1", "--out_dir=out-x", "--tucker_ranks=8,64,64",
+                        "--n_kv_head=4"], DEFAULTS)
+    assert cfg["compile"] is False
+    assert cfg["learning_rate"] == 1.0 and isinstance(cfg["learning_rate"], float)
+    assert cfg["out_dir"] == "out-x"
+    assert cfg["tucker_ranks"] == (8, 64, 64)
+    assert cfg["n_kv_head"] == 4
+    assert parse_config(["--compile=true"], DEFAULTS)["compile"] is True
+    assert parse_config(["--tucker_ranks=(2,16,16)"], DEFAULTS)["tucker_ranks"] == (2, 16, 16)
+    assert parse_config(["--out_dir=2024"], DEFAULTS)["out_dir"] == "2024"  # str keys take the raw text
+    assert parse_config(["--n_kv_head=None"], DEFAULTS)["n_kv_head"] is None
+
+
+def test_unknown_key_cli():
+    with pytest.raises(ValueError, match="unknown config key 'batchsize'.*batch_size"):
+        parse_config(["--batchsize=3"], DEFAULTS)
+
+
+def test_unknown_key_in_file(tmp_path):
+    path = write(tmp_path, "batch_size = 8\nlearning_rat = 1e-3\n")
+    with pytest.raises(ValueError, match=r"unknown config key 'learning_rat' in .*exp\.py.*learning_rate"):
+        parse_config([path], DEFAULTS)
+
+
+@pytest.mark.parametrize("arg", ["--batch_size=1.5", "--batch_size=True", "--compile=1", "--compile=yes",
+                                 "--learning_rate=abc", "--tucker_ranks=8", "--tucker_ranks=8,x,64"])
+def test_wrong_type_cli(arg):
+    key = arg[2:].split("=")[0]
+    with pytest.raises(ValueError, match=f"config key '{key}'.*expected"):
+        parse_config([arg], DEFAULTS)
+
+
+def test_wrong_type_in_file(tmp_path):
+    path = write(tmp_path, "compile = 0\n")
+    with pytest.raises(ValueError, match="config key 'compile'.*expected bool"):
+        parse_config([path], DEFAULTS)
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config file not found"):
+        parse_config([str(tmp_path / "missing.py")], DEFAULTS)
+    with pytest.raises(ValueError, match="--key=value"):
+        parse_config(["--compile"], DEFAULTS)
+
+
+def test_format_config():
+    text = format_config({"a": 1, "long_key": "x"})
+    assert text.splitlines() == ["a        = 1", "long_key = 'x'"]
+
+
+def test_include_runs_base_then_overrides(tmp_path):
+    from configurator import parse_config
+    (tmp_path / "base.py").write_text("batch_size = 64\nlearning_rate = 1e-4\n")
+    (tmp_path / "variant.py").write_text('include("base.py")\nbatch_size = 8\n')
+    cfg = parse_config([str(tmp_path / "variant.py")], {"batch_size": 1, "learning_rate": 0.1})
+    assert cfg == {"batch_size": 8, "learning_rate": 1e-4}
+    (tmp_path / "bad.py").write_text('include("base.py")\nnot_a_key = 3\n')
+    with pytest.raises(ValueError, match="not_a_key"):
+        parse_config([str(tmp_path / "bad.py")], {"batch_size": 1, "learning_rate": 0.1})

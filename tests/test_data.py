@@ -1,0 +1,142 @@
+"""Tokenizer and dataset preparation (offline: local ranks file, local text files)."""
+import importlib
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from tokenizer import EOT, get_gpt2_encoding
+
+# data/ has no __init__.py: data.<name>.prepare import as namespace packages (repo root is on
+# sys.path via conftest), which also keeps the pool's worker functions importable by name
+shakespeare = importlib.import_module("data.shakespeare.prepare")
+owt = importlib.import_module("data.openwebtext.prepare")
+
+
+@pytest.fixture(scope="module")
+def enc(gpt2_ranks_file):
+    return get_gpt2_encoding(str(gpt2_ranks_file))
+
+
+def test_tokenizer(enc, gpt2_ranks_file, monkeypatch):
+    assert enc.encode("hello world") == [31373, 995]
+    assert EOT == 50256 == enc.eot_token
+    assert enc.n_vocab == 50257
+    assert enc.encode("<|endoftext|>", allowed_special="all") == [EOT]
+    # the environment variable is the fallback when no file is passed
+    monkeypatch.setenv("TUCKER_GPT2_TIKTOKEN", str(gpt2_ranks_file))
+    assert get_gpt2_encoding().encode("hello world") == [31373, 995]
+
+
+def test_tokenizer_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="TUCKER_GPT2_TIKTOKEN"):
+        get_gpt2_encoding(str(tmp_path / "nope.tiktoken"))
+
+
+def test_shakespeare(tmp_path, shakespeare_txt, gpt2_ranks_file, enc):
+    meta = shakespeare.prepare(input_path=shakespeare_txt, out_dir=tmp_path, ranks_file=str(gpt2_ranks_file))
+    assert (meta["train_tokens"], meta["val_tokens"]) == (301_966, 36_059)  # nanoGPT's numbers
+    assert json.loads((tmp_path / "meta.json").read_text()) == meta
+    assert meta["vocab_size"] == 50257 and meta["dtype"] == "uint16" and meta["tokenizer"] == "gpt2"
+    assert (tmp_path / "train.bin").stat().st_size == 2 * 301_966
+    assert (tmp_path / "val.bin").stat().st_size == 2 * 36_059
+    assert not list(tmp_path.glob("*.tmp*"))  # atomic writes leave no temp files
+
+    text = shakespeare_txt.read_text(encoding="utf-8")
+    train = np.memmap(tmp_path / "train.bin", dtype=np.uint16, mode="r")
+    val = np.memmap(tmp_path / "val.bin", dtype=np.uint16, mode="r")
+    head = enc.decode(train[:100].tolist())
+    assert text.startswith(head) and len(head) > 300
+    # the 90/10 character split: val decodes back to exactly the last 10% of the text
+    assert enc.decode(val.tolist()) == text[int(len(text) * 0.9):]
+
+
+def _write_docs(tmp_path):
+    """A few .txt documents, a .jsonl and a .json list; returns (files, documents in file order)."""
+    docs, files = [], []
+    for i in range(3):
+        d = f"Document {i}: the quick brown fox jumps over the lazy dog. " * (i + 1)
+        (tmp_path / f"doc{i}.txt").write_text(d, encoding="utf-8")
+        files.append(tmp_path / f"doc{i}.txt")
+        docs.append(d)
+    jl = [f"jsonl line {i}, café ünïcode, a literal <|endoftext|> stays text.\n" * (i % 3 + 1) for i in range(12)]
+    with open(tmp_path / "more.jsonl", "w", encoding="utf-8") as f:
+        for d in jl:
+            f.write(json.dumps({"text": d}) + "\n")
+    files.append(tmp_path / "more.jsonl")
+    js = ["json list document", ""]  # an empty document still gets its EOT
+    (tmp_path / "list.json").write_text(json.dumps([{"text": d} for d in js]), encoding="utf-8")
+    files.append(tmp_path / "list.json")
+    return files, docs + jl + js
+
+
+def _split_docs(tokens):
+    """Split a flat token array at EOT into per-document token lists (encode_ordinary never emits EOT)."""
+    assert len(tokens) == 0 or tokens[-1] == EOT
+    out, start = [], 0
+    for i in np.flatnonzero(tokens == EOT):
+        out.append(tokens[start:i].tolist())
+        start = i + 1
+    return out
+
+
+def test_openwebtext_local_files(tmp_path, gpt2_ranks_file, enc):
+    files, docs = _write_docs(tmp_path)
+    kw = dict(files=files, num_proc=2, val_fraction=0.1, seed=2357, ranks_file=str(gpt2_ranks_file), chunk_docs=2)
+    meta = owt.prepare(out_dir=tmp_path / "a", **kw)
+
+    expected = sum(len(enc.encode_ordinary(d)) + 1 for d in docs)  # + one EOT per document
+    assert meta["train_tokens"] + meta["val_tokens"] == expected
+    assert meta["documents"] == meta["train_documents"] + meta["val_documents"] == len(docs)
+    assert meta["val_documents"] == 2 and meta["val_tokens"] > 0  # ceil(17 * 0.1)
+    assert json.loads((tmp_path / "a" / "meta.json").read_text()) == meta
+
+    # every document lands, whole and tokenized correctly, in exactly one split
+    out = {}
+    for split in ("train", "val"):
+        tokens = np.fromfile(tmp_path / "a" / f"{split}.bin", dtype=np.uint16)
+        assert len(tokens) == meta[f"{split}_tokens"]
+        out[split] = [enc.decode(t) for t in _split_docs(tokens)]
+        assert len(out[split]) == meta[f"{split}_documents"]
+    assert sorted(out["train"] + out["val"]) == sorted(docs)
+
+    # deterministic: same seed -> identical files, also with in-process tokenization
+    owt.prepare(out_dir=tmp_path / "b", **{**kw, "num_proc": 1})
+    for name in ("train.bin", "val.bin"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert not list((tmp_path / "a").glob("*.tmp*"))
+
+
+def test_openwebtext_hf_path(tmp_path, gpt2_ranks_file, enc, monkeypatch):
+    """The default path (HF datasets, nanoGPT's split) against a stand-in `datasets` module."""
+    calls = {}
+
+    class FakeDataset:
+        def __init__(self, texts):
+            self.texts = texts
+
+        def __len__(self):
+            return len(self.texts)
+
+        def iter(self, batch_size):
+            for i in range(0, len(self.texts), batch_size):
+                yield {"text": self.texts[i:i + batch_size]}
+
+        def train_test_split(self, test_size, seed, shuffle):
+            calls["split"] = (test_size, seed, shuffle)
+            return {"train": FakeDataset(self.texts[1:]), "test": FakeDataset(self.texts[:1])}
+
+    texts = [f"web page number {i}." for i in range(5)]
+
+    def load_dataset(name, num_proc):
+        calls["load"] = (name, num_proc)
+        return {"train": FakeDataset(texts)}
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    meta = owt.prepare(out_dir=tmp_path, num_proc=1, ranks_file=str(gpt2_ranks_file))
+    assert calls == {"load": ("openwebtext", 1), "split": (0.0005, 2357, True)}
+    val = np.fromfile(tmp_path / "val.bin", dtype=np.uint16)
+    assert val.tolist() == enc.encode_ordinary(texts[0]) + [EOT]
+    assert (meta["train_documents"], meta["val_documents"]) == (4, 1)

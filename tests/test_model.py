@@ -1,0 +1,399 @@
+"""model.py: the paper's theorems as tests, KV cache vs full forward, counts vs Table 1, errors."""
+import math
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from model import ATTENTION, GPT, GPTConfig, LayerCache, rope_cache
+from tensor_forms import attention_tensors, head_factors, to_tucker, tucker_config_of
+
+TINY = dict(n_layer=2, n_head=4, n_embd=32, block_size=24, vocab_size=61, bias=False)
+
+# every family x position scheme (id, GPTConfig overrides)
+VARIANTS = [
+    ("mha", dict(attn="mha")),
+    ("gqa2", dict(attn="gqa", n_kv_head=2)),
+    ("mqa", dict(attn="gqa", n_kv_head=1)),
+    ("mla_sep", dict(attn="mla", q_rank=12, kv_rank=10)),
+    ("mla_shared", dict(attn="mla", q_rank=12, kv_rank=10, shared_kv=True)),
+    ("mla_fullq", dict(attn="mla", kv_rank=10)),
+    ("tucker_sep", dict(attn="tucker", tucker_ranks=(3, 12, 10), tucker_ranks_post=(2, 14, 6))),
+    ("tucker_shared", dict(attn="tucker", tucker_ranks=(3, 12, 10), shared_kv=True)),
+]
+ROPE_VARIANTS = [
+    ("mha_rope", dict(attn="mha", pos_emb="rope")),
+    ("gqa2_rope", dict(attn="gqa", n_kv_head=2, pos_emb="rope")),
+    ("mla_sep_decoupled", dict(attn="mla", q_rank=12, kv_rank=10, pos_emb="rope", rope_head_dim=4)),
+    ("mla_shared_decoupled", dict(attn="mla", q_rank=12, kv_rank=10, shared_kv=True, pos_emb="rope")),
+    ("mla_sep_latent", dict(attn="mla", q_rank=12, kv_rank=10, pos_emb="rope", mla_rope="latent")),
+    ("mla_shared_latent", dict(attn="mla", q_rank=12, kv_rank=10, shared_kv=True, pos_emb="rope", mla_rope="latent")),
+    ("tucker_sep_rope", dict(attn="tucker", tucker_ranks=(3, 12, 10), tucker_ranks_post=(2, 14, 6), pos_emb="rope")),
+    ("tucker_shared_rope", dict(attn="tucker", tucker_ranks=(3, 12, 10), shared_kv=True, pos_emb="rope")),
+]
+ALL = VARIANTS + ROPE_VARIANTS
+
+
+def make(overrides, dtype=torch.float64, seed=0, **extra):
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**{**TINY, **overrides, **extra})).to(dtype)
+    # Scale weights up from GPT-2's 0.02 so that attention is far from uniform and every term
+    # of every equivalence actually matters numerically.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".attn." in name:
+                p.mul_(3.0)
+    return model.eval()
+
+
+def rel_err(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def tokens(B=2, T=TINY["block_size"], seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, TINY["vocab_size"], (B, T), generator=g)
+
+
+# ---------------------------------------------------------------------------------------
+# Theorems: MHA, GQA and MLA are Tucker at the ranks of section 2.2 (float64, exact)
+
+
+@pytest.mark.parametrize("name,overrides", [
+    ("mha", dict(attn="mha")),  # Lemma B.1 / Theorem B.2: ranks (nH, d, d)
+    ("gqa2", dict(attn="gqa", n_kv_head=2)),  # Theorem B.3: (nH, d, nG dH)
+    ("mqa", dict(attn="gqa", n_kv_head=1)),
+    ("mla_sep", dict(attn="mla", q_rank=12, kv_rank=10)),  # Theorem B.4: (nH, dcQ, dcK) / (nH, d, dcK)
+    ("mla_shared", dict(attn="mla", q_rank=12, kv_rank=10, shared_kv=True)),
+    ("mla_fullq", dict(attn="mla", kv_rank=10)),  # (nH, d, dcK)
+    ("mla_latent_rope", dict(attn="mla", q_rank=12, kv_rank=10, pos_emb="rope", mla_rope="latent")),
+    ("mla_shared_latent_rope", dict(attn="mla", q_rank=12, kv_rank=10, shared_kv=True, pos_emb="rope",
+                                    mla_rope="latent")),
+])
+def test_exact_tucker_form(name, overrides):
+    model = make(overrides)
+    tucker = to_tucker(model)
+    d, nH, dH = TINY["n_embd"], TINY["n_head"], TINY["n_embd"] // TINY["n_head"]
+    expected = {"mha": ((nH, d, d),) * 2, "gqa2": ((nH, d, 2 * dH),) * 2, "mqa": ((nH, d, dH),) * 2,
+                "mla_fullq": ((nH, d, 10), (nH, d, 10))}.get(name, ((nH, 12, 10), (nH, d, 10)))
+    assert (tucker.config.tucker_ranks, tucker.config.tucker_ranks_post) == expected
+    assert tucker.config.shared_kv == overrides.get("shared_kv", False)
+    # the attention tensors agree ...
+    for a, b in zip(model.transformer.h, tucker.transformer.h):
+        W, Wp = attention_tensors(a.attn)
+        Wt, Wpt = attention_tensors(b.attn)
+        assert rel_err(Wt, W) < 1e-12 and rel_err(Wpt, Wp) < 1e-12
+    # ... and so do layer outputs and the model's logits
+    idx = tokens()
+    x = torch.randn(2, 16, d, dtype=torch.float64)
+    rope = (tucker.rope_cos.double(), tucker.rope_sin.double()) if overrides.get("pos_emb") == "rope" else None
+    y_src = model.transformer.h[0].attn(x, rope)
+    y_tucker = tucker.transformer.h[0].attn(x, rope)
+    assert rel_err(y_tucker, y_src) < 1e-10
+    assert rel_err(tucker(idx)[0], model(idx)[0]) < 1e-10
+
+
+def test_gqa_with_all_heads_is_mha_and_one_head_is_mqa():
+    mha = make(dict(attn="mha"))
+    gqa = GPT(GPTConfig(**TINY, attn="gqa", n_kv_head=TINY["n_head"])).double().eval()
+    gqa.load_state_dict(mha.state_dict())
+    idx = tokens()
+    assert torch.equal(gqa(idx)[0], mha(idx)[0])
+
+    # MQA against a reference written out head by head: one K and V for every query head
+    mqa = make(dict(attn="gqa", n_kv_head=1))
+    attn = mqa.transformer.h[0].attn
+    x = torch.randn(2, 10, TINY["n_embd"], dtype=torch.float64)
+    Wq, Wk, Wv, Wo = head_factors(attn)
+    assert torch.equal(Wk[0], Wk[-1]) and torch.equal(Wv[0], Wv[-1])  # one shared K/V head
+    dH = attn.head_dim
+    mask = torch.ones(10, 10, dtype=torch.bool).tril()
+    ref = 0
+    for i in range(attn.n_head):
+        scores = (x @ Wq[i]) @ (x @ Wk[i]).transpose(-1, -2) / math.sqrt(dH)
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        ref = ref + probs @ (x @ Wv[i]) @ Wo[i]
+    assert rel_err(attn(x, None), ref) < 1e-12
+
+
+# ---------------------------------------------------------------------------------------
+# RoPE
+
+
+@pytest.mark.parametrize("name,overrides", ROPE_VARIANTS)
+def test_rope_relative_position(name, overrides):
+    """Shifting every position by t leaves the attention output unchanged; moving tokens apart
+    (doubling every position) does change it, so the positions are really used."""
+    model = make(overrides)
+    attn = model.transformer.h[0].attn
+    dim = ATTENTION[model.config.attn].rope_dim(model.config)
+    cos, sin = rope_cache(dim, 200, model.config.rope_theta, dtype=torch.float64)
+    x = torch.randn(2, 12, TINY["n_embd"], dtype=torch.float64)
+    y0 = attn(x, (cos, sin))
+    for t in (1, 7, 150):
+        assert rel_err(attn(x, (cos[t:], sin[t:])), y0) < 1e-12
+    assert rel_err(attn(x, (cos[::2], sin[::2])), y0) > 1e-4
+
+
+# ---------------------------------------------------------------------------------------
+# KV cache: prefill + one token at a time == full forward; greedy tokens agree
+
+
+@pytest.mark.parametrize("name,overrides", ALL)
+def test_cache_matches_full_forward(name, overrides):
+    model = make(overrides)
+    idx = tokens()
+    full, _ = model(idx)
+    caches = model.new_caches(idx.size(0))
+    # prefill 7 tokens, then a chunk of 3 (queries after a cached prefix), then one at a time
+    steps = [model(idx[:, :7], caches=caches)[0], model(idx[:, 7:10], caches=caches)[0]]
+    steps += [model(idx[:, t:t + 1], caches=caches)[0] for t in range(10, idx.size(1))]
+    assert rel_err(torch.cat(steps, dim=1), full) < 1e-12
+    # the cache holds exactly the variant's values per token
+    assert caches[0].values_per_token() == model.kv_values_per_token_per_layer()
+
+
+@pytest.mark.parametrize("name,overrides", ALL)
+def test_greedy_generation_same_with_and_without_cache(name, overrides):
+    model = make(overrides, dtype=torch.float32)
+    prompt = tokens(B=2, T=5, seed=3)
+    a = model.generate(prompt, 30, temperature=0.0, use_cache=True)  # runs past block_size=24
+    b = model.generate(prompt, 30, temperature=0.0, use_cache=False)
+    assert torch.equal(a[:, :TINY["block_size"]], b[:, :TINY["block_size"]])
+    assert a.shape == (2, 35)
+
+
+@pytest.mark.parametrize("name,overrides", [v for v in ALL if v[1]["attn"] == "mla" and v[1].get("mla_rope") != "latent"])
+def test_mla_fused_matches_unfused(name, overrides):
+    model = make(overrides)
+    idx = tokens()
+    unfused, _ = model(idx)
+    for block in model.transformer.h:
+        block.attn.fused = True  # absorb W_UK into the query and W_UV into the output
+    fused, _ = model(idx)
+    assert rel_err(fused, unfused) < 1e-12
+
+
+def test_mla_fused_exact_with_biases():
+    """Absorption stays exact with biases: the key bias adds a per-query constant (softmax drops
+    it) and the value bias passes through the softmax-weighted sum unchanged."""
+    model = make(dict(attn="mla", q_rank=12, kv_rank=10), bias=True)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("bias"):
+                p.normal_()
+    idx = tokens()
+    unfused, _ = model(idx)
+    for block in model.transformer.h:
+        block.attn.fused = True
+    assert rel_err(model(idx)[0], unfused) < 1e-12
+
+
+# ---------------------------------------------------------------------------------------
+# Causality, gradients
+
+
+@pytest.mark.parametrize("name,overrides", ALL)
+def test_causality(name, overrides):
+    model = make(overrides)
+    idx = tokens()
+    changed = idx.clone()
+    changed[:, 15] = (changed[:, 15] + 1) % TINY["vocab_size"]
+    a, b = model(idx)[0], model(changed)[0]
+    assert torch.allclose(a[:, :15], b[:, :15], rtol=0, atol=1e-12)
+    assert not torch.allclose(a[:, 15:], b[:, 15:])
+
+
+@pytest.mark.parametrize("name,overrides", ALL)
+def test_forward_backward_finite(name, overrides):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**TINY, **overrides, "dropout": 0.1}))
+    idx = tokens()
+    _, loss = model(idx, targets=tokens(seed=9))
+    assert torch.isfinite(loss) and abs(loss.item() - math.log(TINY["vocab_size"])) < 1.0
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), n
+        assert p.grad.abs().sum() > 0, f"no gradient reaches {n}"
+
+
+# ---------------------------------------------------------------------------------------
+# Accounting vs the paper's Table 1 (DESIGN.md), on GPT-2 124M shapes
+
+
+def table1(attn, d=768, nH=12, dH=64, nG=None, dcQ=None, dcK=None, shared=False, ranks=None, ranks_post=None):
+    """(attention params per layer, KV values per token per layer) from the paper's formulas."""
+    if attn == "mha":
+        return 4 * d * d, 2 * d
+    if attn == "gqa":
+        return 2 * d * d + 2 * nG * dH * d, 2 * nG * dH
+    if attn == "mla":
+        if dcQ is None:
+            return 2 * d * d + 4 * d * dcK, 2 * dcK
+        return d * d + 2 * d * dcQ + (3 if shared else 4) * d * dcK, (1 if shared else 2) * dcK
+    (r1, r2, r3), (p1, p2, p3) = ranks, ranks_post or ranks
+    pre, post = nH * r1 + d * r2 + d * r3 + r1 * r2 * r3, nH * p1 + d * p2 + d * p3 + p1 * p2 * p3
+    return (pre + post - d * p3, r3) if shared else (pre + post, r3 + p3)
+
+
+COUNT_CASES = [
+    (dict(attn="mha"), dict(attn="mha")),
+    (dict(attn="gqa", n_kv_head=4), dict(attn="gqa", nG=4)),
+    (dict(attn="gqa", n_kv_head=1), dict(attn="gqa", nG=1)),
+    (dict(attn="mla", q_rank=128, kv_rank=128), dict(attn="mla", dcQ=128, dcK=128)),
+    (dict(attn="mla", q_rank=64, kv_rank=32, shared_kv=True), dict(attn="mla", dcQ=64, dcK=32, shared=True)),
+    (dict(attn="mla", kv_rank=128), dict(attn="mla", dcK=128)),
+    (dict(attn="mla", q_rank=128, kv_rank=128, shared_kv=True, pos_emb="rope", mla_rope="latent"),
+     dict(attn="mla", dcQ=128, dcK=128, shared=True)),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 64)), dict(attn="tucker", ranks=(8, 64, 64))),
+    (dict(attn="tucker", tucker_ranks=(8, 128, 64), pos_emb="rope"), dict(attn="tucker", ranks=(8, 128, 64))),
+    (dict(attn="tucker", tucker_ranks=(4, 32, 32), shared_kv=True), dict(attn="tucker", ranks=(4, 32, 32), shared=True)),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 64), tucker_ranks_post=(6, 32, 48)),
+     dict(attn="tucker", ranks=(8, 64, 64), ranks_post=(6, 32, 48))),
+]
+
+
+@pytest.mark.parametrize("overrides,formula", COUNT_CASES)
+def test_counts_equal_table1(overrides, formula):
+    with torch.device("meta"):
+        model = GPT(GPTConfig(bias=False, **overrides))
+    params, kv = table1(**formula)
+    assert model.attn_params_per_layer() == params
+    assert model.attn_params() == 12 * params
+    assert model.kv_values_per_token_per_layer() == kv
+    assert model.kv_cache_bytes(seq_len=256) == 12 * kv * 256 * 2
+
+
+def test_gpt2_124m_counts():
+    with torch.device("meta"):
+        model = GPT(GPTConfig(bias=False))
+    assert model.attn_params_per_layer() == 4 * 768 ** 2
+    assert round(model.attn_params() * 2 / 1e6, 2) == 56.62  # the paper's MB (bf16, 12 layers)
+    assert model.kv_cache_bytes(256) / 2 ** 20 == 9.0  # the Shakespeare table's 9.000 MiB
+    assert 123e6 < model.get_num_params() < 125e6  # GPT-2 "124M" with learned positions, no biases
+
+
+def test_decoupled_rope_counts():
+    """Decoupled RoPE adds W_QR (dcQ x nH dR) and W_KR (d x dR) and caches the dR-dim rotary key."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig(bias=False, attn="mla", q_rank=128, kv_rank=128, pos_emb="rope"))
+    dR = 32  # default: dH / 2 as in DeepSeek-V2
+    assert model.config.rope_head_dim == dR
+    assert model.attn_params_per_layer() == table1("mla", dcQ=128, dcK=128)[0] + 128 * 12 * dR + 768 * dR
+    assert model.kv_values_per_token_per_layer() == 2 * 128 + dR
+
+
+@pytest.mark.parametrize("name,overrides", ALL)
+def test_flops_per_token_match_torch_flop_counter(name, overrides):
+    """Each attention's forward FLOP count equals what torch's FLOP counter sees for a sequence
+    of ctx tokens (attention scores over the full ctx, as nanoGPT counts)."""
+    model = make(overrides, dtype=torch.float32)
+    attn, T = model.transformer.h[0].attn, TINY["block_size"]
+    x = torch.randn(1, T, TINY["n_embd"])
+    rope = (model.rope_cos, model.rope_sin) if model.config.pos_emb == "rope" else None
+    # the math backend spells attention out as matmuls, which the counter sees
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        attn(x, rope)
+    counted = counter.get_total_flops()
+    head_core_flops = 0
+    if model.config.attn == "tucker":  # G = C x1 U1 and G~ = C~ x1 U~1: once per step, not per token
+        (r1, r2, r3), (p1, p2, p3) = attn.ranks, attn.ranks_post
+        head_core_flops = 2 * attn.n_head * (r1 * r2 * r3 + p1 * p2 * p3)
+    assert attn.flops_per_token(T) * T == counted - head_core_flops
+
+
+def test_mfu_flops_equal_nanogpt_formula_for_mha():
+    """For MHA the count reduces to nanoGPT's 6 N + 12 L H Q T (N: matmul weights incl. lm_head)."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig(bias=False))
+    cfg = model.config
+    n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    T = cfg.block_size
+    assert model.flops_per_token() == 6 * n_matmul + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
+    assert 0 < model.estimate_mfu(tokens_per_iter=12 * 1024, dt=0.026, peak_flops=790e12) < 1
+
+
+# ---------------------------------------------------------------------------------------
+# Initialization: effective per-head maps at MHA's scale
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(attn="gqa", n_kv_head=2),
+    dict(attn="mla", q_rank=128, kv_rank=128),
+    dict(attn="mla", kv_rank=64, shared_kv=True),
+    dict(attn="tucker", tucker_ranks=(8, 64, 64)),
+    dict(attn="tucker", tucker_ranks=(4, 128, 32), shared_kv=True),
+])
+def test_init_scales(overrides):
+    """std of W_i = W_Q,i W_K,i^T and W~_i = (W_V,i W_O,i)^T entries equals MHA's at GPT-2 init:
+    sqrt(dH) s^2 and sqrt(dH) s s_o (s = 0.02, s_o = s / sqrt(2 L)), within sampling noise."""
+    torch.manual_seed(0)
+    config = GPTConfig(bias=False, **overrides)
+    attn = ATTENTION[config.attn](config)
+    s, s_o = 0.02, 0.02 / math.sqrt(2 * config.n_layer)
+    attn.init_weights(s, s_o)
+    with torch.no_grad():
+        W, W_post = attention_tensors(attn)
+    dH = config.head_dim
+    assert W.std().item() == pytest.approx(math.sqrt(dH) * s * s, rel=0.15)
+    assert W_post.std().item() == pytest.approx(math.sqrt(dH) * s * s_o, rel=0.15)
+    if config.attn == "tucker":  # the cached key keeps MHA's key spread: std(x U3) = sqrt(d) s
+        x = torch.randn(256, config.n_embd)
+        assert (x @ attn.U3).std().item() == pytest.approx(math.sqrt(config.n_embd) * s, rel=0.1)
+
+
+# ---------------------------------------------------------------------------------------
+# Invalid configurations: ValueError naming the key, at construction
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (dict(attn="flash"), "attn"),
+    (dict(pos_emb="alibi"), "pos_emb"),
+    (dict(attn="mla", kv_rank=32, pos_emb="rope", mla_rope="sideways"), "mla_rope"),
+    (dict(attn="gqa", n_kv_head=5), "n_kv_head"),
+    (dict(attn="gqa", n_kv_head=0), "n_kv_head"),
+    (dict(attn="gqa", n_kv_head=24), "n_kv_head"),
+    (dict(attn="gqa"), "n_kv_head"),
+    (dict(attn="mha", n_kv_head=4), "n_kv_head"),
+    (dict(attn="tucker", tucker_ranks=(13, 64, 64)), "tucker_ranks"),
+    (dict(attn="tucker", tucker_ranks=(8, 769, 64)), "tucker_ranks"),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 0)), "tucker_ranks"),
+    (dict(attn="tucker", tucker_ranks=(8, -1, 64)), "tucker_ranks"),
+    (dict(attn="tucker", tucker_ranks=(8, 64)), "tucker_ranks"),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 64), tucker_ranks_post=(13, 64, 64)), "tucker_ranks_post"),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 64), tucker_ranks_post=(8, 64, 32), shared_kv=True), "tucker_ranks_post"),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 63), pos_emb="rope"), "tucker_ranks"),
+    (dict(attn="tucker"), "tucker_ranks"),
+    (dict(attn="mla"), "kv_rank"),
+    (dict(attn="mla", kv_rank=0), "kv_rank"),
+    (dict(attn="mla", kv_rank=1000), "kv_rank"),
+    (dict(attn="mla", kv_rank=64, q_rank=-3), "q_rank"),
+    (dict(attn="mla", kv_rank=63, pos_emb="rope", mla_rope="latent"), "kv_rank"),
+    (dict(attn="mla", kv_rank=64, pos_emb="rope", rope_head_dim=7), "rope_head_dim"),
+    (dict(attn="mla", kv_rank=64, rope_head_dim=8), "rope_head_dim"),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 64), kv_rank=64), "kv_rank"),
+    (dict(attn="mha", shared_kv=True), "shared_kv"),
+    (dict(n_embd=770), "n_embd"),
+    (dict(n_head=2, n_embd=6, pos_emb="rope"), "head dim"),
+    (dict(n_layer=0), "n_layer"),
+    (dict(dropout=1.5), "dropout"),
+    (dict(rope_theta=-1.0), "rope_theta"),
+])
+def test_invalid_config_raises_value_error(overrides, key):
+    with pytest.raises(ValueError, match=key.replace("[", r"\[")):
+        GPTConfig(**overrides)
+
+
+def test_config_roundtrip_through_dict():
+    config = GPTConfig(attn="tucker", tucker_ranks=[8, 64, 64], shared_kv=True, pos_emb="rope")
+    assert config.tucker_ranks == (8, 64, 64) and config.tucker_ranks_post == (8, 64, 64)
+    assert GPTConfig.from_dict(config.to_dict()) == config
+    assert tucker_config_of(GPTConfig(attn="gqa", n_kv_head=3)).tucker_ranks == (12, 768, 192)
+
+
+def test_cache_overflow_is_a_clear_error():
+    cache = LayerCache({"k": (1, 4)}, batch_size=1, max_len=3)
+    cache.append(k=torch.zeros(1, 1, 3, 4))
+    with pytest.raises(ValueError, match="full"):
+        cache.append(k=torch.zeros(1, 1, 1, 4))
