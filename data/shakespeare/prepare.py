@@ -6,6 +6,9 @@ GPT-2 tokenizer and written as a flat uint16 token file.
     python data/shakespeare/prepare.py                        # downloads input.txt
     python data/shakespeare/prepare.py --input path/to/input.txt --tokenizer gpt2.tiktoken
 
+Offline, the environment variables TUCKER_SHAKESPEARE_TXT (the input file) and
+TUCKER_GPT2_TIKTOKEN (the GPT-2 ranks file) stand in for --input and --tokenizer.
+
 Writes train.bin (301,966 tokens), val.bin (36,059 tokens) and meta.json into --out_dir
 (default: this folder). Read them back with np.memmap(path, dtype=np.uint16, mode='r').
 """
@@ -48,6 +51,7 @@ def prepare(input_path=None, out_dir=HERE, ranks_file=None) -> dict:
     """Tokenize tiny Shakespeare into out_dir/{train,val}.bin and return the meta dict."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    input_path = input_path or os.environ.get("TUCKER_SHAKESPEARE_TXT") or None
     downloaded = input_path is None
     input_path = download(out_dir) if downloaded else Path(input_path)
 

@@ -1,0 +1,7 @@
+# tab_gpt2 row 'Tucker [8,128,128]': ranks (r1, r2, r3) pre- and post-softmax, separated K,V.
+include("owt_base.py")
+
+attn = 'tucker'
+tucker_ranks = (8, 128, 128)
+shared_kv = False
+out_dir = 'out-owt-tucker_8_128_128'

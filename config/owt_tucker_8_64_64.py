@@ -1,0 +1,7 @@
+# tab_gpt2 row 'Tucker [8,64,64]': ranks (r1, r2, r3) pre- and post-softmax, separated K,V.
+include("owt_base.py")
+
+attn = 'tucker'
+tucker_ranks = (8, 64, 64)
+shared_kv = False
+out_dir = 'out-owt-tucker_8_64_64'

@@ -1,0 +1,9 @@
+# tab_shake row 'MLA separated K,V [dcK=32]': query rank dcQ = dcK = 32, own down-projections
+# for K and V. With --pos_emb=rope: decoupled RoPE (DeepSeek-V2), the model's default.
+include("shakespeare_base.py")
+
+attn = 'mla'
+q_rank = 32
+kv_rank = 32
+shared_kv = False
+out_dir = 'out-shakespeare-mla_sep32'

@@ -1,0 +1,9 @@
+# tab_shake row 'MLA shared K,V [dcK=128]': query rank dcQ = dcK = 128, one down-projection W_DKV
+# for K and V. With --pos_emb=rope: decoupled RoPE (DeepSeek-V2), the model's default.
+include("shakespeare_base.py")
+
+attn = 'mla'
+q_rank = 128
+kv_rank = 128
+shared_kv = True
+out_dir = 'out-shakespeare-mla_shared128'

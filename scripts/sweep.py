@@ -1,0 +1,181 @@
+"""
+Run the rows of a paper table: one training run per (row, RoPE setting, seed).
+
+    python scripts/sweep.py shakespeare                        # all 23 rows x 2 RoPE settings, seed 1337
+    python scripts/sweep.py shakespeare --rows mha,tucker_8_64_64 --rope on --seeds 1337,1,2 --jobs 4
+    python scripts/sweep.py shakespeare --dry-run -- --max_iters=3000 --compile=False
+    python scripts/sweep.py owt --rows mha --nproc 8             # one run at a time over 8 GPUs (torchrun)
+
+Each run is `python train.py <row config> <RoPE override> --seed=S --out_dir=<results_dir>/<name>
+--save_checkpoint=False` (unless --save-checkpoints) plus whatever follows `--` on this command line, with name `<row_id>-rope_<off|on>-s<seed>`;
+its stdout/stderr go to <out_dir>/train.log. The rows come from scripts/paper_tables.py, the
+same list the table printers use.
+
+Resumable: a run whose <out_dir>/summary.json says finished=true is skipped, so the same
+command can be re-issued after an interruption (unfinished runs restart from scratch).
+With --jobs N, N runs go at once; --gpus 0,1,... pins job slot i to GPU i % len(gpus)
+(several Shakespeare runs fit on one H200). Exits non-zero listing the failed runs.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from queue import Queue
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from paper_tables import ROPE_SETTINGS, TABLES, all_runs, format_override, run_overrides  # noqa: E402
+
+DEFAULT_SEEDS = "1337"  # nanoGPT's seed; the paper fixes one seed for all methods
+
+
+def run_name(row_id: str, rope: str, seed: int) -> str:
+    return f"{row_id}-rope_{rope}-s{seed}"
+
+
+def is_finished(out_dir: Path) -> bool:
+    try:
+        with open(out_dir / "summary.json") as f:
+            return bool(json.load(f).get("finished"))
+    except (OSError, ValueError):
+        return False
+
+
+def _show_path(p: Path) -> str:
+    """Paths inside the repo are written relative to it (commands run with cwd=REPO)."""
+    try:
+        return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        return str(p.resolve())
+
+
+def build_command(row, rope, seed, out_dir: Path, patience=None, extra=(), nproc=1, save_checkpoints=False):
+    """The argv of one run (cwd = repo root)."""
+    launcher = [sys.executable, "train.py"] if nproc == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
+    cmd = launcher + [row.config]
+    cmd += [format_override(k, v) for k, v in run_overrides(row, rope).items()]
+    cmd += [f"--seed={seed}", f"--out_dir={_show_path(out_dir)}",
+            f"--wandb_run_name={row.table}-{run_name(row.id, rope, seed)}"]
+    if patience is not None:
+        cmd.append(f"--patience={patience}")
+    if not save_checkpoints:
+        # the tables only need summary.json; 46 checkpoints of GPT-2 124M with AdamW state
+        # (~1.5 GB each) would not fit on the GPU machine's disk
+        cmd.append("--save_checkpoint=False")
+    cmd += list(extra)  # last, so the user's overrides win
+    return cmd
+
+
+def plan(table, rows=None, ropes=ROPE_SETTINGS, seeds=(1337,), results_dir=None, patience=None, extra=(), nproc=1,
+         save_checkpoints=False):
+    """[(name, out_dir, argv)] for every requested run, in table order."""
+    results_dir = Path(results_dir) if results_dir else REPO / "results" / table / "runs"
+    if rows is not None:
+        known = {r.id for r in TABLES[table].rows}
+        unknown = [r for r in rows if r not in known]
+        if unknown:
+            raise SystemExit(f"unknown row(s) {unknown} in table {table!r}; rows: {sorted(known)}")
+    runs = []
+    for row, rope in all_runs(table, rows, ropes):
+        for seed in seeds:
+            name = run_name(row.id, rope, seed)
+            out_dir = results_dir / name
+            runs.append((name, out_dir, build_command(row, rope, seed, out_dir, patience, extra, nproc,
+                                                        save_checkpoints)))
+    return runs
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after a bare `--` goes to train.py untouched
+    extra = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("table", choices=sorted(TABLES))
+    ap.add_argument("--rows", default="all", help="comma-separated row ids, or 'all'")
+    ap.add_argument("--rope", default="both", choices=["off", "on", "both"])
+    ap.add_argument("--seeds", default=DEFAULT_SEEDS, help="comma-separated seeds")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once")
+    ap.add_argument("--gpus", default="", help="comma-separated GPU ids; job slot i uses gpus[i %% len]")
+    ap.add_argument("--nproc", type=int, default=1, help="GPUs per run (torchrun DDP) when > 1")
+    ap.add_argument("--patience", type=int, default=None, help="early stopping, passed to train.py")
+    ap.add_argument("--results_dir", default=None, help="default: results/<table>/runs")
+    ap.add_argument("--save-checkpoints", dest="save_checkpoints", action="store_true",
+                    help="let train.py write ckpt.pt (default: --save_checkpoint=False, summaries only)")
+    ap.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the commands, run nothing")
+    args = ap.parse_args(argv)
+
+    rows = None if args.rows == "all" else [r for r in args.rows.split(",") if r]
+    ropes = ROPE_SETTINGS if args.rope == "both" else (args.rope,)
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    runs = plan(args.table, rows, ropes, seeds, args.results_dir, args.patience, extra, args.nproc,
+                args.save_checkpoints)
+    todo = [r for r in runs if not is_finished(r[1])]
+    skipped = len(runs) - len(todo)
+
+    if args.dry_run:
+        for _, _, cmd in todo:
+            print(shlex.join(cmd))
+        if skipped:
+            print(f"({skipped} finished run(s) skipped)", file=sys.stderr)
+        return 0
+
+    print(f"{args.table}: {len(runs)} runs, {skipped} already finished, {len(todo)} to do, {args.jobs} at once",
+          flush=True)
+    gpus = [g for g in args.gpus.split(",") if g]
+    slots = Queue()
+    for i in range(max(1, args.jobs)):
+        slots.put(i)
+    lock = threading.Lock()
+    t0 = time.time()
+    done, failed = [0], []
+
+    def work(item):
+        name, out_dir, cmd = item
+        slot = slots.get()
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ)
+            if gpus:
+                env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+            t = time.time()
+            with open(out_dir / "train.log", "w") as log:
+                log.write("$ " + shlex.join(cmd) + "\n")
+                log.flush()
+                rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+            # a zero exit without a finished summary is a failure too (e.g. crashed writer)
+            ok = rc == 0 and is_finished(out_dir)
+            with lock:
+                done[0] += 1
+                if not ok:
+                    failed.append((name, rc, out_dir / "train.log"))
+                status = "ok" if ok else f"FAILED (rc={rc})"
+                print(f"[{done[0]}/{len(todo)}] {name}: {status} in {time.time() - t:.0f}s "
+                      f"(elapsed {time.time() - t0:.0f}s)", flush=True)
+        finally:
+            slots.put(slot)
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        list(ex.map(work, todo))
+
+    print(f"{len(todo) - len(failed)}/{len(todo)} runs finished in {time.time() - t0:.0f}s", flush=True)
+    if failed:
+        print(f"{len(failed)} failed run(s):", file=sys.stderr)
+        for name, rc, log in failed:
+            print(f"  {name} rc={rc} log={_show_path(log)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""
+The "tables as data" layer: scripts/paper_tables.py and the tools built on it.
+
+- every row of both paper tables builds (through its config file and the configurator) and
+  instantiates on the meta device for each of its RoPE settings;
+- the model's attention parameters and KV cache equal the paper's Table 1 formulas, written
+  out here independently of scripts/attn_table.py (plus decoupled RoPE's W_QR, W_KR and
+  rotary key, which Table 1 does not count);
+- the transcription is self-consistent (the paper's products and means recompute);
+- attn_table.py --json, sweep.py --dry-run and results.py work end to end.
+CPU only, no training: the whole file runs in a few seconds.
+"""
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+import paper_tables  # noqa: E402
+from paper_tables import OWT_COLUMNS, OWT_ROWS, SHAKESPEARE_ROWS, TABLES, build_config, run_overrides  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+
+ALL_RUNS = [(t, row, rope) for t, tab in TABLES.items() for row in tab.rows for rope in row.rope_settings]
+RUN_IDS = [f"{t}-{row.id}-{rope}" for t, row, rope in ALL_RUNS]
+
+
+# -----------------------------------------------------------------------------
+# the rows themselves
+
+
+def test_table_shapes():
+    assert len(SHAKESPEARE_ROWS) == 23
+    assert all(r.rope_settings == ("off", "on") for r in SHAKESPEARE_ROWS)
+    assert sum(len(r.rope_settings) for r in SHAKESPEARE_ROWS) == 46
+    assert len(OWT_ROWS) == 8
+    owt = {r.id: r for r in OWT_ROWS}
+    assert owt["mla_gqa2_equiv"].rope_settings == ("off",)
+    assert all(r.rope_settings == ("off", "on") for r in OWT_ROWS if r.id != "mla_gqa2_equiv")
+    assert TABLES["shakespeare"].seq_len == 256 and TABLES["shakespeare"].kv_unit == "MiB"
+    assert TABLES["owt"].seq_len == 1024 and TABLES["owt"].kv_unit == "MB"
+    for t, tab in TABLES.items():
+        assert len({r.id for r in tab.rows}) == len(tab.rows), "row ids must be unique"
+        for r in tab.rows:
+            assert r.table == t
+            assert (REPO / r.config).is_file(), r.config
+            assert set(r.paper) == set(r.rope_settings)
+            r.family  # every id maps to a family
+            for rope in r.rope_settings:
+                need = OWT_COLUMNS if t == "owt" else ("attn_params_mb", "kv_cache_mb", "val_loss")
+                assert all(isinstance(r.paper[rope][k], float) for k in need), (r.id, rope)
+
+
+def test_rows_are_frozen():
+    with pytest.raises(Exception):
+        SHAKESPEARE_ROWS[0].id = "x"
+
+
+def test_transcription_self_consistent():
+    """The paper's derived columns recompute from its own numbers (catches transcription typos)."""
+    for r in SHAKESPEARE_ROWS:
+        for rope, p in r.paper.items():
+            assert abs(p["val_loss"] * p["attn_params_mb"] - p["loss_x_attn_params"]) < 0.015, (r.id, rope)
+            assert abs(p["val_loss"] * p["kv_cache_mb"] - p["loss_x_kv_cache"]) < 0.015, (r.id, rope)
+    accs = ["lambada_acc", "cbt_cn_acc", "cbt_ne_acc", "hellaswag_acc", "winogrande_acc", "piqa_acc",
+            "arc_e_acc", "arc_c_acc"]
+    for r in OWT_ROWS:
+        for rope, p in r.paper.items():
+            assert abs((p["wikitext2_ppl"] + p["lambada_ppl"]) / 2 - p["mean_ppl"]) < 0.006, (r.id, rope)
+            assert abs(sum(p[k] for k in accs) / len(accs) - p["mean_acc"]) < 0.006, (r.id, rope)
+
+
+def test_run_overrides():
+    mha = TABLES["shakespeare"].row("mha")
+    assert run_overrides(mha, "off")["pos_emb"] == "learned"
+    assert run_overrides(mha, "on")["pos_emb"] == "rope"
+    with pytest.raises(ValueError):
+        run_overrides(TABLES["owt"].row("mla_gqa2_equiv"), "on")
+
+
+# -----------------------------------------------------------------------------
+# Table 1, written out independently of scripts/attn_table.py
+
+
+def table1_expected(c: GPTConfig):
+    """(attention params per layer, KV values per token per layer) for one config."""
+    d, nH = c.n_embd, c.n_head
+    dH = d // nH
+    if c.attn == "mha":
+        p, kv = 4 * d**2, 2 * d
+    elif c.attn == "gqa":
+        nG = c.n_kv_head
+        p, kv = 2 * d**2 + 2 * nG * dH * d, 2 * nG * dH
+    elif c.attn == "mla":
+        dcQ, dcK = c.q_rank, c.kv_rank
+        if dcQ is None:
+            assert not c.shared_kv  # the only full-query row of the paper is separated
+            p = 2 * d**2 + 4 * d * dcK
+        elif c.shared_kv:
+            p = d**2 + 2 * d * dcQ + 3 * d * dcK
+        else:
+            p = d**2 + 2 * d * dcQ + 4 * d * dcK
+        kv = dcK if c.shared_kv else 2 * dcK
+        if c.pos_emb == "rope" and c.mla_rope == "decoupled":
+            dR = dH // 2  # model default rope_head_dim
+            p += (dcQ if dcQ is not None else d) * nH * dR  # W_QR
+            p += d * dR                                      # W_KR
+            kv += dR                                         # cached rotary key
+    elif c.attn == "tucker":
+        r1, r2, r3 = c.tucker_ranks
+        s1, s2, s3 = c.tucker_ranks_post or c.tucker_ranks
+        p = (nH * r1 + d * r2 + d * r3 + r1 * r2 * r3) + (nH * s1 + d * s2 + d * s3 + s1 * s2 * s3)
+        if c.shared_kv:
+            p -= d * s3  # U~3 = U3, counted once
+        kv = r3 if c.shared_kv else r3 + s3
+    else:
+        raise AssertionError(c.attn)
+    return p, kv
+
+
+@pytest.mark.parametrize("table,row,rope", ALL_RUNS, ids=RUN_IDS)
+def test_row_instantiates_and_matches_table1(table, row, rope):
+    cfg = build_config(row, rope)
+    c = GPTConfig(**cfg)
+    assert c.pos_emb == ("rope" if rope == "on" else "learned")
+    assert c.bias is False and c.n_embd == 768 and c.n_head == 12 and c.n_layer == 12
+    assert c.block_size == TABLES[table].seq_len
+    if row.family == "MLA shared, latent RoPE":
+        assert c.mla_rope == "latent"
+    with torch.device("meta"):
+        model = GPT(c)
+    p, kv = table1_expected(c)
+    assert model.attn_params_per_layer() == p
+    assert model.attn_params() == p * c.n_layer
+    assert model.kv_values_per_token_per_layer() == kv
+    # the table's units: MB of bf16, KV for batch 1 at the table's N
+    t = TABLES[table]
+    assert model.attn_params() * 2 / 1e6 == pytest.approx(p * c.n_layer * 2 / 1e6)
+    kv_mb = model.kv_cache_bytes(t.seq_len, batch_size=1, bytes_per_value=2) / t.kv_unit_bytes
+    assert kv_mb == pytest.approx(kv * c.n_layer * t.seq_len * 2 / t.kv_unit_bytes)
+
+
+def test_mha_matches_paper_exactly():
+    """MHA is the anchor of both tables: our accounting must reproduce the paper's numbers."""
+    for table in TABLES:
+        row = TABLES[table].row("mha")
+        with torch.device("meta"):
+            model = GPT(GPTConfig(**build_config(row, "off")))
+        t = TABLES[table]
+        assert round(model.attn_params() * 2 / 1e6, 2) == row.paper["off"]["attn_params_mb"]
+        kv = model.kv_cache_bytes(t.seq_len) / t.kv_unit_bytes
+        assert abs(kv - row.paper["off"]["kv_cache_mb"]) < 0.01  # 37.749 printed as 37.74
+
+
+# -----------------------------------------------------------------------------
+# the scripts
+
+
+def _run(args, **kw):
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_attn_table_json():
+    res = _run(["scripts/attn_table.py", "shakespeare", "--json"])
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert len(rows) == 46
+    for r in rows:
+        for k in ("row", "rope", "attn_params_mb", "kv_cache_mb", "paper_attn_params_mb", "paper_kv_cache_mb",
+                  "diff_attn_params_mb", "diff_kv_cache_mb", "note"):
+            assert k in r, k
+    by = {(r["row"], r["rope"]): r for r in rows}
+    assert by[("mha", "off")]["attn_params_mb"] == pytest.approx(56.623104)
+    assert by[("mha", "off")]["kv_cache_mb"] == pytest.approx(9.0)
+    assert by[("mha", "off")]["note"] == ""
+    # the paper's own inconsistency is reported, not hidden
+    assert "0.1875" in by[("tucker_shared_6_32_32", "off")]["note"]
+
+
+def test_attn_table_owt_text():
+    import attn_table
+    rows = attn_table.compute("owt")
+    assert len(rows) == 15
+    assert all(r["kv_unit"] == "MB" for r in rows)
+    assert "12.58" in next(r for r in rows if r["row"] == "gqa4")["note"]
+
+
+def _dry_run(results_dir, *extra):
+    res = _run(["scripts/sweep.py", "shakespeare", "--dry-run", "--results_dir", str(results_dir), *extra])
+    assert res.returncode == 0, res.stderr
+    return [shlex.split(line) for line in res.stdout.splitlines() if line.strip()]
+
+
+def test_sweep_dry_run(tmp_path):
+    cmds = _dry_run(tmp_path, "--", "--max_iters=30")
+    assert len(cmds) == 46
+    seen = set()
+    for cmd in cmds:
+        assert cmd[0] == sys.executable and cmd[1] == "train.py"
+        assert (REPO / cmd[2]).is_file(), cmd[2]
+        opts = dict(a[2:].split("=", 1) for a in cmd[3:])
+        assert opts["max_iters"] == "30"
+        out_dir = Path(opts["out_dir"])
+        name = out_dir.name
+        row_id, rest = name.split("-rope_")
+        rope, seed = rest.split("-s")
+        assert opts["pos_emb"] == ("rope" if rope == "on" else "learned")
+        assert seed == opts["seed"] == "1337"
+        assert TABLES["shakespeare"].row(row_id).config == cmd[2]
+        seen.add((row_id, rope))
+    assert len(seen) == 46
+
+    # resumable: a finished run drops out, an unfinished one stays
+    done = tmp_path / "mha-rope_off-s1337"
+    done.mkdir()
+    (done / "summary.json").write_text(json.dumps({"finished": True}))
+    half = tmp_path / "mha-rope_on-s1337"
+    half.mkdir()
+    (half / "summary.json").write_text(json.dumps({"finished": False}))
+    assert len(_dry_run(tmp_path)) == 45
+
+    # selection and seeds
+    cmds = _dry_run(tmp_path, "--rows", "gqa2,tucker_8_64_64", "--rope", "on", "--seeds", "1,2", "--patience", "5")
+    assert len(cmds) == 4
+    assert all("--patience=5" in c for c in cmds)
+
+
+def _summary(row, rope, seed, loss, best_iter=500):
+    """A synthetic summary.json as train.py writes it."""
+    cfg = build_config(row, rope)
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**cfg))
+    return {"config": cfg, "git_commit": "test", "best_val_loss": loss, "best_iter": best_iter,
+            "final_val_loss": loss + 0.1, "iters": 1000, "tokens": 1000 * 64 * 256, "wall_time_s": 1.0,
+            "ms_per_iter": {"fwd": 1, "bwd": 2, "opt": 1, "total": 4},
+            "attn_params": model.attn_params(), "kv_values_per_token_per_layer": model.kv_values_per_token_per_layer(),
+            "device_name": "cpu", "torch_version": torch.__version__, "finished": True, "stopped_reason": "max_iters"}
+
+
+def test_results_tables_and_plots(tmp_path):
+    import results
+    runs = tmp_path / "runs"
+    t = TABLES["shakespeare"]
+    synth = [("mha", "off", 1337, 3.80), ("mha", "on", 1337, 3.75),
+             ("tucker_8_64_64", "off", 1337, 3.90), ("tucker_8_64_64", "off", 1, 3.92),
+             ("mla_shared_latent64", "on", 1337, 3.95)]
+    for rid, rope, seed, loss in synth:
+        d = runs / f"{rid}-rope_{rope}-s{seed}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(_summary(t.row(rid), rope, seed, loss)))
+    # an unfinished run is ignored
+    d = runs / "gqa4-rope_off-s1337"
+    d.mkdir()
+    s = _summary(t.row("gqa4"), "off", 1337, 1.0)
+    s["finished"] = False
+    (d / "summary.json").write_text(json.dumps(s))
+
+    out = tmp_path / "out"
+    results.main(["shakespeare", "--runs", str(runs), "--out", str(out)])
+    md = (out / "table.md").read_text()
+    assert "w/o RoPE" in md and "w/ RoPE" in md
+    assert "3.910 ± 0.014" in md          # two seeds: mean and sample std
+    assert "—" in md                      # missing runs
+    recs = json.loads((out / "table.json").read_text())
+    by = {(r["row"], r["rope"]): r for r in recs}
+    assert len(recs) == 46
+    assert by[("tucker_8_64_64", "off")]["n_seeds"] == 2
+    assert by[("gqa4", "off")]["val_loss"] is None
+    assert by[("tucker_8_64_64", "off")]["gap_to_mha_pct"] == pytest.approx(100 * (3.91 / 3.80 - 1))
+    assert by[("mha", "on")]["paper_gap_to_mha_pct"] == pytest.approx(0.0)
+    assert by[("mha", "off")]["attn_params_mb"] == pytest.approx(56.623104)
+    for png in ("pareto_attn_params.png", "pareto_kv_cache.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,189 @@
+"""train.py and sample.py end to end on CPU: learning, exact resume after a kill, DDP (gloo),
+clear errors, sampling with the cache."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A tiny GPT on real GPT-2 tokens: the 50k vocabulary stays, everything else is small.
+TINY = ["--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=32", "--batch_size=4", "--bias=False",
+        "--device=cpu", "--compile=False", "--eval_iters=4", "--log_interval=1", "--learning_rate=3e-3",
+        "--min_lr=3e-4", "--warmup_iters=5", "--weight_decay=0.1", "--dataset=shakespeare"]
+FAMILIES = {
+    "mha": ["--attn=mha"],
+    "gqa": ["--attn=gqa", "--n_kv_head=2", "--pos_emb=rope"],
+    "mla": ["--attn=mla", "--q_rank=16", "--kv_rank=16", "--shared_kv=True", "--pos_emb=rope", "--mla_rope=latent"],
+    "tucker": ["--attn=tucker", "--tucker_ranks=4,16,16", "--pos_emb=rope"],
+}
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory, shakespeare_txt, gpt2_ranks_file):
+    from data.shakespeare.prepare import prepare
+    out = tmp_path_factory.mktemp("shakespeare")
+    prepare(input_path=str(shakespeare_txt), out_dir=str(out), ranks_file=str(gpt2_ranks_file))
+    return out
+
+
+def run(args, check=True, **kw):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if "torch.distributed.run" in args:
+        env["OMP_NUM_THREADS"] = "1"  # two processes on two cores
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=600, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def read_log(out_dir):
+    return [json.loads(line) for line in (Path(out_dir) / "log.jsonl").read_text().splitlines()]
+
+
+def train_losses(out_dir):
+    return {r["iter"]: r["loss"] for r in read_log(out_dir) if "loss" in r}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_learns(family, data_dir, tmp_path):
+    out = tmp_path / family
+    run(["train.py", *TINY, *FAMILIES[family], f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=80",
+         "--lr_decay_iters=80", "--eval_interval=40", "--save_checkpoint=False"])
+    summary = json.loads((out / "summary.json").read_text())
+    evals = [r for r in read_log(out) if "val_loss" in r]
+    assert summary["finished"] and summary["iters"] == 80 and summary["tokens"] == 80 * 4 * 32
+    assert evals[0]["val_loss"] > 10.5  # ln(50304) = 10.83 at initialization
+    assert summary["best_val_loss"] < evals[0]["val_loss"] - 2.0, evals  # loss falls clearly
+    assert summary["best_iter"] == 80 and summary["model_config"]["attn"] == FAMILIES[family][0].split("=")[1]
+    assert set(summary["ms_per_iter"]) == {"fwd", "bwd", "opt", "total"} and summary["ms_per_iter"]["fwd"] > 0
+    assert summary["git_commit"] and summary["kv_values_per_token_per_layer"] > 0
+
+
+def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
+    """eval_full_val: the val loss is the token-weighted mean over all non-overlapping windows."""
+    import numpy as np
+    from model import GPT, GPTConfig
+    out = tmp_path / "eval"
+    run(["train.py", *TINY, *FAMILIES["tucker"], "--block_size=256", "--batch_size=64", f"--data_dir={data_dir}",
+         f"--out_dir={out}", "--max_iters=2", "--eval_interval=2", "--eval_full_val=True", "--eval_iters=1"])
+    ckpt = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)
+    model = GPT(GPTConfig(**ckpt["model_config"])).eval()
+    model.load_state_dict(ckpt["model"])
+    val = torch.from_numpy(np.fromfile(data_dir / "val.bin", dtype=np.uint16).astype(np.int64))
+    n = (len(val) - 1) // 256
+    X = val[:n * 256].view(n, 256)
+    Y = val[1:n * 256 + 1].view(n, 256)
+    with torch.no_grad():
+        expected = torch.cat([model(x, y)[1].view(1) * y.numel() for x, y in zip(X.split(64), Y.split(64))]).sum() / Y.numel()
+    logged = [r["val_loss"] for r in read_log(out) if r.get("iter") == 2 and "val_loss" in r][0]
+    assert logged == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_kill_and_resume_continues_exactly(data_dir, tmp_path):
+    args = ["train.py", *TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", "--max_iters=40", "--lr_decay_iters=40",
+            "--eval_interval=5", "--always_save_checkpoint=True", "--dropout=0.1"]
+    ref = tmp_path / "ref"
+    run([*args, f"--out_dir={ref}"])
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, *args, f"--out_dir={killed}"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # kill it hard once it is past iteration 17
+        log = killed / "log.jsonl"
+        if log.exists() and any(r.get("iter", 0) >= 17 for r in read_log(killed) if "loss" in r):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed_from = torch.load(killed / "ckpt.pt", map_location="cpu", weights_only=False)["iter_num"]
+    assert 15 <= resumed_from < 40
+    run([*args, f"--out_dir={killed}", "--init_from=resume"])
+
+    a = torch.load(ref / "ckpt.pt", map_location="cpu", weights_only=False)
+    b = torch.load(killed / "ckpt.pt", map_location="cpu", weights_only=False)
+    assert a["iter_num"] == b["iter_num"] == 40
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    ref_losses, res_losses = train_losses(ref), train_losses(killed)
+    assert all(res_losses[i] == ref_losses[i] for i in range(resumed_from + 1, 41))
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (ref, killed))
+    assert sa["best_val_loss"] == sb["best_val_loss"] and sa["best_iter"] == sb["best_iter"]
+
+
+def test_torchrun_two_processes_match_single_process(data_dir, tmp_path):
+    common = ["train.py", *TINY, *FAMILIES["mla"], f"--data_dir={data_dir}", "--max_iters=12", "--lr_decay_iters=12",
+              "--eval_interval=6", "--gradient_accumulation_steps=2", "--save_checkpoint=False"]
+    single, double = tmp_path / "single", tmp_path / "ddp"
+    run([*common, f"--out_dir={single}"])
+    run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *common, f"--out_dir={double}"])
+    s1, s2 = (json.loads((d / "summary.json").read_text()) for d in (single, double))
+    assert s2["config"]["world_size"] == 2
+    c0, c1 = s2["rank_weight_checksums"]
+    assert c0 == c1  # both ranks end with identical weights
+    l1, l2 = train_losses(single), train_losses(double)
+    assert set(l1) == set(l2)
+    for i in l1:  # the same global batch each iteration: the same losses up to float32 reduction order
+        assert l2[i] == pytest.approx(l1[i], rel=1e-4, abs=1e-4), (i, l1[i], l2[i])
+    assert s2["best_val_loss"] == pytest.approx(s1["best_val_loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--no_such_key=3"], "no_such_key"),
+    (["--batch_size=big"], "batch_size"),
+    (["--compile=maybe"], "compile"),
+    (["config/does_not_exist.py"], "does_not_exist"),
+    (["--attn=tucker"], "tucker_ranks"),
+    (["--init_from=gpt2"], "init_from"),
+])
+def test_clear_errors_before_any_model(args, message, data_dir, tmp_path):
+    proc = run(["train.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *args], check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "log.jsonl").exists()
+
+
+def test_missing_data_says_how_to_prepare(tmp_path):
+    proc = run(["train.py", *TINY, f"--data_dir={tmp_path}", f"--out_dir={tmp_path}"], check=False)
+    assert proc.returncode == 2 and "prepare.py" in proc.stderr
+
+
+def test_non_finite_loss_stops_and_keeps_checkpoint(data_dir, tmp_path):
+    out = tmp_path / "nan"
+    common = ["train.py", *TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=4"]
+    run([*common, "--max_iters=4"])  # a good checkpoint at iteration 4 ...
+    good = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)["model"]
+    # ... then a learning rate that blows the weights up within a few steps
+    proc = run([*common, "--max_iters=200", "--init_from=resume", "--learning_rate=1e12", "--warmup_iters=0",
+                "--grad_clip=0.0"], check=False)
+    assert proc.returncode == 1 and "non-finite" in proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert not summary["finished"] and "non-finite" in summary["stopped_reason"]
+    kept = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)  # the last good one is kept
+    assert kept["iter_num"] == 4 and all(torch.equal(kept["model"][k], good[k]) for k in good)
+
+
+def test_sample_from_trained_checkpoint(data_dir, tmp_path, gpt2_ranks_file):
+    out = tmp_path / "run"
+    run(["train.py", *TINY, *FAMILIES["mla"], f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=10",
+         "--eval_interval=10"])
+    common = ["sample.py", f"--out_dir={out}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}", "--num_samples=1",
+              "--max_new_tokens=20", "--temperature=0", "--start=ROMEO:"]
+    cached = run([*common, "--use_cache=True"]).stdout
+    uncached = run([*common, "--use_cache=False", "--mla_fused=False"]).stdout
+    assert cached == uncached and cached.startswith("ROMEO:") and len(cached) > len("ROMEO:")
+    sampled = run(["sample.py", f"--out_dir={out}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}",
+                   "--num_samples=2", "--max_new_tokens=10", "--temperature=1.0", "--seed=7"]).stdout
+    assert sampled.count("---------------") == 2
+    # clear errors: a missing checkpoint, a prompt longer than the context
+    proc = run(["sample.py", f"--out_dir={tmp_path / 'nothing'}", "--device=cpu"], check=False)
+    assert proc.returncode == 2 and "no checkpoint" in proc.stderr
+    proc = run([*common, "--start=" + "word " * 40], check=False)
+    assert proc.returncode == 2 and "block_size" in proc.stderr
