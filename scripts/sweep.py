@@ -112,6 +112,8 @@ def main(argv=None):
     ap.add_argument("--results_dir", default=None, help="default: results/<table>/runs")
     ap.add_argument("--save-checkpoints", dest="save_checkpoints", action="store_true",
                     help="let train.py write ckpt.pt (default: --save_checkpoint=False, summaries only)")
+    ap.add_argument("--time_budget", type=float, default=0,
+                    help="seconds after which no new run is started (0 = none); the rest is left for a re-run")
     ap.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the commands, run nothing")
     args = ap.parse_args(argv)
 
@@ -138,11 +140,16 @@ def main(argv=None):
         slots.put(i)
     lock = threading.Lock()
     t0 = time.time()
-    done, failed = [0], []
+    done, failed, not_started = [0], [], []
 
     def work(item):
         name, out_dir, cmd = item
         slot = slots.get()
+        if args.time_budget and time.time() - t0 > args.time_budget:
+            with lock:
+                not_started.append(name)
+            slots.put(slot)
+            return
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ)
@@ -168,7 +175,10 @@ def main(argv=None):
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         list(ex.map(work, todo))
 
-    print(f"{len(todo) - len(failed)}/{len(todo)} runs finished in {time.time() - t0:.0f}s", flush=True)
+    print(f"{len(todo) - len(failed) - len(not_started)}/{len(todo)} runs finished in {time.time() - t0:.0f}s", flush=True)
+    if not_started:
+        print(f"time budget reached: {len(not_started)} run(s) not started; re-run the same command to continue",
+              flush=True)
     if failed:
         print(f"{len(failed)} failed run(s):", file=sys.stderr)
         for name, rc, log in failed:
