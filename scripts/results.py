@@ -59,19 +59,40 @@ def load_summaries(runs_dir: Path, include_unfinished=False):
     for d in sorted(runs_dir.iterdir()):
         m = RUN_DIR_RE.match(d.name)
         f = d / "summary.json"
-        if not (m and f.is_file()):
+        if not m:
             continue
-        try:
-            s = json.loads(f.read_text())
-        except ValueError:
-            print(f"warning: unreadable {f}", file=sys.stderr)
-            continue
+        if not f.is_file():
+            # a run killed before its summary (e.g. at a time limit): with --include-unfinished,
+            # read its best val loss from log.jsonl and its config from config.json
+            s = _summary_from_log(d) if include_unfinished else None
+            if s is None:
+                continue
+        else:
+            try:
+                s = json.loads(f.read_text())
+            except ValueError:
+                print(f"warning: unreadable {f}", file=sys.stderr)
+                continue
         if not (s.get("finished") or include_unfinished):
             continue
         s["_run"] = d.name
         s["_seed"] = int(m["seed"])
         found.setdefault((m["row"], m["rope"]), []).append(s)
     return found
+
+
+def _summary_from_log(d: Path):
+    """A partial summary of an interrupted run from its log.jsonl and config.json (None if absent)."""
+    log, cfg = d / "log.jsonl", d / "config.json"
+    if not (log.is_file() and cfg.is_file()):
+        return None
+    evals = [r for r in map(json.loads, log.read_text().splitlines()) if "val_loss" in r]
+    if not evals:
+        return None
+    best = min(evals, key=lambda r: r["val_loss"])
+    return {"config": json.loads(cfg.read_text()), "best_val_loss": best["val_loss"], "best_iter": best["iter"],
+            "final_val_loss": evals[-1]["val_loss"], "iters": evals[-1]["iter"], "finished": False,
+            "stopped_reason": "interrupted (no summary.json)"}
 
 
 def _mean_std(xs):
