@@ -20,22 +20,9 @@ batch_size = 12
 gradient_accumulation_steps = 40
 block_size = 1024
 
-# GPT-2 124M (paper: d=768, nH=12, dH=64)
-n_layer = 12
-n_head = 12
-n_embd = 768
-dropout = 0.0
-bias = False
-pos_emb = 'learned'
+include("gpt2_124m.py")   # model shapes and AdamW settings shared with the other GPT-2 table
 
-# optimizer: fused AdamW, cosine annealing with 0.5% warmup
-learning_rate = 1e-4
+# cosine annealing with 0.5% warmup
 max_iters = 600000
 lr_decay_iters = 600000
-min_lr = 1e-5
-warmup_iters = 3000       # 0.5% of 600000
-weight_decay = 0.1
-beta1 = 0.9
-beta2 = 0.95
-grad_clip = 1.0
-decay_lr = True
+warmup_iters = 3000   # 0.5% of 600000

@@ -1,0 +1,18 @@
+# GPT-2 124M as the paper trains it (tab_UCM_trainings, GPT2 column): d=768, nH=12, dH=64,
+# no biases, learned positions ("w/o RoPE"; the "w/ RoPE" half is --pos_emb=rope), fused AdamW
+# at lr 1e-4 with cosine annealing. Included by shakespeare_base.py and owt_base.py, which add
+# the dataset, context, batch and schedule length.
+n_layer = 12
+n_head = 12
+n_embd = 768
+dropout = 0.0
+bias = False
+pos_emb = 'learned'
+
+learning_rate = 1e-4
+min_lr = 1e-5
+weight_decay = 0.1
+beta1 = 0.9
+beta2 = 0.95
+grad_clip = 1.0
+decay_lr = True
