@@ -16,7 +16,13 @@ and `ATTENTION[config.attn]` picks the class. The pieces, top to bottom:
     GroupedQueryAttention      MHA, GQA, MQA             (attn='mha' | 'gqa')
     LatentAttention            MLA, decoupled or latent RoPE, unfused / fused (attn='mla')
     TuckerAttention            Tucker, latent RoPE        (attn='tucker')
+    LayerNorm, RMSNorm         the norms                  (norm='layernorm' | 'rmsnorm')
+    MLP, SwiGLU                the MLPs                   (mlp='gelu' | 'swiglu')
     Block, GPT                 forward, KV-cache decoding, generate, optimizer, MFU, accounting
+
+The defaults build GPT-2 (LayerNorm, 4d GELU MLP, learned positions, tied embeddings); the
+paper's LLaMA-3 1B is norm='rmsnorm', mlp='swiglu', pos_emb='rope', rope_theta=5e5 around the
+same attention classes (config/owt2_llama1b_base.py).
 
 Nothing happens at import time: no tensors are allocated until a module is built.
 """
@@ -35,6 +41,8 @@ from torch.nn import functional as F
 ATTN_CHOICES = ("mha", "gqa", "mla", "tucker")
 POS_CHOICES = ("learned", "rope")
 MLA_ROPE_CHOICES = ("decoupled", "latent")
+NORM_CHOICES = ("layernorm", "rmsnorm")
+MLP_CHOICES = ("gelu", "swiglu")
 
 
 # ----------------------------------------------------------------------------------------
@@ -73,6 +81,15 @@ class GPTConfig:
     # decoupled RoPE: rotary dims per query head and of the shared rotary key; None = dH // 2
     rope_head_dim: Optional[int] = None
     rope_theta: float = 10000.0  # RoPE base: frequency of pair i is rope_theta ** (-2i / dim)
+    # --- the rest of the block (defaults: GPT-2; the paper's LLaMA-3 1B: rmsnorm, swiglu) ---
+    norm: str = "layernorm"  # 'layernorm' (GPT-2; bias follows `bias`) | 'rmsnorm' (LLaMA: weight only)
+    norm_eps: float = 1e-5  # epsilon of every norm (LayerNorm and RMSNorm)
+    mlp: str = "gelu"  # 'gelu' (GPT-2: d -> hidden -> d with GELU) | 'swiglu' (LLaMA: w2(silu(w1 x) * w3 x))
+    # MLP hidden width; None = 4 d for gelu, and for swiglu LLaMA's rule int(8 d / 3) rounded up to a
+    # multiple of mlp_multiple_of (d=2048 -> 5632). An explicit value is used as given (LLaMA-3 1B: 8192).
+    mlp_hidden: Optional[int] = None
+    mlp_multiple_of: int = 256  # swiglu's default hidden width is rounded up to a multiple of this
+    tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2 and LLaMA-3 1B); False: separate lm_head
 
     def __post_init__(self):
         # Tuples arrive as lists from JSON checkpoints and as strings from nowhere: normalize.
@@ -111,6 +128,17 @@ class GPTConfig:
             raise ValueError(f"mla_rope={self.mla_rope!r} is unknown: allowed {MLA_ROPE_CHOICES}")
         if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
             raise ValueError(f"rope_theta={self.rope_theta!r} must be a positive number")
+        if self.norm not in NORM_CHOICES:
+            raise ValueError(f"norm={self.norm!r} is unknown: allowed {NORM_CHOICES}")
+        if isinstance(self.norm_eps, bool) or not (isinstance(self.norm_eps, (int, float)) and 0 < self.norm_eps < 1):
+            raise ValueError(f"norm_eps={self.norm_eps!r} is out of range: allowed a number in (0, 1)")
+        if self.mlp not in MLP_CHOICES:
+            raise ValueError(f"mlp={self.mlp!r} is unknown: allowed {MLP_CHOICES}")
+        if self.mlp_hidden is not None:
+            need_int("mlp_hidden", self.mlp_hidden, 1)
+        need_int("mlp_multiple_of", self.mlp_multiple_of, 1)
+        if not isinstance(self.tie_embeddings, bool):
+            raise ValueError(f"tie_embeddings={self.tie_embeddings!r} must be True or False")
 
         d, nH, dH = self.n_embd, self.n_head, self.n_embd // self.n_head
         rope = self.pos_emb == "rope"
@@ -168,6 +196,17 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def mlp_hidden_dim(self) -> int:
+        """The MLP's hidden width: mlp_hidden if given, else 4 d (gelu) or LLaMA's SwiGLU rule
+        int(2 * 4d / 3) rounded up to a multiple of mlp_multiple_of (keeps ~8 d^2 MLP weights)."""
+        if self.mlp_hidden is not None:
+            return self.mlp_hidden
+        if self.mlp == "gelu":
+            return 4 * self.n_embd
+        m = self.mlp_multiple_of
+        return m * -(-int(8 * self.n_embd / 3) // m)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -595,33 +634,89 @@ ATTENTION = {"mha": GroupedQueryAttention, "gqa": GroupedQueryAttention, "mla": 
 class LayerNorm(nn.Module):
     """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1 semantics we rely on)."""
 
-    def __init__(self, ndim: int, bias: bool):
+    def __init__(self, ndim: int, bias: bool, eps: float = 1e-5):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(ndim))
         self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+        self.eps = eps
 
     def forward(self, x):
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm (LLaMA): y = x / sqrt(mean(x^2) + eps) * weight; a weight of d, no bias, no centering."""
+
+    def __init__(self, ndim: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.eps = eps
+
+    def forward(self, x):
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    """The block's and the final norm, as config.norm says (d weights, + d biases for LayerNorm with bias)."""
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.n_embd, eps=config.norm_eps)
+    return LayerNorm(config.n_embd, bias=config.bias, eps=config.norm_eps)
 
 
 class MLP(nn.Module):
+    """GPT-2's MLP: c_proj(gelu(c_fc(x))), d -> hidden (default 4 d) -> d."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        hidden = config.mlp_hidden_dim
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
 
+    def init_out_proj(self, out_std: float) -> None:
+        """The residual output projection gets std s_o (every Linear already got N(0, s))."""
+        _normal_(self.c_proj.weight, out_std)
+
+    def flops_per_token(self) -> int:
+        """Forward FLOPs per token: two d x hidden matmuls."""
+        return 2 * 2 * self.c_fc.in_features * self.c_fc.out_features
+
+
+class SwiGLU(nn.Module):
+    """LLaMA's MLP: w2(silu(w1 x) * w3 x); w1, w3: d -> hidden, w2: hidden -> d (the output projection)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        d, hidden = config.n_embd, config.mlp_hidden_dim
+        self.w1 = nn.Linear(d, hidden, bias=config.bias)  # gate
+        self.w3 = nn.Linear(d, hidden, bias=config.bias)  # up
+        self.w2 = nn.Linear(hidden, d, bias=config.bias)  # down, residual output
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+
+    def init_out_proj(self, out_std: float) -> None:
+        _normal_(self.w2.weight, out_std)
+
+    def flops_per_token(self) -> int:
+        """Forward FLOPs per token: three d x hidden matmuls (the gating product is elementwise)."""
+        return 2 * 3 * self.w1.in_features * self.w1.out_features
+
+
+MLPS = {"gelu": MLP, "swiglu": SwiGLU}
+
 
 class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = make_norm(config)
         self.attn = ATTENTION[config.attn](config)
-        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
+        self.ln_2 = make_norm(config)
+        self.mlp = MLPS[config.mlp](config)
 
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
         x = x + self.attn(self.ln_1(x), rope, cache)
@@ -637,10 +732,11 @@ class GPT(nn.Module):
             wpe=nn.Embedding(config.block_size, config.n_embd) if config.pos_emb == "learned" else None,
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+            ln_f=make_norm(config),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying (GPT-2)
+        if config.tie_embeddings:
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying (GPT-2, LLaMA-3 1B)
         if config.pos_emb == "rope":
             cos, sin = rope_cache(ATTENTION[config.attn].rope_dim(config), config.block_size, config.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)  # (block_size, rope_dim / 2)
@@ -660,7 +756,7 @@ class GPT(nn.Module):
                 _normal_(module.weight, std)
         for block in self.transformer.h:
             block.attn.init_weights(std, out_std)
-            _normal_(block.mlp.c_proj.weight, out_std)
+            block.mlp.init_out_proj(out_std)
 
     # --- forward ---------------------------------------------------------------------------
 
@@ -744,15 +840,21 @@ class GPT(nn.Module):
         return per_layer * seq_len * batch_size * bytes_per_value
 
     def get_num_params(self, non_embedding: bool = True) -> int:
+        """All parameters (a tied wte/lm_head counted once). non_embedding drops the position
+        embedding and, when untied, the input embedding wte (a lookup, not a matmul); a tied
+        wte stays in, as nanoGPT counts it, because it is also the lm_head's weight."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and self.transformer.wpe is not None:
             n -= self.transformer.wpe.weight.numel()
+        if non_embedding and not self.config.tie_embeddings:
+            n -= self.transformer.wte.weight.numel()
         return n
 
     # --- training helpers ---------------------------------------------------------------------
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on matrices and cores (dim >= 2), none on biases and norms."""
+        """AdamW; weight decay on matrices, embeddings and cores (dim >= 2), none on biases and
+        norm weights (LayerNorm and RMSNorm, all 1-D)."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
@@ -762,11 +864,13 @@ class GPT(nn.Module):
 
     def flops_per_token(self, ctx: Optional[int] = None) -> int:
         """Forward + backward FLOPs per token (3x forward): every layer's own matmul count (Tucker's
-        cores and absorbed MLA are not 2 x params), the MLP, and the lm_head. Attention scores count
-        the full context ctx (nanoGPT's convention, no causal halving)."""
+        cores and absorbed MLA are not 2 x params), the MLP (2 d x hidden matmuls for gelu, 3 for
+        swiglu), and the lm_head. Attention scores count the full context ctx (nanoGPT's
+        convention, no causal halving); norms and elementwise ops are not counted."""
         ctx = ctx or self.config.block_size
         d, V = self.config.n_embd, self.config.vocab_size
-        per_layer = self.transformer.h[0].attn.flops_per_token(ctx) + 2 * (2 * d * 4 * d)
+        block = self.transformer.h[0]
+        per_layer = block.attn.flops_per_token(ctx) + block.mlp.flops_per_token()
         return 3 * (self.config.n_layer * per_layer + 2 * d * V)
 
     def estimate_mfu(self, tokens_per_iter: int, dt: float, peak_flops: float, ctx: Optional[int] = None) -> float:

@@ -10,6 +10,8 @@ writes), groups the seeds of a (row, RoPE) pair (mean, and sample std when there
 several) and writes into <out>:
 
     table.md                 ours beside the paper's, with differences; missing runs show '—'
+                             (owt: plus the zero-shot columns, from each run's zeroshot.json
+                             written by scripts/eval_zeroshot.py, mean over seeds)
     table.json               the same numbers, machine-readable
     pareto_attn_params.png   val loss vs attention params [MB], log x; ours filled, paper hollow
     pareto_kv_cache.png      val loss vs KV cache, log x
@@ -29,10 +31,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from paper_tables import ROPE_SETTINGS, TABLES  # noqa: E402
+from paper_tables import OWT_COLUMNS, ROPE_SETTINGS, TABLES  # noqa: E402
 
 RUN_DIR_RE = re.compile(r"^(?P<row>.+)-rope_(?P<rope>off|on)-s(?P<seed>-?\d+)$")
 DASH = "—"
+ZERO_SHOT_COLUMNS = tuple(c for c in OWT_COLUMNS if c.endswith(("_ppl", "_acc")))  # owt only
+ZERO_SHOT_HEADERS = ("WikiText2 ppl", "LAMBADA ppl", "Mean ppl", "LAMBADA acc", "CBT-CN", "CBT-NE",
+                     "HellaSwag", "WinoGrande", "PIQA", "ARC-E", "ARC-C", "Mean acc")
 
 # one colour and marker per method family (same in every plot)
 FAMILY_STYLE = {
@@ -76,6 +81,12 @@ def load_summaries(runs_dir: Path, include_unfinished=False):
         if not (s.get("finished") or include_unfinished):
             continue
         s["_run"] = d.name
+        z = d / "zeroshot.json"  # scripts/eval_zeroshot.py, run after training (owt)
+        if z.is_file():
+            try:
+                s["_zeroshot"] = json.loads(z.read_text()).get("row") or {}
+            except ValueError:
+                print(f"warning: unreadable {z}", file=sys.stderr)
         s["_seed"] = int(m["seed"])
         found.setdefault((m["row"], m["rope"]), []).append(s)
     return found
@@ -148,6 +159,10 @@ def collect(table_name, runs_dir: Path, include_unfinished=False):
                 "paper": dict(paper),
             }
             rec["diff_val_loss"] = loss - paper["val_loss"] if loss is not None else None
+            if table_name == "owt":
+                zs = [s["_zeroshot"] for s in ss if s.get("_zeroshot")]
+                rec["zeroshot"] = {c: _mean_std([z.get(c) for z in zs])[0] for c in ZERO_SHOT_COLUMNS}
+                rec["n_zeroshot"] = len(zs)
             out.append(rec)
 
     # gap to MHA with the same RoPE setting: 100 * (loss / loss_MHA - 1), positive = worse than MHA
@@ -216,9 +231,25 @@ def markdown(table_name, recs, runs_dir) -> str:
                 f"| {_f(r['best_iter'], 0)} | {r['n_seeds']} |")
         lines.append("")
     if table_name == "owt":
-        lines += ["The paper's zero-shot columns (perplexities, accuracies) are in table.json under `paper`; "
-                  "they need a separate evaluation of the checkpoints.", ""]
+        lines += _zeroshot_markdown(recs)
     return "\n".join(lines)
+
+
+def _zeroshot_markdown(recs) -> list:
+    lines = ["# Zero-shot: ours / paper", "",
+             "From each run's zeroshot.json (`python scripts/eval_zeroshot.py --out_dir=<run>`), mean over "
+             "seeds (n = runs evaluated). Perplexities, then accuracies in %.", ""]
+    header = "| Method | " + " | ".join(ZERO_SHOT_HEADERS) + " | n |"
+    for rope in ROPE_SETTINGS:
+        part = [r for r in recs if r["rope"] == rope]
+        if not part:
+            continue
+        lines += [f"## {'w/o RoPE' if rope == 'off' else 'w/ RoPE'}", "", header, "|" + "---|" * (header.count("|") - 1)]
+        for r in part:
+            cells = [f"{_f(r['zeroshot'][c], 2)} / {_f(r['paper'].get(c), 2)}" for c in ZERO_SHOT_COLUMNS]
+            lines.append(f"| {r['label']} | " + " | ".join(cells) + f" | {r['n_zeroshot']} |")
+        lines.append("")
+    return lines
 
 
 # -----------------------------------------------------------------------------

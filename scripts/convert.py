@@ -1,0 +1,671 @@
+"""
+Convert a trained MHA GPT (a train.py checkpoint, or Hugging Face GPT-2) into GQA, MLA or Tucker
+attention, the way the paper initializes its low-rank models from pretrained MHA (appendix
+app_vit, "Converting pretrained MHA parameters"):
+
+    python scripts/convert.py --in_dir=out-mha --to=tucker --ranks=8,64,64 --out_dir=out-mha2tucker
+    python scripts/convert.py --in_dir=out-mha --to=tucker --ranks=8,64,64 --shared_kv --out_dir=...
+    python scripts/convert.py --in_dir=out-mha --to=gqa --n_kv_head=2 --out_dir=out-mha2gqa2
+    python scripts/convert.py --in_dir=out-mha --to=mla --kv_rank=128 [--q_rank=128] [--shared_kv] --out_dir=...
+    python scripts/convert.py --hf=gpt2 --to=tucker --ranks=8,64,64 --out_dir=out-gpt2-tucker  # needs transformers
+    ... --data_dir=data/shakespeare --eval_batches=20     # val loss before and after conversion
+
+What each conversion does (math convention: x is a row vector, q = x W_Q; nn.Linear stores W^T):
+
+  MHA -> GQA (nG)   W_Q, W_O unchanged; keep K/V heads 0, nH/nG, 2 nH/nG, ... (the first head of
+                    each group keeps its own key and value; exact when nG = nH).
+  MHA -> MLA        truncated SVD W = U S V^T of W_Q (d x d), W_K, W_V at rank dcQ / dcK:
+                    down = U_r (orthonormal columns: a unit-gain latent, as model.py's MLA init
+                    has), up = U_r^T W = S_r V_r^T (the least-squares up-projection for that
+                    down-projection). Shared KV (paper: "discard the value down-projection and use
+                    the key down-projection"): W_DKV = U_K,r and W_UV = U_K,r^T W_V, the least-squares
+                    fit of W_V through the key latent. W_O is kept. Exact at dcQ = dcK = d.
+  MHA -> Tucker     HOSVD of W (nH, d, d), W_i = W_Q,i W_K,i^T, and of W~ (nH, d, d),
+                    W~_i = (W_V,i W_O,i)^T, at ranks (r1, r2, r3) / (r~1, r~2, r~3): U_j = leading
+                    left singular vectors of Mat_j, core = T x1 U1^T x2 U2^T x3 U3^T. Shared KV
+                    (paper: "sharing U3 between the Tucker factorizations"): U3 = U~3 = leading left
+                    singular vectors of [Mat_3(W) / |W|, Mat_3(W~) / |W~|] (each tensor normalized so
+                    that neither dominates by its scale). model.py's Tucker uses MHA's scale
+                    1/sqrt(dH), so at full ranks (nH, d, d) the converted model is MHA exactly.
+  Biases (GPT-2)    GQA / MLA keep every bias exactly (MLA: in the up-projections). Tucker has only
+                    an output bias: the value bias folds into it exactly (softmax rows sum to one,
+                    b_out += sum_i b_V,i W_O,i), the key bias drops exactly (it shifts all scores of a
+                    query equally), the query bias is dropped and that is NOT exact (it adds
+                    b_Q,i W_K,i^T x_n to the scores); its size is reported per layer.
+
+Nothing here forms a d x d slice per head: every attention tensor is kept in factored form
+T_i = (P a_i)(Q b_i)^T with small inner dimension (dH, or r3 for Tucker), and the mode
+singular vectors come from SVDs of small "half" matrices (see `Factored`). At d = 2048,
+nH = 32 the largest decomposition is one d x d SVD per mode.
+
+Out: out_dir/ckpt.pt in train.py's checkpoint format (iteration 0, best val loss inf, a fresh
+AdamW state built with --weight_decay/--beta1/--beta2), so that `sample.py --out_dir=...` samples
+from it and `train.py ... --init_from=resume --out_dir=...` fine-tunes it; and out_dir/convert.json
+with the per-layer reconstruction errors and the val losses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from model import GPT, GPTConfig, GroupedQueryAttention, LatentAttention, TuckerAttention  # noqa: E402
+from tensor_forms import head_factors  # noqa: E402
+
+Tensor = torch.Tensor
+
+# Mode-1 (head) spectra: form the core nH x (p q) explicitly (an exact SVD, no squaring of
+# singular values) up to this many entries; beyond it use the nH x nH Gram matrix, whose
+# eigenvalues resolve singular values only down to ~1e-8 of the largest (sqrt of float64 eps).
+DENSE_LIMIT = 2 ** 24
+
+
+# ----------------------------------------------------------------------------------------
+# Attention tensors in factored form
+
+
+@dataclass
+class Factored:
+    """A per-head tensor T (nH, d, d) held as T_i = (P a_i)(Q b_i)^T, never formed.
+
+    a: (nH, p, k), b: (nH, q, k), P: (d, p), Q: (d, q); None means the identity (p = d, q = d).
+    MHA/GQA: P = Q = I, a_i = W_Q,i, b_i = W_K,i (k = dH). MLA: P = W_DQ, a_i = W_UQ,i, Q = W_DK,
+    b_i = W_UK,i. Tucker: P = U2, a_i = G_i = (C x1 U1)_i, Q = U3, b_i = I (k = r3).
+    With P, Q orthonormal (see `orthonormal`) every unfolding of T is an orthonormal map applied
+    to a small matrix built from a, b, which has the same singular values and left vectors."""
+    a: Tensor
+    b: Tensor
+    P: Optional[Tensor] = None
+    Q: Optional[Tensor] = None
+
+    @property
+    def n_head(self) -> int:
+        return self.a.size(0)
+
+    @property
+    def dim(self) -> int:
+        return self.P.size(0) if self.P is not None else self.a.size(1)
+
+    def A(self) -> Tensor:
+        """Left factors P a_i in model coordinates: (nH, d, k)."""
+        return self.a if self.P is None else self.P @ self.a
+
+    def B(self) -> Tensor:
+        """Right factors Q b_i: (nH, d, k)."""
+        return self.b if self.Q is None else self.Q @ self.b
+
+    def dense(self) -> Tensor:
+        """The tensor itself (nH, d, d): only for tests and tiny models."""
+        return self.A() @ self.B().transpose(1, 2)
+
+    def transposed(self) -> "Factored":
+        """T_i^T: swaps modes 2 and 3."""
+        return Factored(self.b, self.a, self.Q, self.P)
+
+    def to(self, dtype) -> "Factored":
+        conv = lambda t: None if t is None else t.to(dtype)
+        return Factored(conv(self.a), conv(self.b), conv(self.P), conv(self.Q))
+
+    def orthonormal(self) -> "Factored":
+        """The same tensor with orthonormal P, Q: P = Q_P R_P (reduced QR), a_i <- R_P a_i."""
+        a, b, P, Q = self.a, self.b, self.P, self.Q
+        if P is not None:
+            P, R = torch.linalg.qr(P)  # (d, p'), (p', p)
+            a = R @ a  # (nH, p', k)
+        if Q is not None:
+            Q, R = torch.linalg.qr(Q)
+            b = R @ b
+        return Factored(a, b, P, Q)
+
+    @torch.no_grad()
+    def norm(self) -> float:
+        """|T|_F from the head Gram matrix (its trace)."""
+        return math.sqrt(max(float(head_gram(self.a, self.b, self.P, self.Q).trace()), 0.0))
+
+
+def head_gram(a: Tensor, b: Tensor, P: Optional[Tensor] = None, Q: Optional[Tensor] = None) -> Tensor:
+    """G[j, l] = <T_j, T_l>_F = <A_j^T A_l, B_j^T B_l>_F for T_i = (P a_i)(Q b_i)^T: (nH, nH),
+    from the (nH k) x (nH k) Gram matrices of the factors (never a d x d slice)."""
+    def factor_gram(x, basis):  # x: (nH, p, k) -> (nH, k, nH, k) of x_j^T M x_l, M = basis^T basis
+        nH, p, k = x.shape
+        flat = x.permute(1, 0, 2).reshape(p, nH * k)  # (p, nH k)
+        if basis is not None:
+            flat = basis @ flat  # (d, nH k)
+        return (flat.t() @ flat).view(nH, k, nH, k)
+    return (factor_gram(a, P) * factor_gram(b, Q)).sum(dim=(1, 3))  # (nH, nH)
+
+
+def factored_tensors(attn) -> Tuple[Factored, Factored]:
+    """W and W~ of an attention layer in factored form: the semantics of
+    tensor_forms.attention_tensors (W_i = W_Q,i W_K,i^T, W~_i = (W_V,i W_O,i)^T), without
+    forming them. Decoupled-RoPE MLA: the semantic (non-rotary) part only, as attention_tensors."""
+    if isinstance(attn, TuckerAttention):
+        # W_i = U2 G_i U3^T and W~_i = U~2 G~_i U~3^T
+        G, G_post = attn.head_cores()  # (nH, r2, r3), (nH, r~2, r~3)
+        nH, r3, p3 = attn.n_head, attn.ranks[2], attn.ranks_post[2]
+        eye = lambda n: torch.eye(n, dtype=G.dtype, device=G.device).expand(nH, n, n)
+        U3_post = attn.U3 if attn.shared_kv else attn.U3_post
+        return (Factored(G, eye(r3), attn.U2, attn.U3), Factored(G_post, eye(p3), attn.U2_post, U3_post))
+    nH, dH = attn.n_head, attn.head_dim
+    d = attn.c_proj.out_features
+    Wo_T = attn.c_proj.weight.view(d, nH, dH).permute(1, 0, 2)  # (nH, d, dH): W_O,i^T
+    if isinstance(attn, LatentAttention):
+        up = lambda lin: lin.weight.view(nH, dH, -1).transpose(1, 2)  # (nH, r, dH): W_U?,i
+        P = attn.q_down.weight.t() if attn.q_down is not None else None  # W_DQ (d, dcQ) or identity
+        v_down = attn.k_down if attn.shared_kv else attn.v_down
+        return (Factored(up(attn.q_up), up(attn.k_up), P, attn.k_down.weight.t()),
+                Factored(Wo_T, up(attn.v_up), None, v_down.weight.t()))
+    Wq, Wk, Wv, _ = head_factors(attn)  # (nH, d, dH) each; GQA's K/V repeated per query head
+    return Factored(Wq, Wk), Factored(Wo_T, Wv)
+
+
+def _complete(U: Tensor, r: int) -> Tensor:
+    """U (n, m) orthonormal columns -> (n, r): its first r columns, or U extended by an
+    orthonormal basis of its complement (directions of singular value 0) when r > m."""
+    n, m = U.shape
+    if r <= m:
+        return U[:, :r]
+    Q = torch.linalg.qr(U, mode="complete")[0]  # (n, n), Q[:, :m] = U up to column signs
+    return torch.cat([U, Q[:, m:r]], dim=1)
+
+
+def _left_svd(X: Tensor, vectors: bool) -> Tuple[Tensor, Optional[Tensor]]:
+    """Singular values (and left singular vectors) of X (n, m). A wide X is first reduced to the
+    n x n factor R^T of X^T = Q R (same singular values and left vectors, no squaring)."""
+    if X.size(1) > X.size(0):
+        X = torch.linalg.qr(X.t(), mode="r")[1].t()  # (n, n)
+    if not vectors:
+        return torch.linalg.svdvals(X), None
+    U, S, _ = torch.linalg.svd(X, full_matrices=False)
+    return S, U
+
+
+def mode_half(f: Factored, mode: int) -> Tuple[Optional[Tensor], Tensor]:
+    """(basis, X) with Mat_mode(T) = basis X V^T for some V with orthonormal columns, f orthonormal.
+
+    Mode 2: Mat_2(T) = [A_1 B_1^T | ... | A_nH B_nH^T] (d, nH d). With b_i = Q_i R_i (reduced QR),
+    A_i B_i^T = P (a_i R_i^T) (Q Q_i)^T, and the blocks Q Q_i have orthonormal columns, so
+    X = [a_1 R_1^T | ... | a_nH R_nH^T] (p, nH k) and basis = P. Mode 3 is mode 2 of T_i^T."""
+    if mode == 3:
+        return mode_half(f.transposed(), 2)
+    if mode != 2:
+        raise ValueError(f"mode_half is for modes 2 and 3, got {mode}")
+    R = torch.linalg.qr(f.b, mode="r")[1]  # (nH, min(q, k), k)
+    X = f.a @ R.transpose(1, 2)  # (nH, p, min(q, k))
+    return f.P, X.permute(1, 0, 2).reshape(X.size(1), -1)  # (p, nH min(q, k))
+
+
+@torch.no_grad()
+def mode_svd(f: Factored, mode: int, rank: int = 0, dense_limit: int = DENSE_LIMIT):
+    """Singular values of Mat_mode(T), all min(rows, cols) of them (zeros included, descending),
+    and with rank > 0 the `rank` leading left singular vectors in model coordinates:
+    mode 1: (nH, rank), modes 2 and 3: (d, rank)."""
+    f = f.orthonormal()
+    nH, d = f.n_head, f.dim
+    if mode == 1:
+        p, q = f.a.size(1), f.b.size(1)
+        if nH * p * q <= dense_limit:
+            K = (f.a @ f.b.transpose(1, 2)).reshape(nH, p * q)  # Mat_1 of the core in the P, Q bases
+            S, U = _left_svd(K, vectors=rank > 0)
+        else:  # nH x nH Gram <T_j, T_l>: eigenvalues are the squared singular values
+            evals, evecs = torch.linalg.eigh(head_gram(f.a, f.b))
+            S, U = evals.flip(0).clamp_min(0).sqrt(), evecs.flip(1)
+        basis, full = None, min(nH, d * d)
+    elif mode in (2, 3):
+        basis, X = mode_half(f, mode)
+        S, U = _left_svd(X, vectors=rank > 0)
+        full = d  # Mat_2, Mat_3: d x (nH d)
+    else:
+        raise ValueError(f"mode must be 1, 2 or 3, got {mode}")
+    S = torch.cat([S, S.new_zeros(max(0, full - S.numel()))])[:full]
+    if rank <= 0:
+        return S, None
+    U = U[:, :rank]
+    if basis is not None:
+        U = basis @ U  # back to model coordinates
+    return S, _complete(U, rank)
+
+
+@torch.no_grad()
+def shared_mode3_basis(f: Factored, f_post: Factored, rank: int) -> Tensor:
+    """U3 = U~3 for shared KV: leading left singular vectors of [Mat_3(W)/|W|, Mat_3(W~)/|W~|] (d, rank).
+    Each half X has |X|_F = |T|_F, so the normalization comes for free."""
+    halves = []
+    for t in (f.orthonormal(), f_post.orthonormal()):
+        basis, X = mode_half(t, 3)
+        X = X if basis is None else basis @ X  # (d, m)
+        n = X.norm()
+        halves.append(X / n if n > 0 else X)
+    _, U = _left_svd(torch.cat(halves, dim=1), vectors=True)
+    return _complete(U[:, :rank], rank)
+
+
+# ----------------------------------------------------------------------------------------
+# HOSVD
+
+
+def tucker_core(f: Factored, U1: Tensor, U2: Tensor, U3: Tensor) -> Tensor:
+    """C = T x1 U1^T x2 U2^T x3 U3^T (r1, r2, r3), head by head: (U2^T A_i)(U3^T B_i)^T."""
+    per_head = (U2.t() @ f.A()) @ (U3.t() @ f.B()).transpose(1, 2)  # (nH, r2, r3)
+    return torch.einsum("ia,ibc->abc", U1, per_head)
+
+
+@torch.no_grad()
+def projection_error(f: Factored, U1: Tensor, U2: Tensor, U3: Tensor) -> float:
+    """|T - T x1 P1 x2 P2 x3 P3|_F / |T|_F with P_j = U_j U_j^T (U_j orthonormal): the error of the
+    Tucker approximation whose core is `tucker_core`.
+
+    The residual is the sum of three mutually orthogonal pieces, T x1 (I-P1), (T x1 P1) x2 (I-P2)
+    and (T x1 P1 x2 P2) x3 (I-P3); each squared norm is a head Gram of *small* residual factors,
+    so the result stays accurate when the error is ~1e-16 (|T|^2 - |C|^2 would stall at ~1e-8)."""
+    A, B = f.A(), f.B()  # (nH, d, k)
+    eye = torch.eye(U1.size(0), dtype=U1.dtype, device=U1.device)
+    C1 = eye - U1 @ U1.t()
+    P1 = U1 @ U1.t()
+    G = head_gram(A, B)
+    e1 = ((C1.t() @ C1) * G).sum()
+    A_res = A - U2 @ (U2.t() @ A)  # (I - P2) A_i
+    e2 = ((P1.t() @ P1) * head_gram(A_res, B)).sum()
+    B_res = B - U3 @ (U3.t() @ B)  # (I - P3) B_i
+    e3 = ((P1.t() @ P1) * head_gram(U2.t() @ A, B_res)).sum()
+    total = float(G.trace())
+    return math.sqrt(max(float(e1 + e2 + e3), 0.0) / total) if total > 0 else 0.0
+
+
+@torch.no_grad()
+def difference_error(f: Factored, g: Factored) -> float:
+    """|T - T'|_F / |T|_F for two factored tensors with the same k, through
+    T_i - T'_i = (A_i - A'_i) B_i^T + A'_i (B_i - B'_i)^T: small factors, accurate when T' ~ T."""
+    A, B, A2, B2 = f.A(), f.B(), g.A(), g.B()
+    diff = head_gram(torch.cat([A - A2, A2], dim=2), torch.cat([B, B - B2], dim=2))
+    total = float(head_gram(A, B).trace())
+    return math.sqrt(max(float(diff.trace()), 0.0) / total) if total > 0 else 0.0
+
+
+def hosvd(f: Factored, ranks: Sequence[int], U3: Optional[Tensor] = None):
+    """HOSVD factors (U1, U2, U3) and core of f at `ranks` (U3 given: shared KV)."""
+    U1 = mode_svd(f, 1, ranks[0])[1]
+    U2 = mode_svd(f, 2, ranks[1])[1]
+    if U3 is None:
+        U3 = mode_svd(f, 3, ranks[2])[1]
+    return U1, U2, U3, tucker_core(f, U1, U2, U3)
+
+
+# ----------------------------------------------------------------------------------------
+# Conversions (every one: float64 arithmetic, the result in the source's dtype)
+
+
+def _check_source(model: GPT, to: str, allow_rope_change: bool):
+    c = model.config
+    if not (c.attn == "mha" or (c.attn == "gqa" and to == "tucker")):
+        raise ValueError(f"the source must be an MHA model{' (or GQA for --to=tucker)' if to == 'tucker' else ''}, "
+                         f"got attn={c.attn!r}")
+    if c.pos_emb == "rope" and to in ("mla", "tucker") and not allow_rope_change:
+        raise ValueError(f"the source uses RoPE in the head dimension; {to} rotates in its latent instead, so the "
+                         "conversion would not be exact: pass --allow_rope_change to convert anyway "
+                         f"({'latent' if to == 'mla' else 'Tucker latent'} RoPE, fine-tune afterwards)")
+
+
+def _non_attention_state(model: GPT) -> Dict[str, Tensor]:
+    return {k: v for k, v in model.state_dict().items() if ".attn." not in k}
+
+
+def _build(config: GPTConfig, state: Dict[str, Tensor], dtype, device) -> GPT:
+    with torch.device(device):
+        model = GPT(config)
+    model.to(dtype)
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True)
+    return model.eval()
+
+
+def _qkv(attn: GroupedQueryAttention):
+    """W_Q, W_K, W_V as nn.Linear weights (out, d) and their biases (or None), float64."""
+    nH, nG, dH = attn.n_head, attn.n_kv_head, attn.head_dim
+    sizes = [nH * dH, nG * dH, nG * dH]
+    W = attn.c_attn.weight.double().split(sizes, dim=0)
+    b = attn.c_attn.bias.double().split(sizes) if attn.c_attn.bias is not None else (None,) * 3
+    return W, b
+
+
+@torch.no_grad()
+def mha_to_gqa(model: GPT, n_kv_head: int):
+    """MHA -> GQA(nG): keep K/V heads 0, g, 2g, ... with g = nH / nG (the paper's choice)."""
+    _check_source(model, "gqa", True)
+    c = model.config
+    config = replace(c, attn="gqa", n_kv_head=n_kv_head)  # validates nH % nG
+    nH, nG, dH = c.n_head, n_kv_head, c.head_dim
+    keep = torch.arange(0, nH, nH // nG)  # (nG,) head indices
+    p = next(model.parameters())
+    state, layers = _non_attention_state(model), []
+    for li, block in enumerate(model.transformer.h):
+        (Wq, Wk, Wv), (bq, bk, bv) = _qkv(block.attn)
+        pick = lambda t: t.view(nH, dH, *t.shape[1:])[keep].reshape(nG * dH, *t.shape[1:])  # rows of heads `keep`
+        pre = f"transformer.h.{li}.attn."
+        state[pre + "c_attn.weight"] = torch.cat([Wq, pick(Wk), pick(Wv)])
+        if bq is not None:
+            state[pre + "c_attn.bias"] = torch.cat([bq, pick(bk), pick(bv)])
+        state[pre + "c_proj.weight"] = block.attn.c_proj.weight.double()
+        if block.attn.c_proj.bias is not None:
+            state[pre + "c_proj.bias"] = block.attn.c_proj.bias.double()
+        layers.append(dict(keep_heads=keep.tolist()))
+    return _build(config, state, p.dtype, p.device), layers
+
+
+def _svd_split(W: Tensor, r: int) -> Tuple[Tensor, Tensor]:
+    """W (d, n) ~ down @ up with down = U_r (d, r) orthonormal, up = U_r^T W = S_r V_r^T (r, n)."""
+    U = torch.linalg.svd(W, full_matrices=False)[0]
+    down = _complete(U[:, :r], r)
+    return down, down.t() @ W
+
+
+@torch.no_grad()
+def mha_to_mla(model: GPT, kv_rank: int, q_rank: Optional[int] = None, shared_kv: bool = False,
+               allow_rope_change: bool = False):
+    """MHA -> MLA by truncated SVD of W_Q (if q_rank), W_K, W_V; W_O kept (module docstring)."""
+    _check_source(model, "mla", allow_rope_change)
+    c = model.config
+    config = replace(c, attn="mla", n_kv_head=None, kv_rank=kv_rank, q_rank=q_rank, shared_kv=shared_kv,
+                     mla_rope="latent" if c.pos_emb == "rope" else c.mla_rope)
+    p = next(model.parameters())
+    state, layers = _non_attention_state(model), []
+    for li, block in enumerate(model.transformer.h):
+        (Wq, Wk, Wv), (bq, bk, bv) = _qkv(block.attn)  # nn.Linear layout (out, d): math W = weight^T
+        pre = f"transformer.h.{li}.attn."
+        new = {}
+        if q_rank is None:
+            new["q_up.weight"] = Wq  # the full d x d query
+        else:
+            down, up = _svd_split(Wq.t(), q_rank)  # W_DQ (d, dcQ), W_UQ (dcQ, d)
+            new["q_down.weight"], new["q_up.weight"] = down.t(), up.t()
+        Dk, Uk = _svd_split(Wk.t(), kv_rank)  # W_DK, W_UK
+        new["k_down.weight"], new["k_up.weight"] = Dk.t(), Uk.t()
+        if shared_kv:  # W_DKV = W_DK; W_UV = argmin |W_DKV W_UV - W_V| = W_DK^T W_V (orthonormal W_DK)
+            new["v_up.weight"] = (Dk.t() @ Wv.t()).t()
+        else:
+            Dv, Uv = _svd_split(Wv.t(), kv_rank)
+            new["v_down.weight"], new["v_up.weight"] = Dv.t(), Uv.t()
+        new["c_proj.weight"] = block.attn.c_proj.weight.double()
+        if c.bias:  # biases ride on the up-projections (exact); down-projections get none
+            zeros = lambda n: torch.zeros(n, dtype=torch.float64, device=Wq.device)
+            new.update({"q_up.bias": bq, "k_up.bias": bk, "v_up.bias": bv, "k_down.bias": zeros(kv_rank),
+                        "c_proj.bias": block.attn.c_proj.bias.double()})
+            if q_rank is not None:
+                new["q_down.bias"] = zeros(q_rank)
+            if not shared_kv:
+                new["v_down.bias"] = zeros(kv_rank)
+        state.update({pre + k: v for k, v in new.items()})
+        layers.append({})
+    out = _build(config, state, p.dtype, p.device)
+    return out, layers
+
+
+@torch.no_grad()
+def mha_to_tucker(model: GPT, ranks: Sequence[int], ranks_post: Optional[Sequence[int]] = None,
+                  shared_kv: bool = False, allow_rope_change: bool = False):
+    """MHA (or GQA) -> Tucker by HOSVD of W and W~ (module docstring). Returns (model, per-layer info
+    with the relative reconstruction errors of W and W~)."""
+    _check_source(model, "tucker", allow_rope_change)
+    c = model.config
+    ranks = tuple(ranks)
+    ranks_post = tuple(ranks_post) if ranks_post is not None else ranks
+    config = replace(c, attn="tucker", n_kv_head=None, tucker_ranks=ranks, tucker_ranks_post=ranks_post,
+                     shared_kv=shared_kv)  # validates the ranks (and shared r3)
+    p = next(model.parameters())
+    state, layers = _non_attention_state(model), []
+    for li, block in enumerate(model.transformer.h):
+        attn = block.attn
+        fW, fWt = (f.to(torch.float64) for f in factored_tensors(attn))
+        U3 = shared_mode3_basis(fW, fWt, ranks[2]) if shared_kv else None
+        U1, U2, U3, core = hosvd(fW, ranks, U3)
+        V1, V2, V3, core_post = hosvd(fWt, ranks_post, U3 if shared_kv else None)
+        pre = f"transformer.h.{li}.attn."
+        new = dict(core=core, U1=U1, U2=U2, U3=U3, core_post=core_post, U1_post=V1, U2_post=V2)
+        if not shared_kv:
+            new["U3_post"] = V3
+        info = dict(W_rel_err=projection_error(fW, U1, U2, U3), Wt_rel_err=projection_error(fWt, V1, V2, V3))
+        if c.bias:
+            (_, _, _), (bq, bk, bv) = _qkv(attn)
+            # value bias -> output bias (exact); key bias: no effect on softmax; query bias: dropped
+            group = attn.n_head // attn.n_kv_head
+            bv_heads = bv.view(attn.n_kv_head, attn.head_dim).repeat_interleave(group, dim=0).reshape(-1)  # (nH dH)
+            new["bias"] = attn.c_proj.weight.double() @ bv_heads + attn.c_proj.bias.double()
+            info["query_bias_norm"] = float(bq.norm())
+        state.update({pre + k: v for k, v in new.items()})
+        layers.append(info)
+    return _build(config, state, p.dtype, p.device), layers
+
+
+@torch.no_grad()
+def convert(model: GPT, to: str, *, ranks=None, ranks_post=None, n_kv_head=None, kv_rank=None, q_rank=None,
+            shared_kv=False, allow_rope_change=False):
+    """Dispatch to one conversion, then add the relative reconstruction errors of W and W~ per layer."""
+    if to == "gqa":
+        if n_kv_head is None:
+            raise ValueError("--to=gqa needs --n_kv_head")
+        if shared_kv:
+            raise ValueError("--shared_kv is for --to=mla or --to=tucker (GQA's K and V heads are separate)")
+        out, layers = mha_to_gqa(model, n_kv_head)
+    elif to == "mla":
+        if kv_rank is None:
+            raise ValueError("--to=mla needs --kv_rank")
+        out, layers = mha_to_mla(model, kv_rank, q_rank, shared_kv, allow_rope_change)
+    elif to == "tucker":
+        if ranks is None:
+            raise ValueError("--to=tucker needs --ranks=r1,r2,r3")
+        return mha_to_tucker(model, ranks, ranks_post, shared_kv, allow_rope_change)
+    else:
+        raise ValueError(f"--to={to!r} is unknown: allowed 'gqa', 'mla', 'tucker'")
+    for info, a, b in zip(layers, model.transformer.h, out.transformer.h):  # same k = dH on both sides
+        (fW, fWt), (gW, gWt) = ([f.to(torch.float64) for f in factored_tensors(x.attn)] for x in (a, b))
+        gW = Factored(gW.A(), gW.B())  # MLA: model coordinates, comparable with MHA's
+        gWt = Factored(gWt.A(), gWt.B())
+        info.update(W_rel_err=difference_error(fW, gW), Wt_rel_err=difference_error(fWt, gWt))
+    return out, layers
+
+
+# ----------------------------------------------------------------------------------------
+# Sources: a train.py checkpoint, or Hugging Face GPT-2
+
+
+def load_checkpoint(path: str) -> Tuple[GPT, dict]:
+    """(model, checkpoint dict) from out_dir/ckpt.pt or a .pt path; the model in the saved dtype."""
+    path = os.path.join(path, "ckpt.pt") if os.path.isdir(path) else path
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    state = {k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()}
+    model = GPT(GPTConfig.from_dict(checkpoint["model_config"])).to(next(iter(state.values())).dtype)
+    model.load_state_dict(state)
+    return model.eval(), checkpoint
+
+
+def from_hf_gpt2(hf_model, vocab_size: Optional[int] = None) -> GPT:
+    """Our GPT (attn='mha', bias=True, learned positions) with the weights of a transformers
+    GPT2LMHeadModel. HF's Conv1D stores weights (in, out), nn.Linear (out, in): transpose them.
+
+    vocab_size: None keeps HF's (50257 for GPT-2, exact logits). A larger value pads wte/lm_head
+    with zero rows (fast matmuls), but then the padded tokens get logit 0, far above GPT-2's
+    usual logits: fine to fine-tune from, not to sample from before fine-tuning.
+    MLP activation: our model uses exact GELU; GPT-2 uses the tanh approximation ('gelu_new'),
+    which differs by < 1e-3 per activation (nanoGPT makes the same substitution): a warning says so."""
+    c = hf_model.config
+    if c.n_embd % c.n_head:
+        raise ValueError(f"n_embd={c.n_embd} must be a multiple of n_head={c.n_head}")
+    if getattr(c, "n_inner", None) not in (None, 4 * c.n_embd):
+        raise ValueError(f"n_inner={c.n_inner}: our MLP is 4 n_embd wide")
+    if not getattr(c, "scale_attn_weights", True) or getattr(c, "scale_attn_by_inverse_layer_idx", False):
+        raise ValueError("attention scaling other than 1/sqrt(head_dim) is not supported")
+    if abs(getattr(c, "layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
+        raise ValueError(f"layer_norm_epsilon={c.layer_norm_epsilon}: our LayerNorm uses 1e-5")
+    if c.activation_function != "gelu":
+        warnings.warn(f"HF activation_function={c.activation_function!r}; our MLP uses exact GELU, so logits "
+                      "differ slightly from the HF model's (as in nanoGPT)")
+    V = vocab_size or c.vocab_size
+    if V < c.vocab_size:
+        raise ValueError(f"vocab_size={V} is smaller than the HF model's {c.vocab_size}")
+    config = GPTConfig(block_size=c.n_positions, vocab_size=V, n_layer=c.n_layer, n_head=c.n_head,
+                       n_embd=c.n_embd, dropout=0.0, bias=True, attn="mha", pos_emb="learned")
+    sd = hf_model.state_dict()
+    dtype = sd["transformer.wte.weight"].dtype
+    model = GPT(config).to(dtype)
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    state = {}
+    for k in model.state_dict():
+        if k in ("transformer.wte.weight", "lm_head.weight"):
+            w = sd["transformer.wte.weight"]  # (vocab, d), tied
+            state[k] = torch.cat([w, w.new_zeros(V - w.size(0), w.size(1))])
+        else:
+            state[k] = sd[k].t() if k.endswith(conv1d) else sd[k]
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+# ----------------------------------------------------------------------------------------
+# Evaluation and output
+
+
+@torch.no_grad()
+def val_loss(model: GPT, data_dir: str, batches: int, batch_size: int, device: str = "cpu",
+             dtype: str = "float32", seed: int = 1337) -> float:
+    """Mean loss on `batches` x `batch_size` random windows of val.bin (the same windows for every
+    model: a fixed seed)."""
+    data = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
+    block = model.config.block_size
+    if len(data) <= block + 1:
+        raise ValueError(f"val.bin has {len(data)} tokens, fewer than block_size + 1 = {block + 1}")
+    gen = torch.Generator().manual_seed(seed)
+    offsets = torch.randint(len(data) - block - 1, (batches, batch_size), generator=gen)
+    dev = torch.device(device)
+    autocast = (torch.autocast(device_type=dev.type, dtype=getattr(torch, dtype)) if dtype != "float32" else None)
+    model = model.to(dev).eval()
+    total = 0.0
+    for row in offsets:
+        x = torch.stack([torch.from_numpy(data[i:i + block].astype(np.int64)) for i in row.tolist()]).to(dev)
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block].astype(np.int64)) for i in row.tolist()]).to(dev)
+        if autocast is not None:
+            with autocast:
+                loss = model(x, y)[1]
+        else:
+            loss = model(x, y)[1]
+        total += loss.item()
+    return total / batches
+
+
+def write_checkpoint(model: GPT, out_dir: str, source_config: Optional[dict], info: dict,
+                     weight_decay: float, betas: Tuple[float, float]) -> str:
+    """out_dir/ckpt.pt in train.py's format, at iteration 0. train.py --init_from=resume loads the
+    optimizer state, and its param groups' hyperparameters (weight decay, betas, fused) come from the
+    checkpoint: hence a fresh AdamW built here with the fine-tuning run's values."""
+    from train import TRAIN_DEFAULTS, atomic_write, git_commit  # noqa: lazy (train.py is import-safe)
+    os.makedirs(out_dir, exist_ok=True)
+    model = model.float()  # train.py's weights are float32
+    optimizer = model.configure_optimizers(weight_decay, TRAIN_DEFAULTS["learning_rate"], betas, "cuda")  # fused, as on GPU
+    config = dict(source_config or {})
+    config.update(model.config.to_dict(), out_dir=out_dir, init_from="resume")  # how train.py continues it
+    seed = config.get("seed", TRAIN_DEFAULTS["seed"])
+    state = {
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_config": model.config.to_dict(),
+        "config": config, "iter_num": 0, "best_val_loss": float("inf"), "best_iter": -1, "bad_evals": 0,
+        "sampler_state": torch.Generator().manual_seed(seed).get_state(), "git_commit": git_commit(),
+        "convert": info,
+    }
+    path = os.path.join(out_dir, "ckpt.pt")
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
+    return path
+
+
+def _ints(text: Optional[str], n: int, name: str):
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != n:
+        raise ValueError(f"--{name}={text!r}: give {n} comma-separated integers")
+    return values
+
+
+def main(argv: Optional[List[str]] = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--in_dir", help="folder with ckpt.pt of an MHA model (or a .pt path)")
+    src.add_argument("--hf", help="Hugging Face GPT-2 name or path (needs transformers), e.g. gpt2")
+    ap.add_argument("--to", required=True, choices=("gqa", "mla", "tucker"))
+    ap.add_argument("--out_dir", required=True)
+    ap.add_argument("--ranks", help="Tucker pre-softmax ranks r1,r2,r3")
+    ap.add_argument("--ranks_post", help="Tucker post-softmax ranks (default: --ranks)")
+    ap.add_argument("--n_kv_head", type=int, help="GQA key/value heads")
+    ap.add_argument("--kv_rank", type=int, help="MLA key/value latent rank dcK")
+    ap.add_argument("--q_rank", type=int, help="MLA query latent rank dcQ (default: full query)")
+    ap.add_argument("--shared_kv", action="store_true", help="MLA W_DKV / Tucker U~3 = U3")
+    ap.add_argument("--allow_rope_change", action="store_true", help="convert a RoPE MHA to latent RoPE (not exact)")
+    ap.add_argument("--vocab_size", type=int, help="--hf: pad the vocabulary to this size (default: keep 50257)")
+    ap.add_argument("--data_dir", help="folder with val.bin: report val loss before and after")
+    ap.add_argument("--eval_batches", type=int, default=20)
+    ap.add_argument("--batch_size", type=int, default=8)
+    ap.add_argument("--device", default="cpu", help="device for the val loss (conversion runs on CPU in float64)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="val loss autocast")
+    ap.add_argument("--weight_decay", type=float, default=0.1, help="AdamW of the fresh optimizer state (train.py default)")
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    args = ap.parse_args(argv)
+
+    try:
+        ranks, ranks_post = _ints(args.ranks, 3, "ranks"), _ints(args.ranks_post, 3, "ranks_post")
+        if args.hf:
+            try:
+                from transformers import GPT2LMHeadModel  # noqa: lazy, optional
+            except ImportError:
+                raise ValueError("--hf needs the transformers package (pip install transformers)")
+            model, source_config, source = from_hf_gpt2(GPT2LMHeadModel.from_pretrained(args.hf), args.vocab_size), {}, f"hf:{args.hf}"
+        else:
+            model, checkpoint = load_checkpoint(args.in_dir)
+            source_config, source = checkpoint.get("config", {}), args.in_dir
+        out, layers = convert(model, args.to, ranks=ranks, ranks_post=ranks_post, n_kv_head=args.n_kv_head,
+                              kv_rank=args.kv_rank, q_rank=args.q_rank, shared_kv=args.shared_kv,
+                              allow_rope_change=args.allow_rope_change)
+    except (ValueError, OSError) as e:  # OSError: e.g. --hf offline without a local copy
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+    print(f"{source} ({model.config.attn}) -> {args.to}: attention params {model.attn_params():,} -> {out.attn_params():,}, "
+          f"KV values/token/layer {model.kv_values_per_token_per_layer()} -> {out.kv_values_per_token_per_layer()}")
+    for i, info in enumerate(layers):
+        extra = f"  (query bias |b_Q| = {info['query_bias_norm']:.3g} dropped)" if info.get("query_bias_norm") else ""
+        print(f"layer {i:2d}: rel. error W {info['W_rel_err']:.3e}  W~ {info['Wt_rel_err']:.3e}{extra}")
+    if any(info.get("query_bias_norm") for info in layers):
+        print("note: Tucker has no query bias; dropping it is the one inexact step at full ranks")
+    info = dict(source=source, to=args.to, model_config=out.config.to_dict(),
+                attn_params=[model.attn_params(), out.attn_params()],
+                kv_values_per_token_per_layer=[model.kv_values_per_token_per_layer(), out.kv_values_per_token_per_layer()],
+                layers=[dict(layer=i, **info) for i, info in enumerate(layers)],
+                val_loss_before=None, val_loss_after=None, eval_batches=None, batch_size=None)
+    if args.data_dir:
+        before = val_loss(model, args.data_dir, args.eval_batches, args.batch_size, args.device, args.dtype)
+        after = val_loss(out, args.data_dir, args.eval_batches, args.batch_size, args.device, args.dtype)
+        info.update(val_loss_before=before, val_loss_after=after, eval_batches=args.eval_batches,
+                    batch_size=args.batch_size)
+        print(f"val loss ({args.eval_batches} batches of {args.batch_size}): {before:.4f} before, {after:.4f} after")
+    out = out.cpu()
+    path = write_checkpoint(out, args.out_dir, source_config, info, args.weight_decay, (args.beta1, args.beta2))
+    with open(os.path.join(args.out_dir, "convert.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    print(f"wrote {path} and {os.path.join(args.out_dir, 'convert.json')}")
+    return info
+
+
+if __name__ == "__main__":
+    main()

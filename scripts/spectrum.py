@@ -1,0 +1,135 @@
+"""
+Mode spectra of the attention tensors of trained checkpoints (the paper's fig:gpt_tucker_ranks):
+for every layer, the singular values of Mat_1, Mat_2, Mat_3 of the pre-softmax tensor W
+(W_i = W_Q,i W_K,i^T: head, query, key modes) and of the post-softmax tensor W~
+(W~_i = (W_V,i W_O,i)^T: head, output, value modes), each divided by its largest.
+
+    python scripts/spectrum.py out-mha out-tucker --out results/spectra --labels MHA,Tucker
+
+Any variant works (MHA, GQA, MLA, Tucker; tensor_forms.attention_tensors semantics, decoupled
+RoPE's rotary dims left out). The tensors are never formed: scripts/convert.py's `Factored`
+form gives every mode's singular values from small matrices (one d x d SVD per mode at most),
+so GPT-2 or d = 2048 models take seconds per layer, not the nH d^2-sized unfoldings.
+
+Writes into --out:
+    spectrum_pre.png    W:  three panels (modes 1-3), per checkpoint a ribbon from the min to the
+                        max over layers and the median line, log y-axis
+    spectrum_post.png   the same for W~
+    spectrum.json       the numbers: per checkpoint, tensor, mode and layer, the normalized
+                        singular values (all min(rows, cols) of them, zeros included)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from convert import DENSE_LIMIT, factored_tensors, load_checkpoint, mode_svd  # noqa: E402
+
+TENSORS = ("pre", "post")  # W, W~
+MODE_TITLES = {
+    "pre": ("Head mode $Mat_1(\\mathcal{W})$", "Query mode $Mat_2(\\mathcal{W})$", "Key mode $Mat_3(\\mathcal{W})$"),
+    "post": ("Head mode $Mat_1(\\widetilde{\\mathcal{W}})$", "Output mode $Mat_2(\\widetilde{\\mathcal{W}})$",
+             "Value mode $Mat_3(\\widetilde{\\mathcal{W}})$"),
+}
+FLOOR = 1e-10  # plotted values are clipped here (log axis); the JSON keeps the exact values
+
+
+@torch.no_grad()
+def attention_spectra(model, dense_limit: int = DENSE_LIMIT) -> Dict[str, Dict[str, List[np.ndarray]]]:
+    """{'pre'|'post': {'mode1'|'mode2'|'mode3': [per layer: normalized singular values (descending)]}},
+    computed in float64."""
+    out = {t: {f"mode{m}": [] for m in (1, 2, 3)} for t in TENSORS}
+    for block in model.transformer.h:
+        for name, f in zip(TENSORS, factored_tensors(block.attn)):
+            f = f.to(torch.float64)
+            for m in (1, 2, 3):
+                S = mode_svd(f, m, dense_limit=dense_limit)[0]
+                top = S[0].item() if S.numel() else 0.0
+                out[name][f"mode{m}"].append((S / top if top > 0 else S).cpu().numpy())
+    return out
+
+
+def plot(results: List[dict], out_dir: str) -> List[str]:
+    """One figure per tensor, one panel per mode: ribbon (min..max over layers) and median per checkpoint."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+    paths = []
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for name in TENSORS:
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        for m, ax in enumerate(axes, start=1):
+            for j, res in enumerate(results):
+                S = np.clip(np.stack(res["spectra"][name][f"mode{m}"]), FLOOR, None)  # (layers, n)
+                x = np.arange(1, S.shape[1] + 1)
+                color = colors[j % len(colors)]
+                ax.fill_between(x, S.min(0), S.max(0), color=color, alpha=0.25, linewidth=0)
+                ax.plot(x, np.median(S, axis=0), color=color, label=res["label"], linewidth=1.4)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_yscale("log")
+            ax.set_ylim(FLOOR / 2, 2.0)
+            ax.set_title(MODE_TITLES[name][m - 1])
+            ax.set_xlabel("singular value index")
+            ax.grid(True, which="major", alpha=0.3)
+        axes[0].set_ylabel("normalized singular value")
+        axes[0].legend()
+        fig.suptitle(("pre-softmax" if name == "pre" else "post-softmax") +
+                     " attention tensor: ribbon = min..max over layers, line = median")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"spectrum_{name}.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def main(argv: Optional[List[str]] = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoints", nargs="+", help="out_dir folders (with ckpt.pt) or .pt files")
+    ap.add_argument("--out", default="results/spectra", help="folder for the PNGs and spectrum.json")
+    ap.add_argument("--labels", help="comma-separated labels, one per checkpoint (default: folder names)")
+    args = ap.parse_args(argv)
+    labels = args.labels.split(",") if args.labels else [Path(p.rstrip("/")).name for p in args.checkpoints]
+    if len(labels) != len(args.checkpoints):
+        print(f"error: {len(labels)} labels for {len(args.checkpoints)} checkpoints", file=sys.stderr)
+        sys.exit(2)
+    results = []
+    for path, label in zip(args.checkpoints, labels):
+        try:
+            model, _ = load_checkpoint(path)
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+        c = model.config
+        print(f"{label}: {path} ({c.attn}, {c.n_layer} layers, d={c.n_embd}, nH={c.n_head})")
+        results.append(dict(label=label, path=str(path), model_config=c.to_dict(), spectra=attention_spectra(model)))
+    os.makedirs(args.out, exist_ok=True)
+    paths = plot(results, args.out)
+    data = dict(
+        note="normalized singular values (divided by the largest) of the mode-j unfoldings of W (pre) and W~ "
+             "(post), per layer; mode1 = heads (nH values), mode2 = query/output and mode3 = key/value (d values)",
+        checkpoints=[dict(label=r["label"], path=r["path"], model_config=r["model_config"],
+                          spectra={t: {m: [[float(f"{v:.8g}") for v in s] for s in per_layer]
+                                       for m, per_layer in r["spectra"][t].items()} for t in TENSORS})
+                     for r in results])
+    json_path = os.path.join(args.out, "spectrum.json")
+    with open(json_path, "w") as f:
+        json.dump(data, f)
+    print("wrote " + ", ".join(paths + [json_path]))
+    return data
+
+
+if __name__ == "__main__":
+    main()

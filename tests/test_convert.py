@@ -1,0 +1,313 @@
+"""scripts/convert.py and scripts/spectrum.py: structured mode SVDs against explicit unfoldings,
+exact conversions at full rank, monotone HOSVD errors, the checkpoint train.py and sample.py read,
+the Hugging Face GPT-2 loader."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import convert as cv  # noqa: E402
+import spectrum  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+from tensor_forms import attention_tensors, tucker_tensor  # noqa: E402
+
+TINY = dict(n_layer=2, n_head=4, n_embd=32, block_size=24, vocab_size=61, bias=False)
+D, NH = TINY["n_embd"], TINY["n_head"]
+TUCKER_SEP = dict(attn="tucker", tucker_ranks=(3, 12, 10), tucker_ranks_post=(2, 10, 6))
+TUCKER_SHARED = dict(attn="tucker", tucker_ranks=(3, 12, 10), shared_kv=True)
+VARIANTS = [
+    dict(attn="mha"),
+    dict(attn="gqa", n_kv_head=2),
+    dict(attn="mla", q_rank=12, kv_rank=10),
+    dict(attn="mla", kv_rank=10, shared_kv=True),
+    dict(attn="mla", q_rank=12, kv_rank=10, pos_emb="rope", rope_head_dim=4),  # decoupled: semantic part
+    TUCKER_SEP,
+    TUCKER_SHARED,
+]
+IDS = ["mha", "gqa2", "mla_sep", "mla_shared_fullq", "mla_decoupled", "tucker_sep", "tucker_shared"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matrices: one thread is ~40x faster than several threads fighting over busy cores."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def make(overrides=None, dtype=torch.float64, seed=0, **extra):
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**{**TINY, **(overrides or {"attn": "mha"}), **extra})).to(dtype)
+    with torch.no_grad():  # far from uniform attention, so every term matters numerically
+        for name, p in model.named_parameters():
+            if ".attn." in name:
+                p.mul_(3.0)
+    return model.eval()
+
+
+def rel_err(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def tokens(B=2, T=TINY["block_size"], seed=1):
+    return torch.randint(0, TINY["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def unfold(T, mode):
+    """Mat_mode of T (nH, d, d), explicitly."""
+    order = {1: (0, 1, 2), 2: (1, 0, 2), 3: (2, 0, 1)}[mode]
+    return T.permute(*order).reshape(T.shape[mode - 1], -1)
+
+
+def save_train_ckpt(model, out_dir):
+    """A checkpoint as train.py writes it (float32 weights, the keys its resume path reads)."""
+    os.makedirs(out_dir, exist_ok=True)
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "model_config": model.config.to_dict(),
+                "config": {"seed": 1337}, "iter_num": 100, "best_val_loss": 3.0, "best_iter": 100, "bad_evals": 0,
+                "sampler_state": torch.Generator().manual_seed(1).get_state()}, os.path.join(out_dir, "ckpt.pt"))
+
+
+def write_data(data_dir, n=4000, seed=0):
+    os.makedirs(data_dir, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for split in ("train", "val"):
+        rng.integers(0, TINY["vocab_size"], n).astype(np.uint16).tofile(os.path.join(data_dir, f"{split}.bin"))
+
+
+# ---------------------------------------------------------------------------------------
+# Structured tensors and spectra
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=IDS)
+def test_structured_spectra_equal_direct_svd(overrides):
+    """The factored form is attention_tensors' W and W~, and its mode SVDs (exact path and the
+    nH x nH Gram path of mode 1) are the SVDs of the explicit unfoldings."""
+    attn = make(overrides).transformer.h[0].attn
+    for T, f in zip(attention_tensors(attn), cv.factored_tensors(attn)):
+        assert rel_err(f.dense(), T) < 1e-13
+        assert f.norm() == pytest.approx(T.norm().item(), rel=1e-12)
+        for mode in (1, 2, 3):
+            M = unfold(T, mode)
+            U_ref, S_ref, _ = torch.linalg.svd(M, full_matrices=False)
+            S, U = cv.mode_svd(f, mode, rank=2)
+            assert S.shape == S_ref.shape
+            assert (S - S_ref).abs().max() < 1e-12 * S_ref[0]
+            # leading singular vectors agree up to sign (random weights: distinct singular values)
+            assert torch.allclose((U * U_ref[:, :2]).sum(0).abs(), torch.ones(2, dtype=U.dtype), atol=1e-8)
+            if mode == 1:  # the Gram path (large models) resolves values down to ~1e-8 of the largest
+                S_gram = cv.mode_svd(f, 1, dense_limit=0)[0]
+                assert (S_gram - S_ref).abs().max() < 1e-6 * S_ref[0]
+
+
+@pytest.mark.parametrize("overrides", [TUCKER_SEP, TUCKER_SHARED], ids=["separated", "shared"])
+def test_tucker_spectra_have_exactly_the_ranks(overrides):
+    model = make(overrides)
+    spectra = spectrum.attention_spectra(model)
+    c = model.config
+    for name, ranks in (("pre", c.tucker_ranks), ("post", c.tucker_ranks_post)):
+        for mode, r in zip((1, 2, 3), ranks):
+            for S in spectra[name][f"mode{mode}"]:
+                assert S.shape == ((NH,) if mode == 1 else (D,))
+                assert S[0] == pytest.approx(1.0) and (np.diff(S) <= 1e-15).all()
+                assert (S > 1e-8).sum() == r, (name, mode)
+
+
+# ---------------------------------------------------------------------------------------
+# Conversions
+
+
+@pytest.mark.parametrize("shared_kv", [False, True], ids=["separated", "shared"])
+@pytest.mark.parametrize("source", [dict(attn="mha"), dict(attn="gqa", n_kv_head=2)], ids=["mha", "gqa2"])
+def test_tucker_at_full_ranks_is_exact(source, shared_kv):
+    model = make(source)
+    tucker, layers = cv.convert(model, "tucker", ranks=(NH, D, D), shared_kv=shared_kv)
+    assert tucker.config.attn == "tucker" and tucker.config.shared_kv == shared_kv
+    for a, b, info in zip(model.transformer.h, tucker.transformer.h, layers):
+        for T_src, T_new in zip(attention_tensors(a.attn), attention_tensors(b.attn)):
+            assert rel_err(T_new, T_src) < 1e-10
+        assert info["W_rel_err"] < 1e-10 and info["Wt_rel_err"] < 1e-10  # the structured errors too
+        at = b.attn  # HOSVD factors are orthonormal
+        for U in (at.U1, at.U2, at.U3, at.U1_post, at.U2_post):
+            assert torch.allclose(U.t() @ U, torch.eye(U.size(1), dtype=U.dtype), atol=1e-12)
+    idx = tokens()
+    assert rel_err(tucker(idx)[0], model(idx)[0]) < 1e-10
+
+
+def test_hosvd_error_is_monotone_in_each_rank_and_matches_explicit():
+    model = make()
+    W, Wt = attention_tensors(model.transformer.h[0].attn)
+    base = (2, 8, 8)
+    for mode in range(3):
+        errors = []
+        for r in (2, 4, 8, 16, 32) if mode else (1, 2, 3, 4):
+            ranks = list(base)
+            ranks[mode] = r
+            tucker, layers = cv.convert(model, "tucker", ranks=tuple(ranks))
+            at = tucker.transformer.h[0].attn
+            explicit = rel_err(tucker_tensor(at.core, at.U1, at.U2, at.U3), W)
+            explicit_post = rel_err(tucker_tensor(at.core_post, at.U1_post, at.U2_post, at.U3_post), Wt)
+            assert layers[0]["W_rel_err"] == pytest.approx(explicit, rel=1e-8)
+            assert layers[0]["Wt_rel_err"] == pytest.approx(explicit_post, rel=1e-8)
+            errors.append((explicit, explicit_post))
+        for (e, ep), (e2, ep2) in zip(errors, errors[1:]):
+            assert e2 <= e + 1e-12 and ep2 <= ep + 1e-12, (mode, errors)
+    # shared KV: the U3 basis grows too
+    errs = [cv.convert(model, "tucker", ranks=(4, 16, r), shared_kv=True)[1][0] for r in (4, 8, 16, 32)]
+    for a, b in zip(errs, errs[1:]):
+        assert b["W_rel_err"] <= a["W_rel_err"] + 1e-12 and b["Wt_rel_err"] <= a["Wt_rel_err"] + 1e-12
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(to="gqa", n_kv_head=NH),
+    dict(to="mla", kv_rank=D, q_rank=D),
+    dict(to="mla", kv_rank=D, q_rank=D, shared_kv=True),
+    dict(to="mla", kv_rank=D),  # full query
+], ids=["gqa_all_heads", "mla_sep", "mla_shared", "mla_full_query"])
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+def test_gqa_and_mla_at_full_rank_reproduce_mha(kwargs, bias):
+    model = make(bias=bias)
+    if bias:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 1:
+                    p.normal_(0.0, 0.3)  # every bias (query, key, value, output, LayerNorm) non-zero
+    out, layers = cv.convert(model, **kwargs)
+    idx = tokens()
+    assert rel_err(out(idx)[0], model(idx)[0]) < 1e-10
+    assert all(i["W_rel_err"] < 1e-10 and i["Wt_rel_err"] < 1e-10 for i in layers)
+
+
+def test_low_rank_choices():
+    """GQA keeps heads 0, nH/nG, ...; MLA's down-projections are orthonormal U_r and the ups are
+    U_r^T W; shared KV fits W_UV through the key latent; W_O is kept."""
+    model = make()
+    a = model.transformer.h[0].attn
+    Wq, Wk, Wv = (w.t() for w in a.c_attn.weight.split(D, dim=0))  # math layout (d, d)
+    gqa = cv.convert(model, "gqa", n_kv_head=2)[0].transformer.h[0].attn
+    dH = D // NH
+    _, gk, gv = gqa.c_attn.weight.split([D, 2 * dH, 2 * dH], dim=0)
+    assert torch.equal(gk, torch.cat([Wk.t()[0:dH], Wk.t()[2 * dH:3 * dH]]))
+    assert torch.equal(gv, torch.cat([Wv.t()[0:dH], Wv.t()[2 * dH:3 * dH]]))
+    mla = cv.convert(model, "mla", kv_rank=8, q_rank=12, shared_kv=True)[0].transformer.h[0].attn
+    Dq, Dk = mla.q_down.weight.t(), mla.k_down.weight.t()  # (d, r)
+    for down in (Dq, Dk):
+        assert torch.allclose(down.t() @ down, torch.eye(down.size(1), dtype=down.dtype), atol=1e-12)
+    U, S, Vh = torch.linalg.svd(Wk)
+    assert torch.allclose(Dk @ Dk.t(), U[:, :8] @ U[:, :8].t(), atol=1e-12)  # the leading key subspace
+    assert torch.allclose(mla.k_up.weight.t(), Dk.t() @ Wk, atol=1e-12)
+    assert torch.allclose(mla.v_up.weight.t(), Dk.t() @ Wv, atol=1e-12)
+    assert torch.equal(mla.c_proj.weight, a.c_proj.weight)
+
+
+def test_tucker_biases_fold_or_drop():
+    """Value bias folds into the output bias and key bias drops, both exactly; query bias does not."""
+    model = make(bias=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.normal_(0.0, 0.3)
+        for block in model.transformer.h:
+            block.attn.c_attn.bias[:D].zero_()  # no query bias: the conversion is exact
+    idx = tokens()
+    tucker, layers = cv.convert(model, "tucker", ranks=(NH, D, D))
+    assert rel_err(tucker(idx)[0], model(idx)[0]) < 1e-10 and layers[0]["query_bias_norm"] == 0
+    with torch.no_grad():
+        model.transformer.h[0].attn.c_attn.bias[:D].normal_(0.0, 0.3)
+    tucker, layers = cv.convert(model, "tucker", ranks=(NH, D, D))
+    assert layers[0]["query_bias_norm"] > 0 and rel_err(tucker(idx)[0], model(idx)[0]) > 1e-6
+
+
+def test_errors_name_the_problem():
+    rope = make(pos_emb="rope")
+    for kwargs in (dict(to="tucker", ranks=(4, 16, 16)), dict(to="mla", kv_rank=16)):
+        with pytest.raises(ValueError, match="allow_rope_change"):
+            cv.convert(rope, **kwargs)
+    out, _ = cv.convert(rope, "tucker", ranks=(4, 16, 16), allow_rope_change=True)
+    assert out.config.pos_emb == "rope" and out.config.attn == "tucker"
+    assert cv.convert(rope, "gqa", n_kv_head=2)[0].config.pos_emb == "rope"  # exact for GQA: no flag needed
+    with pytest.raises(ValueError, match="MHA"):
+        cv.convert(make(TUCKER_SEP), "mla", kv_rank=8)
+    with pytest.raises(ValueError, match="tucker_ranks"):
+        cv.convert(make(), "tucker", ranks=(5, 16, 16))  # r1 > n_head
+
+
+# ---------------------------------------------------------------------------------------
+# Command lines and files
+
+
+def test_convert_cli_checkpoint_loads_in_sample_and_resumes_in_train(tmp_path):
+    from sample import load_model
+    model = make().float()
+    src, dst, data = tmp_path / "mha", tmp_path / "tucker", tmp_path / "data"
+    save_train_ckpt(model, src)
+    write_data(data)
+    info = cv.main([f"--in_dir={src}", "--to=tucker", "--ranks=3,16,16", "--shared_kv", f"--out_dir={dst}",
+                    f"--data_dir={data}", "--eval_batches=2", "--batch_size=2"])
+    loaded = load_model(str(dst))
+    expected, _ = cv.convert(model, "tucker", ranks=(3, 16, 16), shared_kv=True)
+    idx = tokens()
+    with torch.no_grad():
+        assert torch.allclose(loaded(idx)[0], expected.float()(idx)[0], rtol=1e-5, atol=1e-6)
+    saved = json.loads((dst / "convert.json").read_text())
+    assert saved["val_loss_before"] == pytest.approx(info["val_loss_before"]) and saved["val_loss_after"] > 0
+    assert len(saved["layers"]) == 2 and 0 < saved["layers"][0]["W_rel_err"] < 1
+    ckpt = torch.load(dst / "ckpt.pt", map_location="cpu", weights_only=False)
+    assert ckpt["iter_num"] == 0 and ckpt["best_val_loss"] == float("inf") and ckpt["model_config"]["shared_kv"]
+    # train.py resumes from it unchanged (2 iterations, in this process) and keeps the converted architecture
+    import train
+    train.main(["--init_from=resume", f"--out_dir={dst}", f"--data_dir={data}", "--device=cpu", "--compile=False",
+                "--max_iters=2", "--eval_interval=1", "--eval_iters=1", "--batch_size=2", "--warmup_iters=0",
+                "--lr_decay_iters=2"])
+    after = torch.load(dst / "ckpt.pt", map_location="cpu", weights_only=False)
+    assert after["iter_num"] == 2 and after["model_config"] == ckpt["model_config"]
+    assert after["optimizer"]["param_groups"][0]["weight_decay"] == 0.1
+
+
+def test_spectrum_cli_writes_plots_and_json(tmp_path):
+    save_train_ckpt(make().float(), tmp_path / "mha")
+    save_train_ckpt(make(TUCKER_SEP).float(), tmp_path / "tucker")
+    out = tmp_path / "spectra"
+    data = spectrum.main([str(tmp_path / "mha"), str(tmp_path / "tucker"), "--out", str(out), "--labels", "MHA,Tucker"])
+    for name in ("spectrum_pre.png", "spectrum_post.png", "spectrum.json"):
+        assert (out / name).stat().st_size > 1000
+    saved = json.loads((out / "spectrum.json").read_text())
+    assert [c["label"] for c in saved["checkpoints"]] == ["MHA", "Tucker"] == [c["label"] for c in data["checkpoints"]]
+    tucker = saved["checkpoints"][1]["spectra"]
+    assert len(tucker["pre"]["mode2"]) == 2 and len(tucker["pre"]["mode2"][0]) == D
+    assert sum(v > 1e-6 for v in tucker["post"]["mode1"][0]) == 2  # r~1 = 2
+
+
+# ---------------------------------------------------------------------------------------
+# Hugging Face GPT-2
+
+
+def test_from_hf_gpt2_gives_the_hf_logits():
+    transformers = pytest.importorskip("transformers")
+    # exact GELU ('gelu'): GPT-2's own 'gelu_new' is the tanh approximation our MLP does not use
+    hf_config = transformers.GPT2Config(n_embd=D, n_head=NH, n_layer=2, n_positions=24, vocab_size=61,
+                                        activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                        bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(hf_config).double().eval()
+    with torch.no_grad():
+        for p in hf.parameters():  # every bias and LayerNorm parameter non-trivial
+            p.add_(0.1 * torch.randn_like(p))
+    ours = cv.from_hf_gpt2(hf)
+    idx = tokens()
+    with torch.no_grad():
+        ref = hf(idx).logits
+        assert rel_err(ours(idx)[0], ref) < 1e-10
+        padded = cv.from_hf_gpt2(hf, vocab_size=64)
+        assert padded.config.vocab_size == 64 and rel_err(padded(idx)[0][..., :61], ref) < 1e-10
+    with pytest.warns(UserWarning, match="GELU"):
+        cv.from_hf_gpt2(transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=D, n_head=NH, n_layer=1, n_positions=8, vocab_size=61, bos_token_id=0, eos_token_id=0)))

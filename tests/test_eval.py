@@ -1,0 +1,285 @@
+"""
+Zero-shot evaluation (scripts/eval_zeroshot.py, eval_tasks/cbt) on a tiny random GPT, offline.
+
+- loglikelihood equals the model's own token log-probabilities from one plain forward pass
+  (float64 model, so batching and padding must not move a score by more than rounding),
+  including empty contexts, trailing spaces and contexts longer than block_size;
+- loglikelihood_rolling on a document of ~3 block_size tokens equals the sum of per-token
+  log-probs over windows written out here independently;
+- generate_until stops before the stop string and otherwise equals greedy model.generate;
+- a checkpoint in train.py's format runs end to end through the script (lm_eval.simple_evaluate)
+  on local multiple-choice, perplexity and CBT-format tasks, and writes zeroshot.json;
+- the CBT task YAMLs parse and lm-eval's TaskManager finds cbt_cn and cbt_ne (no download);
+- scripts/results.py puts each run's zeroshot.json beside the paper's zero-shot numbers.
+"""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from model import GPT, GPTConfig  # noqa: E402
+from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
+
+BLOCK = 32
+# Tucker attention with RoPE; vocab padded to 50304 as in training (the wrapper drops the padding)
+CONFIG = dict(block_size=BLOCK, vocab_size=50304, n_layer=2, n_head=2, n_embd=32, attn="tucker",
+              tucker_ranks=(2, 16, 8), pos_emb="rope", bias=False)
+
+
+@pytest.fixture(scope="module")
+def ez():
+    pytest.importorskip("lm_eval")
+    import eval_zeroshot
+    return eval_zeroshot
+
+
+@pytest.fixture(scope="module")
+def enc(gpt2_ranks_file):
+    return get_gpt2_encoding(str(gpt2_ranks_file))
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**CONFIG)).double().eval()
+    # At GPT-2's init a tiny model with tied embeddings only repeats its last input token;
+    # larger weights make greedy text (and the log-probs) vary, which the tests need.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2 and "wte" not in name:
+                p.normal_(0.0, 0.5)
+    return model
+
+
+@pytest.fixture(scope="module")
+def lm(ez, model, gpt2_ranks_file):
+    # batch_size 3: batches mix lengths, so right padding is exercised
+    return ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file), batch_size=3)
+
+
+def _req(kind, *args):
+    from lm_eval.api.instance import Instance
+    return Instance(request_type=kind, doc={}, arguments=args, idx=0)
+
+
+@torch.no_grad()
+def _token_logprobs(model, inputs):
+    """log p(next token) at every position of one unpadded sequence, over GPT-2's real tokens."""
+    logits, _ = model(torch.tensor([inputs]))
+    return F.log_softmax(logits[0, :, :VOCAB_SIZE].double(), dim=-1)
+
+
+def _direct_loglikelihood(model, enc, context, continuation):
+    """The same request scored by hand: tokens split as lm-eval does, left-truncated input."""
+    if context == "":
+        ctx, cont = [EOT], enc.encode(continuation)
+    else:
+        stripped = context.rstrip()
+        moved = context[len(stripped):]  # trailing spaces go to the continuation
+        ctx = enc.encode(stripped)
+        cont = enc.encode(stripped + moved + continuation)[len(ctx):]
+    seq = (ctx + cont)[-(BLOCK + 1):]
+    logp = _token_logprobs(model, seq[:-1])[-len(cont):]
+    target = torch.tensor(cont)
+    ll = logp.gather(-1, target[:, None]).sum().item()
+    return ll, bool((logp.argmax(-1) == target).all()), len(ctx) + len(cont)
+
+
+def test_loglikelihood_matches_forward_pass(lm, model, enc, shakespeare_txt):
+    long_context = shakespeare_txt.read_text()[:600]
+    # a continuation the model itself would produce greedily: is_greedy must come out True
+    prompt = enc.encode("Once upon a time")
+    greedy = model.generate(torch.tensor([prompt]), 2, temperature=0)[0, len(prompt):].tolist()
+    cases = [("The quick brown fox", " jumps over the lazy dog"),
+             ("", "Hello world"),
+             ("Hello ", "world, again"),  # the trailing space moves to the continuation
+             ("A", " b"),
+             (long_context, " and so the story ends here."),  # longer than block_size: truncated
+             ("Once upon a time", enc.decode(greedy))]
+    got = lm.loglikelihood([_req("loglikelihood", c, x) for c, x in cases])
+    for (c, x), (ll, is_greedy) in zip(cases, got):
+        want_ll, want_greedy, n_tokens = _direct_loglikelihood(model, enc, c, x)
+        assert ll == pytest.approx(want_ll, abs=1e-9, rel=1e-12), (c[:20], x)
+        assert is_greedy == want_greedy, (c[:20], x)
+    assert _direct_loglikelihood(model, enc, long_context, cases[4][1])[2] > 3 * BLOCK
+    if enc.encode("Once upon a time" + enc.decode(greedy)) == prompt + greedy:  # BPE round trip
+        assert got[-1][1] is True
+    assert all(ll < 0 for ll, _ in got)
+
+
+def test_loglikelihood_rolling_windows(lm, model, enc, shakespeare_txt):
+    text = shakespeare_txt.read_text()[:2000]
+    toks = enc.encode(text)
+    cut = 3 * BLOCK + 5  # 3 full windows and a short last one
+    doc = enc.decode(toks[:cut])
+    toks = enc.encode(doc)
+    L = len(toks)
+    assert 3 * BLOCK < L < 4 * BLOCK
+
+    # by hand: <|endoftext|> + the first BLOCK - 1 tokens predict tokens 0..BLOCK-1; each later
+    # window predicts up to BLOCK new tokens from the BLOCK tokens before its last one
+    total, scored = 0.0, []
+    logp = _token_logprobs(model, [EOT] + toks[:BLOCK - 1])
+    total += sum(logp[i, toks[i]].item() for i in range(BLOCK))
+    scored += list(range(BLOCK))
+    start = BLOCK
+    while start < L:
+        end = min(start + BLOCK, L)
+        inputs = toks[end - BLOCK - 1:end - 1]  # full context, ending right before token end-1
+        logp = _token_logprobs(model, inputs)
+        for pos in range(start, end):  # input index of the token predicting toks[pos]
+            total += logp[pos - (end - BLOCK), toks[pos]].item()
+        scored += list(range(start, end))
+        start = end
+    assert scored == list(range(L))  # every token exactly once
+
+    short = "To be, or not to be"
+    st = enc.encode(short)
+    logp = _token_logprobs(model, [EOT] + st[:-1])
+    want_short = sum(logp[i, st[i]].item() for i in range(len(st)))
+
+    got = lm.loglikelihood_rolling([_req("loglikelihood_rolling", doc), _req("loglikelihood_rolling", short)])
+    assert got[0] == pytest.approx(total, abs=1e-9, rel=1e-12)
+    assert got[1] == pytest.approx(want_short, abs=1e-9, rel=1e-12)
+
+
+def test_generate_until(lm, model, enc):
+    prompt = "ROMEO:"
+    x = torch.tensor([enc.encode(prompt)])
+    new = model.generate(x, 12, temperature=0, use_cache=True)[0, x.size(1):].tolist()
+    assert all(t < VOCAB_SIZE for t in new)
+    full = enc.decode(new)
+    # a stop string that first occurs inside the generation (not at its start)
+    stop = next(s for s in (enc.decode([t]) for t in new[1:]) if s.strip() and s.isascii() and full.find(s) > 0)
+    want = full.split(stop)[0]
+    got = lm.generate_until([_req("generate_until", prompt, {"until": [stop], "max_gen_toks": 12}),
+                             _req("generate_until", prompt, {"until": ["never appears"], "max_gen_toks": 12})])
+    assert got[0] == want and stop not in got[0] and len(got[0]) < len(full)
+    assert got[1] == full
+
+
+def test_paper_row(ez):
+    metrics = {"wikitext": {"word_perplexity": 40.0}, "lambada_openai": {"perplexity": 20.0, "acc": 0.3},
+               "cbt_cn": {"acc": 0.8}, "cbt_ne": {"acc": 0.6}, "winogrande": {"acc": 0.5}}
+    for t in ("hellaswag", "piqa", "arc_easy", "arc_challenge"):
+        metrics[t] = {"acc": 0.25, "acc_norm": 0.45}
+    row = ez.paper_row(metrics)
+    from paper_tables import OWT_COLUMNS
+    assert list(row) == [c for c in OWT_COLUMNS if c.endswith(("_ppl", "_acc"))]
+    assert row["mean_ppl"] == pytest.approx(30.0)
+    assert row["hellaswag_acc"] == pytest.approx(45.0) and row["lambada_acc"] == pytest.approx(30.0)
+    assert row["mean_acc"] == pytest.approx((30 + 80 + 60 + 45 + 50 + 45 + 45 + 45) / 8)
+    assert ez.paper_row(metrics, "acc")["arc_c_acc"] == pytest.approx(25.0)
+    partial = ez.paper_row({"lambada_openai": {"perplexity": 20.0, "acc": 0.3}})
+    assert partial["lambada_ppl"] == 20.0 and partial["mean_ppl"] is None and partial["mean_acc"] is None
+
+
+def test_cbt_tasks_listed_and_parse(ez):
+    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks._yaml_loader import load_yaml
+    for name in ("CN", "NE"):
+        cfg = load_yaml(ez.EVAL_TASKS_DIR / "cbt" / f"cbt_{name.lower()}.yaml")
+        assert cfg["task"] == f"cbt_{name.lower()}" and cfg["dataset_path"] == "cam-cst/cbt"
+        assert cfg["dataset_name"] == name and cfg["test_split"] == "test"
+        assert cfg["output_type"] == "multiple_choice" and callable(cfg["doc_to_choice"])
+    tm = TaskManager(include_path=str(ez.EVAL_TASKS_DIR), include_defaults=False)  # lm-eval's own: 10 s more
+    assert {"cbt_cn", "cbt_ne"} <= set(tm.all_subtasks)
+    # the other paper tasks ship with the pinned lm-eval under these names
+    import lm_eval
+    shipped = Path(lm_eval.__file__).parent / "tasks"
+    for name, file in (("wikitext", "wikitext/wikitext.yaml"), ("lambada_openai", "lambada/lambada_openai.yaml"),
+                       ("hellaswag", "hellaswag/hellaswag.yaml"), ("winogrande", "winogrande/default.yaml"),
+                       ("piqa", "piqa/piqa.yaml"), ("arc_easy", "arc/arc_easy.yaml"),
+                       ("arc_challenge", "arc/arc_challenge.yaml")):
+        assert load_yaml(shipped / file, resolve_func=False)["task"] == name
+    assert set(ez.PAPER_TASKS) == {task for task, _ in ez.ROW_SOURCES.values()}
+
+    doc = _cbt_doc(0)
+    text = cfg["doc_to_text"](doc)
+    choices = cfg["doc_to_choice"](doc)
+    assert text.startswith('"I have a dog," said Tom.') and "don't" in text
+    assert len(choices) == 10 and choices[cfg["doc_to_target"](doc)] == "Then Tom saw the cat."
+    assert all("XXXXX" not in c for c in choices)
+
+
+def _cbt_doc(i):
+    options = ["cat", "dog", "tree", "house", "ball", "boy", "girl", "sun", "moon", "hat"]
+    sentences = ["`` I have a dog , '' said Tom ."] + [f"He do n't know sentence {k} ." for k in range(19)]
+    return {"sentences": sentences, "question": "Then Tom saw the XXXXX .", "options": options,
+            "answer": options[i % 10]}
+
+
+def test_end_to_end_simple_evaluate(ez, tmp_path, gpt2_ranks_file):
+    """A train.py-format checkpoint through the script: lm_eval.simple_evaluate on local tasks."""
+    torch.manual_seed(1)
+    config = GPTConfig(**CONFIG)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    torch.save({"model": GPT(config).state_dict(), "model_config": config.to_dict(), "iter_num": 0,
+                "best_val_loss": 10.0}, out_dir / "ckpt.pt")
+
+    data, tasks = tmp_path / "data", tmp_path / "tasks"
+    data.mkdir()
+    tasks.mkdir()
+    mc = [{"question": f"What is {a} plus {b}?", "choices": [str(a + b), str(a + b + 1), "seven"], "label": k % 3}
+          for k, (a, b) in enumerate([(1, 2), (3, 4), (2, 2), (5, 1), (0, 9)])]
+    docs = [{"text": "Now is the winter of our discontent made glorious summer by this sun of York. " * 3},
+            {"text": "A horse! a horse! my kingdom for a horse!"}]
+    for name, rows in (("mc", mc), ("docs", docs), ("cbt", [_cbt_doc(i) for i in range(3)])):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def local(name):  # the json builder on a local file; the cache stays in tmp_path
+        return (f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data / name}.jsonl\n"
+                f"  cache_dir: {tmp_path / 'hf_cache'}\ndataset_name: null\ntest_split: test\n")
+    (tasks / "tiny_mc.yaml").write_text(
+        "task: tiny_mc\n" + local("mc") + "output_type: multiple_choice\n"
+        'doc_to_text: "Question: {{question}}\\nAnswer:"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: label\n'
+        "metric_list:\n  - metric: acc\n  - metric: acc_norm\n")
+    (tasks / "tiny_ppl.yaml").write_text(
+        "task: tiny_ppl\n" + local("docs") + "output_type: loglikelihood_rolling\n"
+        'doc_to_text: ""\ndoc_to_target: "{{text}}"\n'
+        "metric_list:\n  - metric: word_perplexity\n  - metric: byte_perplexity\n")
+    # the repo's CBT definition on local CBT-format data (validation/train splits are not in the file)
+    (tasks / "tiny_cbt.yaml").write_text(
+        f"include: {ez.EVAL_TASKS_DIR / 'cbt' / '_cbt_template_yaml'}\ntask: tiny_cbt\n" + local("cbt")
+        + "training_split: null\nvalidation_split: null\n")
+
+    summary = ez.main(["--out_dir", str(out_dir), "--tasks", "tiny_mc,tiny_ppl,tiny_cbt",
+                       "--include_path", str(tasks), "--tokenizer", str(gpt2_ranks_file), "--device", "cpu",
+                       "--batch_size", "4", "--bootstrap_iters", "0"])
+    written = json.loads((out_dir / "zeroshot.json").read_text())
+    assert written["metrics"] == json.loads(json.dumps(summary["metrics"]))
+    m = written["metrics"]
+    for task, metric in (("tiny_mc", "acc"), ("tiny_mc", "acc_norm"), ("tiny_cbt", "acc")):
+        assert 0.0 <= m[task][metric] <= 1.0, (task, metric)
+    assert math.isfinite(m["tiny_ppl"]["word_perplexity"]) and m["tiny_ppl"]["word_perplexity"] > 1
+    assert set(written["row"]) == set(ez.ZERO_SHOT_COLUMNS) and all(v is None for v in written["row"].values())
+    assert written["model_config"]["attn"] == "tucker"
+
+
+def test_results_owt_zeroshot_columns(tmp_path):
+    import results
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    row = {"wikitext2_ppl": 40.0, "lambada_ppl": 20.0, "mean_ppl": 30.0, "lambada_acc": 25.0,
+           "cbt_cn_acc": 80.0, "cbt_ne_acc": 60.0, "hellaswag_acc": 30.0, "winogrande_acc": 50.0,
+           "piqa_acc": 63.0, "arc_e_acc": 42.0, "arc_c_acc": 24.0, "mean_acc": 46.75}
+    for seed, shift in ((1, 0.0), (2, 2.0)):
+        d = runs / f"mha-rope_off-s{seed}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"best_val_loss": 2.9, "best_iter": 100, "finished": True}))
+        (d / "zeroshot.json").write_text(json.dumps({"row": {k: v + shift for k, v in row.items()}}))
+    results.main(["owt", "--runs", str(runs), "--out", str(out)])
+    recs = {(r["row"], r["rope"]): r for r in json.loads((out / "table.json").read_text())}
+    mha = recs[("mha", "off")]
+    assert mha["zeroshot"]["wikitext2_ppl"] == pytest.approx(41.0) and mha["n_zeroshot"] == 2
+    assert recs[("gqa4", "off")]["zeroshot"]["mean_acc"] is None
+    md = (out / "table.md").read_text()
+    assert "Zero-shot" in md and "41.00 / 37.15" in md  # ours / the paper's WikiText2 ppl for MHA
