@@ -17,8 +17,8 @@ import convert as cv  # noqa: E402
 import spectrum  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from tensor_forms import attention_tensors, tucker_tensor  # noqa: E402
+from tiny import TINY, make, rel_err, tokens  # noqa: E402
 
-TINY = dict(n_layer=2, n_head=4, n_embd=32, block_size=24, vocab_size=61, bias=False)
 D, NH = TINY["n_embd"], TINY["n_head"]
 TUCKER_SEP = dict(attn="tucker", tucker_ranks=(3, 12, 10), tucker_ranks_post=(2, 10, 6))
 TUCKER_SHARED = dict(attn="tucker", tucker_ranks=(3, 12, 10), shared_kv=True)
@@ -41,24 +41,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def make(overrides=None, dtype=torch.float64, seed=0, **extra):
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(**{**TINY, **(overrides or {"attn": "mha"}), **extra})).to(dtype)
-    with torch.no_grad():  # far from uniform attention, so every term matters numerically
-        for name, p in model.named_parameters():
-            if ".attn." in name:
-                p.mul_(3.0)
-    return model.eval()
-
-
-def rel_err(a, b):
-    return ((a - b).norm() / b.norm()).item()
-
-
-def tokens(B=2, T=TINY["block_size"], seed=1):
-    return torch.randint(0, TINY["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
 
 
 def unfold(T, mode):

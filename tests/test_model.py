@@ -8,8 +8,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from model import ATTENTION, GPT, GPTConfig, LayerCache, rope_cache
 from tensor_forms import attention_tensors, head_factors, to_tucker, tucker_config_of
+from tiny import TINY, make, rel_err, tokens  # noqa: E402
 
-TINY = dict(n_layer=2, n_head=4, n_embd=32, block_size=24, vocab_size=61, bias=False)
 
 # every family x position scheme (id, GPTConfig overrides)
 VARIANTS = [
@@ -33,27 +33,6 @@ ROPE_VARIANTS = [
     ("tucker_shared_rope", dict(attn="tucker", tucker_ranks=(3, 12, 10), shared_kv=True, pos_emb="rope")),
 ]
 ALL = VARIANTS + ROPE_VARIANTS
-
-
-def make(overrides, dtype=torch.float64, seed=0, **extra):
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(**{**TINY, **overrides, **extra})).to(dtype)
-    # Scale weights up from GPT-2's 0.02 so that attention is far from uniform and every term
-    # of every equivalence actually matters numerically.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if ".attn." in name:
-                p.mul_(3.0)
-    return model.eval()
-
-
-def rel_err(a, b):
-    return ((a - b).norm() / b.norm()).item()
-
-
-def tokens(B=2, T=TINY["block_size"], seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, TINY["vocab_size"], (B, T), generator=g)
 
 
 # ---------------------------------------------------------------------------------------
