@@ -357,7 +357,7 @@ def main(argv):
     timer = PhaseTimer(device)
     t_start = time.time()
     t_log = time.time()
-    start_iter = iter_num
+    start_iter, start_best_iter = iter_num, best_iter
     final_val = None
     reason = "max_iters"
     running_mfu = -1.0
@@ -367,7 +367,11 @@ def main(argv):
         for group in optimizer.param_groups:
             group["lr"] = lr
 
-        resumed_here = cfg["init_from"] == "resume" and iter_num == start_iter
+        # a resumed run has already evaluated (and checkpointed) this iteration, unless the checkpoint
+        # never saw an evaluation (best_iter < 0: e.g. a converted model about to be fine-tuned);
+        # eval_only asks anew
+        resumed_here = (cfg["init_from"] == "resume" and iter_num == start_iter and start_best_iter >= 0
+                        and not cfg["eval_only"])
         if (iter_num % cfg["eval_interval"] == 0 or iter_num >= cfg["max_iters"]) and not resumed_here:
             losses = evaluate()
             final_val = losses["val"]

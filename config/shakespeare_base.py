@@ -8,7 +8,7 @@
 out_dir = 'out-shakespeare'
 eval_interval = 100       # 100 evaluations over the run; best_val_loss is what the table reports
 eval_full_val = True      # the val split is small: evaluate all of it, deterministically
-eval_iters = 200          # unused when eval_full_val=True
+eval_iters = 10           # random batches for the train-split loss (val uses the whole split)
 log_interval = 10
 always_save_checkpoint = False  # keep only the best checkpoint (small data, overfits late)
 

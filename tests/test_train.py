@@ -68,20 +68,25 @@ def test_each_family_learns(family, data_dir, tmp_path):
 
 def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
     """eval_full_val: the val loss is the token-weighted mean over all non-overlapping windows."""
+    import shutil
     import numpy as np
     from model import GPT, GPTConfig
+    small = tmp_path / "data"  # the real train split, the first 5,000 val tokens (keeps the test fast)
+    small.mkdir()
+    shutil.copy(data_dir / "train.bin", small / "train.bin")
+    np.fromfile(data_dir / "val.bin", dtype=np.uint16)[:5000].tofile(small / "val.bin")
     out = tmp_path / "eval"
-    run(["train.py", *TINY, *FAMILIES["tucker"], "--block_size=256", "--batch_size=64", f"--data_dir={data_dir}",
+    run(["train.py", *TINY, *FAMILIES["tucker"], "--block_size=64", "--batch_size=16", f"--data_dir={small}",
          f"--out_dir={out}", "--max_iters=2", "--eval_interval=2", "--eval_full_val=True", "--eval_iters=1"])
     ckpt = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)
     model = GPT(GPTConfig(**ckpt["model_config"])).eval()
     model.load_state_dict(ckpt["model"])
-    val = torch.from_numpy(np.fromfile(data_dir / "val.bin", dtype=np.uint16).astype(np.int64))
-    n = (len(val) - 1) // 256
-    X = val[:n * 256].view(n, 256)
-    Y = val[1:n * 256 + 1].view(n, 256)
+    val = torch.from_numpy(np.fromfile(small / "val.bin", dtype=np.uint16).astype(np.int64))
+    n = (len(val) - 1) // 64  # 78 windows: 4 full batches of 16 and one of 14
+    X = val[:n * 64].view(n, 64)
+    Y = val[1:n * 64 + 1].view(n, 64)
     with torch.no_grad():
-        expected = torch.cat([model(x, y)[1].view(1) * y.numel() for x, y in zip(X.split(64), Y.split(64))]).sum() / Y.numel()
+        expected = torch.cat([model(x, y)[1].view(1) * y.numel() for x, y in zip(X.split(16), Y.split(16))]).sum() / Y.numel()
     logged = [r["val_loss"] for r in read_log(out) if r.get("iter") == 2 and "val_loss" in r][0]
     assert logged == pytest.approx(expected.item(), rel=1e-6)
 
@@ -168,6 +173,17 @@ def test_non_finite_loss_stops_and_keeps_checkpoint(data_dir, tmp_path):
     assert not summary["finished"] and "non-finite" in summary["stopped_reason"]
     kept = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)  # the last good one is kept
     assert kept["iter_num"] == 4 and all(torch.equal(kept["model"][k], good[k]) for k in good)
+
+
+def test_eval_only_on_a_resumed_checkpoint_evaluates(data_dir, tmp_path):
+    out = tmp_path / "evalonly"
+    common = ["train.py", *TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=4"]
+    run([*common, "--max_iters=4"])
+    before = [r for r in read_log(out) if "val_loss" in r]
+    run([*common, "--init_from=resume", "--eval_only=True"])
+    after = [r for r in read_log(out) if "val_loss" in r]
+    assert len(after) == len(before) + 1 and after[-1]["iter"] == 4
+    assert after[-1]["val_loss"] == before[-1]["val_loss"]  # same weights, same evaluation batches
 
 
 def test_sample_from_trained_checkpoint(data_dir, tmp_path, gpt2_ranks_file):
