@@ -201,6 +201,11 @@ def print_rescaled(t, rows) -> None:
               f"{r['paper_attn_params_mb_bf16']:7.2f} {r['diff_attn_params_mb']:+6.2f} | "
               f"{r['kv_cache_mb']:8.2f} {r['paper_kv_cache_mb']:6.{dpk}f} {r['paper_kv_cache_mb_bf16']:7.2f} "
               f"{r['diff_kv_cache_mb']:+6.2f} | {star}")
+    print_notes(t, rows)
+
+
+def print_notes(t, rows):
+    """The notes of the flagged rows, then the conventions footer."""
     print()
     print("Notes:")
     for r in rows:
@@ -236,13 +241,7 @@ def main():
         print(f"{r['row']:25s} {r['rope']:4s} | {r['attn_params_mb']:9.{dp}f} {r['paper_attn_params_mb']:7.{dp}f} "
               f"{r['diff_attn_params_mb']:+7.{dp}f} | {r['kv_cache_mb']:8.{dk + 1}f} {r['paper_kv_cache_mb']:7.{dk}f} "
               f"{r['diff_kv_cache_mb']:+7.{dk + 1}f} | {star}")
-    print()
-    print("Notes:")
-    for r in rows:
-        if r["note"]:
-            print(f"  {r['row']}/{r['rope']}: " + "\n      ".join(r["notes"]))
-    print()
-    print(footer(t))
+    print_notes(t, rows)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # bench_train holds the variant list and the helpers both benchmarks share (and puts the repo on sys.path)
-from bench_train import (SDPA_BACKENDS, VARIANTS, Clock, add_ratios, fmt, markdown_table,  # noqa: E402
+from bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, markdown_table,  # noqa: E402
                          model_config, parse_ints, peak_memory_gib, release, reset_peak_memory, run_info,
                          sdpa_context, select_variants, short_error, write_report)
 from model import GPT  # noqa: E402
@@ -188,12 +188,7 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=None, help="timed steps / replays (default 100; --tiny: 3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up replays (default 10; --tiny: 1)")
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
-    p.add_argument("--sdpa_backend", default="auto", choices=SDPA_BACKENDS)
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--tiny", action="store_true", help="a tiny model (CPU smoke test)")
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--out_dir", default=None, help="write NAME.md and NAME.json here")
-    p.add_argument("--name", default="bench_decode", help="file name stem of the outputs (e.g. one per backend)")
+    add_common_args(p, name="bench_decode")
     args = p.parse_args(argv)
 
     device = torch.device(args.device)

@@ -352,6 +352,16 @@ def render(rows, info) -> str:
     return head + markdown_table(headers, body)
 
 
+def add_common_args(p, name: str) -> None:
+    """Options both benchmarks share (bench_decode.py imports this)."""
+    p.add_argument("--sdpa_backend", default="auto", choices=SDPA_BACKENDS)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true", help="a tiny model (CPU smoke test)")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--out_dir", default=None, help="write NAME.md and NAME.json here")
+    p.add_argument("--name", default=name, help="file name stem of the outputs (e.g. one per backend)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -368,12 +378,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=None,
                    help="warm-up iterations, compile included (default 20; --tiny: 1)")
     p.add_argument("--peak_tflops", type=float, default=790.0, help="bf16 matmul rate measured on the H200")
-    p.add_argument("--sdpa_backend", default="auto", choices=SDPA_BACKENDS)
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--tiny", action="store_true", help="a tiny model (CPU smoke test)")
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--out_dir", default=None, help="write NAME.md and NAME.json here")
-    p.add_argument("--name", default="bench_train", help="file name stem of the outputs (e.g. one per backend)")
+    add_common_args(p, name="bench_train")
     args = p.parse_args(argv)
 
     device = torch.device(args.device)
