@@ -175,6 +175,20 @@ def test_non_finite_loss_stops_and_keeps_checkpoint(data_dir, tmp_path):
     assert kept["iter_num"] == 4 and all(torch.equal(kept["model"][k], good[k]) for k in good)
 
 
+def test_wandb_offline_logging(data_dir, tmp_path):
+    """--wandb_log=True imports wandb lazily and logs offline (WANDB_MODE=offline, no network)."""
+    pytest.importorskip("wandb")
+    out = tmp_path / "wb"
+    env_extra = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
+    proc = subprocess.run([sys.executable, "train.py", *TINY, *FAMILIES["mha"], f"--data_dir={data_dir}",
+                           f"--out_dir={out}", "--max_iters=4", "--eval_interval=2", "--wandb_log=True",
+                           "--save_checkpoint=False"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env_extra})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb")), "no offline wandb run written"
+
+
 def test_eval_only_on_a_resumed_checkpoint_evaluates(data_dir, tmp_path):
     out = tmp_path / "evalonly"
     common = ["train.py", *TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=4"]
