@@ -41,15 +41,24 @@ def fail(msg: str):
     sys.exit(2)
 
 
+def load_checkpoint(path: str):
+    """(model, checkpoint dict) from a ckpt.pt path or an out_dir holding one; the model is rebuilt
+    from the checkpoint's own GPTConfig, in the dtype it was saved in."""
+    path = os.path.join(path, "ckpt.pt") if os.path.isdir(path) else path
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    state = {k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()}
+    model = GPT(GPTConfig.from_dict(checkpoint["model_config"])).to(next(iter(state.values())).dtype)
+    model.load_state_dict(state)
+    return model.eval(), checkpoint
+
+
 def load_model(out_dir: str, ckpt: str = "ckpt.pt", device="cpu") -> GPT:
     path = os.path.join(out_dir, ckpt)
     if not os.path.exists(path):
         fail(f"no checkpoint at {path}: train one first (python train.py ... --out_dir={out_dir})")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    model = GPT(GPTConfig.from_dict(checkpoint["model_config"]))
-    state = {k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()}
-    model.load_state_dict(state)
-    return model.to(device).eval()
+    return load_checkpoint(path)[0].to(device)
 
 
 def main(argv):

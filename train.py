@@ -144,6 +144,33 @@ class Batches:
         return x.to(device), y.to(device)
 
 
+@torch.no_grad()
+def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: int, full: bool, device,
+               autocast=nullcontext(), seed: int = 0, rank: int = 0, world: int = 1) -> float:
+    """Token-mean loss of `model` on a token file: every non-overlapping block_size window in order
+    (full=True, deterministic), or n_batches random batches from a generator seeded with `seed`
+    (the same batches every call). Under DDP each rank takes every world-th batch and the sums
+    are reduced, so every rank returns the same number."""
+    batches = Batches(path, block_size, batch_size, seed=seed)
+    if full:
+        chunks = list(torch.arange(0, batches.n_tokens - block_size, block_size).split(batch_size))
+    else:
+        chunks = list(batches.draw(n_batches))
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(2, device=device, dtype=torch.float64)  # (sum of token losses, tokens)
+    for j in range(rank, len(chunks), world):
+        X, Y = batches.get(chunks[j], device)
+        with autocast:
+            _, loss = model(X, Y)
+        total[0] += loss.double() * Y.numel()
+        total[1] += Y.numel()
+    if world > 1:
+        torch.distributed.all_reduce(total)
+    model.train(was_training)
+    return (total[0] / total[1]).item()
+
+
 class PhaseTimer:
     """Forward / backward / optimizer milliseconds per iteration (CUDA events on GPU: no syncs
     in the step; perf_counter on CPU). Read out at log time, medians in the summary."""
@@ -304,31 +331,15 @@ def main(argv):
             if wandb is not None:
                 wandb.log(record, step=record["iter"])
 
-    @torch.no_grad()
     def evaluate():
         """Mean loss on train (eval_iters random batches, a fixed generator: the same batches
         at every evaluation) and val (the same, or the whole split in order), over all ranks."""
-        model.eval()
         out = {}
-        block, bs = gptconf.block_size, cfg["batch_size"]
         for split in ("train", "val"):
-            path = os.path.join(data_dir, f"{split}.bin")
-            batches = Batches(path, block, bs, seed=cfg["seed"] + 1)
-            if split == "val" and cfg["eval_full_val"]:
-                starts = torch.arange(0, batches.n_tokens - block - 1 + 1, block)  # non-overlapping windows
-                chunks = list(starts.split(bs))
-            else:
-                chunks = list(batches.draw(cfg["eval_iters"]))
-            total = torch.zeros(2, device=device, dtype=torch.float64)  # (sum of token losses, tokens)
-            for j in range(rank, len(chunks), world):
-                X, Y = batches.get(chunks[j], device)
-                with autocast:
-                    _, loss = model(X, Y)
-                total += torch.stack([loss.double() * Y.numel(), torch.tensor(float(Y.numel()), device=device, dtype=torch.float64)])
-            if ddp:
-                torch.distributed.all_reduce(total)
-            out[split] = (total[0] / total[1]).item()
-        model.train()
+            full = split == "val" and cfg["eval_full_val"]
+            out[split] = split_loss(model, os.path.join(data_dir, f"{split}.bin"), gptconf.block_size,
+                                    cfg["batch_size"], cfg["eval_iters"], full, device, autocast,
+                                    seed=cfg["seed"] + 1, rank=rank, world=world)
         return out
 
     def save_checkpoint(path):

@@ -46,6 +46,7 @@ with the per-layer reconstruction errors and the val losses.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -55,13 +56,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from model import GPT, GPTConfig, GroupedQueryAttention, LatentAttention, TuckerAttention  # noqa: E402
+from sample import load_checkpoint  # noqa: E402  (re-exported: convert.load_checkpoint)
 from tensor_forms import head_factors  # noqa: E402
 
 Tensor = torch.Tensor
@@ -479,18 +480,6 @@ def convert(model: GPT, to: str, *, ranks=None, ranks_post=None, n_kv_head=None,
 # Sources: a train.py checkpoint, or Hugging Face GPT-2
 
 
-def load_checkpoint(path: str) -> Tuple[GPT, dict]:
-    """(model, checkpoint dict) from out_dir/ckpt.pt or a .pt path; the model in the saved dtype."""
-    path = os.path.join(path, "ckpt.pt") if os.path.isdir(path) else path
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    state = {k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()}
-    model = GPT(GPTConfig.from_dict(checkpoint["model_config"])).to(next(iter(state.values())).dtype)
-    model.load_state_dict(state)
-    return model.eval(), checkpoint
-
-
 def from_hf_gpt2(hf_model, vocab_size: Optional[int] = None) -> GPT:
     """Our GPT (attn='mha', bias=True, learned positions) with the weights of a transformers
     GPT2LMHeadModel. HF's Conv1D stores weights (in, out), nn.Linear (out, in): transpose them.
@@ -536,31 +525,16 @@ def from_hf_gpt2(hf_model, vocab_size: Optional[int] = None) -> GPT:
 # Evaluation and output
 
 
-@torch.no_grad()
 def val_loss(model: GPT, data_dir: str, batches: int, batch_size: int, device: str = "cpu",
              dtype: str = "float32", seed: int = 1337) -> float:
     """Mean loss on `batches` x `batch_size` random windows of val.bin (the same windows for every
-    model: a fixed seed)."""
-    data = np.memmap(os.path.join(data_dir, "val.bin"), dtype=np.uint16, mode="r")
-    block = model.config.block_size
-    if len(data) <= block + 1:
-        raise ValueError(f"val.bin has {len(data)} tokens, fewer than block_size + 1 = {block + 1}")
-    gen = torch.Generator().manual_seed(seed)
-    offsets = torch.randint(len(data) - block - 1, (batches, batch_size), generator=gen)
+    model: a fixed seed), with train.py's own evaluation."""
+    from train import split_loss  # noqa: lazy (train.py is import-safe)
     dev = torch.device(device)
-    autocast = (torch.autocast(device_type=dev.type, dtype=getattr(torch, dtype)) if dtype != "float32" else None)
-    model = model.to(dev).eval()
-    total = 0.0
-    for row in offsets:
-        x = torch.stack([torch.from_numpy(data[i:i + block].astype(np.int64)) for i in row.tolist()]).to(dev)
-        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block].astype(np.int64)) for i in row.tolist()]).to(dev)
-        if autocast is not None:
-            with autocast:
-                loss = model(x, y)[1]
-        else:
-            loss = model(x, y)[1]
-        total += loss.item()
-    return total / batches
+    autocast = (torch.autocast(device_type=dev.type, dtype=getattr(torch, dtype)) if dtype != "float32"
+                else contextlib.nullcontext())
+    return split_loss(model.to(dev), os.path.join(data_dir, "val.bin"), model.config.block_size, batch_size,
+                      batches, full=False, device=dev, autocast=autocast, seed=seed)
 
 
 def write_checkpoint(model: GPT, out_dir: str, source_config: Optional[dict], info: dict,

@@ -81,19 +81,11 @@ def train(out_dir: Path, args, env, iters: int, **extra) -> dict:
 @torch.no_grad()
 def full_val_loss(ckpt_dir: Path, data_dir: str, batch_size: int) -> float:
     """train.py's eval_full_val: token-mean loss over all non-overlapping block_size windows of val.bin."""
-    from convert import load_checkpoint
-    from train import Batches
+    from sample import load_checkpoint
+    from train import split_loss
     model, _ = load_checkpoint(str(ckpt_dir))
-    model = model.float().eval()
-    block = model.config.block_size
-    batches = Batches(os.path.join(data_dir, "val.bin"), block, batch_size, seed=0)
-    starts = torch.arange(0, batches.n_tokens - block, block)
-    total, count = 0.0, 0
-    for chunk in starts.split(batch_size):
-        X, Y = batches.get(chunk, torch.device("cpu"))
-        total += model(X, Y)[1].double().item() * Y.numel()
-        count += Y.numel()
-    return total / count
+    return split_loss(model.float(), os.path.join(data_dir, "val.bin"), model.config.block_size, batch_size,
+                      0, full=True, device=torch.device("cpu"))
 
 
 def convert_and_finetune(r, mha_dir: Path, args, env) -> dict:

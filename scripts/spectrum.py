@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from convert import DENSE_LIMIT, factored_tensors, load_checkpoint, mode_svd  # noqa: E402
+from convert import DENSE_LIMIT, factored_tensors, mode_svd  # noqa: E402
+from sample import load_checkpoint  # noqa: E402
 
 TENSORS = ("pre", "post")  # W, W~
 MODE_TITLES = {
