@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from typing import Dict, Optional, Tuple
 
@@ -235,11 +236,20 @@ def rope_at(rope: Tuple[torch.Tensor, torch.Tensor], start: int, length: int):
     return cos[start:start + length], sin[start:start + length]
 
 
+def rope_rows(rope: Tuple[torch.Tensor, torch.Tensor], pos: torch.Tensor):
+    """The (cos, sin) rows (1, D/2) of the position held in the (1,) long tensor `pos` (decode step:
+    the position lives on the device, so no host value is needed and a CUDA graph can replay it)."""
+    cos, sin = rope
+    return cos.index_select(0, pos), sin.index_select(0, pos)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate pairs (x[..., i], x[..., i + D/2]) of x (..., N, D) by the angles of cos/sin (N, D/2).
 
     This is R(n, D) of the paper in the "rotate half" layout (GPT-NeoX / LLaMA); it satisfies
-    R(m) R(n)^T = R(m - n), so q_m . k_n depends on m - n only.
+    R(m) R(n)^T = R(m - n), so q_m . k_n depends on m - n only. cos/sin broadcast against x's
+    leading dims: (N, 1, D/2) rotates x laid out as (B, N, heads, D) before the head transpose,
+    which keeps q and k in the layout SDPA gets without RoPE (no extra copy in the backward).
     """
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
@@ -273,8 +283,40 @@ class LayerCache:
         self.pos += T
         return out
 
+    def write_at(self, pos: torch.Tensor, **new: torch.Tensor) -> None:
+        """Decode step: write one token's entries (B, heads, 1, dim) at the position held in the (1,)
+        long tensor `pos`, in place (fixed addresses and shapes: a captured CUDA graph replays it).
+        Host-side `self.pos` is left alone; the static decoder tracks it."""
+        for name, value in new.items():
+            self.store[name].index_copy_(2, pos, value.to(self.store[name].dtype))
+
     def values_per_token(self) -> int:
         return sum(buf.size(1) * buf.size(3) for buf in self.store.values())
+
+
+class InferenceForm:
+    """Mixin: an attention's inference form (fused/absorbed weights), built once from the current
+    weights and rebuilt when any of them changes (an optimizer step, load_state_dict, .to()):
+    the key is every parameter's storage address and in-place version counter."""
+
+    def inference_form(self) -> Dict[str, torch.Tensor]:
+        key = tuple((p.data_ptr(), p._version, p.dtype) for p in self.parameters())
+        cached = self.__dict__.get("_inference_form")
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                cached = (key, self.build_inference_form())
+            self.__dict__["_inference_form"] = cached
+        return cached[1]
+
+
+def _cat_linear(layers) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Weights (sum out, in) and biases of nn.Linear layers reading the same input: one matmul."""
+    weight = torch.cat([lin.weight for lin in layers], dim=0)
+    biases = [lin.bias for lin in layers]
+    if all(b is None for b in biases):
+        return weight, None
+    return weight, torch.cat([b if b is not None else weight.new_zeros(lin.out_features)
+                              for lin, b in zip(layers, biases)])
 
 
 def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.Tensor:
@@ -290,6 +332,14 @@ def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.T
     # several new tokens after a cached prefix: query i (at q_start + i) sees keys 0 .. q_start + i
     mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=q_start)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, **gqa)
+
+
+def decode_attention(q, k, v, length, *, scale, rope=None):
+    """One new token per sequence attends to its whole cache buffer (positions 0 .. length - 1):
+    decode_attention.decode_attention, the one dispatch point (Triton flash-decoding on CUDA,
+    SDPA elsewhere). q (B, nH, Dk), k (B, nG, L, Dk), v (B, nG, L, Dv) -> (B, nH, Dv)."""
+    from decode_attention import decode_attention as dispatch  # imported on first use, not at import
+    return dispatch(q, k, v, length, scale=scale, rope=rope)
 
 
 def _normal_(t: torch.Tensor, std: float) -> None:
@@ -340,17 +390,58 @@ class GroupedQueryAttention(nn.Module):
     def cache_spec(self) -> Dict[str, Tuple[int, int]]:
         return {"k": (self.n_kv_head, self.head_dim), "v": (self.n_kv_head, self.head_dim)}
 
+    def per_head_weights(self) -> Dict[str, Optional[torch.Tensor]]:
+        """The weights in the paper's convention (x a row vector, q_i = x W_Q,i), as views of the
+        parameters: W_Q (nH, d, dH); W_K, W_V (nG, d, dH), key/value head g serving query heads
+        g nH/nG .. (g+1) nH/nG - 1; W_O (nH, dH, d), y = sum_i o_i W_O,i. Biases b_Q (nH, dH),
+        b_K, b_V (nG, dH), b_O (d), or None. (c_attn stores [W_Q | W_K | W_V]^T, nn.Linear style.)"""
+        nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
+        sizes = [nH * dH, nG * dH, nG * dH]
+        Wq, Wk, Wv = self.c_attn.weight.split(sizes, dim=0)  # (n dH, d) each
+        bq, bk, bv = self.c_attn.bias.split(sizes) if self.c_attn.bias is not None else (None,) * 3
+        heads = lambda w, n: w.view(n, dH, -1).transpose(1, 2)  # (n dH, d) -> (n, d, dH)
+        bias = lambda b, n: None if b is None else b.view(n, dH)
+        return dict(W_Q=heads(Wq, nH), W_K=heads(Wk, nG), W_V=heads(Wv, nG),
+                    W_O=self.c_proj.weight.t().view(nH, dH, -1),
+                    b_Q=bias(bq, nH), b_K=bias(bk, nG), b_V=bias(bv, nG), b_O=self.c_proj.bias)
+
+    @torch.no_grad()
+    def load_per_head_weights(self, weights: Dict[str, Optional[torch.Tensor]]) -> None:
+        """Set the layer from `weights`, named and shaped as per_head_weights() (any dtype): every
+        tensor the layer has must be given, none it lacks. A second name of one shared tensor (MLA's
+        W_DV = W_DK, Tucker's U3_post = U3 with shared KV) may be left out, or must be equal."""
+        own = self.per_head_weights()
+        unknown = sorted(set(weights) - set(own))
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no {unknown}; its weights are {sorted(own)}")
+        for name, target in own.items():
+            value = weights.get(name)
+            if target is None:
+                if value is not None:
+                    raise ValueError(f"{type(self).__name__} has no {name} (no bias, shared KV or no RoPE)")
+                continue
+            first = next(n for n, t in own.items() if t is target)  # == name unless shared
+            if value is None:
+                if first == name:
+                    raise ValueError(f"{type(self).__name__}: {name} is missing")
+                continue
+            if tuple(value.shape) != tuple(target.shape):
+                raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {tuple(target.shape)}")
+            if first != name and not torch.equal(value.to(target), weights[first].to(target)):
+                raise ValueError(f"{name} is {first} in this layer (shared): the two must be equal")
+            target.copy_(value)
+
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
         B, T, d = x.size()
         nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
         q, k, v = self.c_attn(x).split([nH * dH, nG * dH, nG * dH], dim=2)
-        q = q.view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
-        k = k.view(B, T, nG, dH).transpose(1, 2)  # (B, nG, T, dH)
-        v = v.view(B, T, nG, dH).transpose(1, 2)  # (B, nG, T, dH)
+        q, k = q.view(B, T, nH, dH), k.view(B, T, nG, dH)  # (B, T, heads, dH)
         q_start = cache.pos if cache is not None else 0
-        if self.rope:
+        if self.rope:  # rotated before the head transpose: (T, 1, dH/2) tables broadcast over heads
             cos, sin = rope_at(rope, q_start, T)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = apply_rope(q, cos[:, None], sin[:, None]), apply_rope(k, cos[:, None], sin[:, None])
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nH, T, dH), (B, nG, T, dH)
+        v = v.view(B, T, nG, dH).transpose(1, 2)  # (B, nG, T, dH)
         if cache is not None:
             kv = cache.append(k=k, v=v)
             k, v = kv["k"], kv["v"]  # (B, nG, S, dH)
@@ -359,13 +450,29 @@ class GroupedQueryAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, nH dH)
         return self.resid_dropout(self.c_proj(y))
 
+    def decode(self, x, rope, cache: LayerCache, pos: torch.Tensor):
+        """One new token per sequence, x (B, 1, d), at the device position `pos` ((1,) long): the
+        static decode step (fixed shapes and addresses, no host sync). The weights are used as
+        trained (c_attn is already one fused projection), the cache holds rotated keys."""
+        B = x.size(0)
+        nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.c_attn(x.view(B, -1)).split([nH * dH, nG * dH, nG * dH], dim=1)
+        q, k, v = q.view(B, nH, dH), k.view(B, nG, 1, dH), v.view(B, nG, 1, dH)
+        if self.rope:
+            cos, sin = rope_rows(rope, pos)  # (1, dH/2)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        cache.write_at(pos, k=k, v=v)
+        y = decode_attention(q, cache.store["k"], cache.store["v"], pos + 1,
+                             scale=1.0 / math.sqrt(dH))  # (B, nH, dH)
+        return self.c_proj(y.reshape(B, 1, nH * dH))
+
     def flops_per_token(self, ctx: int) -> int:
         """Forward FLOPs per token: weight matmuls + scores and weighted sum over ctx keys."""
         d, nH, nG, dH = self.c_proj.in_features, self.n_head, self.n_kv_head, self.head_dim
         return 2 * (d * (nH + 2 * nG) * dH + d * d) + 2 * nH * ctx * (dH + dH)
 
 
-class LatentAttention(nn.Module):
+class LatentAttention(InferenceForm, nn.Module):
     """Multi-head latent attention (MLA, DeepSeek-V2) with shared or separated KV down-projection.
 
     Query:   c_Q = x W_DQ (dcQ), q_i = c_Q W_UQ,i (dH)         [or q = x W_Q when q_rank is None]
@@ -435,10 +542,39 @@ class LatentAttention(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def cache_spec(self) -> Dict[str, Tuple[int, int]]:
-        spec = {"c_kv": (1, self.kv_rank)} if self.shared_kv else {"c_k": (1, self.kv_rank), "c_v": (1, self.kv_rank)}
-        if self.decoupled:
-            spec["k_rope"] = (1, self.rope_head_dim)
-        return spec
+        # The key row is [c_K | k^R] (decoupled RoPE appends the shared rotary key), so the absorbed
+        # attention reads ONE key tensor; shared KV stores it once and the value is its first dcK dims.
+        key_dim = self.kv_rank + self.rope_head_dim
+        return {"kv": (1, key_dim)} if self.shared_kv else {"k": (1, key_dim), "v": (1, self.kv_rank)}
+
+    def per_head_weights(self) -> Dict[str, Optional[torch.Tensor]]:
+        """The weights in the paper's convention (x a row vector), as views of the parameters:
+        c_Q = x W_DQ, q_i = c_Q W_UQ,i; k_i = (x W_DK) W_UK,i; v_i = (x W_DV) W_UV,i; y = sum_i o_i W_O,i.
+        W_DQ (d, dcQ), or None for the full query (then W_UQ,i is W_Q,i, d x dH); W_UQ (nH, dcQ, dH);
+        W_DK (d, dcK) (W_DKV when shared); W_UK (nH, dcK, dH); W_DV (d, dcK), the same tensor as W_DK
+        when shared; W_UV (nH, dcK, dH); W_O (nH, dH, d); decoupled RoPE: W_QR (nH, dcQ or d, dR) and
+        W_KR (d, dR), else None. Biases b_DQ, b_UQ (nH, dH), b_DK, b_UK, b_DV, b_UV, b_QR (nH, dR),
+        b_KR, b_O, or None (b_DV is b_DK when shared)."""
+        nH, dH, dR = self.n_head, self.head_dim, self.rope_head_dim
+        q_rope, k_rope = (self.q_rope, self.k_rope) if self.decoupled else (None, None)
+        up = lambda lin, n: None if lin is None else lin.weight.view(nH, n, -1).transpose(1, 2)  # (nH, r, n)
+        down = lambda lin: None if lin is None else lin.weight.t()  # (d, r)
+        bias = lambda lin, *shape: None if lin is None or lin.bias is None else lin.bias.view(*shape)
+        W_DK, b_DK = down(self.k_down), bias(self.k_down, -1)
+        return dict(W_DQ=down(self.q_down), W_UQ=up(self.q_up, dH), W_DK=W_DK, W_UK=up(self.k_up, dH),
+                    W_DV=W_DK if self.shared_kv else down(self.v_down), W_UV=up(self.v_up, dH),
+                    W_O=self.c_proj.weight.t().view(nH, dH, -1), W_QR=up(q_rope, dR), W_KR=down(k_rope),
+                    b_DQ=bias(self.q_down, -1), b_UQ=bias(self.q_up, nH, dH), b_DK=b_DK, b_UK=bias(self.k_up, nH, dH),
+                    b_DV=b_DK if self.shared_kv else bias(self.v_down, -1), b_UV=bias(self.v_up, nH, dH),
+                    b_QR=bias(q_rope, nH, dR), b_KR=bias(k_rope, -1), b_O=self.c_proj.bias)
+
+    load_per_head_weights = GroupedQueryAttention.load_per_head_weights
+
+    def cached_kv(self, cache: LayerCache) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The whole cache buffers as (key (B, 1, L, dcK + dR), value (B, 1, L, dcK)) views."""
+        if self.shared_kv:
+            return cache.store["kv"], cache.store["kv"][..., :self.kv_rank]
+        return cache.store["k"], cache.store["v"]
 
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
         B, T, d = x.size()
@@ -455,13 +591,11 @@ class LatentAttention(nn.Module):
             k_r = apply_rope(self.k_rope(x).unsqueeze(1), cos, sin)  # (B, 1, T, dR)
 
         if cache is not None:
-            new = {"c_kv": c_k} if self.shared_kv else {"c_k": c_k, "c_v": c_v}
-            if self.decoupled:
-                new["k_rope"] = k_r
-            full = cache.append(**new)
-            c_k = full["c_kv"] if self.shared_kv else full["c_k"]  # (B, 1, S, dcK)
-            c_v = full["c_kv"] if self.shared_kv else full["c_v"]
-            k_r = full.get("k_rope")
+            key = torch.cat((c_k, k_r), dim=-1) if self.decoupled else c_k  # (B, 1, T, dcK + dR)
+            full = cache.append(**({"kv": key} if self.shared_kv else {"k": key, "v": c_v}))
+            key = full["kv"] if self.shared_kv else full["k"]  # (B, 1, S, dcK + dR)
+            c_k, k_r = key[..., :dc], (key[..., dc:] if self.decoupled else None)  # (B, 1, S, dcK), (B, 1, S, dR)
+            c_v = c_k if self.shared_kv else full["v"]  # (B, 1, S, dcK)
         dropout_p = self.dropout if self.training else 0.0
 
         if self.fused or cache is not None:
@@ -494,6 +628,60 @@ class LatentAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, nH * dH)
         return self.resid_dropout(self.c_proj(y))
 
+    def build_inference_form(self) -> Dict[str, torch.Tensor]:
+        """Absorbed MLA for decoding: every projection of x in one matmul (W1 = [W_Q or W_DQ | W_DK
+        | W_DV | W_KR (| W_QR when the query is full)]), the query up-projections in a second (W2 =
+        [W_UQ | W_QR], low-rank query only), W_UK (nH, dH, dcK) absorbed into the query and W_UV
+        (nH, dcK, dH) applied to the attended latent. Kept factored: at batch 1 a step reads every
+        weight once, and the factors are fewer bytes than their products."""
+        nH, dH, dc = self.n_head, self.head_dim, self.kv_rank
+        first = [self.q_down if self.q_down is not None else self.q_up, self.k_down]
+        first += [] if self.shared_kv else [self.v_down]
+        if self.decoupled:
+            first += [self.k_rope] + ([] if self.q_down is not None else [self.q_rope])
+        W1, b1 = _cat_linear(first)
+        form = {"W1": W1, "b1": b1, "split1": [lin.out_features for lin in first],
+                "W_UK": self.k_up.weight.view(nH, dH, dc),  # (nH, dH, dcK)
+                "W_UV": self.v_up.weight.view(nH, dH, dc).transpose(1, 2).contiguous(),  # (nH, dcK, dH)
+                "b_UV": None if self.v_up.bias is None else self.v_up.bias.view(nH, 1, dH)}
+        if self.q_down is not None:
+            second = [self.q_up] + ([self.q_rope] if self.decoupled else [])
+            form["W2"], form["b2"] = _cat_linear(second)
+        return form
+
+    def decode(self, x, rope, cache: LayerCache, pos: torch.Tensor):
+        """Static decode step (see GroupedQueryAttention.decode), absorbed: all heads attend MQA-style
+        to the one cached latent key [c_K | k^R] and value c_V."""
+        B = x.size(0)
+        nH, dH, dc, dR = self.n_head, self.head_dim, self.kv_rank, self.rope_head_dim
+        form = self.inference_form()
+        parts = list(F.linear(x.view(B, -1), form["W1"], form["b1"]).split(form["split1"], dim=1))
+        c_q, c_k = parts[0], parts[1]  # (B, dcQ or nH dH), (B, dcK)
+        c_v = c_k if self.shared_kv else parts[2]
+        if self.q_down is not None:  # low-rank query: q and its rotary dims from c_Q in one matmul
+            q_all = F.linear(c_q, form["W2"], form["b2"])  # (B, nH dH (+ nH dR))
+            q, q_r = q_all[:, :nH * dH], q_all[:, nH * dH:]
+        else:  # full query: c_q is q itself, its rotary dims came with the first matmul
+            q, q_r = c_q, (parts[-1] if self.decoupled else None)
+        q_lat = (q.view(B, nH, 1, dH) @ form["W_UK"]).view(B, nH, dc)  # (B, nH, dcK)
+        key, key_rope = c_k, None
+        if self.latent_rope:
+            q_lat = apply_rope(q_lat, *rope_rows(rope, pos))
+            key_rope = rope  # the latent is cached unrotated: rotated as read
+        if self.decoupled:
+            cos, sin = rope_rows(rope, pos)
+            q_lat = torch.cat((q_lat, apply_rope(q_r.view(B, nH, dR), cos, sin)), dim=-1)  # (B, nH, dcK + dR)
+            k_r = parts[-1] if self.q_down is not None else parts[-2]  # (B, dR)
+            key = torch.cat((c_k, apply_rope(k_r, cos, sin)), dim=-1)  # (B, dcK + dR)
+        new = {"kv": key.view(B, 1, 1, -1)} if self.shared_kv else {"k": key.view(B, 1, 1, -1), "v": c_v.view(B, 1, 1, dc)}
+        cache.write_at(pos, **new)
+        k_all, v_all = self.cached_kv(cache)
+        o_lat = decode_attention(q_lat, k_all, v_all, pos + 1, scale=self.scale, rope=key_rope)  # (B, nH, dcK)
+        y = o_lat.view(B, nH, 1, dc) @ form["W_UV"]  # (B, nH, 1, dH)
+        if form["b_UV"] is not None:
+            y = y + form["b_UV"]  # rows of softmax sum to one
+        return self.c_proj(y.reshape(B, 1, nH * dH))
+
     def flops_per_token(self, ctx: int) -> int:
         d, nH, dH, dc = self.c_proj.out_features, self.n_head, self.head_dim, self.kv_rank
         dq = self.q_rank
@@ -510,7 +698,7 @@ class LatentAttention(nn.Module):
         return 2 * w + 2 * att
 
 
-class TuckerAttention(nn.Module):
+class TuckerAttention(InferenceForm, nn.Module):
     """Tucker attention (Definition 2.1): W = C x1 U1 x2 U2 x3 U3, W~ = C~ x1 U~1 x2 U~2 x3 U~3.
 
         G   = C  x1 U1          (nH, r2, r3)     per-head query core, recomputed each step (tiny)
@@ -577,26 +765,45 @@ class TuckerAttention(nn.Module):
             return {"kv": (1, self.ranks[2])}
         return {"k": (1, self.ranks[2]), "v": (1, self.ranks_post[2])}
 
+    def per_head_weights(self) -> Dict[str, Optional[torch.Tensor]]:
+        """The Tucker factors under their parameter names: core C (r1, r2, r3), U1 (nH, r1), U2 (d, r2),
+        U3 (d, r3), core_post C~ (r~1, r~2, r~3), U1_post U~1 (nH, r~1), U2_post U~2 (d, r~2), U3_post
+        U~3 (d, r~3), the same tensor as U3 when shared; b_O (d), the output bias, or None. The
+        per-head views are head_cores(): W_i = U2 G_i U3^T and W~_i = U~2 G~_i U~3^T."""
+        return dict(core=self.core, U1=self.U1, U2=self.U2, U3=self.U3, core_post=self.core_post,
+                    U1_post=self.U1_post, U2_post=self.U2_post,
+                    U3_post=self.U3 if self.shared_kv else self.U3_post, b_O=self.bias)
+
+    load_per_head_weights = GroupedQueryAttention.load_per_head_weights
+
     def head_cores(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """G = C x1 U1 (nH, r2, r3) and G~ = C~ x1 U~1 (nH, r~2, r~3)."""
         G = torch.einsum("ha,abc->hbc", self.U1, self.core)
         G_post = torch.einsum("ha,abc->hbc", self.U1_post, self.core_post)
         return G, G_post
 
+    def down_projection(self) -> torch.Tensor:
+        """[U2 | U3 | U~3] (d, r2 + r3 + r~3), U~3 left out when shared: x is read by ONE matmul."""
+        return torch.cat([self.U2, self.U3] + ([] if self.shared_kv else [self.U3_post]), dim=1)
+
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
         B, T, d = x.size()
         nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
         G, G_post = self.head_cores()
+        # x U2, x U3, x U~3 in one matmul (one wide GEMM runs far better than three narrow ones)
+        down = x @ self.down_projection()  # (B, T, r2 + r3 (+ r~3))
+        q_lat, k = down[..., :r2], down[..., r2:r2 + r3]  # (B, T, r2), (B, T, r3)
         # q_i = (x U2) G_i for all heads in one matmul: (B, T, r2) @ (r2, nH r3)
-        q = (x @ self.U2) @ G.permute(1, 0, 2).reshape(r2, nH * r3)  # (B, T, nH r3)
-        q = q.view(B, T, nH, r3).transpose(1, 2)  # (B, nH, T, r3)
-        k = (x @ self.U3).unsqueeze(1)  # (B, 1, T, r3)
-        v = k if self.shared_kv else (x @ self.U3_post).unsqueeze(1)  # (B, 1, T, r~3)
+        q = (q_lat @ G.permute(1, 0, 2).reshape(r2, nH * r3)).view(B, T, nH, r3)  # (B, T, nH, r3)
         q_start = cache.pos if cache is not None else 0
         if self.rope:  # latent RoPE: one rotation of the shared key serves every head
-            q = apply_rope(q, *rope_at(rope, q_start, T))
+            cos, sin = rope_at(rope, q_start, T)  # (T, r3/2)
+            q = apply_rope(q, cos[:, None], sin[:, None])  # before the head transpose (no copy)
             if not self.shared_kv:
-                k = apply_rope(k, *rope_at(rope, q_start, T))
+                k = apply_rope(k, cos, sin)
+        q = q.transpose(1, 2)  # (B, nH, T, r3)
+        v = k if self.shared_kv else down[..., r2 + r3:]  # (B, T, r~3)
+        k, v = k.unsqueeze(1), v.unsqueeze(1)  # (B, 1, T, r3), (B, 1, T, r~3)
         if cache is not None:
             if self.shared_kv:
                 k = v = cache.append(kv=k)["kv"]  # (B, 1, S, r3)
@@ -615,6 +822,58 @@ class TuckerAttention(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return self.resid_dropout(y)
+
+    def build_inference_form(self) -> Dict[str, torch.Tensor]:
+        """Tucker for decoding, contracted once per weight version (not per step):
+        W_down = [U2 | U3 | U~3] (d, r2 + r3 + r~3), one matmul of x;
+        G_q = G as (r2, nH r3): q_i = (x U2) G_i for every head in one matmul;
+        G_o = G~ as (nH r~3, r~2) and U~2^T (r~2, d): the output core and the output basis,
+        y = (sum_i o_i G~_i^T) U~2^T as two matmuls (the factors are fewer bytes than their product)."""
+        nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
+        G, G_post = self.head_cores()
+        return {"W_down": self.down_projection().contiguous(),  # (d, r2 + r3 (+ r~3))
+                "G": G.contiguous(),  # (nH, r2, r3)
+                "G_q": G.permute(1, 0, 2).reshape(r2, nH * r3).contiguous(),  # (r2, nH r3)
+                "G_post": G_post.contiguous(),  # (nH, r~2, r~3)
+                "G_o": G_post.transpose(1, 2).reshape(nH * p3, p2).contiguous(),  # (nH r~3, r~2)
+                "U_out": self.U2_post.t().contiguous()}  # (r~2, d)
+
+    def cached_kv(self, cache: LayerCache) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The whole cache buffers as (key (B, 1, L, r3), value (B, 1, L, r~3)) views."""
+        if self.shared_kv:
+            return cache.store["kv"], cache.store["kv"]
+        return cache.store["k"], cache.store["v"]
+
+    def decode(self, x, rope, cache: LayerCache, pos: torch.Tensor):
+        """Static decode step (see GroupedQueryAttention.decode) in the inference form: one down-
+        projection matmul, the query core, attention to the ONE latent key/value head, the output
+        core and U~2. With shared KV and RoPE the latent is cached unrotated and rotated as read."""
+        B = x.size(0)
+        nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
+        form = self.inference_form()
+        down = x.view(B, -1) @ form["W_down"]  # (B, r2 + r3 (+ r~3))
+        q_lat, k = down[:, :r2], down[:, r2:r2 + r3]  # (B, r2), (B, r3)
+        v = k if self.shared_kv else down[:, r2 + r3:]  # (B, r~3)
+        q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
+        key_rope = None
+        if self.rope:
+            cos, sin = rope_rows(rope, pos)  # (1, r3/2)
+            q = apply_rope(q, cos, sin)
+            if self.shared_kv:
+                key_rope = rope  # one latent is both key (rotated as read) and value (unrotated)
+            else:
+                k = apply_rope(k, cos, sin)
+        if self.shared_kv:
+            cache.write_at(pos, kv=k.view(B, 1, 1, r3))
+        else:
+            cache.write_at(pos, k=k.view(B, 1, 1, r3), v=v.view(B, 1, 1, p3))
+        k_all, v_all = self.cached_kv(cache)
+        o = decode_attention(q, k_all, v_all, pos + 1, scale=1.0 / math.sqrt(self.head_dim),
+                             rope=key_rope)  # (B, nH, r~3)
+        y = (o.reshape(B, nH * p3) @ form["G_o"]) @ form["U_out"]  # (B, d)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(B, 1, -1)
 
     def flops_per_token(self, ctx: int) -> int:
         d = self.U2.size(0)
@@ -722,6 +981,99 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), rope, cache)
         return x + self.mlp(self.ln_2(x))
 
+    def decode(self, x, rope, cache: LayerCache, pos: torch.Tensor):
+        x = x + self.attn.decode(self.ln_1(x), rope, cache, pos)
+        return x + self.mlp(self.ln_2(x))
+
+
+DECODE_CHOICES = ("auto", "eager", "graph")
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
+                generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """The next token (B,) from logits (B, vocab): argmax at temperature 0, else a draw from the
+    softmax of logits / temperature over the top_k most likely tokens. No host synchronization
+    (no boolean indexing), so a CUDA decode loop never waits on the CPU."""
+    logits = logits.float()
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+        logits = torch.where(logits < kth, float("-inf"), logits)
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).view(-1)
+
+
+class StaticDecoder:
+    """Decoding at fixed addresses: the caches, the input token buffer and the position (a (1,)
+    long tensor on the device) never move, so GPT.decode_step can be captured once in a CUDA graph
+    and replayed for every position: one launch per token instead of hundreds (at batch 1 an eager
+    step is launch-bound). The position is advanced inside the graph; `self.pos` mirrors it on the
+    host for the context-overflow check, without reading the device.
+
+    prefill(idx) -> logits (B, vocab): reset, run the prompt through forward (flash SDPA over the
+    prompt) into the same cache buffers; step(tokens (B, 1)) -> logits: one token per sequence."""
+
+    def __init__(self, model: "GPT", batch_size: int, device=None, use_graph: bool = False,
+                 max_len: Optional[int] = None):
+        self.model, self.use_graph = model, use_graph
+        self.caches = model.new_caches(batch_size, max_len, device=device)
+        device = self.caches[0].store[next(iter(self.caches[0].store))].device
+        self.position = torch.zeros(1, dtype=torch.long, device=device)  # where the next token goes
+        self.tokens = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
+        self.pos: Optional[int] = None  # host mirror of `position` (None: nothing prefilled yet)
+        self.graph, self.logits = None, None
+
+    def prefill(self, idx: torch.Tensor) -> torch.Tensor:
+        for cache in self.caches:
+            cache.pos = 0
+        logits, _ = self.model(idx, caches=self.caches, last_only=True)
+        self.pos = idx.size(1)
+        self.position.fill_(self.pos)
+        return logits[:, -1, :]
+
+    def _step(self) -> torch.Tensor:
+        logits = self.model.decode_step(self.tokens, self.caches, self.position)
+        self.position.add_(1)
+        return logits
+
+    def _capture(self) -> None:
+        # Warm-up on a side stream (Triton compiles, cuBLAS picks its kernels), then capture. The
+        # warm-up steps write the slot at `position` (the real step rewrites it) and advance
+        # `position`, so it is put back before the capture (which records and runs nothing).
+        saved = self.position.clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._step()
+                self.position.copy_(saved)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        # autocast's weight-cast cache would hand the graph casts made outside it: capture without it
+        autocast = (torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
+                    if torch.is_autocast_enabled("cuda") else nullcontext())
+        with torch.cuda.graph(self.graph), autocast:
+            self.logits = self._step()
+        self.position.copy_(saved)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.pos is None:
+            raise RuntimeError("StaticDecoder.step before prefill")
+        if self.pos >= self.caches[0].max_len:
+            raise ValueError(f"KV cache is full: position {self.pos} >= max_len={self.caches[0].max_len}")
+        self.tokens.copy_(tokens)
+        if not self.use_graph:
+            logits = self._step()
+        else:
+            if self.graph is None:
+                self._capture()
+            self.graph.replay()
+            logits = self.logits
+        self.pos += 1
+        return logits
+
 
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
@@ -776,8 +1128,8 @@ class GPT(nn.Module):
         for i, block in enumerate(self.transformer.h):
             x = block(x, rope, caches[i] if caches is not None else None)
         x = self.transformer.ln_f(x)
-        if last_only:
-            return self.lm_head(x[:, [-1], :]), None
+        if last_only:  # a slice, not a list index: a list builds a host tensor (breaks graph capture)
+            return self.lm_head(x[:, -1:, :]), None
         logits = self.lm_head(x)  # (B, T, vocab)
         loss = None
         if targets is not None:
@@ -793,38 +1145,55 @@ class GPT(nn.Module):
         return [LayerCache(block.attn.cache_spec(), batch_size, max_len, device or p.device, dtype or p.dtype)
                 for block in self.transformer.h]
 
+    def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor) -> torch.Tensor:
+        """The static decode step: idx (B, 1) holds one new token per sequence at the position in
+        the (1,) long device tensor `pos`; each layer writes its cache entry at `pos` and attends
+        to positions 0 .. pos. Returns the logits (B, vocab). Every shape and address is fixed
+        and no value goes to the host, so one captured CUDA graph serves every position
+        (StaticDecoder). Attention runs through decode_attention (Triton on CUDA, SDPA elsewhere)."""
+        x = self.transformer.wte(idx)  # (B, 1, d)
+        if self.transformer.wpe is not None:
+            x = x + self.transformer.wpe(pos)  # (1, d)
+        rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None
+        for block, cache in zip(self.transformer.h, caches):
+            x = block.decode(x, rope, cache, pos)
+        return self.lm_head(self.transformer.ln_f(x)).view(idx.size(0), -1)  # (B, vocab)
+
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
-                 use_cache: bool = True, generator: Optional[torch.Generator] = None):
+                 use_cache: bool = True, generator: Optional[torch.Generator] = None, decode: str = "auto"):
         """Append max_new_tokens tokens to idx (B, T). temperature 0 means greedy (argmax).
 
-        With the cache: the prompt is prefilled once, then one token per step. When the context
-        reaches block_size the cache is rebuilt from the last block_size // 2 tokens (the
-        uncached path crops the context each step instead, as nanoGPT does)."""
-        caches = None
+        With the cache: the prompt is prefilled once (flash SDPA over the prompt), then one token
+        per step through decode_step. decode='graph' captures that step in a CUDA graph and replays
+        it (CUDA only), 'eager' runs it op by op, 'auto' is 'graph' on CUDA and 'eager' elsewhere;
+        both run the same kernels, so they give the same tokens. When the context reaches
+        block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
+        crops the context each step instead, as nanoGPT does)."""
+        if decode not in DECODE_CHOICES:
+            raise ValueError(f"decode={decode!r} is unknown: allowed {DECODE_CHOICES}")
+        if decode == "graph" and idx.device.type != "cuda":
+            raise ValueError(f"decode='graph' needs a CUDA device, got {idx.device}; use 'eager' or 'auto'")
+        decoder = None
+        if use_cache:
+            graph = decode == "graph" or (decode == "auto" and idx.device.type == "cuda")
+            decoder = StaticDecoder(self, idx.size(0), device=idx.device, use_graph=graph)
+        out = torch.empty(idx.size(0), idx.size(1) + max_new_tokens, dtype=idx.dtype, device=idx.device)
+        out[:, :idx.size(1)] = idx
+        n = idx.size(1)
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits, _ = self(idx[:, -self.config.block_size:], last_only=True)
-            elif caches is None or caches[0].pos >= self.config.block_size:
-                ctx = idx[:, -(self.config.block_size // 2 if caches is not None else self.config.block_size):]
-                caches = self.new_caches(idx.size(0))
-                logits, _ = self(ctx, caches=caches, last_only=True)
+            if decoder is None:
+                logits = self(out[:, max(0, n - self.config.block_size):n], last_only=True)[0][:, -1, :]
+            elif decoder.pos is None or decoder.pos >= self.config.block_size:
+                keep = self.config.block_size // 2 if decoder.pos is not None else self.config.block_size
+                logits = decoder.prefill(out[:, max(0, n - keep):n])
             else:
-                logits, _ = self(idx[:, -1:], caches=caches, last_only=True)
-            logits = logits[:, -1, :].float()
-            if temperature == 0:
-                idx_next = logits.argmax(dim=-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                    logits[logits < v[:, [-1]]] = -float("inf")
-                probs = F.softmax(logits, dim=-1)
-                idx_next = torch.multinomial(probs, num_samples=1, generator=generator)
-            idx = torch.cat((idx, idx_next), dim=1)
-        return idx
+                logits = decoder.step(out[:, n - 1:n])
+            out[:, n] = sample_next(logits, temperature, top_k, generator)
+            n += 1
+        return out
 
-    # --- accounting (from the instantiated modules, never re-derived from the config) --------
+    # --- accounting    # --- accounting (from the instantiated modules, never re-derived from the config) --------
 
     def attn_params_per_layer(self) -> int:
         return sum(p.numel() for p in self.transformer.h[0].attn.parameters())

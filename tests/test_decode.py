@@ -1,0 +1,122 @@
+"""The static decode step (GPT.decode_step, StaticDecoder) and generation.
+
+Properties: the decode step in each variant's inference form (fused down-projections, absorbed
+MLA, Tucker's contracted cores, latent keys rotated as read) gives the logits of the plain
+uncached forward to float64 rounding; the inference form follows the weights when they change;
+greedy generation gives the same tokens with and without the cache; the CUDA graph replays the
+eager step exactly (GPU only).
+"""
+
+import pytest
+import torch
+
+from model import GPT, GPTConfig, StaticDecoder, sample_next
+
+VARIANTS = {
+    "mha": dict(attn="mha"),
+    "gqa2": dict(attn="gqa", n_kv_head=2),
+    "mqa": dict(attn="gqa", n_kv_head=1),
+    "mla_q": dict(attn="mla", kv_rank=16, q_rank=24),
+    "mla_fullq": dict(attn="mla", kv_rank=16),
+    "mla_shared": dict(attn="mla", kv_rank=16, q_rank=24, shared_kv=True),
+    "tucker": dict(attn="tucker", tucker_ranks=(2, 16, 8)),
+    "tucker_shared": dict(attn="tucker", tucker_ranks=(2, 16, 8), shared_kv=True),
+    "tucker_post": dict(attn="tucker", tucker_ranks=(3, 12, 8), tucker_ranks_post=(2, 10, 6)),
+}
+POSITIONS = [("learned", None), ("rope", None), ("rope", "latent")]
+
+
+def build(variant: str, pos_emb: str, mla_rope, bias: bool = True, block_size: int = 24, seed: int = 0) -> GPT:
+    kw = dict(VARIANTS[variant], pos_emb=pos_emb, bias=bias, n_layer=2, n_head=4, n_embd=32,
+              block_size=block_size, vocab_size=50)
+    if mla_rope is not None:
+        if kw["attn"] != "mla":
+            pytest.skip("mla_rope is an MLA key")
+        kw["mla_rope"] = mla_rope
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**kw)).double().eval()
+    # biases start at zero: give them values so that every bias path is exercised
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") and p.dim() == 1:
+                p.normal_(0.0, 0.1)
+    return model
+
+
+def decode_logits(model: GPT, idx: torch.Tensor, prompt: int) -> torch.Tensor:
+    """Logits at positions prompt-1 .. T-2 from a prefill of `prompt` tokens and single-token steps."""
+    decoder = StaticDecoder(model, idx.size(0))
+    out = [decoder.prefill(idx[:, :prompt])]
+    for t in range(prompt, idx.size(1) - 1):
+        out.append(decoder.step(idx[:, t:t + 1]))
+    return torch.stack(out, dim=1)
+
+
+@pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_decode_step_equals_uncached_forward(variant, pos_emb, mla_rope):
+    model = build(variant, pos_emb, mla_rope)
+    idx = torch.randint(0, 50, (3, 20), generator=torch.Generator().manual_seed(1))
+    full, _ = model(idx)  # (3, 20, vocab), no cache
+    got = decode_logits(model, idx, prompt=5)
+    ref = full[:, 4:19]
+    assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+
+
+@pytest.mark.parametrize("variant", ["mla_q", "tucker_shared", "tucker_post"])
+def test_inference_form_follows_the_weights(variant):
+    """The contracted cores / absorbed weights are built once, then rebuilt when any weight changes
+    in place (load_state_dict, an optimizer step): a stale form would decode with old weights."""
+    model = build(variant, "rope", None)
+    idx = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(2))
+    before = decode_logits(model, idx, prompt=4)
+    other = build(variant, "rope", None, seed=7)
+    model.load_state_dict(other.state_dict())  # in-place copies into the same parameters
+    after = decode_logits(model, idx, prompt=4)
+    ref = other(idx)[0][:, 3:11]
+    assert (after - ref).abs().max().item() < 1e-10
+    assert (after - before).abs().max().item() > 1e-3  # the weights did change the output
+
+
+@pytest.mark.parametrize("variant", ["mha", "mla_shared", "tucker_shared"])
+def test_greedy_generation_same_with_and_without_cache(variant):
+    """Past block_size as well: the cached path refills from the last block_size // 2 tokens and
+    the uncached one crops, so they agree until the first refill; below it they must be equal."""
+    model = build(variant, "rope", None, block_size=16)
+    idx = torch.randint(0, 50, (2, 3), generator=torch.Generator().manual_seed(3))
+    cached = model.generate(idx, 13, temperature=0, decode="eager")
+    plain = model.generate(idx, 13, temperature=0, use_cache=False)
+    assert torch.equal(cached, plain)
+    long = model.generate(idx, 40, temperature=0, decode="eager")  # crosses block_size twice
+    assert long.shape == (2, 43) and torch.equal(long[:, :16], plain[:, :16])
+
+
+def test_sample_next_top_k_and_greedy():
+    logits = torch.tensor([[0.0, 5.0, 1.0, 4.0, -2.0], [3.0, 0.0, 0.0, 0.0, 2.9]])
+    assert sample_next(logits, 0, None).tolist() == [1, 0]
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([sample_next(logits, 2.0, 2, g) for _ in range(300)])
+    assert set(draws[:, 0].tolist()) == {1, 3} and set(draws[:, 1].tolist()) == {0, 4}
+
+
+def test_decode_mode_is_validated():
+    model = build("mha", "learned", None)
+    idx = torch.zeros(1, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match="decode="):
+        model.generate(idx, 2, decode="fast")
+    with pytest.raises(ValueError, match="CUDA"):
+        model.generate(idx, 2, decode="graph")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cuda_graph_replays_the_eager_step(variant):
+    model = build(variant, "rope", None, block_size=64).float().cuda()
+    idx = torch.randint(0, 50, (2, 5), device="cuda")
+    eager = model.generate(idx, 40, temperature=0, decode="eager")
+    graph = model.generate(idx, 40, temperature=0, decode="graph")
+    assert torch.equal(eager, graph)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        eager = model.generate(idx, 70, temperature=0, decode="eager")  # past block_size
+        graph = model.generate(idx, 70, temperature=0, decode="graph")
+    assert torch.equal(eager, graph)
