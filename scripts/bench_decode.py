@@ -41,10 +41,12 @@ achieved (1.0 = at the bandwidth limit).
 """
 
 import argparse
+import functools
 import statistics
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -55,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, markdown_table,  # noqa: E402
                          model_config, parse_ints, peak_memory_gib, release, reset_peak_memory, run_info,
                          sdpa_context, select_variants, short_error, write_report)
-from model import GPT  # noqa: E402
+from model import GPT, GPTConfig, StaticDecoder  # noqa: E402
 
 BYTES_BF16 = 2
 
@@ -91,55 +93,75 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
         return GPT(cfg).to(torch.bfloat16).eval()
 
 
+MODES = ("forward", "step", "graph_sdpa", "graph")
+MODE_NOTES = {
+    "forward": "eager GPT.forward with the cache (the path before the static step)",
+    "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
+    "graph_sdpa": "decode_step in one CUDA graph, attention through the SDPA fallback",
+    "graph": "decode_step in one CUDA graph, decode_attention's auto backend (Triton on CUDA)",
+}
+
+
+@contextmanager
+def attention_backend(name: str):
+    """Force decode_attention's backend for the model's decode steps ('auto' leaves it alone)."""
+    import decode_attention as module
+    original = module.decode_attention
+    if name != "auto":
+        module.decode_attention = functools.partial(original, backend=name)
+    try:
+        yield
+    finally:
+        module.decode_attention = original
+
+
 @torch.no_grad()
-def bench_case(model, batch_size: int, context: int, args, device: torch.device) -> dict:
+def bench_case(model, batch_size: int, context: int, args, device: torch.device, mode: str) -> dict:
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    caches = model.new_caches(batch_size, max_len=context + 1)  # room for the one new token
-    fill_caches(caches, context, gen)
-    idx = torch.randint(model.config.vocab_size, (batch_size, context + 1), device=device, generator=gen)
+    decoder = StaticDecoder(model, batch_size, device=device, max_len=context + 1)  # room for the new token
+    fill_caches(decoder.caches, context, gen)
+    decoder.position.fill_(context)
+    decoder.tokens.copy_(torch.randint(model.config.vocab_size, (batch_size, 1), device=device, generator=gen))
     clock = Clock(device)
 
-    def step():
-        for cache in caches:  # every step (and the captured one) runs at pos = context
+    def forward_step():  # every step (and the captured one) writes the slot at `context` and reads 0..context
+        for cache in decoder.caches:
             cache.pos = context
-        logits, _ = model(idx[:, -1:], caches=caches, last_only=True)
-        return logits
+        return model(decoder.tokens, caches=decoder.caches, last_only=True)[0][:, -1]
 
+    def static_step():  # the position stays at `context`: the same work as a real step there
+        return model.decode_step(decoder.tokens, decoder.caches, decoder.position)
+
+    step = forward_step if mode == "forward" else static_step
+    backend = "sdpa" if mode == "graph_sdpa" else "auto"
     stamps = []  # (start, end) of each timed step
-    if args.graphs:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # eager warm-up off the default stream, as capture wants it
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logits = step()
+    with attention_backend(backend):
+        if mode.startswith("graph"):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the default stream (Triton compiles here)
+                for _ in range(3):
+                    step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                logits = step()
+            run = graph.replay
+        else:
+            run = step
         for _ in range(args.warmup):
-            graph.replay()
+            run()
         for _ in range(args.iters):
             a = clock.stamp()
-            graph.replay()
+            run()
             stamps.append((a, clock.stamp()))
         clock.sync()  # events can be read only once the device has passed them
-        # the graph computes what an eager step computes (same slot, same tokens, same cache)
-        graph_logits = logits.float().clone()
-        eager_logits = step().float()
-        check = ((graph_logits - eager_logits).norm() / eager_logits.norm()).item()
-        del graph
-    else:
-        for _ in range(args.warmup):
-            step()
-        for _ in range(args.iters):
-            a = clock.stamp()
-            logits = step()
-            stamps.append((a, clock.stamp()))
-        clock.sync()
-        eager_logits = logits.float()
-        check = 0.0
-    if not (torch.isfinite(eager_logits).all().item() and check < 1e-2):
-        raise FloatingPointError(f"decode step check failed: graph vs eager rel. error {check:.2e}")
+        out = (logits if mode.startswith("graph") else step()).float().clone()
+    # every mode computes what the plain forward computes at that position (bf16 rounding apart)
+    ref = forward_step().float()
+    check = ((out - ref).norm() / ref.norm()).item()
+    if not (torch.isfinite(out).all().item() and check < 2e-2):
+        raise FloatingPointError(f"decode step check failed: {mode} vs forward rel. error {check:.2e}")
 
     times = [clock.ms(a, b) for a, b in stamps]
     latency = statistics.median(times)
@@ -149,42 +171,97 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device)
     return dict(latency_ms=latency, latency_ms_min=min(times), latency_ms_max=max(times),
                 tokens_per_s=batch_size / (latency / 1e3), kv_cache_bytes=kv_bytes, kv_cache_mb=kv_bytes / 1e6,
                 weight_bytes=w_bytes, weight_mb=w_bytes / 1e6, floor_ms=floor, floor_fraction=floor / latency,
-                peak_mem_gib=peak_memory_gib(device), graph_vs_eager_rel_err=check)
+                peak_mem_gib=peak_memory_gib(device), vs_forward_rel_err=check,
+                attention_backend=decode_backend_name(model, decoder, backend))
+
+
+def decode_backend_name(model, decoder, forced: str) -> str:
+    """Which kernel decode_attention picks for this model's cache (as the timed steps did)."""
+    if forced != "auto":
+        return forced
+    import decode_attention as module
+    attn, cache = model.transformer.h[0].attn, decoder.caches[0]
+    k, v = attn.cached_kv(cache) if hasattr(attn, "cached_kv") else (cache.store["k"], cache.store["v"])
+    dk = k.size(-1)
+    q = k.new_empty(k.size(0), attn.n_head, dk)
+    return module.decode_backend(q, k, v)
 
 
 def render(rows, info) -> str:
-    headers = ["variant", "batch", "context", "ms/token", "tokens/s", "latency ×MHA", "KV cache MB",
-               "weights MB", "floor ms", "floor / latency", "peak GiB", "note"]
+    headers = ["variant", "mode", "batch", "context", "ms/token", "tokens/s", "latency ×MHA", "KV cache MB",
+               "weights MB", "floor ms", "floor / latency", "attention", "peak GiB", "note"]
     body = []
     for r in rows:
         ok = r["status"] == "ok"
         body.append([
-            r["label"], r["batch_size"], r["context"],
+            r["label"], r["mode"], r["batch_size"], r["context"],
             fmt(r.get("latency_ms"), ".4f"), fmt(r.get("tokens_per_s"), ",.0f"),
             fmt(r.get("latency_ms_vs_mha"), ".3f"), fmt(r.get("kv_cache_mb"), ".2f"),
             fmt(r.get("weight_mb"), ".1f"), fmt(r.get("floor_ms"), ".4f"), fmt(r.get("floor_fraction"), ".3f"),
-            fmt(r.get("peak_mem_gib"), ".2f"), "" if ok else r["error"].replace("|", "/"),
+            r.get("attention_backend", ""), fmt(r.get("peak_mem_gib"), ".2f"),
+            "" if ok else r["error"].replace("|", "/"),
         ])
     a = info["args"]
-    head = (f"# Decode step, {'tiny model' if a['tiny'] else 'GPT-2 124M'}"
-            f" ({'RoPE' if a['rope'] else 'learned positions'}, bias=False), bf16 weights and KV cache\n\n"
-            f"{info['date']} on {info['gpu'] or info['device']}, torch {info['torch']}, "
-            f"{'CUDA graph replays' if a['graphs'] else 'eager steps'}, SDPA backend {a['sdpa_backend']}; "
-            f"median of {a['iters']} after {a['warmup']} warm-up; floor at {a['hbm_tbps']:g} TB/s.\n\n"
+    model = "LLaMA-3 1B" if a["suite"] == "llama1b" else ("tiny model" if a["tiny"] else "GPT-2 124M")
+    modes = "; ".join(f"`{m}`: {MODE_NOTES[m]}" for m in a["modes"].split(","))
+    head = (f"# Decode step, {model} "
+            f"({'RoPE' if a['rope'] or a['suite'] == 'llama1b' else 'learned positions'}, bias=False), "
+            f"bf16 weights and KV cache\n\n"
+            f"{info['date']} on {info['gpu'] or info['device']}, torch {info['torch']}, SDPA backend "
+            f"{a['sdpa_backend']}; median of {a['iters']} after {a['warmup']} warm-up; floor at "
+            f"{a['hbm_tbps']:g} TB/s. Modes: {modes}. Ratios ×MHA within each mode, batch and context.\n\n"
             f"`{info['command']}`\n\n")
     return head + markdown_table(headers, body)
+
+
+@torch.no_grad()
+def bench_generate(model, args, device: torch.device) -> list:
+    """What sample.py does, end to end: model.generate at batch 1 from a 16-token prompt, greedy
+    (temperature 0), max_new_tokens = --generate, once per decode mode (eager, graph on CUDA).
+    Tokens/s counts new tokens over the wall time of the whole call (prefill, capture and sampling
+    included); the greedy tokens of every mode must equal the eager mode's."""
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    prompt = torch.randint(model.config.vocab_size, (1, 16), device=device, generator=gen)
+    rows, reference = [], None
+    for mode in (["eager", "graph"] if device.type == "cuda" else ["eager"]):
+        model.generate(prompt, 8, temperature=0, decode=mode)  # warm-up: kernels compiled, cuBLAS ready
+        for _ in range(2):  # the second call is the one reported (the first may still warm caches)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model.generate(prompt, args.generate, temperature=0, decode=mode)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+        reference = out if reference is None else reference
+        rows.append(dict(generate_mode=mode, new_tokens=args.generate, seconds=seconds,
+                         tokens_per_s=args.generate / seconds, same_tokens_as_eager=bool(torch.equal(out, reference))))
+    return rows
+
+
+def llama_variants():
+    """The LLaMA-3 1B rows of the paper's timing table (scripts/paper_tables.py), as (id, label, GPTConfig
+    fields) from their config files, resolved exactly as train.py would."""
+    from paper_tables import TABLES, build_config
+    return [(row.id, row.label, build_config(row, "on")) for row in TABLES["llama1b"].rows]
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default="all",
-                   help="comma-separated ids or 'all': " + ", ".join(v.id for v in VARIANTS))
-    p.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,32; --tiny: 1,2)")
-    p.add_argument("--contexts", default=None, help="cached tokens (default 1024,4096,16384; --tiny: 16,32)")
+                   help="comma-separated ids or 'all': " + ", ".join(v.id for v in VARIANTS)
+                   + " (--suite llama1b: the ids of scripts/paper_tables.py's llama1b rows)")
+    p.add_argument("--suite", default="gpt2", choices=("gpt2", "llama1b"),
+                   help="gpt2: GPT-2 124M variants; llama1b: the paper's LLaMA-3 1B rows (RoPE, config files)")
+    p.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,32; llama1b: 1; --tiny: 1,2)")
+    p.add_argument("--contexts", default=None,
+                   help="cached tokens (default 4096,16384; llama1b: 4096; --tiny: 16,32)")
     p.add_argument("--rope", action="store_true", help="RoPE instead of learned positions (MLA: decoupled)")
-    p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
-                   help="time CUDA graph replays (default: on for cuda; cpu always eager)")
+    p.add_argument("--modes", default=None,
+                   help="comma-separated of " + ", ".join(MODES) + " (default: all on cuda, forward,step on cpu)")
+    p.add_argument("--generate", type=int, default=0,
+                   help="also time model.generate end to end (sample.py's loop) for this many new tokens at batch 1")
     p.add_argument("--iters", type=int, default=None, help="timed steps / replays (default 100; --tiny: 3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up replays (default 10; --tiny: 1)")
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
@@ -194,56 +271,96 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --device=cpu --tiny for a smoke test")
-    args.graphs = device.type == "cuda" and (True if args.graphs is None else args.graphs)
+    args.modes = args.modes or (",".join(MODES) if device.type == "cuda" else "forward,step")
+    modes = [m.strip() for m in args.modes.split(",")]
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"unknown mode {m!r}: allowed {', '.join(MODES)}")
+        if m.startswith("graph") and device.type != "cuda":
+            raise SystemExit(f"mode {m!r} captures a CUDA graph: it needs --device=cuda")
+    llama = args.suite == "llama1b"
     args.iters = args.iters or (3 if args.tiny else 100)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 10)
-    args.batches = args.batches or ("1,2" if args.tiny else "1,32")
-    args.contexts = args.contexts or ("16,32" if args.tiny else "1024,4096,16384")
+    args.batches = args.batches or ("1,2" if args.tiny else ("1" if llama else "1,32"))
+    args.contexts = args.contexts or ("16,32" if args.tiny else ("4096" if llama else "4096,16384"))
     batches, contexts = parse_ints(args.batches, "batches"), parse_ints(args.contexts, "contexts")
-    variants = select_variants(args.variants)
     block_size = max(contexts) + 64  # every position up to context (+1 new token) has an embedding / rotation
+    if llama:
+        chosen = llama_variants()
+        if args.variants != "all":
+            wanted = [s.strip() for s in args.variants.split(",")]
+            known = {vid for vid, _, _ in chosen}
+            for w in wanted:
+                if w not in known:
+                    raise SystemExit(f"unknown llama1b row {w!r}; known: {', '.join(sorted(known))}")
+            chosen = [c for c in chosen if c[0] in wanted]
+        order = [vid for vid, _, _ in chosen]
+        specs = [(vid, label, lambda fields=fields: GPTConfig(**{**fields, "block_size": block_size, "dropout": 0.0}))
+                 for vid, label, fields in chosen]
+        if args.tiny:
+            raise SystemExit("--tiny is for the gpt2 suite (the LLaMA rows are built from their config files)")
+    else:
+        variants = select_variants(args.variants)
+        order = [v.id for v in VARIANTS]
+        specs = [(v.id, v.label, lambda v=v: model_config(v, tiny=args.tiny, rope=args.rope, block_size=block_size))
+                 for v in variants]
 
     info = run_info(args, device)
-    rows = []
+    rows, generated = [], []
+    markdown = ""
     print(f"{info['command']}\n{info['gpu'] or info['device']}, torch {info['torch']}", flush=True)
-    for v in variants:
+    for vid, label, make_config in specs:
         model, build_error = None, None
         try:
             reset_peak_memory(device)
             torch.manual_seed(args.seed)
-            model = build_model(v, args, block_size, device)
+            with torch.device(device):  # initialize on the device: fast even for 1B
+                model = GPT(make_config()).to(torch.bfloat16).eval()
         except Exception as e:
             traceback.print_exc()
             build_error = short_error(e)
-        for batch_size in batches:
-            for context in contexts:
-                row = {"variant": v.id, "label": v.label, "batch_size": batch_size, "context": context,
-                       "block_size": block_size}
-                t0 = time.perf_counter()
-                try:
-                    if build_error:
-                        raise RuntimeError(f"model build failed: {build_error}")
-                    reset_peak_memory(device)
-                    with sdpa_context(args.sdpa_backend):
-                        row.update(bench_case(model, batch_size, context, args, device))
-                    row.update(status="ok", error=None)
-                except Exception as e:  # OOM, backend without a kernel, capture failure: report, go on
-                    if not build_error:
-                        traceback.print_exc()
-                    row.update(status="error", error=short_error(e))
-                release(device)
-                row["wall_s"] = time.perf_counter() - t0
-                if model is not None:
-                    row["attn_params_mb"] = model.attn_params() * 2 / 1e6
-                    row["kv_values_per_token_per_layer"] = model.kv_values_per_token_per_layer()
-                rows.append(row)
-                msg = (f"{row['latency_ms']:.4f} ms/token, floor {row['floor_ms']:.4f} ms "
-                       f"({row['floor_fraction']:.2f})" if row["status"] == "ok" else row["error"])
-                print(f"[B={batch_size} ctx={context}] {v.id:24s} {msg}", flush=True)
-                rows.sort(key=lambda r: (r["batch_size"], r["context"], [x.id for x in VARIANTS].index(r["variant"])))
-                add_ratios(rows, ["latency_ms", "tokens_per_s"], ["batch_size", "context"])
-                markdown = render(rows, info)
-                write_report(args.out_dir, args.name, markdown, {**info, "rows": rows})
+        if args.generate and not build_error:
+            for g in bench_generate(model, args, device):
+                g.update(variant=vid, label=label)
+                generated.append(g)
+                print(f"[generate {g['generate_mode']:5s}] {vid:24s} {g['tokens_per_s']:,.0f} tokens/s "
+                      f"(same tokens as eager: {g['same_tokens_as_eager']})", flush=True)
+        for mode in modes:
+            for batch_size in batches:
+                for context in contexts:
+                    row = {"variant": vid, "label": label, "mode": mode, "batch_size": batch_size,
+                           "context": context, "block_size": block_size}
+                    t0 = time.perf_counter()
+                    try:
+                        if build_error:
+                            raise RuntimeError(f"model build failed: {build_error}")
+                        reset_peak_memory(device)
+                        with sdpa_context(args.sdpa_backend):
+                            row.update(bench_case(model, batch_size, context, args, device, mode))
+                        row.update(status="ok", error=None)
+                    except Exception as e:  # OOM, backend without a kernel, capture failure: report, go on
+                        if not build_error:
+                            traceback.print_exc()
+                        row.update(status="error", error=short_error(e))
+                    release(device)
+                    row["wall_s"] = time.perf_counter() - t0
+                    if model is not None:
+                        row["attn_params_mb"] = model.attn_params() * 2 / 1e6
+                        row["kv_values_per_token_per_layer"] = model.kv_values_per_token_per_layer()
+                    rows.append(row)
+                    msg = (f"{row['latency_ms']:.4f} ms/token, floor {row['floor_ms']:.4f} ms "
+                           f"({row['floor_fraction']:.2f}), {row['attention_backend']}"
+                           if row["status"] == "ok" else row["error"])
+                    print(f"[{mode:10s} B={batch_size} ctx={context}] {vid:24s} {msg}", flush=True)
+        rows.sort(key=lambda r: (modes.index(r["mode"]), r["batch_size"], r["context"], order.index(r["variant"])))
+        add_ratios(rows, ["latency_ms", "tokens_per_s"], ["mode", "batch_size", "context"])  # vs MHA
+        markdown = render(rows, info)
+        if generated:
+            markdown += "\n\n## model.generate end to end (batch 1, greedy, 16-token prompt)\n\n" + markdown_table(
+                ["variant", "mode", "new tokens", "s", "tokens/s", "same tokens as eager"],
+                [[g["label"], g["generate_mode"], g["new_tokens"], fmt(g["seconds"], ".3f"),
+                  fmt(g["tokens_per_s"], ",.0f"), g["same_tokens_as_eager"]] for g in generated])
+        write_report(args.out_dir, args.name, markdown, {**info, "rows": rows, "generate": generated})
         del model
         release(device)
     print("\n" + markdown, flush=True)
