@@ -1,0 +1,633 @@
+"""
+Decode attention: one new token per sequence attends to its KV cache (flash-decoding in Triton).
+
+The decode step of every variant here reads a cache and nothing else of size: at batch 32 and
+16k cached tokens the step is bound by HBM bandwidth, so a fast kernel is one that reads each
+cached byte once. Tucker, MQA and absorbed MLA share ONE latent K/V head across all query heads:
+
+    q    (B, nH, Dk)      the new token's queries (rotated if RoPE is on)
+    k    (B, nG, L, Dk)   key cache of capacity L, positions 0 .. length-1 valid
+    v    (B, nG, L, Dv)   value cache (Tucker/MLA shared KV: the same storage as k)
+    o_h  = softmax(q_h k_g^T * scale) v_g   for query head h, KV head g = h // (nH // nG)
+
+Kernel design (split-K "flash decoding"):
+
+    grid = (B * nG, num_splits)           num_splits depends on B, nG, L and the SM count only
+    program (b, g, s):  all nH/nG query heads of KV head g form one (BLOCK_H, Dk) tile, so each
+                        block of BLOCK_N cached rows is read once for the whole group; the rows
+                        0 .. length_b-1 are cut into num_splits equal chunks AT RUN TIME (length is
+                        read on the device), so every position keeps every SM busy while the grid
+                        stays static (one captured CUDA graph serves every decode step)
+                        -> running max m, sum l and unnormalized acc per head, written to fp32
+                        workspaces; a split with no rows writes m = -inf, l = 0, acc = 0
+    combine (b, h):     log-sum-exp merge of the num_splits partials, cast to q's dtype
+
+Latent RoPE: the Tucker/MLA shared latent is cached UNROTATED (it is also the value), so key row p
+is rotated by position p as it is read, in fp32, from the (cos, sin) tables (rotate-half layout
+of model.apply_rope). When v is k's storage (or a k[..., :Dv] view) the value tile is the
+unrotated key tile already in registers: shared KV is read from HBM once.
+
+Head dimensions that are not powers of two (MLA decoupled: dcK + rope dims, e.g. 160) are split
+into two column chunks so the padded tiles waste little: with RoPE the two rotate-half halves
+(Dk/2 each), otherwise [0, P) and [P, D) with P the largest power of two <= D.
+
+Tucker (tucker_decode_attention) goes one step further: the per-head query cores G_i and the
+query rotation happen inside the split kernel (q_i = rope(q_lat G_i, length-1)), and the
+output cores G~_i are applied in the combine, which returns y_lat = sum_i o_i G~_i^T directly.
+
+SDPA is the fallback (CPU, no Triton, unsupported shapes); `decode_backend` is the one place
+that chooses. Kernels compile on their first call: warm up before capturing a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+# ----------------------------------------------------------------------------------------
+# Tuning knobs, read at call time (set them on the module to sweep: each new value compiles once).
+
+CTAS_PER_SM = 4  # num_splits aims at this many split programs per SM (B * nG * num_splits)
+MIN_SPLIT_TOKENS = 256  # ... but a split covers at least this many of the L cache rows
+MAX_SPLITS = 64  # ... and there are at most this many splits (combine cost grows with it)
+BLOCK_N = 64  # cache rows per inner step when the padded key row is <= 128 wide
+BLOCK_N_WIDE = 32  # ... and when it is wider (Dk up to 256), to bound registers
+NUM_WARPS = 4  # split kernel
+NUM_STAGES = 2  # split kernel's software pipelining depth (cache loads in flight)
+COMBINE_TILE = 4096  # fp32 elements of one combine tile (splits x value columns)
+TUCKER_QCORE_TILE = 4096  # fp32 elements of one (heads x r2-chunk x r3) query-core step
+INTERPRET_SMS = 4  # SM count pretended under TRITON_INTERPRET=1 (CPU tests: several splits)
+
+MAX_HEAD_DIM = 256
+MAX_GROUP = 32  # query heads per KV head handled by one program (Tucker: all nH heads)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # not installed, or broken (no driver): SDPA serves
+        return False
+    return True
+
+
+def _pow2(n: int, lo: int = 16) -> int:
+    """Smallest power of two >= max(n, lo): tl.arange and tl.dot need power-of-two tiles >= 16."""
+    return max(lo, 1 << max(0, int(n) - 1).bit_length())
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (int(n).bit_length() - 1)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ----------------------------------------------------------------------------------------
+# The one dispatch point.
+
+
+def _unsupported(q, k, v) -> Optional[str]:
+    """Why the Triton kernel cannot run these tensors (None when it can)."""
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtypes q {q.dtype}, k {k.dtype}, v {v.dtype} (one of fp16/bf16/fp32 for all)"
+    Dk, Dv = k.size(-1), v.size(-1)
+    if not (1 <= Dk <= MAX_HEAD_DIM and 1 <= Dv <= MAX_HEAD_DIM):
+        return f"head dims Dk={Dk}, Dv={Dv} (1..{MAX_HEAD_DIM})"
+    if q.size(1) // k.size(1) > MAX_GROUP:
+        return f"group size nH/nG = {q.size(1) // k.size(1)} > {MAX_GROUP}"
+    if len({t.device for t in (q, k, v)}) != 1:
+        return "q, k, v on different devices"
+    if q.device.type != "cuda" and not (_interpret() and q.device.type == "cpu"):
+        return f"device {q.device.type} (Triton needs CUDA, or CPU under TRITON_INTERPRET=1)"
+    if not _triton_available():
+        return "triton is not installed"
+    return None
+
+
+def decode_backend(q, k, v) -> str:
+    """The backend backend='auto' picks for these tensors: 'triton' on CUDA when triton imports and
+    the shapes are supported, else 'sdpa'. The only place where that choice is made."""
+    if q.device.type != "cuda":  # CPU always takes SDPA under 'auto', even when interpreting
+        return "sdpa"
+    return "triton" if _unsupported(q, k, v) is None else "sdpa"
+
+
+def _resolve(backend: str, q, k, v) -> str:
+    if backend == "auto":
+        return decode_backend(q, k, v)
+    if backend == "triton":
+        why = _unsupported(q, k, v)
+        if why is not None:
+            raise ValueError(f"decode_attention backend='triton' cannot run: {why}")
+        return backend
+    if backend == "sdpa":
+        return backend
+    raise ValueError(f"backend must be 'auto', 'triton' or 'sdpa', got {backend!r}")
+
+
+# ----------------------------------------------------------------------------------------
+# Argument checks shared by both backends (cheap: shapes only, no host sync).
+
+
+def _check(q, k, v, length, rope):
+    if q.dim() != 3 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"expected q (B, nH, Dk), k (B, nG, L, Dk), v (B, nG, L, Dv); got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, nH, Dk = q.shape
+    if k.size(0) != B or v.size(0) != B or k.size(3) != Dk or v.shape[1:3] != k.shape[1:3]:
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    nG, L = k.size(1), k.size(2)
+    if nH % nG != 0:
+        raise ValueError(f"n_head={nH} must be a multiple of the KV heads nG={nG}")
+    if k.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("k and v need a unit stride in their last dimension")
+    if not torch.is_tensor(length) or length.dtype not in (torch.int32, torch.int64) or length.numel() not in (1, B):
+        raise ValueError("length must be an int32/int64 tensor of shape () or (B,)")
+    if rope is not None:
+        cos, sin = rope
+        if Dk % 2 or cos.dim() != 2 or cos.shape != sin.shape or cos.size(0) < L or cos.size(1) != Dk // 2:
+            raise ValueError(f"rope tables must be (>= L={L}, Dk/2={Dk / 2}) with Dk even; got "
+                             f"{tuple(cos.shape)}, {tuple(sin.shape)}")
+
+
+def _as_length(length, q):
+    """length as a tensor on q's device (a Python int is accepted for convenience; tensors are
+    graph-safe, an int is baked into a captured graph)."""
+    if not torch.is_tensor(length):
+        length = torch.tensor(int(length), device=q.device)
+    return length
+
+
+# ----------------------------------------------------------------------------------------
+# SDPA fallback: static shapes, a boolean mask over all L rows built from `length` on the device.
+
+
+def _rotate(x, cos, sin):
+    """Rotate-half RoPE of x (..., N, D) by cos/sin (N, D/2), as model.apply_rope, computed in
+    at least fp32 (the cache stays unrotated; only this temporary copy is rotated)."""
+    dt = torch.promote_types(x.dtype, torch.float32)
+    x1, x2 = x.to(dt).chunk(2, dim=-1)
+    cos, sin = cos.to(dt), sin.to(dt)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
+
+
+def _sdpa_decode(q, k, v, length, scale, rope):
+    B, nH, Dk = q.shape
+    nG, L = k.size(1), k.size(2)
+    if rope is not None:
+        cos, sin = rope
+        k = _rotate(k, cos[:L], sin[:L])  # (B, nG, L, Dk): key row p rotated by position p
+    valid = torch.arange(L, device=q.device) < length.reshape(-1, 1)  # (B or 1, L)
+    mask = valid.view(-1, 1, 1, L)  # (B or 1, 1, 1, L): broadcast over heads and the one query
+    gqa = {"enable_gqa": True} if nG != nH else {}
+    o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask, scale=scale, **gqa)  # (B, nH, 1, Dv)
+    return o.squeeze(2)  # (B, nH, Dv)
+
+
+# ----------------------------------------------------------------------------------------
+# Triton kernels (defined only when triton imports; the module works without it).
+
+if _triton_available():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _split_kernel(
+        Q, G, K, V, Len, QPos, Cos, Sin, Opart, Mpart, Lpart,
+        s_qb, s_qh, s_qd,  # q (B, nH, Dk); with QCORE: q_lat (B, r2) as (s_qb, -, s_qd)
+        s_gh, s_gj, s_gd,  # G (nH, r2, r3), QCORE only
+        s_kb, s_kg, s_kn,  # k (B, nG, L, Dk), unit last stride
+        s_vb, s_vg, s_vn,  # v (B, nG, L, Dv), unit last stride
+        s_len, s_qpos, s_rn, s_rd,  # length, query position: (B,) or () [stride 0]; cos/sin (rows, Dk/2)
+        n_kv_heads, group, num_splits, qk_scale,  # qk_scale = scale * log2(e): softmax in base 2
+        DK: tl.constexpr, DV: tl.constexpr, R2: tl.constexpr,
+        KSPLIT: tl.constexpr,  # the key row is loaded as columns [0, KSPLIT) ("lo") and [KSPLIT, DK) ("hi")
+        BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KLO: tl.constexpr, BLOCK_KHI: tl.constexpr,
+        BLOCK_VLO: tl.constexpr, BLOCK_VHI: tl.constexpr, BLOCK_J: tl.constexpr,
+        HAS_KHI: tl.constexpr, HAS_VHI: tl.constexpr, VSPLIT: tl.constexpr,
+        ROPE: tl.constexpr, V_FROM_K: tl.constexpr, QCORE: tl.constexpr, QPOS_OFF: tl.constexpr,
+        DOT_PREC: tl.constexpr,
+    ):
+        pid_bg = tl.program_id(0)
+        split = tl.program_id(1)
+        b = pid_bg // n_kv_heads
+        g = pid_bg % n_kv_heads
+        b64 = b.to(tl.int64)  # int64 base offsets: caches can exceed 2^31 elements
+        n_heads = n_kv_heads * group
+
+        # this split's rows, from the length read on the device: equal chunks of whole blocks
+        length = tl.load(Len + b * s_len).to(tl.int32)
+        n_blocks = tl.cdiv(length, BLOCK_N)
+        chunk = tl.cdiv(n_blocks, num_splits) * BLOCK_N
+        start = split * chunk
+        end = tl.minimum(start + chunk, length)
+
+        offs_h = tl.arange(0, BLOCK_H)
+        heads = g * group + offs_h  # (BLOCK_H,) query heads of KV head g (padded rows masked)
+        mask_h = offs_h < group
+        d_lo = tl.arange(0, BLOCK_KLO)  # key columns d_lo and KSPLIT + d_hi
+        mask_klo = d_lo < KSPLIT
+        if HAS_KHI:
+            d_hi = tl.arange(0, BLOCK_KHI)
+            mask_khi = d_hi < DK - KSPLIT
+
+        # ---- the query tile (BLOCK_H, Dk) of this group, as its lo/hi column chunks ----
+        if QCORE:
+            # Tucker: q_h = q_lat G_h, accumulated over r2 in chunks of BLOCK_J: (H, J, D) tiles
+            q_lo = tl.zeros((BLOCK_H, BLOCK_KLO), dtype=tl.float32)
+            if HAS_KHI:
+                q_hi = tl.zeros((BLOCK_H, BLOCK_KHI), dtype=tl.float32)
+            for j0 in range(0, R2, BLOCK_J):
+                offs_j = j0 + tl.arange(0, BLOCK_J)
+                mask_j = offs_j < R2
+                x = tl.load(Q + b64 * s_qb + offs_j * s_qd, mask=mask_j, other=0.0).to(tl.float32)  # (J,)
+                g_base = G + heads[:, None, None] * s_gh + offs_j[None, :, None] * s_gj
+                m_hj = mask_h[:, None, None] & mask_j[None, :, None]
+                g_lo = tl.load(g_base + d_lo[None, None, :] * s_gd,
+                               mask=m_hj & mask_klo[None, None, :], other=0.0).to(tl.float32)  # (H, J, Dlo)
+                q_lo += tl.sum(g_lo * x[None, :, None], axis=1)
+                if HAS_KHI:
+                    g_hi = tl.load(g_base + (KSPLIT + d_hi[None, None, :]) * s_gd,
+                                   mask=m_hj & mask_khi[None, None, :], other=0.0).to(tl.float32)
+                    q_hi += tl.sum(g_hi * x[None, :, None], axis=1)
+            if ROPE:  # rotate the queries to the new token's position (length - 1 unless given)
+                pos = tl.maximum(tl.load(QPos + b * s_qpos).to(tl.int32) + QPOS_OFF, 0)
+                c = tl.load(Cos + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+                s = tl.load(Sin + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+                q_lo, q_hi = q_lo * c[None, :] - q_hi * s[None, :], q_lo * s[None, :] + q_hi * c[None, :]
+            q_lo = q_lo.to(K.dtype.element_ty)
+            if HAS_KHI:
+                q_hi = q_hi.to(K.dtype.element_ty)
+        else:
+            q_base = Q + b64 * s_qb + heads[:, None] * s_qh
+            q_lo = tl.load(q_base + d_lo[None, :] * s_qd, mask=mask_h[:, None] & mask_klo[None, :], other=0.0)
+            if HAS_KHI:
+                q_hi = tl.load(q_base + (KSPLIT + d_hi[None, :]) * s_qd,
+                               mask=mask_h[:, None] & mask_khi[None, :], other=0.0)
+
+        # value columns (unless they are the key tile's own columns)
+        if not V_FROM_K:
+            e_lo = tl.arange(0, BLOCK_VLO)
+            mask_vlo = e_lo < VSPLIT
+            if HAS_VHI:
+                e_hi = tl.arange(0, BLOCK_VHI)
+                mask_vhi = e_hi < DV - VSPLIT
+
+        m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
+        acc_lo = tl.zeros((BLOCK_H, BLOCK_VLO), dtype=tl.float32)
+        if HAS_VHI:
+            acc_hi = tl.zeros((BLOCK_H, BLOCK_VHI), dtype=tl.float32)
+
+        k_base = K + b64 * s_kb + g * s_kg
+        v_base = V + b64 * s_vb + g * s_vg
+        offs_n0 = tl.arange(0, BLOCK_N)
+        # a split beyond `length` runs no iteration and writes the empty partial (m=-inf, l=0)
+        for n0 in range(start, end, BLOCK_N):
+            offs_n = n0 + offs_n0
+            mask_n = offs_n < end
+            # a column mask only where the chunk is padded: a row-only mask keeps loads vectorized
+            if BLOCK_KLO == KSPLIT:
+                mk_lo = mask_n[:, None]
+            else:
+                mk_lo = mask_n[:, None] & mask_klo[None, :]
+            k_lo = tl.load(k_base + offs_n[:, None] * s_kn + d_lo[None, :], mask=mk_lo, other=0.0)  # (N, Dlo)
+            if HAS_KHI:
+                if BLOCK_KHI == DK - KSPLIT:
+                    mk_hi = mask_n[:, None]
+                else:
+                    mk_hi = mask_n[:, None] & mask_khi[None, :]
+                k_hi = tl.load(k_base + offs_n[:, None] * s_kn + (KSPLIT + d_hi[None, :]), mask=mk_hi,
+                               other=0.0)  # (N, Dhi)
+            if ROPE:
+                # row p rotated by position p: (lo, hi) -> (lo cos - hi sin, lo sin + hi cos), fp32
+                r_off = offs_n[:, None] * s_rn + d_lo[None, :] * s_rd
+                r_mask = mk_lo
+                c = tl.load(Cos + r_off, mask=r_mask, other=0.0).to(tl.float32)  # (N, Dk/2)
+                s = tl.load(Sin + r_off, mask=r_mask, other=0.0).to(tl.float32)
+                lo32, hi32 = k_lo.to(tl.float32), k_hi.to(tl.float32)
+                kr_lo = (lo32 * c - hi32 * s).to(k_lo.dtype)
+                kr_hi = (lo32 * s + hi32 * c).to(k_hi.dtype)
+            else:
+                kr_lo = k_lo
+                if HAS_KHI:
+                    kr_hi = k_hi
+            # scores (H, N) of all heads of the group against this block, fp32 accumulation
+            qk = tl.dot(q_lo, tl.trans(kr_lo), input_precision=DOT_PREC)
+            if HAS_KHI:
+                qk += tl.dot(q_hi, tl.trans(kr_hi), input_precision=DOT_PREC)
+            qk = tl.where(mask_n[None, :], qk * qk_scale, float("-inf"))
+            # online softmax: rescale what was accumulated by exp2(m_old - m_new)
+            m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])  # (H, N)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            m_i = m_new
+            if V_FROM_K:  # shared KV: the unrotated key tile is the value tile (one HBM read)
+                v_lo = k_lo
+                if HAS_VHI:
+                    v_hi = k_hi
+            else:
+                if BLOCK_VLO == VSPLIT:
+                    mv_lo = mask_n[:, None]
+                else:
+                    mv_lo = mask_n[:, None] & mask_vlo[None, :]
+                v_lo = tl.load(v_base + offs_n[:, None] * s_vn + e_lo[None, :], mask=mv_lo, other=0.0)  # (N, Dvlo)
+                if HAS_VHI:
+                    if BLOCK_VHI == DV - VSPLIT:
+                        mv_hi = mask_n[:, None]
+                    else:
+                        mv_hi = mask_n[:, None] & mask_vhi[None, :]
+                    v_hi = tl.load(v_base + offs_n[:, None] * s_vn + (VSPLIT + e_hi[None, :]), mask=mv_hi,
+                                   other=0.0)  # (N, Dvhi)
+            p_v = p.to(v_lo.dtype)
+            acc_lo = acc_lo * alpha[:, None] + tl.dot(p_v, v_lo, input_precision=DOT_PREC)
+            if HAS_VHI:
+                acc_hi = acc_hi * alpha[:, None] + tl.dot(p_v, v_hi, input_precision=DOT_PREC)
+
+        # partials: Mpart/Lpart (B, nH, S), Opart (B, nH, S, DV), fp32 contiguous
+        row = (b64 * n_heads + heads) * num_splits + split  # (H,)
+        tl.store(Mpart + row, m_i, mask=mask_h)
+        tl.store(Lpart + row, l_i, mask=mask_h)
+        o_base = Opart + row[:, None] * DV
+        if V_FROM_K:  # value columns are the key chunks' columns, cut at DV
+            tl.store(o_base + d_lo[None, :], acc_lo, mask=mask_h[:, None] & (mask_klo & (d_lo < DV))[None, :])
+            if HAS_VHI:
+                tl.store(o_base + KSPLIT + d_hi[None, :], acc_hi,
+                         mask=mask_h[:, None] & (mask_khi & (KSPLIT + d_hi < DV))[None, :])
+        else:
+            tl.store(o_base + e_lo[None, :], acc_lo, mask=mask_h[:, None] & mask_vlo[None, :])
+            if HAS_VHI:
+                tl.store(o_base + VSPLIT + e_hi[None, :], acc_hi, mask=mask_h[:, None] & mask_vhi[None, :])
+
+    @triton.jit
+    def _combine_kernel(
+        Opart, Mpart, Lpart, Out, s_ob, s_oh, n_heads, num_splits,
+        DV: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):
+        # program (b*nH + h, column block): o = sum_s w_s acc_s / sum_s w_s l_s, w_s = 2^(m_s - max m)
+        row = tl.program_id(0).to(tl.int64)
+        offs_s = tl.arange(0, BLOCK_S)
+        offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+        mask_s = offs_s < num_splits
+        mask_d = offs_d < DV
+        m = tl.load(Mpart + row * num_splits + offs_s, mask=mask_s, other=float("-inf"))  # (S,)
+        l = tl.load(Lpart + row * num_splits + offs_s, mask=mask_s, other=0.0)
+        m_max = tl.max(m, axis=0)
+        m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # length 0: all empty, output 0
+        w = tl.exp2(m - m_max)  # empty splits: 2^-inf = 0
+        den = tl.sum(w * l, axis=0)
+        o = tl.load(Opart + (row * num_splits + offs_s[:, None]) * DV + offs_d[None, :],
+                    mask=mask_s[:, None] & mask_d[None, :], other=0.0)  # (S, D)
+        o = tl.sum(o * w[:, None], axis=0) / tl.where(den > 0, den, 1.0)
+        b = row // n_heads
+        h = row % n_heads
+        tl.store(Out + b * s_ob + h * s_oh + offs_d, o.to(Out.dtype.element_ty), mask=mask_d)
+
+    @triton.jit
+    def _combine_outcore_kernel(
+        Opart, Mpart, Lpart, Gp, Out, s_gh, s_gp, s_gd, s_ob, n_heads, num_splits,
+        P2: tl.constexpr, DV: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_P: tl.constexpr,
+    ):
+        # Tucker output: program (b, p block): y[b, p] = sum_h sum_d G~[h, p, d] o[b, h, d], where
+        # o[b, h] is the merge of the partials, column block by column block
+        b = tl.program_id(0).to(tl.int64)
+        offs_p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
+        mask_p = offs_p < P2
+        offs_s = tl.arange(0, BLOCK_S)
+        mask_s = offs_s < num_splits
+        y = tl.zeros((BLOCK_P,), dtype=tl.float32)
+        for h in range(0, n_heads):
+            row = b * n_heads + h
+            m = tl.load(Mpart + row * num_splits + offs_s, mask=mask_s, other=float("-inf"))
+            l = tl.load(Lpart + row * num_splits + offs_s, mask=mask_s, other=0.0)
+            m_max = tl.max(m, axis=0)
+            m_max = tl.where(m_max == float("-inf"), 0.0, m_max)
+            w = tl.exp2(m - m_max)
+            den = tl.sum(w * l, axis=0)
+            w = w / tl.where(den > 0, den, 1.0)  # (S,) the softmax's share of each split
+            for d0 in range(0, DV, BLOCK_D):
+                offs_d = d0 + tl.arange(0, BLOCK_D)
+                mask_d = offs_d < DV
+                o = tl.load(Opart + (row * num_splits + offs_s[:, None]) * DV + offs_d[None, :],
+                            mask=mask_s[:, None] & mask_d[None, :], other=0.0)  # (S, D)
+                o = tl.sum(o * w[:, None], axis=0)  # (D,) o[b, h, d0:d0+D]
+                gp = tl.load(Gp + h * s_gh + offs_p[:, None] * s_gp + offs_d[None, :] * s_gd,
+                             mask=mask_p[:, None] & mask_d[None, :], other=0.0).to(tl.float32)  # (P, D)
+                y += tl.sum(gp * o[None, :], axis=1)
+        tl.store(Out + b * s_ob + offs_p, y.to(Out.dtype.element_ty), mask=mask_p)
+
+
+def _empty(shape, device, dtype):
+    """Workspaces and outputs of the kernels (tests swap in NaN-filled ones: every element read must
+    have been written)."""
+    return torch.empty(shape, device=device, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return INTERPRET_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def num_splits(B: int, nG: int, L: int, device) -> int:
+    """Splits of the cache per (sequence, KV head): enough programs to keep CTAS_PER_SM per SM busy,
+    each split at least MIN_SPLIT_TOKENS of the capacity L, at most MAX_SPLITS. Depends on the
+    static shapes only (never on `length`), so a captured graph's grid stays valid."""
+    sms = INTERPRET_SMS if _interpret() else _sm_count(torch.device(device))
+    want = _cdiv(CTAS_PER_SM * sms, B * nG)
+    return max(1, min(want, _cdiv(L, MIN_SPLIT_TOKENS), MAX_SPLITS))
+
+
+def _layout(Dk: int, Dv: int, rope: bool, v_from_k: bool):
+    """Column chunks of the key and value rows (see the module docstring)."""
+    if rope:
+        ksplit = Dk // 2  # rotate-half pairs (x[i], x[i + Dk/2]) live in lo and hi at the same index
+    else:
+        ksplit = Dk if Dk == _pow2_floor(Dk) else _pow2_floor(Dk)
+    klo, khi = ksplit, Dk - ksplit
+    if v_from_k:  # the value columns are the key tile's, cut at Dv
+        vsplit, vlo, vhi = ksplit, _pow2(klo), _pow2(khi)
+        has_vhi = Dv > ksplit
+    else:
+        vsplit = Dv if Dv == _pow2_floor(Dv) else _pow2_floor(Dv)
+        vlo, vhi, has_vhi = _pow2(vsplit), _pow2(Dv - vsplit), Dv > vsplit
+    return dict(KSPLIT=ksplit, BLOCK_KLO=_pow2(klo), BLOCK_KHI=_pow2(khi), HAS_KHI=khi > 0,
+                VSPLIT=vsplit, BLOCK_VLO=vlo, BLOCK_VHI=vhi, HAS_VHI=has_vhi)
+
+
+def _v_is_k(k, v) -> bool:
+    """v is k's storage (v is k, or a k[..., :Dv] view): then values come from the key tile."""
+    return (v.data_ptr() == k.data_ptr() and v.stride() == k.stride() and v.size(-1) <= k.size(-1))
+
+
+def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, out=None):
+    """Split kernel + combine. Plain: q (B, nH, Dk) -> out (B, nH, Dv). Tucker (G given): q is
+    q_lat (B, r2), nH = G.size(0), queries rotated to q_pos (None: length - 1), and the combine
+    applies G_post, writing y_lat (B, p2) into `out`."""
+    B, nG, L, Dk = k.shape
+    Dv = v.size(-1)
+    nH = G.size(0) if G is not None else q.size(1)
+    group = nH // nG
+    S = num_splits(B, nG, L, q.device)
+    v_from_k = _v_is_k(k, v)
+    lay = _layout(Dk, Dv, rope is not None, v_from_k)
+    block_n = BLOCK_N if lay["BLOCK_KLO"] + (lay["BLOCK_KHI"] if lay["HAS_KHI"] else 0) <= 128 else BLOCK_N_WIDE
+    block_h = _pow2(group)
+    dev = q.device
+    m_part = _empty((B, nH, S), dev, torch.float32)  # running max per split (log2 units)
+    l_part = _empty((B, nH, S), dev, torch.float32)  # running sum of exp2 per split
+    o_part = _empty((B, nH, S, Dv), dev, torch.float32)  # unnormalized acc per split
+    length = length.reshape(-1)  # (1,) or (B,)
+    s_len = 0 if length.numel() == 1 else length.stride(0)
+    # the query's position: q_pos, or length - 1 read from the same tensor (no extra kernel)
+    qpos, qpos_off = (length, -1) if q_pos is None else (q_pos.reshape(-1), 0)
+    s_qpos = 0 if qpos.numel() == 1 else qpos.stride(0)
+    cos, sin = rope if rope is not None else (k, k)  # dummies when off (never read)
+    if rope is not None and cos.stride() != sin.stride():  # one set of strides serves both tables
+        cos, sin = cos.contiguous(), sin.contiguous()
+    s_rn, s_rd = (cos.stride(0), cos.stride(1)) if rope is not None else (0, 0)
+    if G is not None:
+        r2 = G.size(1)
+        block_j = max(2, min(_pow2(r2, 2), _pow2_floor(max(1, TUCKER_QCORE_TILE // (block_h * lay["BLOCK_KLO"])))))
+        qs = (q.stride(0), 0, q.stride(1))
+        gs = G.stride()
+    else:
+        r2, block_j = 1, 2
+        qs = q.stride()
+        gs = (0, 0, 0)
+    _split_kernel[(B * nG, S)](
+        q, G if G is not None else q, k, v, length, qpos, cos, sin, o_part, m_part, l_part,
+        *qs, *gs, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+        s_len, s_qpos, s_rn, s_rd, nG, group, S, scale * math.log2(math.e),
+        DK=Dk, DV=Dv, R2=r2, BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_J=block_j,
+        ROPE=rope is not None, V_FROM_K=v_from_k, QCORE=G is not None, QPOS_OFF=qpos_off,
+        DOT_PREC="ieee" if k.dtype == torch.float32 else "tf32",
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES, **lay,
+    )
+    block_s = _pow2(S, 1)
+    if G_post is None:
+        if out is None:
+            out = _empty((B, nH, Dv), dev, q.dtype)
+        block_d = max(16, min(_pow2(Dv), _pow2_floor(max(1, COMBINE_TILE // block_s))))
+        _combine_kernel[(B * nH, _cdiv(Dv, block_d))](
+            o_part, m_part, l_part, out, out.stride(0), out.stride(1), nH, S,
+            DV=Dv, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4)
+    else:
+        P2 = G_post.size(1)
+        block_p = min(64, _pow2(P2))
+        block_d = max(16, min(_pow2(Dv), _pow2_floor(max(1, COMBINE_TILE // max(block_s, block_p)))))
+        _combine_outcore_kernel[(B, _cdiv(P2, block_p))](
+            o_part, m_part, l_part, G_post, out, *G_post.stride(), out.stride(0), nH, S,
+            P2=P2, DV=Dv, BLOCK_S=block_s, BLOCK_D=block_d, BLOCK_P=block_p, num_warps=4)
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Public API
+
+
+def decode_attention(q, k, v, length, *, scale, rope=None, backend="auto") -> torch.Tensor:
+    """One new token per sequence attends to its cache.
+    q: (B, nH, Dk) the new token's queries (already rotated when RoPE is on).
+    k: (B, nG, L, Dk) key cache buffer of capacity L (last-dim stride 1, any other strides).
+    v: (B, nG, L, Dv) value cache buffer (may be the same storage as k, or a view k[..., :Dv]).
+    length: int tensor on q's device, shape () or (B,): number of valid cached positions 0..length-1
+            (the new token's own key/value is already written at position length-1). Must be >= 1.
+    scale: softmax scale.
+    rope: None, or (cos, sin) tables of shape (>= L, Dk // 2) (rotate-half layout, as model.apply_rope:
+          pairs (x[i], x[i + Dk/2])): the cache is stored UNROTATED and key row p is rotated by position p as it is read.
+    nH % nG == 0; query head h uses KV head h // (nH // nG).
+    backend: 'auto' (Triton when q is on CUDA, triton imports and the shape is supported; else SDPA), 'triton', 'sdpa'.
+    Returns (B, nH, Dv) in q's dtype.
+    """
+    length = _as_length(length, q)
+    _check(q, k, v, length, rope)
+    if _resolve(backend, q, k, v) == "sdpa":
+        return _sdpa_decode(q, k, v, length, scale, rope)
+    return _launch(q, k, v, length, scale, rope)
+
+
+def _tucker_unsupported(q_lat, G, k, v, G_post) -> Optional[str]:
+    """Why the fused Tucker kernel cannot run (None when it can): the plain kernel's conditions on
+    the (B, nH, r3) query it builds inside, plus the cores' dtype/device."""
+    B, nH, r3 = q_lat.size(0), G.size(0), G.size(2)
+    probe = q_lat.new_empty(()).expand(B, nH, r3)  # stands for q: device, dtype, heads, no data
+    why = _unsupported(probe, k, v)
+    if why is None and any(t.dtype != q_lat.dtype or t.device != q_lat.device for t in (G, G_post)):
+        why = "G / G_post dtype or device differs from q_lat"
+    return why
+
+
+def tucker_decode_backend(q_lat, G, k, v, G_post) -> str:
+    """What backend='auto' picks for tucker_decode_attention: 'triton' (the fused kernel) on CUDA
+    when it is supported, else 'sdpa' (the composition of torch ops around the SDPA fallback)."""
+    if q_lat.device.type != "cuda":
+        return "sdpa"
+    return "triton" if _tucker_unsupported(q_lat, G, k, v, G_post) is None else "sdpa"
+
+
+def tucker_decode_attention(q_lat, G, k, v, G_post, length, *, scale, rope=None, q_pos=None,
+                            backend="auto") -> torch.Tensor:
+    """Tucker decode step with the per-head cores fused: one new token per sequence.
+    q_lat: (B, r2) the query latent x U2.     G: (nH, r2, r3) per-head query cores (C x1 U1).
+    k: (B, 1, L, r3), v: (B, 1, L, p3) the latent caches (v may be k's storage: shared KV).
+    G_post: (nH, p2, p3) per-head output cores (C~ x1 U~1).   length: as in decode_attention.
+    rope: None or (cos, sin) (>= L, r3 // 2): keys rotated as read (as decode_attention), and the
+          queries q_i = q_lat G_i rotated by position q_pos (int tensor () or (B,); default length - 1).
+    Returns y_lat (B, p2) = sum_i o_i G_post_i^T, o_i = softmax(q_i k^T * scale) v, in q_lat's dtype.
+    """
+    length = _as_length(length, q_lat)
+    if q_lat.dim() != 2 or G.dim() != 3 or G_post.dim() != 3 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("expected q_lat (B, r2), G (nH, r2, r3), k (B, 1, L, r3), v (B, 1, L, p3), G_post (nH, p2, p3)")
+    B, r2 = q_lat.shape
+    nH, r3 = G.size(0), G.size(2)
+    if G.size(1) != r2 or k.size(1) != 1 or k.size(-1) != r3 or G_post.size(0) != nH or G_post.size(2) != v.size(-1):
+        raise ValueError(f"shapes: q_lat {tuple(q_lat.shape)}, G {tuple(G.shape)}, k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}, G_post {tuple(G_post.shape)}")
+    _check(q_lat.new_empty(()).expand(B, nH, r3), k, v, length, rope)
+    if q_pos is not None:
+        q_pos = _as_length(q_pos, q_lat)
+        if q_pos.dtype not in (torch.int32, torch.int64) or q_pos.numel() not in (1, B):
+            raise ValueError("q_pos must be an int32/int64 tensor of shape () or (B,)")
+    if backend == "auto":
+        backend = tucker_decode_backend(q_lat, G, k, v, G_post)
+    elif backend == "triton":
+        why = _tucker_unsupported(q_lat, G, k, v, G_post)
+        if why is not None:
+            raise ValueError(f"tucker_decode_attention backend='triton' cannot run: {why}")
+    elif backend != "sdpa":
+        raise ValueError(f"backend must be 'auto', 'triton' or 'sdpa', got {backend!r}")
+    if backend == "triton":
+        out = _empty((B, G_post.size(1)), q_lat.device, q_lat.dtype)
+        return _launch(q_lat, k, v, length, scale, rope, G=G, G_post=G_post, q_pos=q_pos, out=out)
+    return _tucker_compose(q_lat, G, k, v, G_post, length, scale=scale, rope=rope,
+                           q_pos=length - 1 if q_pos is None else q_pos)
+
+
+def _tucker_compose(q_lat, G, k, v, G_post, length, *, scale, rope, q_pos):
+    """The same step as plain torch ops around the SDPA fallback (the reference and the fallback)."""
+    B = q_lat.size(0)
+    q = torch.einsum("bj,hjd->bhd", q_lat, G)  # (B, nH, r3): q_i = q_lat G_i
+    if rope is not None:
+        cos, sin = rope
+        pos = q_pos.reshape(-1).expand(B)  # (B,) position of each sequence's new token
+        q = _rotate(q.unsqueeze(2), cos[pos].unsqueeze(1).unsqueeze(1),
+                    sin[pos].unsqueeze(1).unsqueeze(1)).squeeze(2)  # (B, nH, r3)
+    o = _sdpa_decode(q, k, v, length, scale, rope)  # (B, nH, p3)
+    return torch.einsum("bhd,hpd->bp", o, G_post)  # (B, p2): sum_i o_i G~_i^T
