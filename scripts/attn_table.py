@@ -2,9 +2,9 @@
 Attention parameters and KV cache of every row of a paper table, counted from the
 instantiated model, beside the paper's published numbers.
 
-    python scripts/attn_table.py shakespeare          # tab_shake, N=256, KV in MiB
-    python scripts/attn_table.py owt --json           # tab_gpt2, N=1024, KV in MB
-    python scripts/attn_table.py llama1b              # tab:owt2_llama1b_timing, N=4096, KV in MB
+    python -m scripts.attn_table shakespeare          # tab_shake, N=256, KV in MiB
+    python -m scripts.attn_table owt --json           # tab_gpt2, N=1024, KV in MB
+    python -m scripts.attn_table llama1b              # tab:owt2_llama1b_timing, N=4096, KV in MB
 
 Each row is built from its own config file through the configurator (as train.py would),
 instantiated on the meta device (no memory, no init cost) and asked for its accounting:
@@ -15,13 +15,11 @@ difference comes from our model or from the paper's own arithmetic.
 import argparse
 import json
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
+if not __package__:  # run as a file, the repository's modules are not importable
+    sys.exit("run from the repository root as a module: python -m scripts.attn_table ...")
 
-from paper_tables import TABLES, build_config, paper_remarks  # noqa: E402
+from scripts.paper_tables import TABLES, build_config, paper_remarks  # noqa: E402
 
 BYTES_BF16 = 2
 
@@ -36,8 +34,8 @@ def instantiate(cfg: dict):
 
 def table1(cfg: dict):
     """(attention params per layer, KV values per token per layer) by the paper's Table 1,
-    generalized to dcQ != dcK as in DESIGN.md. No biases, no RoPE extras: exactly what the
-    paper's formulas count."""
+    generalized to dcQ != dcK (MLA: d^2 + 2 d dcQ + 4 d dcK separated, 3 d dcK shared; 2 d^2 + 4 d dcK
+    with a full query). No biases, no RoPE extras: exactly what the paper's formulas count."""
     d, nH = cfg["n_embd"], cfg["n_head"]
     dH = d // nH
     attn = cfg["attn"]
@@ -73,10 +71,6 @@ def decoupled_rope_extras(cfg: dict):
     dR = cfg["rope_head_dim"] if cfg.get("rope_head_dim") else (d // nH) // 2
     q_in = cfg["q_rank"] or d
     return q_in * nH * dR + d * dR, dR
-
-
-def _fmt(x, dec):
-    return "—" if x is None else f"{x:.{dec}f}"
 
 
 def compute(table_name: str):
@@ -161,7 +155,7 @@ def footer(t) -> str:
             "    'paper' is the printed number, 'bf16' the same number in bf16 MB (x2), diff = ours - bf16.",
             f"  The paper prints {t.sig_figs} significant figures and is taken to agree when within 1.5 units of",
             "    its last printed digit (it truncates some numbers: 8.389 printed 8.38, 16.78 printed 16.7).",
-            "  Table 1 formula = the paper's Table 1 (DESIGN.md), no biases. MLA and Tucker use latent RoPE (no",
+            "  Table 1 formula = the paper's Table 1 (its per-layer formulas), no biases. MLA and Tucker use latent RoPE (no",
             "    extra parameters, nothing extra cached); MLA rows are separated K,V (see config/owt2_llama1b_mla128.py).",
             "  '*' marks a row with a note. Notes say where the paper's own numbers disagree with its Table 1",
             "    formulas; we report those, we do not bend the model to them.",
@@ -173,7 +167,7 @@ def footer(t) -> str:
         f"  KV cache [{t.kv_unit}] = values/token/layer * n_layer * N={t.seq_len} * batch 1 * 2 bytes / "
         + ("2**20 (the paper's Shakespeare table prints MB but its numbers are MiB: MHA = 9.000)"
            if t.kv_unit == "MiB" else "1e6 (decimal MB)"),
-        "  diff = ours - paper. Table 1 formula = the paper's Table 1 (DESIGN.md), no biases, no RoPE extras.",
+        "  diff = ours - paper. Table 1 formula = the paper's Table 1 (its per-layer formulas), no biases, no RoPE extras.",
         f"  The paper is taken to agree when within 1.5 units of its last printed digit "
         f"({t.decimals['attn_params_mb']} decimals for params, {t.decimals['kv_cache_mb']} for KV):",
         "    it rounds some numbers and truncates others (56.62 = 56.623, 37.74 = 37.749).",

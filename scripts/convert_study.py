@@ -1,7 +1,7 @@
 """
 The MHA -> Tucker conversion study (issue 7) on small GPTs trained on CPU, in one command:
 
-    python scripts/convert_study.py --data_dir=data/shakespeare --work_dir=/tmp/issue7 \
+    python -m scripts.convert_study --data_dir=data/shakespeare --work_dir=/tmp/issue7 \
         --max_iters=50 --finetune_iters=20
 
 1. trains (train.py, float32, no compile) a small GPT with MHA and, from scratch, with separated
@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
+if not __package__:  # run as a file, the repository's modules are not importable
+    sys.exit("run from the repository root as a module: python -m scripts.convert_study ...")
 
 MODEL = dict(n_layer=4, n_head=8, n_embd=128, block_size=128, bias=False, pos_emb="learned")
 OPTIM = dict(batch_size=16, learning_rate=2e-3, min_lr=2e-4)
@@ -60,7 +60,7 @@ def train_args(out_dir: Path, data_dir: str, iters: int, **extra) -> list:
 
 
 def run(cmd: list, log: Path, env: dict):
-    print("$ " + " ".join(cmd[1:] if cmd[0] == sys.executable else cmd), flush=True)
+    print("$ " + " ".join(["python", *cmd[1:]] if cmd[0] == sys.executable else cmd), flush=True)
     with open(log, "w") as f:
         res = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=env)
     if res.returncode != 0:
@@ -92,7 +92,7 @@ def convert_and_finetune(r, mha_dir: Path, args, env) -> dict:
     name = ranks_name(r)
     conv_dir = Path(args.work_dir) / f"convert_{name}"
     if not (conv_dir / "convert.json").exists():
-        run([sys.executable, "scripts/convert.py", f"--in_dir={mha_dir}", "--to=tucker",
+        run([sys.executable, "-m", "scripts.convert", f"--in_dir={mha_dir}", "--to=tucker",
              f"--ranks={','.join(map(str, r))}", f"--out_dir={conv_dir}", f"--data_dir={args.data_dir}",
              f"--eval_batches={args.convert_eval_batches}", "--batch_size=8"], conv_dir.with_suffix(".log"), env)
     else:
@@ -203,7 +203,7 @@ def main(argv=None):
         low = ranks[-2:]  # the two lowest ranks of --ranks (default [8,64,64] and [4,32,32])
         dirs = [str(mha_dir)] + [str(work / f"tucker_{ranks_name(r)}") for r in low]
         labels = ["MHA"] + [f"Tucker {'-'.join(map(str, r))}" for r in low]  # --labels is comma-separated
-        run([sys.executable, "scripts/spectrum.py", *dirs, f"--labels={','.join(labels)}", "--out", args.spectra_dir],
+        run([sys.executable, "-m", "scripts.spectrum", *dirs, f"--labels={','.join(labels)}", "--out", args.spectra_dir],
             work / "spectrum.log", env)
         print(f"wrote {args.spectra_dir}")
     print(f"wrote {out / 'table.md'} and {out / 'table.json'}")

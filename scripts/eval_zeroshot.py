@@ -3,8 +3,8 @@ Zero-shot evaluation of a checkpoint with EleutherAI's lm-evaluation-harness: th
 columns of the paper's OpenWebText table (tab_gpt2).
 
     pip install -r requirements.txt   (pins lm_eval)
-    python scripts/eval_zeroshot.py --out_dir=out-owt-tucker
-    python scripts/eval_zeroshot.py --out_dir=out-owt-tucker --tasks=lambada_openai,hellaswag --limit=200
+    python -m scripts.eval_zeroshot --out_dir=out-owt-tucker
+    python -m scripts.eval_zeroshot --out_dir=out-owt-tucker --tasks=lambada_openai,hellaswag --limit=200
 
 Any checkpoint of train.py works (every attention variant): the model is rebuilt from the
 checkpoint alone, as in sample.py. Writes <out_dir>/zeroshot.json with every metric lm-eval
@@ -54,10 +54,10 @@ from lm_eval.tasks import TaskManager
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
+if not __package__:  # run as a file, the repository's modules are not importable
+    sys.exit("run from the repository root as a module: python -m scripts.eval_zeroshot ...")
 
-from paper_tables import OWT_COLUMNS  # noqa: E402
+from scripts.paper_tables import OWT_COLUMNS  # noqa: E402
 from sample import load_model  # noqa: E402
 from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
 

@@ -21,7 +21,6 @@ with the paper's own Table 1 formulas; scripts/attn_table.py flags those).
 """
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -326,27 +325,22 @@ def format_override(key, value) -> str:
     return f"--{key}={value!r}".replace(" ", "")  # tuples without spaces: one argv word
 
 
-def _import_repo(name):
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    return __import__(name)
-
-
 def default_train_keys() -> dict:
     """Every key train.py accepts, with its default: train.DEFAULTS itself (importing train.py
     runs nothing; its main() is guarded), so parse_config type-checks and rejects unknown
     keys exactly as a real run would."""
-    return dict(_import_repo("train").DEFAULTS)
+    import train  # lazy: torch and the training loop are not needed to read the rows
+    return dict(train.DEFAULTS)
 
 
 def build_config(row: Row, rope: str) -> dict:
     """The GPTConfig fields of one run, loaded through the configurator exactly as
     `python train.py <row.config> <run_overrides>` would resolve them."""
-    configurator = _import_repo("configurator")
-    model = _import_repo("model")
+    import configurator
+    from model import GPTConfig
     argv = [str(REPO / row.config)] + [format_override(k, v) for k, v in run_overrides(row, rope).items()]
     cfg = configurator.parse_config(argv, default_train_keys())
-    names = {f.name for f in dataclasses.fields(model.GPTConfig)}
+    names = {f.name for f in dataclasses.fields(GPTConfig)}
     return {k: v for k, v in cfg.items() if k in names}
 
 

@@ -2,8 +2,8 @@
 Collect the runs of a paper table into a results table beside the paper's numbers, plus
 Pareto plots (val loss against attention parameters and against KV cache).
 
-    python scripts/results.py shakespeare
-    python scripts/results.py owt --runs results/owt/runs --out results/owt
+    python -m scripts.results shakespeare
+    python -m scripts.results owt --runs results/owt/runs --out results/owt
 
 Reads <runs>/<row_id>-rope_<off|on>-s<seed>/summary.json (the layout scripts/sweep.py
 writes), groups the seeds of a (row, RoPE) pair (mean, and sample std when there are
@@ -28,10 +28,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
+if not __package__:  # run as a file, the repository's modules are not importable
+    sys.exit("run from the repository root as a module: python -m scripts.results ...")
 
-from paper_tables import OWT_COLUMNS, ROPE_SETTINGS, TABLES  # noqa: E402
+from scripts.paper_tables import OWT_COLUMNS, ROPE_SETTINGS, TABLES  # noqa: E402
 
 RUN_DIR_RE = re.compile(r"^(?P<row>.+)-rope_(?P<rope>off|on)-s(?P<seed>-?\d+)$")
 DASH = "—"
@@ -117,7 +117,7 @@ def _model_accounting(table_name):
     """{(row, rope): (attn_params_mb, kv_mb)} from the meta-device models, for rows without
     runs. Optional: results for finished runs need none of it."""
     try:
-        from attn_table import compute
+        from scripts.attn_table import compute
         return {(r["row"], r["rope"]): (r["attn_params_mb"], r["kv_cache_mb"]) for r in compute(table_name)}
     except Exception as e:  # model.py/configurator missing or broken: leave the columns to the runs
         print(f"warning: could not count parameters from the model ({e}); using run summaries only", file=sys.stderr)
@@ -237,7 +237,7 @@ def markdown(table_name, recs, runs_dir) -> str:
 
 def _zeroshot_markdown(recs) -> list:
     lines = ["# Zero-shot: ours / paper", "",
-             "From each run's zeroshot.json (`python scripts/eval_zeroshot.py --out_dir=<run>`), mean over "
+             "From each run's zeroshot.json (`python -m scripts.eval_zeroshot --out_dir=<run>`), mean over "
              "seeds (n = runs evaluated). Perplexities, then accuracies in %.", ""]
     header = "| Method | " + " | ".join(ZERO_SHOT_HEADERS) + " | n |"
     for rope in ROPE_SETTINGS:

@@ -1,8 +1,8 @@
 """
 Check the paper's qualitative claims about the Shakespeare table against our runs, with numbers.
 
-    python scripts/results.py shakespeare          # writes results/shakespeare/table.json
-    python scripts/shakespeare_claims.py           # reads it, prints results/shakespeare/claims.md
+    python -m scripts.results shakespeare          # writes results/shakespeare/table.json
+    python -m scripts.shakespeare_claims           # reads it, prints results/shakespeare/claims.md
 
 Each claim is stated as "holds", "does not hold" or "within noise", against the seed spread
 (sample std of the rows run with several seeds). Nothing here is hard-coded but the claims.

@@ -4,7 +4,7 @@ for every layer, the singular values of Mat_1, Mat_2, Mat_3 of the pre-softmax t
 (W_i = W_Q,i W_K,i^T: head, query, key modes) and of the post-softmax tensor W~
 (W~_i = (W_V,i W_O,i)^T: head, output, value modes), each divided by its largest.
 
-    python scripts/spectrum.py out-mha out-tucker --out results/spectra --labels MHA,Tucker
+    python -m scripts.spectrum out-mha out-tucker --out results/spectra --labels MHA,Tucker
 
 Any variant works (MHA, GQA, MLA, Tucker; tensor_forms.attention_tensors semantics, decoupled
 RoPE's rotary dims left out). The tensors are never formed: scripts/convert.py's `Factored`
@@ -30,11 +30,10 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
+if not __package__:  # run as a file, the repository's modules are not importable
+    sys.exit("run from the repository root as a module: python -m scripts.spectrum ...")
 
-from convert import DENSE_LIMIT, factored_tensors, mode_svd  # noqa: E402
+from scripts.convert import DENSE_LIMIT, factored_tensors, mode_svd  # noqa: E402
 from sample import load_checkpoint  # noqa: E402
 
 TENSORS = ("pre", "post")  # W, W~

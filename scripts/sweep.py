@@ -1,10 +1,10 @@
 """
 Run the rows of a paper table: one training run per (row, RoPE setting, seed).
 
-    python scripts/sweep.py shakespeare                        # all 23 rows x 2 RoPE settings, seed 1337
-    python scripts/sweep.py shakespeare --rows mha,tucker_8_64_64 --rope on --seeds 1337,1,2 --jobs 4
-    python scripts/sweep.py shakespeare --dry-run -- --max_iters=3000 --compile=False
-    python scripts/sweep.py owt --rows mha --nproc 8             # one run at a time over 8 GPUs (torchrun)
+    python -m scripts.sweep shakespeare                        # all 23 rows x 2 RoPE settings, seed 1337
+    python -m scripts.sweep shakespeare --rows mha,tucker_8_64_64 --rope on --seeds 1337,1,2 --jobs 4
+    python -m scripts.sweep shakespeare --dry-run -- --max_iters=3000 --compile=False
+    python -m scripts.sweep owt --rows mha --nproc 8             # one run at a time over 8 GPUs (torchrun)
 
 Each run is `python train.py <row config> <RoPE override> --seed=S --out_dir=<results_dir>/<name>
 --save_checkpoint=False` (unless --save-checkpoints) plus whatever follows `--` on this command line, with name `<row_id>-rope_<off|on>-s<seed>`;
@@ -29,9 +29,10 @@ from pathlib import Path
 from queue import Queue
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+if not __package__:  # run as a file, the repository's modules are not importable
+    sys.exit("run from the repository root as a module: python -m scripts.sweep ...")
 
-from paper_tables import ROPE_SETTINGS, TABLES, all_runs, format_override, run_overrides  # noqa: E402
+from scripts.paper_tables import ROPE_SETTINGS, TABLES, all_runs, format_override, run_overrides  # noqa: E402
 
 DEFAULT_SEEDS = "1337"  # nanoGPT's seed; the paper fixes one seed for all methods
 

@@ -4,14 +4,12 @@ Both live in ../shared beside the checkout (never committed). The environment va
 TUCKER_GPT2_TIKTOKEN and TUCKER_SHAKESPEARE_TXT override the locations.
 """
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-sys.path.insert(0, str(REPO))
 
 GPT2_TIKTOKEN = Path(os.environ.get("TUCKER_GPT2_TIKTOKEN", SHARED / "tokenizers" / "gpt2.tiktoken"))
 SHAKESPEARE_TXT = Path(os.environ.get("TUCKER_SHAKESPEARE_TXT", SHARED / "data" / "tinyshakespeare" / "input.txt"))

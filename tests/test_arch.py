@@ -20,12 +20,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import configurator
+import train
+from model import GPT, MLP, GPTConfig, LayerNorm, RMSNorm, SwiGLU
 
-import configurator  # noqa: E402
-import train  # noqa: E402
-from model import GPT, MLP, GPTConfig, LayerNorm, RMSNorm, SwiGLU  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 LLAMA_CONFIGS = sorted(p.name for p in (REPO / "config").glob("owt2_llama1b_*.py") if p.name != "owt2_llama1b_base.py")
 TINY_LLAMA = dict(n_layer=2, n_head=4, n_embd=32, block_size=24, vocab_size=61, bias=False, norm="rmsnorm",
@@ -309,9 +308,8 @@ def test_llama_config_loads_and_builds(name):
 
 
 def test_attn_table_llama1b_json(monkeypatch, capsys):
-    """`python scripts/attn_table.py llama1b --json`, run in this process (saves a torch import)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import attn_table
+    """`python -m scripts.attn_table llama1b --json`, run in this process (saves a torch import)."""
+    from scripts import attn_table
     monkeypatch.setattr(sys, "argv", ["attn_table.py", "llama1b", "--json"])
     attn_table.main()
     rows = json.loads(capsys.readouterr().out)

@@ -9,8 +9,8 @@ import pytest
 
 from tokenizer import EOT, get_gpt2_encoding
 
-# data/ has no __init__.py: data.<name>.prepare import as namespace packages (repo root is on
-# sys.path via conftest), which also keeps the pool's worker functions importable by name
+# data/ has no __init__.py: data.<name>.prepare import as namespace packages (the repository root
+# is importable: pytest.ini's pythonpath), which also keeps the pool's worker functions importable by name
 shakespeare = importlib.import_module("data.shakespeare.prepare")
 owt = importlib.import_module("data.openwebtext.prepare")
 

@@ -14,19 +14,14 @@ Zero-shot evaluation (scripts/eval_zeroshot.py, eval_tasks/cbt) on a tiny random
 """
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
-
-from model import GPT, GPTConfig  # noqa: E402
-from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
+from model import GPT, GPTConfig
+from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding
 
 BLOCK = 32
 # Tucker attention with RoPE; vocab padded to 50304 as in training (the wrapper drops the padding)
@@ -37,7 +32,7 @@ CONFIG = dict(block_size=BLOCK, vocab_size=50304, n_layer=2, n_head=2, n_embd=32
 @pytest.fixture(scope="module")
 def ez():
     pytest.importorskip("lm_eval")
-    import eval_zeroshot
+    from scripts import eval_zeroshot
     return eval_zeroshot
 
 
@@ -172,7 +167,7 @@ def test_paper_row(ez):
     for t in ("hellaswag", "piqa", "arc_easy", "arc_challenge"):
         metrics[t] = {"acc": 0.25, "acc_norm": 0.45}
     row = ez.paper_row(metrics)
-    from paper_tables import OWT_COLUMNS
+    from scripts.paper_tables import OWT_COLUMNS
     assert list(row) == [c for c in OWT_COLUMNS if c.endswith(("_ppl", "_acc"))]
     assert row["mean_ppl"] == pytest.approx(30.0)
     assert row["hellaswag_acc"] == pytest.approx(45.0) and row["lambada_acc"] == pytest.approx(30.0)
@@ -266,7 +261,7 @@ def test_end_to_end_simple_evaluate(ez, tmp_path, gpt2_ranks_file):
 
 
 def test_results_owt_zeroshot_columns(tmp_path):
-    import results
+    from scripts import results
     runs, out = tmp_path / "runs", tmp_path / "out"
     row = {"wikitext2_ppl": 40.0, "lambada_ppl": 20.0, "mean_ppl": 30.0, "lambada_acc": 25.0,
            "cbt_cn_acc": 80.0, "cbt_ne_acc": 60.0, "hellaswag_acc": 30.0, "winogrande_acc": 50.0,

@@ -20,14 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
+from model import GPT, GPTConfig
+from scripts.paper_tables import (LLAMA_COLUMNS, LLAMA_ROWS, OWT_COLUMNS, OWT_ROWS, SHAKESPEARE_ROWS, TABLES,
+                                  build_config, run_overrides)
 
-import paper_tables  # noqa: E402
-from paper_tables import (LLAMA_COLUMNS, LLAMA_ROWS, OWT_COLUMNS, OWT_ROWS, SHAKESPEARE_ROWS, TABLES,  # noqa: E402
-                          build_config, run_overrides)
-from model import GPT, GPTConfig  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 # (n_embd, n_head, n_layer) of each table's model
 SHAPES = {"shakespeare": (768, 12, 12), "owt": (768, 12, 12), "llama1b": (2048, 32, 16)}
@@ -185,7 +182,7 @@ def _run(args, **kw):
 
 
 def test_attn_table_json():
-    res = _run(["scripts/attn_table.py", "shakespeare", "--json"])
+    res = _run(["-m", "scripts.attn_table", "shakespeare", "--json"])
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
     assert len(rows) == 46
@@ -202,7 +199,7 @@ def test_attn_table_json():
 
 
 def test_attn_table_owt_text():
-    import attn_table
+    from scripts import attn_table
     rows = attn_table.compute("owt")
     assert len(rows) == 15
     assert all(r["kv_unit"] == "MB" for r in rows)
@@ -210,7 +207,7 @@ def test_attn_table_owt_text():
 
 
 def _dry_run(results_dir, *extra):
-    res = _run(["scripts/sweep.py", "shakespeare", "--dry-run", "--results_dir", str(results_dir), *extra])
+    res = _run(["-m", "scripts.sweep", "shakespeare", "--dry-run", "--results_dir", str(results_dir), *extra])
     assert res.returncode == 0, res.stderr
     return [shlex.split(line) for line in res.stdout.splitlines() if line.strip()]
 
@@ -262,7 +259,7 @@ def _summary(row, rope, seed, loss, best_iter=500):
 
 
 def test_results_tables_and_plots(tmp_path):
-    import results
+    from scripts import results
     runs = tmp_path / "runs"
     t = TABLES["shakespeare"]
     synth = [("mha", "off", 1337, 3.80), ("mha", "on", 1337, 3.75),

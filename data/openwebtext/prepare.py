@@ -1,8 +1,8 @@
 """
 Prepare OpenWebText for GPT-2 BPE training, as nanoGPT's data/openwebtext does.
 
-    python data/openwebtext/prepare.py                       # HF `openwebtext` (needs `datasets`)
-    python data/openwebtext/prepare.py --files a.txt b.jsonl --out_dir out-data --tokenizer gpt2.tiktoken
+    python -m data.openwebtext.prepare                       # HF `openwebtext` (needs `datasets`)
+    python -m data.openwebtext.prepare --files a.txt b.jsonl --out_dir out-data --tokenizer gpt2.tiktoken
 
 Default source: HF datasets' `openwebtext` (8,013,769 documents), split with
 train_test_split(test_size=0.0005, seed=2357, shuffle=True) and 'test' renamed 'val',
@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for tokenizer.py
+if not __package__:  # run as a file, the repository's tokenizer.py is not importable
+    sys.exit("run from the repository root as a module: python -m data.openwebtext.prepare ...")
 from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -3,8 +3,8 @@ Prepare tiny Shakespeare for GPT-2 BPE training, as nanoGPT's data/shakespeare d
 the first 90% of the characters are train, the last 10% val, each encoded with the
 GPT-2 tokenizer and written as a flat uint16 token file.
 
-    python data/shakespeare/prepare.py                        # downloads input.txt
-    python data/shakespeare/prepare.py --input path/to/input.txt --tokenizer gpt2.tiktoken
+    python -m data.shakespeare.prepare                        # downloads input.txt
+    python -m data.shakespeare.prepare --input path/to/input.txt --tokenizer gpt2.tiktoken
 
 Offline, the environment variables TUCKER_SHAKESPEARE_TXT (the input file) and
 TUCKER_GPT2_TIKTOKEN (the GPT-2 ranks file) stand in for --input and --tokenizer.
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for tokenizer.py
+if not __package__:  # run as a file, the repository's tokenizer.py is not importable
+    sys.exit("run from the repository root as a module: python -m data.shakespeare.prepare ...")
 from tokenizer import VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
 
 DATA_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
