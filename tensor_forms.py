@@ -16,40 +16,26 @@ Math convention: x is a row vector, q = x W_Q. torch's nn.Linear stores weight =
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
 from model import GPT, GPTConfig, GroupedQueryAttention, LatentAttention, TuckerAttention
 
 
-def _blocks(n_head: int, head_dim: int):
-    return [slice(i * head_dim, (i + 1) * head_dim) for i in range(n_head)]
-
-
 def head_factors(attn) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-head W_Q,i, W_K,i, W_V,i (nH, d, dH) and W_O,i (nH, dH, d) of an MHA/GQA/MLA layer
-    (for decoupled-RoPE MLA, the semantic part only)."""
+    """Per-head W_Q,i, W_K,i, W_V,i (nH, d, dH) and W_O,i (nH, dH, d) of an MHA/GQA/MLA layer: GQA's
+    key/value heads repeated for the query heads they serve, MLA's products W_D? W_U?,i (for
+    decoupled-RoPE MLA, the semantic part only)."""
     if isinstance(attn, GroupedQueryAttention):
-        nH, nG, dH = attn.n_head, attn.n_kv_head, attn.head_dim
-        Wq, Wk, Wv = attn.c_attn.weight.split([nH * dH, nG * dH, nG * dH], dim=0)  # (out, d) each
-        group = nH // nG
-        Wq = Wq.view(nH, dH, -1).transpose(1, 2)  # (nH, d, dH)
-        Wk = Wk.view(nG, dH, -1).transpose(1, 2).repeat_interleave(group, dim=0)  # (nH, d, dH)
-        Wv = Wv.view(nG, dH, -1).transpose(1, 2).repeat_interleave(group, dim=0)
-    elif isinstance(attn, LatentAttention):
-        nH, dH = attn.n_head, attn.head_dim
-        up = lambda lin: lin.weight.view(nH, dH, -1)  # (nH, dH, r): W_U?,i^T
-        Wq = up(attn.q_up).transpose(1, 2)  # (nH, dcQ or d, dH)
-        if attn.q_down is not None:
-            Wq = attn.q_down.weight.t() @ Wq  # W_DQ W_UQ,i: (nH, d, dH)
-        Wk = attn.k_down.weight.t() @ up(attn.k_up).transpose(1, 2)  # W_DK W_UK,i
-        v_down = attn.k_down if attn.shared_kv else attn.v_down
-        Wv = v_down.weight.t() @ up(attn.v_up).transpose(1, 2)  # W_DV W_UV,i
-    else:
-        raise TypeError(f"head_factors needs an MHA/GQA/MLA layer, got {type(attn).__name__}")
-    Wo = attn.c_proj.weight.t().reshape(attn.n_head, attn.head_dim, -1)  # (nH, dH, d)
-    return Wq, Wk, Wv, Wo
+        w = attn.per_head_weights()
+        group = attn.n_head // attn.n_kv_head
+        return w["W_Q"], w["W_K"].repeat_interleave(group, 0), w["W_V"].repeat_interleave(group, 0), w["W_O"]
+    if isinstance(attn, LatentAttention):
+        w = attn.per_head_weights()
+        Wq = w["W_UQ"] if w["W_DQ"] is None else w["W_DQ"] @ w["W_UQ"]  # W_DQ W_UQ,i, or the full W_Q,i
+        return Wq, w["W_DK"] @ w["W_UK"], w["W_DV"] @ w["W_UV"], w["W_O"]
+    raise TypeError(f"head_factors needs an MHA/GQA/MLA layer, got {type(attn).__name__}")
 
 
 def tucker_tensor(core: torch.Tensor, U1, U2, U3) -> torch.Tensor:
@@ -59,10 +45,10 @@ def tucker_tensor(core: torch.Tensor, U1, U2, U3) -> torch.Tensor:
 
 def attention_tensors(attn) -> Tuple[torch.Tensor, torch.Tensor]:
     """W (nH, d, d) with W_i = W_Q,i W_K,i^T, and W~ (nH, d, d) with W~_i = (W_V,i W_O,i)^T."""
-    if isinstance(attn, TuckerAttention):
-        U3_post = attn.U3 if attn.shared_kv else attn.U3_post
-        return (tucker_tensor(attn.core, attn.U1, attn.U2, attn.U3),
-                tucker_tensor(attn.core_post, attn.U1_post, attn.U2_post, U3_post))
+    if isinstance(attn, TuckerAttention):  # Definition 2.1 itself, not the forward's per-head cores
+        w = attn.per_head_weights()
+        return (tucker_tensor(w["core"], w["U1"], w["U2"], w["U3"]),
+                tucker_tensor(w["core_post"], w["U1_post"], w["U2_post"], w["U3_post"]))
     Wq, Wk, Wv, Wo = head_factors(attn)
     return Wq @ Wk.transpose(1, 2), (Wv @ Wo).transpose(1, 2)
 
@@ -91,44 +77,46 @@ def tucker_ranks_of(config: GPTConfig) -> Tuple[Tuple[int, int, int], Tuple[int,
     return config.tucker_ranks, config.tucker_ranks_post
 
 
-def to_tucker_state(attn, config: GPTConfig) -> Dict[str, torch.Tensor]:
-    """Parameters of a TuckerAttention at `tucker_ranks_of(config)` that computes exactly what
-    the MHA/GQA/MLA layer `attn` computes (U1 = U~1 = identity: the head mode is not compressed)."""
+def _concat_heads(W: torch.Tensor) -> torch.Tensor:
+    """Per-head maps W_i (n, d, k) side by side: [W_1 | ... | W_n] (d, n k)."""
+    return W.transpose(0, 1).reshape(W.size(1), -1)
+
+
+def to_tucker_state(attn, config: GPTConfig) -> Dict[str, Optional[torch.Tensor]]:
+    """The factors (TuckerAttention.per_head_weights names) of a TuckerAttention at `tucker_ranks_of(config)`
+    that computes exactly what the MHA/GQA/MLA layer `attn` computes (U1 = U~1 = identity: the head
+    mode is not compressed)."""
     _check_convertible(attn, config)
     nH, dH = attn.n_head, attn.head_dim
-    d = attn.c_proj.out_features
-    dev, dt = attn.c_proj.weight.device, attn.c_proj.weight.dtype
+    w = attn.per_head_weights()
+    Wo = w["W_O"]  # (nH, dH, d)
+    d, dev, dt = Wo.size(2), Wo.device, Wo.dtype
     eye = lambda n: torch.eye(n, device=dev, dtype=dt)
     if isinstance(attn, GroupedQueryAttention):
         # Lemma B.1: U2 = W_Q, U3 = W_K, and C_i is the 0/1 selector pairing query dim (i, l)
         # with key dim (g(i), l) of head i's group g(i); likewise for values and outputs.
         nG = attn.n_kv_head
-        Wq, Wk, Wv = attn.c_attn.weight.split([nH * dH, nG * dH, nG * dH], dim=0)
         core = torch.zeros(nH, d, nG * dH, device=dev, dtype=dt)
         for i in range(nH):
             g = i // (nH // nG)
             core[i, i * dH:(i + 1) * dH, g * dH:(g + 1) * dH] = eye(dH)
-        state = dict(core=core, U1=eye(nH), U2=Wq.t(), U3=Wk.t(),
-                     core_post=core.clone(), U1_post=eye(nH), U2_post=attn.c_proj.weight.clone(), U3_post=Wv.t())
+        state = dict(core=core, U1=eye(nH), U2=_concat_heads(w["W_Q"]), U3=_concat_heads(w["W_K"]),
+                     core_post=core.clone(), U1_post=eye(nH), U2_post=_concat_heads(Wo.transpose(1, 2)),
+                     U3_post=_concat_heads(w["W_V"]))
     elif isinstance(attn, LatentAttention):
         if attn.decoupled:
             raise ValueError("decoupled RoPE has no Tucker form (its rotary dims bypass the latent)")
         # Theorem B.4: U2 = W_DQ (identity for a full query), U3 = W_DK (W_DKV when shared),
         # C_i = W_UQ,i W_UK,i^T; post: U~3 = W_DV, U~2 = identity, C~_i = W_O,i^T W_UV,i^T.
-        up = lambda lin: lin.weight.view(nH, dH, -1)  # (nH, dH, r)
-        core = up(attn.q_up).transpose(1, 2) @ up(attn.k_up)  # (nH, dcQ or d, dcK)
-        Wo_T = attn.c_proj.weight.view(d, nH, dH).permute(1, 0, 2)  # (nH, d, dH): W_O,i^T
-        core_post = Wo_T @ up(attn.v_up)  # (nH, d, dcK)
-        U2 = attn.q_down.weight.t() if attn.q_down is not None else eye(d)
-        state = dict(core=core, U1=eye(nH), U2=U2, U3=attn.k_down.weight.t(),
-                     core_post=core_post, U1_post=eye(nH), U2_post=eye(d))
-        if not attn.shared_kv:
-            state["U3_post"] = attn.v_down.weight.t()
+        core = w["W_UQ"] @ w["W_UK"].transpose(1, 2)  # (nH, dcQ or d, dcK)
+        core_post = Wo.transpose(1, 2) @ w["W_UV"].transpose(1, 2)  # (nH, d, dcK)
+        U2 = w["W_DQ"] if w["W_DQ"] is not None else eye(d)
+        state = dict(core=core, U1=eye(nH), U2=U2, U3=w["W_DK"],
+                     core_post=core_post, U1_post=eye(nH), U2_post=eye(d), U3_post=w["W_DV"])
     else:
         raise TypeError(f"no exact Tucker conversion from {type(attn).__name__}")
-    if attn.c_proj.bias is not None:
-        state["bias"] = attn.c_proj.bias
-    return {k: v.detach().clone().contiguous() for k, v in state.items()}
+    state["b_O"] = w["b_O"]
+    return {k: None if v is None else v.detach().clone().contiguous() for k, v in state.items()}
 
 
 def tucker_config_of(config: GPTConfig) -> GPTConfig:
@@ -139,18 +127,29 @@ def tucker_config_of(config: GPTConfig) -> GPTConfig:
                    kv_rank=None, mla_rope="decoupled", rope_head_dim=None)
 
 
+def with_attention(source: GPT, config: GPTConfig, attention: Sequence[Dict[str, Optional[torch.Tensor]]]) -> GPT:
+    """A GPT of `config` (eval mode, `source`'s dtype and device) with `source`'s weights outside the
+    attention (embeddings, norms, MLPs) and in layer i the attention weights attention[i], a dict
+    as the new attention class's per_head_weights() names them."""
+    p = next(source.parameters())
+    with torch.device(p.device):
+        model = GPT(config)
+    model.to(p.dtype)
+    state = {k: v for k, v in source.state_dict().items() if ".attn." not in k}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if ".attn." not in k]
+    if missing or unexpected:
+        raise ValueError(f"{config.attn} model and its source differ outside the attention: "
+                         f"missing {missing}, unexpected {unexpected}")
+    for block, weights in zip(model.transformer.h, attention, strict=True):
+        block.attn.load_per_head_weights(weights)
+    return model.eval()
+
+
 @torch.no_grad()
 def to_tucker(model: GPT) -> GPT:
     """A Tucker GPT with the same function as `model` (MHA, GQA or MLA), at the exact ranks."""
     if model.config.attn == "tucker":
         raise ValueError("model is already Tucker")
-    config = tucker_config_of(model.config)
-    p = next(model.parameters())
-    with torch.device(p.device):
-        tucker = GPT(config).to(p.dtype)
-    state = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
-    for i, block in enumerate(model.transformer.h):
-        for name, value in to_tucker_state(block.attn, model.config).items():
-            state[f"transformer.h.{i}.attn.{name}"] = value
-    tucker.load_state_dict(state, strict=True)
-    return tucker
+    return with_attention(model, tucker_config_of(model.config),
+                          [to_tucker_state(block.attn, model.config) for block in model.transformer.h])

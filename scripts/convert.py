@@ -3,11 +3,11 @@ Convert a trained MHA GPT (a train.py checkpoint, or Hugging Face GPT-2) into GQ
 attention, the way the paper initializes its low-rank models from pretrained MHA (appendix
 app_vit, "Converting pretrained MHA parameters"):
 
-    python scripts/convert.py --in_dir=out-mha --to=tucker --ranks=8,64,64 --out_dir=out-mha2tucker
-    python scripts/convert.py --in_dir=out-mha --to=tucker --ranks=8,64,64 --shared_kv --out_dir=...
-    python scripts/convert.py --in_dir=out-mha --to=gqa --n_kv_head=2 --out_dir=out-mha2gqa2
-    python scripts/convert.py --in_dir=out-mha --to=mla --kv_rank=128 [--q_rank=128] [--shared_kv] --out_dir=...
-    python scripts/convert.py --hf=gpt2 --to=tucker --ranks=8,64,64 --out_dir=out-gpt2-tucker  # needs transformers
+    python -m scripts.convert --in_dir=out-mha --to=tucker --ranks=8,64,64 --out_dir=out-mha2tucker
+    python -m scripts.convert --in_dir=out-mha --to=tucker --ranks=8,64,64 --shared_kv --out_dir=...
+    python -m scripts.convert --in_dir=out-mha --to=gqa --n_kv_head=2 --out_dir=out-mha2gqa2
+    python -m scripts.convert --in_dir=out-mha --to=mla --kv_rank=128 [--q_rank=128] [--shared_kv] --out_dir=...
+    python -m scripts.convert --hf=gpt2 --to=tucker --ranks=8,64,64 --out_dir=out-gpt2-tucker  # needs transformers
     ... --data_dir=data/shakespeare --eval_batches=20     # val loss before and after conversion
 
 What each conversion does (math convention: x is a row vector, q = x W_Q; nn.Linear stores W^T):
@@ -53,17 +53,16 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+if not __package__:  # run as a file, the repository's modules are not importable
+    sys.exit("run from the repository root as a module: python -m scripts.convert ...")
 
-from model import GPT, GPTConfig, GroupedQueryAttention, LatentAttention, TuckerAttention  # noqa: E402
+from model import GPT, GPTConfig, LatentAttention, TuckerAttention  # noqa: E402
 from sample import load_checkpoint  # noqa: E402  (re-exported: convert.load_checkpoint)
-from tensor_forms import head_factors  # noqa: E402
+from tensor_forms import head_factors, with_attention  # noqa: E402
 
 Tensor = torch.Tensor
 
@@ -152,22 +151,17 @@ def factored_tensors(attn) -> Tuple[Factored, Factored]:
     """W and W~ of an attention layer in factored form: the semantics of
     tensor_forms.attention_tensors (W_i = W_Q,i W_K,i^T, W~_i = (W_V,i W_O,i)^T), without
     forming them. Decoupled-RoPE MLA: the semantic (non-rotary) part only, as attention_tensors."""
+    w = attn.per_head_weights()
     if isinstance(attn, TuckerAttention):
         # W_i = U2 G_i U3^T and W~_i = U~2 G~_i U~3^T
         G, G_post = attn.head_cores()  # (nH, r2, r3), (nH, r~2, r~3)
-        nH, r3, p3 = attn.n_head, attn.ranks[2], attn.ranks_post[2]
-        eye = lambda n: torch.eye(n, dtype=G.dtype, device=G.device).expand(nH, n, n)
-        U3_post = attn.U3 if attn.shared_kv else attn.U3_post
-        return (Factored(G, eye(r3), attn.U2, attn.U3), Factored(G_post, eye(p3), attn.U2_post, U3_post))
-    nH, dH = attn.n_head, attn.head_dim
-    d = attn.c_proj.out_features
-    Wo_T = attn.c_proj.weight.view(d, nH, dH).permute(1, 0, 2)  # (nH, d, dH): W_O,i^T
-    if isinstance(attn, LatentAttention):
-        up = lambda lin: lin.weight.view(nH, dH, -1).transpose(1, 2)  # (nH, r, dH): W_U?,i
-        P = attn.q_down.weight.t() if attn.q_down is not None else None  # W_DQ (d, dcQ) or identity
-        v_down = attn.k_down if attn.shared_kv else attn.v_down
-        return (Factored(up(attn.q_up), up(attn.k_up), P, attn.k_down.weight.t()),
-                Factored(Wo_T, up(attn.v_up), None, v_down.weight.t()))
+        eye = lambda n: torch.eye(n, dtype=G.dtype, device=G.device).expand(G.size(0), n, n)
+        return (Factored(G, eye(G.size(2)), w["U2"], w["U3"]),
+                Factored(G_post, eye(G_post.size(2)), w["U2_post"], w["U3_post"]))
+    Wo_T = w["W_O"].transpose(1, 2)  # (nH, d, dH): W_O,i^T
+    if isinstance(attn, LatentAttention):  # P = W_DQ (None: full query), a_i = W_UQ,i; Q = W_DK, b_i = W_UK,i
+        return (Factored(w["W_UQ"], w["W_UK"], w["W_DQ"], w["W_DK"]),
+                Factored(Wo_T, w["W_UV"], None, w["W_DV"]))
     Wq, Wk, Wv, _ = head_factors(attn)  # (nH, d, dH) each; GQA's K/V repeated per query head
     return Factored(Wq, Wk), Factored(Wo_T, Wv)
 
@@ -319,25 +313,19 @@ def _check_source(model: GPT, to: str, allow_rope_change: bool):
                          f"({'latent' if to == 'mla' else 'Tucker latent'} RoPE, fine-tune afterwards)")
 
 
-def _non_attention_state(model: GPT) -> Dict[str, Tensor]:
-    return {k: v for k, v in model.state_dict().items() if ".attn." not in k}
+def _weights64(attn) -> Dict[str, Optional[Tensor]]:
+    """attn.per_head_weights() in float64 (copies)."""
+    return {k: None if v is None else v.detach().double() for k, v in attn.per_head_weights().items()}
 
 
-def _build(config: GPTConfig, state: Dict[str, Tensor], dtype, device) -> GPT:
-    with torch.device(device):
-        model = GPT(config)
-    model.to(dtype)
-    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True)
-    return model.eval()
+def _concat_heads(W: Tensor) -> Tensor:
+    """Per-head maps W_i (n, d, k) side by side: [W_1 | ... | W_n] (d, n k)."""
+    return W.transpose(0, 1).reshape(W.size(1), -1)
 
 
-def _qkv(attn: GroupedQueryAttention):
-    """W_Q, W_K, W_V as nn.Linear weights (out, d) and their biases (or None), float64."""
-    nH, nG, dH = attn.n_head, attn.n_kv_head, attn.head_dim
-    sizes = [nH * dH, nG * dH, nG * dH]
-    W = attn.c_attn.weight.double().split(sizes, dim=0)
-    b = attn.c_attn.bias.double().split(sizes) if attn.c_attn.bias is not None else (None,) * 3
-    return W, b
+def _split_heads(M: Tensor, n: int) -> Tensor:
+    """(r, n k) -> (n, r, k): column block i of M is head i's map."""
+    return M.reshape(M.size(0), n, -1).transpose(0, 1)
 
 
 @torch.no_grad()
@@ -346,22 +334,15 @@ def mha_to_gqa(model: GPT, n_kv_head: int):
     _check_source(model, "gqa", True)
     c = model.config
     config = replace(c, attn="gqa", n_kv_head=n_kv_head)  # validates nH % nG
-    nH, nG, dH = c.n_head, n_kv_head, c.head_dim
-    keep = torch.arange(0, nH, nH // nG)  # (nG,) head indices
-    p = next(model.parameters())
-    state, layers = _non_attention_state(model), []
-    for li, block in enumerate(model.transformer.h):
-        (Wq, Wk, Wv), (bq, bk, bv) = _qkv(block.attn)
-        pick = lambda t: t.view(nH, dH, *t.shape[1:])[keep].reshape(nG * dH, *t.shape[1:])  # rows of heads `keep`
-        pre = f"transformer.h.{li}.attn."
-        state[pre + "c_attn.weight"] = torch.cat([Wq, pick(Wk), pick(Wv)])
-        if bq is not None:
-            state[pre + "c_attn.bias"] = torch.cat([bq, pick(bk), pick(bv)])
-        state[pre + "c_proj.weight"] = block.attn.c_proj.weight.double()
-        if block.attn.c_proj.bias is not None:
-            state[pre + "c_proj.bias"] = block.attn.c_proj.bias.double()
+    keep = torch.arange(0, c.n_head, c.n_head // n_kv_head)  # (nG,) head indices
+    attention, layers = [], []
+    for block in model.transformer.h:
+        w = _weights64(block.attn)
+        for name in ("W_K", "W_V", "b_K", "b_V"):  # (nH, ...) -> the kept heads (nG, ...)
+            w[name] = None if w[name] is None else w[name][keep]
+        attention.append(w)
         layers.append(dict(keep_heads=keep.tolist()))
-    return _build(config, state, p.dtype, p.device), layers
+    return with_attention(model, config, attention), layers
 
 
 def _svd_split(W: Tensor, r: int) -> Tuple[Tensor, Tensor]:
@@ -379,37 +360,34 @@ def mha_to_mla(model: GPT, kv_rank: int, q_rank: Optional[int] = None, shared_kv
     c = model.config
     config = replace(c, attn="mla", n_kv_head=None, kv_rank=kv_rank, q_rank=q_rank, shared_kv=shared_kv,
                      mla_rope="latent" if c.pos_emb == "rope" else c.mla_rope)
-    p = next(model.parameters())
-    state, layers = _non_attention_state(model), []
-    for li, block in enumerate(model.transformer.h):
-        (Wq, Wk, Wv), (bq, bk, bv) = _qkv(block.attn)  # nn.Linear layout (out, d): math W = weight^T
-        pre = f"transformer.h.{li}.attn."
-        new = {}
+    nH = c.n_head
+    attention, layers = [], []
+    for block in model.transformer.h:
+        w = _weights64(block.attn)
+        Wq, Wk, Wv = (_concat_heads(w[n]) for n in ("W_Q", "W_K", "W_V"))  # (d, d) each
+        new = dict(W_O=w["W_O"], b_O=w["b_O"])
         if q_rank is None:
-            new["q_up.weight"] = Wq  # the full d x d query
+            new["W_UQ"] = w["W_Q"]  # the full d x d query
         else:
-            down, up = _svd_split(Wq.t(), q_rank)  # W_DQ (d, dcQ), W_UQ (dcQ, d)
-            new["q_down.weight"], new["q_up.weight"] = down.t(), up.t()
-        Dk, Uk = _svd_split(Wk.t(), kv_rank)  # W_DK, W_UK
-        new["k_down.weight"], new["k_up.weight"] = Dk.t(), Uk.t()
+            down, up = _svd_split(Wq, q_rank)  # W_DQ (d, dcQ), [W_UQ,1 | ... | W_UQ,nH] (dcQ, d)
+            new["W_DQ"], new["W_UQ"] = down, _split_heads(up, nH)
+        Dk, Uk = _svd_split(Wk, kv_rank)  # W_DK, W_UK
+        new["W_DK"], new["W_UK"] = Dk, _split_heads(Uk, nH)
         if shared_kv:  # W_DKV = W_DK; W_UV = argmin |W_DKV W_UV - W_V| = W_DK^T W_V (orthonormal W_DK)
-            new["v_up.weight"] = (Dk.t() @ Wv.t()).t()
+            new["W_UV"] = _split_heads(Dk.t() @ Wv, nH)
         else:
-            Dv, Uv = _svd_split(Wv.t(), kv_rank)
-            new["v_down.weight"], new["v_up.weight"] = Dv.t(), Uv.t()
-        new["c_proj.weight"] = block.attn.c_proj.weight.double()
+            Dv, Uv = _svd_split(Wv, kv_rank)
+            new["W_DV"], new["W_UV"] = Dv, _split_heads(Uv, nH)
         if c.bias:  # biases ride on the up-projections (exact); down-projections get none
             zeros = lambda n: torch.zeros(n, dtype=torch.float64, device=Wq.device)
-            new.update({"q_up.bias": bq, "k_up.bias": bk, "v_up.bias": bv, "k_down.bias": zeros(kv_rank),
-                        "c_proj.bias": block.attn.c_proj.bias.double()})
+            new.update(b_UQ=w["b_Q"], b_UK=w["b_K"], b_UV=w["b_V"], b_DK=zeros(kv_rank))
             if q_rank is not None:
-                new["q_down.bias"] = zeros(q_rank)
+                new["b_DQ"] = zeros(q_rank)
             if not shared_kv:
-                new["v_down.bias"] = zeros(kv_rank)
-        state.update({pre + k: v for k, v in new.items()})
+                new["b_DV"] = zeros(kv_rank)
+        attention.append(new)
         layers.append({})
-    out = _build(config, state, p.dtype, p.device)
-    return out, layers
+    return with_attention(model, config, attention), layers
 
 
 @torch.no_grad()
@@ -423,29 +401,27 @@ def mha_to_tucker(model: GPT, ranks: Sequence[int], ranks_post: Optional[Sequenc
     ranks_post = tuple(ranks_post) if ranks_post is not None else ranks
     config = replace(c, attn="tucker", n_kv_head=None, tucker_ranks=ranks, tucker_ranks_post=ranks_post,
                      shared_kv=shared_kv)  # validates the ranks (and shared r3)
-    p = next(model.parameters())
-    state, layers = _non_attention_state(model), []
-    for li, block in enumerate(model.transformer.h):
+    attention, layers = [], []
+    for block in model.transformer.h:
         attn = block.attn
         fW, fWt = (f.to(torch.float64) for f in factored_tensors(attn))
         U3 = shared_mode3_basis(fW, fWt, ranks[2]) if shared_kv else None
         U1, U2, U3, core = hosvd(fW, ranks, U3)
         V1, V2, V3, core_post = hosvd(fWt, ranks_post, U3 if shared_kv else None)
-        pre = f"transformer.h.{li}.attn."
         new = dict(core=core, U1=U1, U2=U2, U3=U3, core_post=core_post, U1_post=V1, U2_post=V2)
         if not shared_kv:
             new["U3_post"] = V3
         info = dict(W_rel_err=projection_error(fW, U1, U2, U3), Wt_rel_err=projection_error(fWt, V1, V2, V3))
         if c.bias:
-            (_, _, _), (bq, bk, bv) = _qkv(attn)
-            # value bias -> output bias (exact); key bias: no effect on softmax; query bias: dropped
-            group = attn.n_head // attn.n_kv_head
-            bv_heads = bv.view(attn.n_kv_head, attn.head_dim).repeat_interleave(group, dim=0).reshape(-1)  # (nH dH)
-            new["bias"] = attn.c_proj.weight.double() @ bv_heads + attn.c_proj.bias.double()
-            info["query_bias_norm"] = float(bq.norm())
-        state.update({pre + k: v for k, v in new.items()})
+            w = _weights64(attn)
+            # value bias -> output bias (exact): sum_i b_V,i W_O,i; key bias: no effect on softmax;
+            # query bias: dropped
+            b_V = w["b_V"].repeat_interleave(attn.n_head // attn.n_kv_head, dim=0)  # (nH, dH): head i's
+            new["b_O"] = torch.einsum("ik,ikd->d", b_V, w["W_O"]) + w["b_O"]
+            info["query_bias_norm"] = float(w["b_Q"].norm())
+        attention.append(new)
         layers.append(info)
-    return _build(config, state, p.dtype, p.device), layers
+    return with_attention(model, config, attention), layers
 
 
 @torch.no_grad()

@@ -3,21 +3,15 @@ exact conversions at full rank, monotone HOSVD errors, the checkpoint train.py a
 the Hugging Face GPT-2 loader."""
 import json
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import convert as cv  # noqa: E402
-import spectrum  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
-from tensor_forms import attention_tensors, tucker_tensor  # noqa: E402
-from tiny import TINY, make, rel_err, tokens  # noqa: E402
+from scripts import convert as cv
+from scripts import spectrum
+from tensor_forms import attention_tensors, tucker_tensor
+from tiny import TINY, make, rel_err, tokens
 
 D, NH = TINY["n_embd"], TINY["n_head"]
 TUCKER_SEP = dict(attn="tucker", tucker_ranks=(3, 12, 10), tucker_ranks_post=(2, 10, 6))
@@ -172,22 +166,23 @@ def test_low_rank_choices():
     """GQA keeps heads 0, nH/nG, ...; MLA's down-projections are orthonormal U_r and the ups are
     U_r^T W; shared KV fits W_UV through the key latent; W_O is kept."""
     model = make()
-    a = model.transformer.h[0].attn
-    Wq, Wk, Wv = (w.t() for w in a.c_attn.weight.split(D, dim=0))  # math layout (d, d)
-    gqa = cv.convert(model, "gqa", n_kv_head=2)[0].transformer.h[0].attn
-    dH = D // NH
-    _, gk, gv = gqa.c_attn.weight.split([D, 2 * dH, 2 * dH], dim=0)
-    assert torch.equal(gk, torch.cat([Wk.t()[0:dH], Wk.t()[2 * dH:3 * dH]]))
-    assert torch.equal(gv, torch.cat([Wv.t()[0:dH], Wv.t()[2 * dH:3 * dH]]))
-    mla = cv.convert(model, "mla", kv_rank=8, q_rank=12, shared_kv=True)[0].transformer.h[0].attn
-    Dq, Dk = mla.q_down.weight.t(), mla.k_down.weight.t()  # (d, r)
+    w = model.transformer.h[0].attn.per_head_weights()  # W_Q, W_K, W_V (nH, d, dH), W_O (nH, dH, d)
+    gqa = cv.convert(model, "gqa", n_kv_head=2)[0].transformer.h[0].attn.per_head_weights()
+    for name in ("W_K", "W_V"):
+        assert torch.equal(gqa[name], w[name][[0, 2]])  # nH = 4, nG = 2: heads 0 and 2
+    assert torch.equal(gqa["W_Q"], w["W_Q"]) and torch.equal(gqa["W_O"], w["W_O"])
+    mla = cv.convert(model, "mla", kv_rank=8, q_rank=12, shared_kv=True)[0].transformer.h[0].attn.per_head_weights()
+    Dq, Dk = mla["W_DQ"], mla["W_DK"]  # (d, r)
     for down in (Dq, Dk):
         assert torch.allclose(down.t() @ down, torch.eye(down.size(1), dtype=down.dtype), atol=1e-12)
+    Wk = torch.cat(list(w["W_K"]), dim=1)  # [W_K,1 | ... | W_K,nH] (d, d)
     U, S, Vh = torch.linalg.svd(Wk)
     assert torch.allclose(Dk @ Dk.t(), U[:, :8] @ U[:, :8].t(), atol=1e-12)  # the leading key subspace
-    assert torch.allclose(mla.k_up.weight.t(), Dk.t() @ Wk, atol=1e-12)
-    assert torch.allclose(mla.v_up.weight.t(), Dk.t() @ Wv, atol=1e-12)
-    assert torch.equal(mla.c_proj.weight, a.c_proj.weight)
+    for i in range(NH):
+        assert torch.allclose(mla["W_UK"][i], Dk.t() @ w["W_K"][i], atol=1e-12)
+        assert torch.allclose(mla["W_UV"][i], Dk.t() @ w["W_V"][i], atol=1e-12)
+        assert torch.allclose(Dq @ mla["W_UQ"][i], Dq @ Dq.t() @ w["W_Q"][i], atol=1e-12)
+    assert torch.equal(mla["W_O"], w["W_O"])
 
 
 def test_tucker_biases_fold_or_drop():
@@ -198,12 +193,12 @@ def test_tucker_biases_fold_or_drop():
             if p.dim() == 1:
                 p.normal_(0.0, 0.3)
         for block in model.transformer.h:
-            block.attn.c_attn.bias[:D].zero_()  # no query bias: the conversion is exact
+            block.attn.per_head_weights()["b_Q"].zero_()  # no query bias: the conversion is exact
     idx = tokens()
     tucker, layers = cv.convert(model, "tucker", ranks=(NH, D, D))
     assert rel_err(tucker(idx)[0], model(idx)[0]) < 1e-10 and layers[0]["query_bias_norm"] == 0
     with torch.no_grad():
-        model.transformer.h[0].attn.c_attn.bias[:D].normal_(0.0, 0.3)
+        model.transformer.h[0].attn.per_head_weights()["b_Q"].normal_(0.0, 0.3)
     tucker, layers = cv.convert(model, "tucker", ranks=(NH, D, D))
     assert layers[0]["query_bias_norm"] > 0 and rel_err(tucker(idx)[0], model(idx)[0]) > 1e-6
 
