@@ -1,0 +1,406 @@
+"""
+Prepare the English Wikipedia subset (an offline stand-in for OpenWebText; see README.md here)
+for GPT-2 BPE training: every article is encoded with encode_ordinary and followed by one
+<|endoftext|> (50256), in file order, into flat uint16 train.bin / val.bin.
+
+    python data/enwiki/prepare.py --src ../shared/data/enwiki      # or: export TUCKER_ENWIKI_DIR=...
+    python data/enwiki/prepare.py --src DIR --out_dir data/enwiki --num_proc 8 --tokenizer gpt2.tiktoken
+    python data/enwiki/prepare.py --pack .carry/enwiki             # train.bin/val.bin -> compact archive
+    python data/enwiki/prepare.py --unpack .carry/enwiki           # archive -> train.bin/val.bin, verified
+
+--src is a folder holding train.txt.xz and val.txt.xz (or the decompressed train.txt, val.txt).
+The text format: UTF-8, articles one after another, each followed by a line holding only
+<|endoftext|>; an article is everything up to and including the newline before that line.
+Tokenization runs over chunks of articles in a multiprocessing pool (--num_proc), tokens are
+written in order to a temp file that is renamed only after the checks below, and meta.json is
+written last (its presence means the .bin files next to it are complete).
+
+Checks: when a file is the README's (sha256 of its uncompressed text), its article and token
+counts and the sha256 of the written .bin must equal the README's (train 56,526 articles,
+42,250,699 tokens; val 1,285 articles, 1,083,404 tokens), otherwise nothing is written and the
+script exits non-zero. Any other text (e.g. a slice) is tokenized the same way, unchecked.
+
+--pack writes <dir>/{train,val}.bin.xz (LZMA2 of the uint16 tokens) and <dir>/manifest.json
+(sizes, token counts, sha256); --unpack decompresses them into --out_dir and checks every sha256;
+it is a no-op when the .bin files there already match. The archive is what travels to a GPU
+machine that has neither the text nor the tokenizer (see scripts/enwiki_gpu.sh).
+"""
+import argparse
+import hashlib
+import json
+import lzma
+import multiprocessing as mp
+import os
+import re
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for tokenizer.py
+from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ENV_VAR = "TUCKER_ENWIKI_DIR"
+SPLITS = ("train", "val")
+DEFAULT_NUM_PROC = min(16, os.cpu_count() or 1)
+
+# the README of the data (../shared/data/enwiki/README.md): what a complete, intact file gives
+EXPECTED = {
+    "train": {"articles": 56_526, "text_bytes": 190_791_239, "tokens": 42_250_699,
+              "text_sha256": "8c416d4933ff7b92bcf756989dd73a341fa17d5a9f97a6debce3ead4026a5571",
+              "bin_sha256": "d5ec193b2f2cd62e726be643bd7fd9742c2cd71880a6e31fbce623fb7bf17815"},
+    "val": {"articles": 1_285, "text_bytes": 4_913_088, "tokens": 1_083_404,
+            "text_sha256": "bceb8b6aff2f981e432e02af02feeace08d4ba887e251a3ca784ab1a1fab0f28",
+            "bin_sha256": "30ee7d7b9716c42db59d96afdb7e016915736fabbf32a0a7270c2a4afebe5566"},
+}
+NO_SOURCE = (f"no source given: pass --src DIR or set {ENV_VAR}=DIR, a folder holding train.txt.xz and "
+             f"val.txt.xz (the English Wikipedia subset shipped beside the checkout in ../shared/data/enwiki; "
+             f"see data/enwiki/README.md)")
+
+# the separator line; the newline before it belongs to the article
+_SEP = re.compile(r"^<\|endoftext\|>(?:\n|\Z)", re.M)
+
+
+class PrepareError(Exception):
+    """A one-line, user-facing error (the CLI prints it and exits 1)."""
+
+
+# -----------------------------------------------------------------------------
+# reading
+
+
+def find_source(src_dir: Path, split: str) -> Path:
+    """<src>/<split>.txt if present (no decompression needed), else <src>/<split>.txt.xz."""
+    for name in (f"{split}.txt", f"{split}.txt.xz"):
+        if (src_dir / name).is_file():
+            return src_dir / name
+    raise PrepareError(f"{src_dir} has neither {split}.txt nor {split}.txt.xz ({NO_SOURCE})")
+
+
+def read_text(path: Path) -> bytes:
+    """The uncompressed bytes of a .txt or .txt.xz file."""
+    if path.suffix == ".xz":
+        with lzma.open(path) as f:
+            return f.read()
+    return path.read_bytes()
+
+
+def split_articles(text: str) -> list:
+    """Articles of the text, each ending with its newline, separators removed. Text after the
+    last separator (a file cut short) counts as one more article."""
+    parts = _SEP.split(text)
+    if parts and parts[-1] == "":
+        parts.pop()  # the normal end: the file ends with a separator line
+    return parts
+
+
+# -----------------------------------------------------------------------------
+# tokenizing
+
+_enc = None  # per-process encoding, built once by the pool initializer
+
+
+def _init_worker(ranks_file):
+    global _enc
+    _enc = get_gpt2_encoding(ranks_file)
+
+
+def _tokenize(articles):
+    """Articles -> one uint16 array: each article's tokens followed by EOT."""
+    out = []
+    for a in articles:
+        out.extend(_enc.encode_ordinary(a))
+        out.append(EOT)
+    return np.array(out, dtype=np.uint16)  # vocab 50257 < 2**16: lossless
+
+
+def _chunks(articles, chunk_chars):
+    """Consecutive runs of articles of about chunk_chars characters each (balanced pool tasks)."""
+    chunk, size = [], 0
+    for a in articles:
+        chunk.append(a)
+        size += len(a)
+        if size >= chunk_chars:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+class Progress:
+    """One progress line on stderr: % of articles, articles/s, tokens (no tqdm dependency)."""
+
+    def __init__(self, desc, total, quiet=False):
+        self.desc, self.total, self.quiet, self.t0 = desc, total, quiet, time.time()
+        self.tty = sys.stderr.isatty()
+        self.every = 0.5 if self.tty else 10.0  # don't flood log files
+        self.last, self.done, self.tokens = self.t0, 0, 0
+
+    def update(self, articles, tokens):
+        self.done += articles
+        self.tokens += tokens
+        now = time.time()
+        if now - self.last >= self.every:
+            self.last = now
+            self._print("\r" if self.tty else "\n")
+
+    def _print(self, end):
+        if self.quiet:
+            return
+        dt = max(time.time() - self.t0, 1e-9)
+        pct = 100 * self.done / self.total if self.total else 100.0
+        print(f"{self.desc}: {pct:5.1f}% {self.done:,}/{self.total:,} articles ({self.done / dt:,.0f}/s), "
+              f"{self.tokens:,} tokens, {dt:.1f}s", end=end, file=sys.stderr, flush=True)
+
+    def close(self):
+        self._print("\n")
+
+
+def tokenize_to_file(articles, path: Path, pool, desc, chunk_chars=1 << 20, max_inflight=32, quiet=False):
+    """Tokenize `articles` in order into the flat uint16 file `path` (written as it goes);
+    returns (tokens, sha256 hex of the file). At most max_inflight chunks wait in the pool."""
+    prog = Progress(desc, len(articles), quiet)
+    sha, n_tokens = hashlib.sha256(), 0
+    with open(path, "wb") as f:
+        def drain(arr, n_art):
+            nonlocal n_tokens
+            b = arr.tobytes()
+            f.write(b)
+            sha.update(b)
+            n_tokens += len(arr)
+            prog.update(n_art, len(arr))
+
+        pending = deque()
+        for chunk in _chunks(articles, chunk_chars):
+            if pool is None:  # num_proc=1: in this process (easy to debug)
+                drain(_tokenize(chunk), len(chunk))
+                continue
+            pending.append((pool.apply_async(_tokenize, (chunk,)), len(chunk)))
+            if len(pending) >= max_inflight:
+                res, n = pending.popleft()
+                drain(res.get(), n)
+        while pending:
+            res, n = pending.popleft()
+            drain(res.get(), n)
+    prog.close()
+    return n_tokens, sha.hexdigest()
+
+
+def _check_counts(split, stats):
+    """Compare with the README's numbers; returns a list of mismatches (empty = all equal)."""
+    exp = EXPECTED[split]
+    return [f"{k} {stats[k]:,} != README's {exp[k]:,}" if isinstance(exp[k], int) else f"{k} differs from README's"
+            for k in ("articles", "tokens", "bin_sha256") if stats[k] != exp[k]]
+
+
+def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, quiet=False) -> dict:
+    """Tokenize <src>/{train,val}.txt[.xz] into out_dir/{train,val}.bin; return the meta dict."""
+    src = src or os.environ.get(ENV_VAR)
+    if not src:
+        raise PrepareError(NO_SOURCE)
+    src_dir = Path(src).expanduser()
+    if not src_dir.is_dir():
+        raise PrepareError(f"--src {src_dir} is not a folder ({NO_SOURCE})")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    get_gpt2_encoding(ranks_file)  # fail fast (missing ranks file) before the heavy work
+    sources = {s: find_source(src_dir, s) for s in SPLITS}
+
+    meta = {"dataset": "enwiki", "tokenizer": "gpt2", "vocab_size": VOCAB_SIZE, "dtype": "uint16",
+            "eot_token": EOT, "num_proc": num_proc}
+    t_all = time.time()
+    pool = mp.Pool(num_proc, initializer=_init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
+    if pool is None:
+        _init_worker(ranks_file)
+    tmps, ok = {}, False
+    try:
+        for split in SPLITS:
+            t0 = time.time()
+            raw = read_text(sources[split])
+            text_sha = hashlib.sha256(raw).hexdigest()
+            articles = split_articles(raw.decode("utf-8"))
+            del raw
+            tmps[split] = out_dir / f"{split}.bin.tmp.{os.getpid()}"
+            n_tok, bin_sha = tokenize_to_file(articles, tmps[split], pool, split,
+                                              max_inflight=4 * max(1, num_proc), quiet=quiet)
+            stats = {"articles": len(articles), "tokens": n_tok, "text_sha256": text_sha, "bin_sha256": bin_sha,
+                     "source": str(sources[split].resolve()), "seconds": round(time.time() - t0, 2)}
+            full = text_sha == EXPECTED[split]["text_sha256"]
+            stats["checked_against_readme"] = full
+            if full:
+                bad = _check_counts(split, stats)
+                if bad:
+                    raise PrepareError(f"{split}: {'; '.join(bad)} (tokenizer not GPT-2's?); nothing written")
+            elif not quiet:
+                print(f"note: {sources[split]} is not the README's {split} text (sha256 {text_sha[:12]}...); "
+                      f"counts not checked", file=sys.stderr)
+            for k, v in stats.items():
+                meta[f"{split}_{k}"] = v
+            if not quiet:
+                print(f"{split}: {len(articles):,} articles, {n_tok:,} tokens"
+                      f"{' (= README)' if full else ''}, {stats['seconds']:.1f}s")
+        ok = True
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+        if not ok:  # leave no partial output: both splits are renamed into place, or neither
+            for t in tmps.values():
+                t.unlink(missing_ok=True)
+    for split, tmp in tmps.items():
+        os.replace(tmp, out_dir / f"{split}.bin")
+    meta["seconds"] = round(time.time() - t_all, 2)
+    _write_json_atomic(out_dir / "meta.json", meta)  # last: the .bin files are complete
+    return meta
+
+
+def _write_json_atomic(path: Path, obj):
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+# -----------------------------------------------------------------------------
+# pack / unpack: the tokens as a compact archive for a machine without the text or tokenizer
+
+# LZMA2 -9e with lp=1, pb=1 (positions aligned to the 2-byte tokens) and a dictionary that holds
+# all of train.bin (84.5 MB); the smallest of the options measured (README.md): ~0.55 of the raw
+# tokens, 12% smaller than the xz text files as shipped
+PACK_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 96 << 20,
+                 "lc": 3, "lp": 1, "pb": 1}]
+_BUF = 1 << 22
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(_BUF):
+            h.update(b)
+    return h.hexdigest()
+
+
+def _pack_one(args):
+    src, dst, filters = args
+    tmp = dst.with_name(f"{dst.name}.tmp.{os.getpid()}")
+    comp = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, filters=filters)
+    with open(src, "rb") as fi, open(tmp, "wb") as fo:
+        while b := fi.read(_BUF):
+            fo.write(comp.compress(b))
+        fo.write(comp.flush())
+    os.replace(tmp, dst)
+    return dst.stat().st_size
+
+
+def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
+    """bin_dir/{train,val}.bin -> archive_dir/{train,val}.bin.xz + manifest.json; returns the manifest."""
+    archive_dir, bin_dir = Path(archive_dir), Path(bin_dir)
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    filters = filters or PACK_FILTERS
+    manifest = {"format": "xz (LZMA2) of the uint16 little-endian token files", "files": {}}
+    t0 = time.time()
+    jobs = []
+    for split in SPLITS:
+        b = bin_dir / f"{split}.bin"
+        if not b.is_file():
+            raise PrepareError(f"{b} not found: run `python data/enwiki/prepare.py --src DIR` first")
+        manifest["files"][split] = {"name": f"{split}.bin.xz", "bytes": b.stat().st_size,
+                                    "tokens": b.stat().st_size // 2, "sha256": _sha256_file(b)}
+        jobs.append((b, archive_dir / f"{split}.bin.xz", filters))
+    with mp.Pool(len(jobs)) as pool:  # one process per file (xz is single-threaded)
+        sizes = pool.map(_pack_one, jobs)
+    for split, size in zip(SPLITS, sizes):
+        manifest["files"][split]["xz_bytes"] = size
+    manifest["total_xz_bytes"] = sum(sizes)
+    manifest["seconds"] = round(time.time() - t0, 1)
+    _write_json_atomic(archive_dir / "manifest.json", manifest)
+    if not quiet:
+        print(f"packed into {archive_dir}: " + ", ".join(
+            f"{s}.bin.xz {manifest['files'][s]['xz_bytes'] / 2**20:.2f} MiB" for s in SPLITS)
+            + f"; total {manifest['total_xz_bytes'] / 2**20:.2f} MiB, {manifest['seconds']:.0f}s")
+    return manifest
+
+
+def _unpack_one(args):
+    src, dst, want_sha = args
+    tmp = dst.with_name(f"{dst.name}.tmp.{os.getpid()}")
+    h = hashlib.sha256()
+    dec = lzma.LZMADecompressor()
+    try:
+        with open(src, "rb") as fi, open(tmp, "wb") as fo:
+            while b := fi.read(_BUF):
+                out = dec.decompress(b)
+                h.update(out)
+                fo.write(out)
+        if not dec.eof or h.hexdigest() != want_sha:
+            raise PrepareError(f"{src}: decompressed sha256 {h.hexdigest()[:12]}... != manifest's "
+                               f"{want_sha[:12]}... (truncated or corrupt archive)")
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dst.stat().st_size
+
+
+def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
+    """archive_dir/{train,val}.bin.xz -> out_dir/{train,val}.bin, every sha256 checked (against
+    the manifest and, for the full data, the README). Skips files already there and intact."""
+    archive_dir, out_dir = Path(archive_dir), Path(out_dir)
+    mpath = archive_dir / "manifest.json"
+    if not mpath.is_file():
+        raise PrepareError(f"{mpath} not found (make the archive with `python data/enwiki/prepare.py --pack DIR`)")
+    manifest = json.loads(mpath.read_text())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    jobs, skipped = [], []
+    for split in SPLITS:
+        info = manifest["files"][split]
+        dst = out_dir / f"{split}.bin"
+        if dst.is_file() and dst.stat().st_size == info["bytes"] and _sha256_file(dst) == info["sha256"]:
+            skipped.append(split)
+            continue
+        jobs.append((archive_dir / info["name"], dst, info["sha256"]))
+    if jobs:
+        with mp.Pool(len(jobs)) as pool:
+            pool.map(_unpack_one, jobs)
+    meta = {"dataset": "enwiki", "tokenizer": "gpt2", "vocab_size": VOCAB_SIZE, "dtype": "uint16", "eot_token": EOT,
+            "unpacked_from": str(archive_dir.resolve())}
+    for split in SPLITS:
+        info = manifest["files"][split]
+        meta[f"{split}_tokens"] = info["tokens"]
+        meta[f"{split}_bin_sha256"] = info["sha256"]
+        meta[f"{split}_checked_against_readme"] = info["sha256"] == EXPECTED[split]["bin_sha256"]
+    _write_json_atomic(out_dir / "meta.json", meta)
+    if not quiet:
+        print(f"unpacked {archive_dir} -> {out_dir}: " + ", ".join(
+            f"{s} {meta[f'{s}_tokens']:,} tokens{' (= README)' if meta[f'{s}_checked_against_readme'] else ''}"
+            f"{' (already there)' if s in skipped else ''}" for s in SPLITS) + f", {time.time() - t0:.1f}s")
+    return meta
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--src", default=None, help=f"folder with train.txt[.xz], val.txt[.xz] (default: ${ENV_VAR})")
+    p.add_argument("--out_dir", default=str(HERE), help="where train.bin/val.bin/meta.json go (default: this folder)")
+    p.add_argument("--num_proc", type=int, default=DEFAULT_NUM_PROC, help="tokenizer worker processes")
+    p.add_argument("--tokenizer", default=None, help="GPT-2 ranks file (gpt2.tiktoken); default $TUCKER_GPT2_TIKTOKEN")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--pack", metavar="DIR", default=None, help="compress out_dir's .bin files into DIR and exit")
+    g.add_argument("--unpack", metavar="DIR", default=None, help="decompress DIR's archive into out_dir and exit")
+    args = p.parse_args(argv)
+    try:
+        if args.pack:
+            pack(args.pack, args.out_dir)
+        elif args.unpack:
+            unpack(args.unpack, args.out_dir)
+        else:
+            prepare(args.src, args.out_dir, args.num_proc, args.tokenizer)
+    except PrepareError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
