@@ -299,6 +299,7 @@ class InferenceForm:
     weights and rebuilt when any of them changes (an optimizer step, load_state_dict, .to()):
     the key is every parameter's storage address and in-place version counter."""
 
+    @torch.compiler.disable  # host-side bookkeeping (storage addresses, versions): not traced
     def inference_form(self) -> Dict[str, torch.Tensor]:
         key = tuple((p.data_ptr(), p._version, p.dtype) for p in self.parameters())
         cached = self.__dict__.get("_inference_form")
@@ -334,6 +335,7 @@ def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.T
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, **gqa)
 
 
+@torch.compiler.disable  # an opaque call in a compiled decode step (a Triton launch, or SDPA)
 def decode_attention(q, k, v, length, *, scale, rope=None):
     """One new token per sequence attends to its whole cache buffer (positions 0 .. length - 1):
     decode_attention.decode_attention, the one dispatch point (Triton flash-decoding on CUDA,
@@ -1016,8 +1018,11 @@ class StaticDecoder:
     prompt) into the same cache buffers; step(tokens (B, 1)) -> logits: one token per sequence."""
 
     def __init__(self, model: "GPT", batch_size: int, device=None, use_graph: bool = False,
-                 max_len: Optional[int] = None):
+                 max_len: Optional[int] = None, compile: bool = False):
         self.model, self.use_graph = model, use_graph
+        # compile: torch.compile the step (fuses the norms, residual adds, RoPE and GELU into few
+        # kernels; attention and the inference form stay opaque calls), then capture it as usual
+        self.step_fn = torch.compile(model.decode_step, dynamic=False) if compile else model.decode_step
         self.caches = model.new_caches(batch_size, max_len, device=device)
         device = self.caches[0].store[next(iter(self.caches[0].store))].device
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # where the next token goes
@@ -1034,7 +1039,7 @@ class StaticDecoder:
         return logits[:, -1, :]
 
     def _step(self) -> torch.Tensor:
-        logits = self.model.decode_step(self.tokens, self.caches, self.position)
+        logits = self.step_fn(self.tokens, self.caches, self.position)
         self.position.add_(1)
         return logits
 
@@ -1161,13 +1166,15 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
-                 use_cache: bool = True, generator: Optional[torch.Generator] = None, decode: str = "auto"):
+                 use_cache: bool = True, generator: Optional[torch.Generator] = None, decode: str = "auto",
+                 compile: bool = False):
         """Append max_new_tokens tokens to idx (B, T). temperature 0 means greedy (argmax).
 
         With the cache: the prompt is prefilled once (flash SDPA over the prompt), then one token
         per step through decode_step. decode='graph' captures that step in a CUDA graph and replays
         it (CUDA only), 'eager' runs it op by op, 'auto' is 'graph' on CUDA and 'eager' elsewhere;
-        both run the same kernels, so they give the same tokens. When the context reaches
+        both run the same kernels, so they give the same tokens. compile=True torch.compiles the
+        step first (fewer, fused kernels; a one-time compile of tens of seconds). When the context reaches
         block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
         crops the context each step instead, as nanoGPT does)."""
         if decode not in DECODE_CHOICES:
@@ -1177,7 +1184,7 @@ class GPT(nn.Module):
         decoder = None
         if use_cache:
             graph = decode == "graph" or (decode == "auto" and idx.device.type == "cuda")
-            decoder = StaticDecoder(self, idx.size(0), device=idx.device, use_graph=graph)
+            decoder = StaticDecoder(self, idx.size(0), device=idx.device, use_graph=graph, compile=compile)
         out = torch.empty(idx.size(0), idx.size(1) + max_new_tokens, dtype=idx.dtype, device=idx.device)
         out[:, :idx.size(1)] = idx
         n = idx.size(1)

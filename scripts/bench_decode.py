@@ -93,12 +93,13 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
         return GPT(cfg).to(torch.bfloat16).eval()
 
 
-MODES = ("forward", "step", "graph_sdpa", "graph")
+MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled")
 MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
     "graph_sdpa": "decode_step in one CUDA graph, attention through the SDPA fallback",
     "graph": "decode_step in one CUDA graph, decode_attention's auto backend (Triton on CUDA)",
+    "graph_compiled": "as graph, the step torch.compiled first (fused elementwise kernels)",
 }
 
 
@@ -129,8 +130,10 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             cache.pos = context
         return model(decoder.tokens, caches=decoder.caches, last_only=True)[0][:, -1]
 
+    step_fn = torch.compile(model.decode_step, dynamic=False) if mode == "graph_compiled" else model.decode_step
+
     def static_step():  # the position stays at `context`: the same work as a real step there
-        return model.decode_step(decoder.tokens, decoder.caches, decoder.position)
+        return step_fn(decoder.tokens, decoder.caches, decoder.position)
 
     step = forward_step if mode == "forward" else static_step
     backend = "sdpa" if mode == "graph_sdpa" else "auto"
@@ -271,7 +274,7 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --device=cpu --tiny for a smoke test")
-    args.modes = args.modes or (",".join(MODES) if device.type == "cuda" else "forward,step")
+    args.modes = args.modes or ("forward,step,graph_sdpa,graph" if device.type == "cuda" else "forward,step")
     modes = [m.strip() for m in args.modes.split(",")]
     for m in modes:
         if m not in MODES:
