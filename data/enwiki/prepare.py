@@ -3,10 +3,10 @@ Prepare the English Wikipedia subset (an offline stand-in for OpenWebText; see R
 for GPT-2 BPE training: every article is encoded with encode_ordinary and followed by one
 <|endoftext|> (50256), in file order, into flat uint16 train.bin / val.bin.
 
-    python data/enwiki/prepare.py --src ../shared/data/enwiki      # or: export TUCKER_ENWIKI_DIR=...
-    python data/enwiki/prepare.py --src DIR --out_dir data/enwiki --num_proc 8 --tokenizer gpt2.tiktoken
-    python data/enwiki/prepare.py --pack .carry/enwiki             # train.bin/val.bin -> compact archive
-    python data/enwiki/prepare.py --unpack .carry/enwiki           # archive -> train.bin/val.bin, verified
+    python -m data.enwiki.prepare --src ../shared/data/enwiki      # or: export TUCKER_ENWIKI_DIR=...
+    python -m data.enwiki.prepare --src DIR --out_dir data/enwiki --num_proc 8 --tokenizer gpt2.tiktoken
+    python -m data.enwiki.prepare --pack .carry/enwiki             # train.bin/val.bin -> compact archive
+    python -m data.enwiki.prepare --unpack .carry/enwiki           # archive -> train.bin/val.bin, verified
 
 --src is a folder holding train.txt.xz and val.txt.xz (or the decompressed train.txt, val.txt).
 The text format: UTF-8, articles one after another, each followed by a line holding only
@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for tokenizer.py
+if not __package__:  # run as a file, the repository's tokenizer.py is not importable
+    sys.exit("run from the repository root as a module: python -m data.enwiki.prepare ...")
 from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -305,7 +306,7 @@ def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
     for split in SPLITS:
         b = bin_dir / f"{split}.bin"
         if not b.is_file():
-            raise PrepareError(f"{b} not found: run `python data/enwiki/prepare.py --src DIR` first")
+            raise PrepareError(f"{b} not found: run `python -m data.enwiki.prepare --src DIR` first")
         manifest["files"][split] = {"name": f"{split}.bin.xz", "bytes": b.stat().st_size,
                                     "tokens": b.stat().st_size // 2, "sha256": _sha256_file(b)}
         jobs.append((b, archive_dir / f"{split}.bin.xz", filters))
@@ -349,7 +350,7 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
     archive_dir, out_dir = Path(archive_dir), Path(out_dir)
     mpath = archive_dir / "manifest.json"
     if not mpath.is_file():
-        raise PrepareError(f"{mpath} not found (make the archive with `python data/enwiki/prepare.py --pack DIR`)")
+        raise PrepareError(f"{mpath} not found (make the archive with `python -m data.enwiki.prepare --pack DIR`)")
     manifest = json.loads(mpath.read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -371,7 +372,8 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
         meta[f"{split}_tokens"] = info["tokens"]
         meta[f"{split}_bin_sha256"] = info["sha256"]
         meta[f"{split}_checked_against_readme"] = info["sha256"] == EXPECTED[split]["bin_sha256"]
-    _write_json_atomic(out_dir / "meta.json", meta)
+    if jobs or not (out_dir / "meta.json").is_file():  # keep a meta.json that prepare() wrote
+        _write_json_atomic(out_dir / "meta.json", meta)
     if not quiet:
         print(f"unpacked {archive_dir} -> {out_dir}: " + ", ".join(
             f"{s} {meta[f'{s}_tokens']:,} tokens{' (= README)' if meta[f'{s}_checked_against_readme'] else ''}"
