@@ -10,7 +10,10 @@ drift apart between tools.
     OWT_ROWS           tab_gpt2   (OpenWebText zero-shot, N=1024, KV cache in MB)
     LLAMA_ROWS         tab:owt2_llama1b_timing (LLaMA-3 1B on OpenWebText2, N=4096, RoPE only;
                        its "MB" columns count millions of parameters / cached values)
-    TABLES             {'shakespeare': Table, 'owt': Table, 'llama1b': Table}
+    ENWIKI_ROWS        tab_gpt2's rows on the English Wikipedia subset (config/enwiki_*.py, one fixed
+                       short protocol, both RoPE settings for every row, MLA also with latent RoPE),
+                       beside the paper's OpenWebText numbers
+    TABLES             {'shakespeare': Table, 'owt': Table, 'llama1b': Table, 'enwiki': Table}
 
 A row is one line of the paper's table. Its runs are the row's config file plus
 run_overrides(row, rope) for each RoPE setting it was reported with ('off' = learned
@@ -47,6 +50,7 @@ class Row:
         for prefix, fam in (("mha", "MHA"), ("gqa", "GQA"), ("mqa", "GQA"),
                             ("mla_shared_latent", "MLA shared, latent RoPE"),
                             ("mla_shared", "MLA shared"), ("mla_sep", "MLA separated"),
+                            ("mla_gqa2_equiv_latent", "MLA full query, latent RoPE"),
                             ("mla_gqa", "MLA full query"),
                             ("tucker_shared", "Tucker shared"), ("tucker", "Tucker separated")):
             if self.id.startswith(prefix):
@@ -72,6 +76,9 @@ class Table:
     # tables; 1 for llama1b, whose columns are millions of parameters / values (MHA: 268 for both)
     paper_bytes_per_value: int = 2
     model: str = "GPT-2 124M"  # the model of the table, for printed headers
+    # the summary.json field a run reports: the best val loss over the run (the paper's tables), or
+    # 'final_val_loss' (enwiki: the whole-split val loss after the last iteration)
+    reported_loss: str = "best_val_loss"
 
     @property
     def kv_unit_bytes(self) -> int:
@@ -266,6 +273,53 @@ def _llama_row(id, label, config, nums):
 
 LLAMA_ROWS = tuple(_llama_row(*r) for r in _LLAMA)
 
+# -----------------------------------------------------------------------------
+# enwiki (issue 15): tab_gpt2's rows, GPT-2 124M on the English Wikipedia subset
+# (data/enwiki/prepare.py) with one fixed protocol (config/enwiki_base.py: 1,300 iterations of
+# 32 x 1024 tokens, about one pass), in both RoPE settings for every row; MLA w/ RoPE both with
+# decoupled RoPE (the paper's setup) and with latent RoPE; Tucker with latent RoPE. The paper
+# numbers beside them are its OpenWebText ones (attn MB, KV MB, val loss), taken from OWT_ROWS;
+# a cell the paper did not report is NaN (ENWIKI_NOT_REPORTED), so every consumer of a float
+# column keeps working and prints it as missing. The reported val loss is the final one.
+ENWIKI_NOT_REPORTED = float("nan")
+ENWIKI_PAPER_COLUMNS = ("attn_params_mb", "kv_cache_mb", "val_loss")
+
+# id, label, config, extra overrides, RoPE settings, the OWT row whose paper numbers stand beside it
+_ENWIKI = [
+    ("mha", "MHA", "enwiki_mha.py", {}, ROPE_SETTINGS, "mha"),
+    ("gqa4", "GQA [nG=4]", "enwiki_gqa4.py", {}, ROPE_SETTINGS, "gqa4"),
+    ("gqa2", "GQA [nG=2]", "enwiki_gqa2.py", {}, ROPE_SETTINGS, "gqa2"),
+    ("mla_gqa2_equiv", "MLA [GQA, nG=2 equiv.]", "enwiki_mla_gqa2_equiv.py", {}, ROPE_SETTINGS, "mla_gqa2_equiv"),
+    ("mla_gqa2_equiv_latent", "MLA [GQA, nG=2 equiv.]; latent RoPE", "enwiki_mla_gqa2_equiv.py",
+     {"mla_rope": "latent"}, ("on",), None),
+    ("mla_shared128", "MLA shared K,V [dcK,dcQ=128]", "enwiki_mla_shared128.py", {}, ROPE_SETTINGS, "mla_shared128"),
+    ("mla_shared_latent128", "MLA shared K,V; latent RoPE [dcK,dcQ=128]", "enwiki_mla_shared128.py",
+     {"mla_rope": "latent"}, ("on",), None),
+    ("tucker_8_128_128", "Tucker [8,128,128]", "enwiki_tucker_8_128_128.py", {}, ROPE_SETTINGS, "tucker_8_128_128"),
+    ("tucker_8_128_64", "Tucker [8,128,64]", "enwiki_tucker_8_128_64.py", {}, ROPE_SETTINGS, "tucker_8_128_64"),
+    ("tucker_8_64_64", "Tucker [8,64,64]", "enwiki_tucker_8_64_64.py", {}, ROPE_SETTINGS, "tucker_8_64_64"),
+]
+
+
+def _enwiki_row(id, label, config, overrides, ropes, owt_id):
+    owt = {r.id: r for r in OWT_ROWS}[owt_id].paper if owt_id else {}
+    paper = {}
+    for rope in ropes:
+        src = owt.get(rope, {})
+        paper[rope] = {c: src.get(c, ENWIKI_NOT_REPORTED) for c in ENWIKI_PAPER_COLUMNS}
+        paper[rope]["loss_x_attn_params"] = None  # tab_gpt2 prints no products
+        paper[rope]["loss_x_kv_cache"] = None
+    return Row(id=id, table="enwiki", label=label, config=f"config/{config}", overrides=dict(overrides),
+               rope_settings=tuple(ropes), paper=paper)
+
+
+ENWIKI_ROWS = tuple(_enwiki_row(*r) for r in _ENWIKI)
+# the seed spread: these rows are also run with these seeds (besides 1337), both RoPE settings
+ENWIKI_SEED_ROWS = ("mha", "tucker_8_64_64")
+ENWIKI_EXTRA_SEEDS = (1, 2)
+# rows whose seed-1337 runs keep ckpt.pt (the MHA-to-Tucker conversion study reads them)
+ENWIKI_CHECKPOINT_ROWS = ("mha", "tucker_8_128_128", "tucker_8_128_64", "tucker_8_64_64")
+
 TABLES = {
     "shakespeare": Table(name="shakespeare", paper_label="tab_shake", rows=SHAKESPEARE_ROWS,
                          seq_len=256, kv_unit="MiB",
@@ -277,6 +331,10 @@ TABLES = {
                      seq_len=4096, kv_unit="MB",
                      decimals={"attn_params_mb": 1, "kv_cache_mb": 2, "val_loss": 2},
                      sig_figs=3, paper_bytes_per_value=1, model="LLaMA-3 1B (L=16, d=2048, nH=32, dH=64)"),
+    "enwiki": Table(name="enwiki", paper_label="tab_gpt2", rows=ENWIKI_ROWS,
+                    seq_len=1024, kv_unit="MB",
+                    decimals={"attn_params_mb": 2, "kv_cache_mb": 2, "val_loss": 3},
+                    model="GPT-2 124M on English Wikipedia (paper: OpenWebText)", reported_loss="final_val_loss"),
 }
 
 # What we can say about a paper number beyond "differs from the Table 1 formula":
@@ -298,8 +356,9 @@ PAPER_REMARKS = {
 
 
 def paper_remarks(row: "Row", rope: str) -> list:
+    source = "owt" if row.table == "enwiki" else row.table  # enwiki shows tab_gpt2's numbers
     return [text for (table, rid, r), text in PAPER_REMARKS.items()
-            if table == row.table and rid == row.id and r in (None, rope)]
+            if table == source and rid == row.id and r in (None, rope)]
 
 # -----------------------------------------------------------------------------
 # runs of a row
@@ -310,7 +369,7 @@ def run_overrides(row: Row, rope: str) -> dict:
 
     RoPE is a switch, not a second config file: 'on' removes the learned position
     embedding and rotates q/k in every attention layer. Which rotation an MLA row uses
-    (decoupled or latent) is part of the row's config file (mla_rope)."""
+    (decoupled or latent) is part of the row's config file or overrides (mla_rope)."""
     if rope not in row.rope_settings:
         raise ValueError(f"row {row.table}/{row.id} has no RoPE setting {rope!r} (has {row.rope_settings})")
     out = {"pos_emb": "rope" if rope == "on" else "learned"}

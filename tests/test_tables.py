@@ -27,7 +27,7 @@ from scripts.paper_tables import (LLAMA_COLUMNS, LLAMA_ROWS, OWT_COLUMNS, OWT_RO
 REPO = Path(__file__).resolve().parents[1]
 
 # (n_embd, n_head, n_layer) of each table's model
-SHAPES = {"shakespeare": (768, 12, 12), "owt": (768, 12, 12), "llama1b": (2048, 32, 16)}
+SHAPES = {"shakespeare": (768, 12, 12), "owt": (768, 12, 12), "llama1b": (2048, 32, 16), "enwiki": (768, 12, 12)}
 ALL_RUNS = [(t, row, rope) for t, tab in TABLES.items() for row in tab.rows for rope in row.rope_settings]
 RUN_IDS = [f"{t}-{row.id}-{rope}" for t, row, rope in ALL_RUNS]
 
