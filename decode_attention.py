@@ -24,7 +24,9 @@ Kernel design (split-K "flash decoding"):
 
 Latent RoPE: the Tucker/MLA shared latent is cached UNROTATED (it is also the value), so key row p
 is rotated by position p as it is read, in fp32, from the (cos, sin) tables (rotate-half layout
-of model.apply_rope). When v is k's storage (or a k[..., :Dv] view) the value tile is the
+of model.apply_rope). The tables are read as rotations, cos(p t_i) and sin(p t_i) (model.rope_cache):
+a block of rows n0 .. n0+N-1 gets its angles by angle addition from table rows n0 and 0 .. N-1, so
+the tables add ~nothing to the bytes read (ROPE_ANGLE_ADDITION = False reads every row instead). When v is k's storage (or a k[..., :Dv] view) the value tile is the
 unrotated key tile already in registers: shared KV is read from HBM once.
 
 Head dimensions that are not powers of two (MLA decoupled: dcK + rope dims, e.g. 160) are split
@@ -58,7 +60,8 @@ MAX_SPLITS = 64  # ... and there are at most this many splits (combine cost grow
 BLOCK_N = 64  # cache rows per inner step when the padded key row is <= 128 wide
 BLOCK_N_WIDE = 32  # ... and when it is wider (Dk up to 256), to bound registers
 NUM_WARPS = 4  # split kernel
-NUM_STAGES = 2  # split kernel's software pipelining depth (cache loads in flight)
+NUM_STAGES = 3  # split kernel's software pipelining depth (cache loads in flight)
+ROPE_ANGLE_ADDITION = True  # rotate keys from each block's base row of the tables (False: read every row)
 COMBINE_TILE = 4096  # fp32 elements of one combine tile (splits x value columns)
 TUCKER_QCORE_TILE = 4096  # fp32 elements of one (heads x r2-chunk x r3) query-core step
 INTERPRET_SMS = 4  # SM count pretended under TRITON_INTERPRET=1 (CPU tests: several splits)
@@ -212,13 +215,13 @@ if _triton_available():
         s_kb, s_kg, s_kn,  # k (B, nG, L, Dk), unit last stride
         s_vb, s_vg, s_vn,  # v (B, nG, L, Dv), unit last stride
         s_len, s_qpos, s_rn, s_rd,  # length, query position: (B,) or () [stride 0]; cos/sin (rows, Dk/2)
-        n_kv_heads, group, num_splits, qk_scale,  # qk_scale = scale * log2(e): softmax in base 2
+        n_kv_heads, group, num_splits, n_rows, qk_scale,  # n_rows = L; qk_scale = scale * log2(e): base-2 softmax
         DK: tl.constexpr, DV: tl.constexpr, R2: tl.constexpr,
         KSPLIT: tl.constexpr,  # the key row is loaded as columns [0, KSPLIT) ("lo") and [KSPLIT, DK) ("hi")
         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KLO: tl.constexpr, BLOCK_KHI: tl.constexpr,
         BLOCK_VLO: tl.constexpr, BLOCK_VHI: tl.constexpr, BLOCK_J: tl.constexpr,
         HAS_KHI: tl.constexpr, HAS_VHI: tl.constexpr, VSPLIT: tl.constexpr,
-        ROPE: tl.constexpr, V_FROM_K: tl.constexpr, QCORE: tl.constexpr, QPOS_OFF: tl.constexpr,
+        ROPE: tl.constexpr, ROPE_ADD: tl.constexpr, V_FROM_K: tl.constexpr, QCORE: tl.constexpr, QPOS_OFF: tl.constexpr,
         DOT_PREC: tl.constexpr,
     ):
         pid_bg = tl.program_id(0)
@@ -265,9 +268,9 @@ if _triton_available():
                     q_hi += tl.sum(g_hi * x[None, :, None], axis=1)
             if ROPE:  # rotate the queries to the new token's position (length - 1 unless given)
                 pos = tl.maximum(tl.load(QPos + b * s_qpos).to(tl.int32) + QPOS_OFF, 0)
-                c = tl.load(Cos + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
-                s = tl.load(Sin + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
-                q_lo, q_hi = q_lo * c[None, :] - q_hi * s[None, :], q_lo * s[None, :] + q_hi * c[None, :]
+                cq = tl.load(Cos + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+                sq = tl.load(Sin + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+                q_lo, q_hi = q_lo * cq[None, :] - q_hi * sq[None, :], q_lo * sq[None, :] + q_hi * cq[None, :]
             q_lo = q_lo.to(K.dtype.element_ty)
             if HAS_KHI:
                 q_hi = q_hi.to(K.dtype.element_ty)
@@ -295,6 +298,14 @@ if _triton_available():
         k_base = K + b64 * s_kb + g * s_kg
         v_base = V + b64 * s_vb + g * s_vg
         offs_n0 = tl.arange(0, BLOCK_N)
+        if ROPE and ROPE_ADD:
+            # angle addition: cos((n0 + j) t) = cos(n0 t) cos(j t) - sin(n0 t) sin(j t), and likewise
+            # for sin. Rows j = 0 .. BLOCK_N-1 of the tables stay in registers; each block reads only
+            # its base row n0, instead of BLOCK_N rows of both tables (3x the bytes of a 64-wide key)
+            j_off = offs_n0[:, None] * s_rn + d_lo[None, :] * s_rd
+            j_mask = (offs_n0 < n_rows)[:, None] & mask_klo[None, :]
+            cos_j = tl.load(Cos + j_off, mask=j_mask, other=0.0).to(tl.float32)  # (N, Dk/2)
+            sin_j = tl.load(Sin + j_off, mask=j_mask, other=0.0).to(tl.float32)
         # a split beyond `length` runs no iteration and writes the empty partial (m=-inf, l=0)
         for n0 in range(start, end, BLOCK_N):
             offs_n = n0 + offs_n0
@@ -314,10 +325,15 @@ if _triton_available():
                                other=0.0)  # (N, Dhi)
             if ROPE:
                 # row p rotated by position p: (lo, hi) -> (lo cos - hi sin, lo sin + hi cos), fp32
-                r_off = offs_n[:, None] * s_rn + d_lo[None, :] * s_rd
-                r_mask = mk_lo
-                c = tl.load(Cos + r_off, mask=r_mask, other=0.0).to(tl.float32)  # (N, Dk/2)
-                s = tl.load(Sin + r_off, mask=r_mask, other=0.0).to(tl.float32)
+                if ROPE_ADD:
+                    c0 = tl.load(Cos + n0 * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)[None, :]
+                    s0 = tl.load(Sin + n0 * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)[None, :]
+                    c = c0 * cos_j - s0 * sin_j  # (N, Dk/2) cos of positions n0 .. n0 + N - 1
+                    s = s0 * cos_j + c0 * sin_j
+                else:  # read every row's angles from the tables
+                    r_off = offs_n[:, None] * s_rn + d_lo[None, :] * s_rd
+                    c = tl.load(Cos + r_off, mask=mk_lo, other=0.0).to(tl.float32)  # (N, Dk/2)
+                    s = tl.load(Sin + r_off, mask=mk_lo, other=0.0).to(tl.float32)
                 lo32, hi32 = k_lo.to(tl.float32), k_hi.to(tl.float32)
                 kr_lo = (lo32 * c - hi32 * s).to(k_lo.dtype)
                 kr_hi = (lo32 * s + hi32 * c).to(k_hi.dtype)
@@ -514,9 +530,9 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
     _split_kernel[(B * nG, S)](
         q, G if G is not None else q, k, v, length, qpos, cos, sin, o_part, m_part, l_part,
         *qs, *gs, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-        s_len, s_qpos, s_rn, s_rd, nG, group, S, scale * math.log2(math.e),
+        s_len, s_qpos, s_rn, s_rd, nG, group, S, L, scale * math.log2(math.e),
         DK=Dk, DV=Dv, R2=r2, BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_J=block_j,
-        ROPE=rope is not None, V_FROM_K=v_from_k, QCORE=G is not None, QPOS_OFF=qpos_off,
+        ROPE=rope is not None, ROPE_ADD=ROPE_ANGLE_ADDITION, V_FROM_K=v_from_k, QCORE=G is not None, QPOS_OFF=qpos_off,
         DOT_PREC="ieee" if k.dtype == torch.float32 else "tf32",
         num_warps=NUM_WARPS, num_stages=NUM_STAGES, **lay,
     )
@@ -552,6 +568,7 @@ def decode_attention(q, k, v, length, *, scale, rope=None, backend="auto") -> to
     scale: softmax scale.
     rope: None, or (cos, sin) tables of shape (>= L, Dk // 2) (rotate-half layout, as model.apply_rope:
           pairs (x[i], x[i + Dk/2])): the cache is stored UNROTATED and key row p is rotated by position p as it is read.
+          (The kernel takes the tables as pure rotations, cos(p t_i) / sin(p t_i) as model.rope_cache builds them.)
     nH % nG == 0; query head h uses KV head h // (nH // nG).
     backend: 'auto' (Triton when q is on CUDA, triton imports and the shape is supported; else SDPA), 'triton', 'sdpa'.
     Returns (B, nH, Dv) in q's dtype.

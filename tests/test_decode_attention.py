@@ -1,0 +1,435 @@
+"""
+decode_attention.py: the decode kernels and their SDPA fallback against float64 references.
+
+CPU (CI):
+  - the SDPA fallback and the Tucker composition vs plain float64 softmax math;
+  - which backend 'auto' picks, and the argument errors;
+  - the Triton kernels themselves through Triton's interpreter (TRITON_INTERPRET=1, CPU tensors),
+    in a child pytest process: the interpreter must be switched on before triton is imported,
+    and another test may already have imported it here. fp32 and fp16 only: the 3.6
+    interpreter's tl.dot gets bf16 wrong (bf16 runs on the GPU tests).
+CUDA (skipped without a GPU): Triton vs SDPA vs float64 at decode sizes (B up to 32, L up to
+16k, bf16), and inside a captured CUDA graph replayed at different lengths.
+"""
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import decode_attention as da
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD = os.environ.get("DECODE_ATTENTION_INTERPRETED") == "1"  # set in the interpreter child
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+needs_child = pytest.mark.skipif(not CHILD, reason="runs in the TRITON_INTERPRET=1 child (test_kernels_interpreted)")
+
+if CHILD:
+    # Triton 3.6's interpreter calls int() on 1-element arrays, which numpy >= 2.4 refuses (dynamic
+    # loop bounds fail): triton-lang/triton#9171, fixed upstream after 3.6. Same fix, test-only.
+    import triton.runtime.interpreter as _interp
+
+    _patch_lang_tensor = _interp._patch_lang_tensor
+
+    def _patched(tensor, scope):
+        _patch_lang_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(())))
+
+    _interp._patch_lang_tensor = _patched
+
+
+# ----------------------------------------------------------------------------------------
+# float64 references: plain softmax math, nothing shared with the code under test
+
+
+def rope_cache(dim, max_len, theta, device=None):
+    """(cos, sin) tables (max_len, dim/2), angle[p, i] = p * theta^(-2i/dim), as model.rope_cache
+    (test_rope_tables_match_model checks that; kept here so these tests do not load the model)."""
+    inv_freq = theta ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+    return angles.cos().float().to(device), angles.sin().float().to(device)
+
+
+def ref_decode(q, k, v, length, scale, rope=None):
+    """q (B, nH, Dk), k (B, nG, L, Dk), v (B, nG, L, Dv) -> (B, nH, Dv) in float64."""
+    B, nH, Dk = q.shape
+    nG, L = k.shape[1:3]
+    q, k, v = q.double(), k.double(), v.double()
+    if rope is not None:
+        cos, sin = (t[:L].double() for t in rope)  # (L, Dk/2): row p rotates key p
+        k1, k2 = k[..., : Dk // 2], k[..., Dk // 2:]
+        k = torch.cat((k1 * cos - k2 * sin, k1 * sin + k2 * cos), dim=-1)
+    qg = q.view(B, nG, nH // nG, Dk)  # (B, nG, group, Dk): head h = g * group + i
+    scores = torch.einsum("bgid,bgnd->bgin", qg, k) * scale  # (B, nG, group, L)
+    lens = torch.as_tensor(length, device=q.device).reshape(-1).expand(B)
+    valid = torch.arange(L, device=q.device)[None, :] < lens[:, None]  # (B, L)
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    o = torch.einsum("bgin,bgnd->bgid", scores.softmax(-1), v)  # (B, nG, group, Dv)
+    return o.reshape(B, nH, -1)
+
+
+def ref_tucker(q_lat, G, k, v, G_post, length, scale, rope=None, q_pos=None):
+    B, r3 = q_lat.size(0), G.size(2)
+    q = torch.einsum("bj,hjd->bhd", q_lat.double(), G.double())  # (B, nH, r3)
+    if rope is not None:
+        lens = torch.as_tensor(length, device=q.device).reshape(-1).expand(B)
+        pos = (lens - 1) if q_pos is None else torch.as_tensor(q_pos, device=q.device).reshape(-1).expand(B)
+        cos, sin = (t.double()[pos][:, None, :] for t in rope)  # (B, 1, r3/2)
+        q1, q2 = q[..., : r3 // 2], q[..., r3 // 2:]
+        q = torch.cat((q1 * cos - q2 * sin, q1 * sin + q2 * cos), dim=-1)
+    o = ref_decode(q, k, v, length, scale, rope)  # (B, nH, p3)
+    return torch.einsum("bhd,hpd->bp", o, G_post.double())  # (B, p2)
+
+
+# ----------------------------------------------------------------------------------------
+# Case builder shared by the CPU, interpreter and CUDA tests
+
+
+def make_case(B, nH, nG, L, Dk, Dv, *, rope=False, kv="separate", lengths="random", dtype=torch.float32,
+              device="cpu", seed=0):
+    """kv: 'separate' (own v), 'same' (v is k), 'view' (v = k[..., :Dv]), 'strided' (k, v are
+    slices of a bigger, head-minor buffer). lengths: 'random' per sequence, 'full', 'one', 'scalar'."""
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    q = rnd(B, nH, Dk)
+    if kv == "same":
+        k = rnd(B, nG, L, Dk)
+        v = k
+    elif kv == "view":
+        k = rnd(B, nG, L, Dk)
+        v = k[..., :Dv]
+    elif kv == "strided":  # (B, L+3, nG, Dk+Dv+8) storage, sliced and transposed: odd strides
+        buf = rnd(B, L + 3, nG, Dk + Dv + 8)
+        k = buf[:, 1:L + 1, :, :Dk].transpose(1, 2)
+        v = buf[:, 1:L + 1, :, Dk + 8:].transpose(1, 2)
+    else:
+        k, v = rnd(B, nG, L, Dk), rnd(B, nG, L, Dv)
+    if lengths == "full":
+        length = torch.full((B,), L)
+    elif lengths == "one":
+        length = torch.ones(B, dtype=torch.int64)
+    elif lengths == "scalar":
+        length = torch.tensor(max(1, (2 * L) // 3), dtype=torch.int32)
+    else:
+        length = torch.randint(1, L + 1, (B,), generator=g)
+        length[0] = L  # one full and one tiny sequence in every batch
+        if B > 1:
+            length[1] = 1
+    length = length.to(device)
+    tables = None
+    if rope:
+        cos, sin = rope_cache(Dk, L + 5, theta=100.0, device=device)  # a fast theta: all angles matter
+        tables = (cos, sin)
+    return q, k, v, length, tables
+
+
+def err(out, ref):
+    return (out.double() - ref).abs().max().item()
+
+
+# ----------------------------------------------------------------------------------------
+# CPU: the SDPA fallback, the dispatch, the argument checks
+
+FALLBACK_CASES = [
+    # B, nH, nG, L, Dk, Dv, rope, kv, lengths
+    (2, 4, 4, 17, 16, 16, False, "separate", "random"),  # MHA
+    (3, 8, 2, 40, 32, 24, True, "separate", "random"),  # GQA, RoPE, Dv != Dk
+    (2, 6, 1, 33, 160, 160, True, "same", "scalar"),  # Tucker shared KV, non-power-of-two
+    (2, 12, 1, 50, 48, 32, False, "view", "one"),  # v a view of k
+    (2, 4, 2, 21, 24, 40, True, "strided", "full"),
+]
+
+
+@pytest.mark.parametrize("case", FALLBACK_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_fallback_matches_float64(case, dtype):
+    B, nH, nG, L, Dk, Dv, rope, kv, lengths = case
+    q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv, lengths=lengths, dtype=dtype)
+    scale = 1.0 / math.sqrt(Dk)
+    out = da.decode_attention(q, k, v, length, scale=scale, rope=tables, backend="sdpa")
+    assert out.shape == (B, nH, Dv) and out.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    assert err(out, ref_decode(q, k, v, length, scale, tables)) < tol
+    # 'auto' on the CPU is the same computation
+    auto = da.decode_attention(q, k, v, length, scale=scale, rope=tables)
+    torch.testing.assert_close(auto, out, rtol=0, atol=0)
+
+
+def test_sdpa_fallback_ignores_rows_past_length():
+    """Stale rows beyond `length` do not leak into the output. (They must be finite for SDPA, whose
+    masked probabilities are exact zeros times the value; the kernel never reads them at all.)"""
+    q, k, v, length, tables = make_case(2, 4, 1, 30, 32, 32, rope=True, kv="separate")
+    length = torch.tensor([7, 19])
+    ref = ref_decode(q, k, v, length, 0.3, tables)
+    k[0, :, 7:] = 1e4
+    v[1, :, 19:] = -1e4
+    out = da.decode_attention(q, k, v, length, scale=0.3, rope=tables, backend="sdpa")
+    assert err(out, ref) < 1e-5
+
+
+def test_rope_tables_match_model():
+    """The kernel's RoPE convention is model.py's: same tables, same rotate-half pairs."""
+    import model
+
+    cos, sin = model.rope_cache(20, 9, theta=1e4)
+    mine = rope_cache(20, 9, theta=1e4)
+    torch.testing.assert_close(cos, mine[0])
+    torch.testing.assert_close(sin, mine[1])
+    x = torch.randn(2, 1, 9, 20, dtype=torch.float64)
+    torch.testing.assert_close(da._rotate(x, cos.double(), sin.double()), model.apply_rope(x, cos.double(), sin.double()))
+
+
+def test_tucker_composition_matches_float64():
+    B, nH, r2, r3, p2, p3, L = 3, 6, 12, 16, 10, 16, 25
+    g = torch.Generator().manual_seed(1)
+    q_lat, G, G_post = torch.randn(B, r2, generator=g), torch.randn(nH, r2, r3, generator=g), torch.randn(nH, p2, p3, generator=g)
+    k = torch.randn(B, 1, L, r3, generator=g)
+    length = torch.tensor([25, 1, 13])
+    tables = rope_cache(r3, L, theta=100.0)
+    for v, q_pos in ((k, None), (torch.randn(B, 1, L, p3, generator=g), torch.tensor([3, 0, 20]))):
+        y = da.tucker_decode_attention(q_lat, G, k, v, G_post, length, scale=0.25, rope=tables, q_pos=q_pos)
+        assert y.shape == (B, p2)
+        assert err(y, ref_tucker(q_lat, G, k, v, G_post, length, 0.25, tables, q_pos)) < 1e-4
+
+
+def test_backend_choice_on_cpu():
+    q, k, v, length, _ = make_case(2, 4, 1, 8, 16, 16)
+    assert da.decode_backend(q, k, v) == "sdpa"
+    G = torch.randn(4, 8, 16)
+    assert da.tucker_decode_backend(q[:, 0, :8], G, k, v, torch.randn(4, 8, 16)) == "sdpa"
+    if not da._interpret():  # a forced kernel on the CPU is an error outside the interpreter
+        with pytest.raises(ValueError, match="backend='triton' cannot run"):
+            da.decode_attention(q, k, v, length, scale=1.0, backend="triton")
+    with pytest.raises(ValueError, match="backend must be"):
+        da.decode_attention(q, k, v, length, scale=1.0, backend="flash")
+
+
+def test_unsupported_shapes_are_named():
+    """Shape/dtype reasons come first, so they are testable without a GPU; 'auto' falls back on them."""
+    meta = dict(device="meta")
+    q, k = torch.empty(2, 64, 512, **meta), torch.empty(2, 1, 10, 512, **meta)
+    assert "head dims" in da._unsupported(q, k, k)
+    q, k = torch.empty(2, 64, 64, **meta), torch.empty(2, 1, 10, 64, **meta)
+    assert "group size" in da._unsupported(q, k, k)
+    q = torch.empty(2, 4, 64, device="meta", dtype=torch.float64)
+    k = torch.empty(2, 1, 10, 64, device="meta", dtype=torch.float64)
+    assert "dtypes" in da._unsupported(q, k, k)
+    q, k = torch.empty(2, 32, 256, **meta), torch.empty(2, 1, 10, 256, **meta)
+    assert "device meta" in da._unsupported(q, k, k)  # the shape itself is supported
+
+
+@pytest.mark.parametrize("bad", ["groups", "rope_odd", "rope_short", "length_shape", "length_float", "stride"])
+def test_argument_errors(bad):
+    q, k, v, length, tables = make_case(2, 4, 2, 10, 16, 16, rope=True)
+    kw = dict(scale=1.0, rope=tables, backend="sdpa")
+    if bad == "groups":
+        q = torch.randn(2, 3, 16)
+    elif bad == "rope_odd":
+        q, k, v = q[..., :15], k[..., :15], v[..., :15]
+    elif bad == "rope_short":
+        kw["rope"] = (tables[0][:5], tables[1][:5])
+    elif bad == "length_shape":
+        length = torch.tensor([1, 2, 3])
+    elif bad == "length_float":
+        length = length.float()
+    elif bad == "stride":
+        k = k.transpose(2, 3).contiguous().transpose(2, 3)
+    with pytest.raises(ValueError):
+        da.decode_attention(q, k, v, length, **kw)
+
+
+def test_num_splits_is_static():
+    """The grid depends on B, nG, L and the SM count only, within [1, MAX_SPLITS]."""
+    for B, nG, L in [(1, 1, 16384), (32, 1, 16384), (32, 8, 100), (1, 1, 1), (4096, 32, 16384)]:
+        s = da.num_splits(B, nG, L, "cpu")
+        assert 1 <= s <= da.MAX_SPLITS and s <= max(1, -(-L // da.MIN_SPLIT_TOKENS))
+
+
+# ----------------------------------------------------------------------------------------
+# The kernels through Triton's interpreter (child process)
+
+
+@pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
+@pytest.mark.skipif(not da._triton_available(), reason="triton is not installed")
+def test_kernels_interpreted():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DECODE_ATTENTION_INTERPRETED": "1",
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                           str(Path(__file__)), "-k", "interp_"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """Kernel workspaces and outputs start as NaN: anything read that was not written shows."""
+    monkeypatch.setattr(da, "_empty", lambda shape, device, dtype: torch.full(shape, float("nan"), device=device, dtype=dtype))
+
+
+INTERP_CASES = [
+    # B, nH, nG, L, Dk, Dv, rope, kv, lengths
+    (2, 4, 1, 100, 32, 32, False, "separate", "random"),  # MQA, empty splits for the short sequence
+    (2, 6, 1, 150, 160, 160, True, "same", "random"),  # Tucker/MLA shared latent, RoPE, Dk = 160
+    (3, 8, 2, 70, 24, 40, False, "separate", "scalar"),  # GQA, tiny odd dims, scalar length
+    (2, 4, 4, 64, 16, 16, True, "separate", "full"),  # MHA: group size 1
+    (1, 32, 1, 40, 64, 48, True, "view", "one"),  # 32 heads on one latent, v = k[..., :48], length 1
+    (2, 2, 1, 90, 144, 112, False, "strided", "random"),  # odd strides, Dk = 128 + 16, Dv = 64 + 48
+]
+
+
+@needs_child
+@pytest.mark.parametrize("case", INTERP_CASES)
+def test_interp_kernel_matches_float64(case, poisoned):
+    B, nH, nG, L, Dk, Dv, rope, kv, lengths = case
+    q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv, lengths=lengths)
+    scale = 1.0 / math.sqrt(Dk)
+    out = da.decode_attention(q, k, v, length, scale=scale, rope=tables, backend="triton")
+    assert out.shape == (B, nH, Dv) and out.dtype == q.dtype
+    assert err(out, ref_decode(q, k, v, length, scale, tables)) < 2e-5
+
+
+@needs_child
+def test_interp_kernel_fp16_and_garbage_past_length(poisoned):
+    q, k, v, length, tables = make_case(3, 8, 1, 80, 64, 64, rope=True, kv="same", dtype=torch.float16)
+    ref = ref_decode(q, k, v, length, 0.125, tables)
+    k[1, :, length[1]:] = float("nan")  # beyond length nothing may be read into the result
+    k[2, :, length[2]:] = float("inf")
+    out = da.decode_attention(q, k, v, length, scale=0.125, rope=tables, backend="triton")
+    assert out.dtype == torch.float16
+    sdpa_err = err(da.decode_attention(q, k.nan_to_num(0, 0, 0), v.nan_to_num(0, 0, 0), length, scale=0.125,
+                                       rope=tables, backend="sdpa"), ref)
+    assert err(out, ref) < max(2 * sdpa_err, 2e-3)
+
+
+@needs_child
+def test_interp_one_split_and_many_splits(monkeypatch):
+    """The same answer whatever the number of splits (1, some empty, one block each)."""
+    q, k, v, length, tables = make_case(2, 4, 1, 120, 32, 32, rope=True, kv="same")
+    ref = ref_decode(q, k, v, length, 0.2, tables)
+    for sms, angle_addition in ((1, True), (64, True), (3, False)):
+        monkeypatch.setattr(da, "INTERPRET_SMS", sms)
+        monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 16)
+        monkeypatch.setattr(da, "ROPE_ANGLE_ADDITION", angle_addition)  # both ways of reading the tables
+        assert err(da.decode_attention(q, k, v, length, scale=0.2, rope=tables, backend="triton"), ref) < 2e-5
+
+
+TUCKER_CASES = [
+    # B, nH, r2, r3, p2, p3, L, rope, shared, q_pos
+    (2, 4, 16, 32, 16, 32, 100, True, True, False),
+    (3, 6, 24, 40, 20, 24, 60, True, False, True),
+    (2, 3, 8, 160, 24, 160, 50, False, True, False),
+]
+
+
+@needs_child
+@pytest.mark.parametrize("case", TUCKER_CASES)
+def test_interp_tucker_fused_matches_float64(case, poisoned):
+    B, nH, r2, r3, p2, p3, L, rope, shared, with_q_pos = case
+    g = torch.Generator().manual_seed(2)
+    q_lat = torch.randn(B, r2, generator=g)
+    G = torch.randn(nH, r2, r3, generator=g) / math.sqrt(r2)
+    G_post = torch.randn(nH, p2, p3, generator=g) / math.sqrt(p3)
+    k = torch.randn(B, 1, L, r3, generator=g)
+    v = k[..., :p3] if shared else torch.randn(B, 1, L, p3, generator=g)
+    length = torch.randint(1, L + 1, (B,), generator=g)
+    q_pos = torch.randint(0, L, (B,), generator=g) if with_q_pos else None
+    tables = rope_cache(r3, L, theta=100.0) if rope else None
+    y = da.tucker_decode_attention(q_lat, G, k, v, G_post, length, scale=0.2, rope=tables, q_pos=q_pos,
+                                   backend="triton")
+    assert y.shape == (B, p2)
+    assert err(y, ref_tucker(q_lat, G, k, v, G_post, length, 0.2, tables, q_pos)) < 5e-5
+
+
+# ----------------------------------------------------------------------------------------
+# CUDA: the compiled kernels at decode sizes
+
+CUDA_CASES = [
+    # B, nH, nG, L, Dk, Dv, rope, kv
+    (1, 12, 1, 1024, 64, 64, True, "same"),  # Tucker shared KV (r3 = 64)
+    (32, 12, 1, 16384, 64, 64, True, "same"),
+    (32, 32, 1, 16384, 128, 128, True, "same"),  # MQA-like latent of 128, 32 heads
+    (32, 16, 1, 16384, 160, 128, False, "view"),  # absorbed MLA decoupled: [c_kv 128 | k_rope 32]
+    (8, 32, 8, 4096, 128, 128, False, "separate"),  # GQA
+    (4, 12, 12, 2048, 64, 64, False, "separate"),  # MHA (group size 1)
+    (32, 12, 1, 16384, 64, 64, False, "separate"),  # Tucker separate KV
+    (3, 8, 2, 999, 256, 256, True, "strided"),
+]
+
+
+def cuda_check(out, q, k, v, length, scale, tables):
+    ref = ref_decode(q, k, v, length, scale, tables)
+    sdpa = da.decode_attention(q, k, v, length, scale=scale, rope=tables, backend="sdpa")
+    e_kernel, e_sdpa = err(out, ref), err(sdpa, ref)
+    assert e_kernel <= 2 * e_sdpa + 2e-3, (e_kernel, e_sdpa)
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", CUDA_CASES)
+def test_cuda_kernel_matches_sdpa_and_float64(case, poisoned):
+    B, nH, nG, L, Dk, Dv, rope, kv = case
+    q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv, dtype=torch.bfloat16, device="cuda")
+    assert da.decode_backend(q, k, v) == "triton"
+    scale = 1.0 / math.sqrt(Dk)
+    out = da.decode_attention(q, k, v, length, scale=scale, rope=tables)
+    assert out.shape == (B, nH, Dv) and out.dtype == torch.bfloat16
+    cuda_check(out, q, k, v, length, scale, tables)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_cuda_kernel_other_dtypes(dtype):
+    q, k, v, length, tables = make_case(4, 16, 2, 3000, 128, 128, rope=True, kv="same", dtype=dtype, device="cuda")
+    out = da.decode_attention(q, k, v, length, scale=0.1, rope=tables, backend="triton")
+    ref = ref_decode(q, k, v, length, 0.1, tables)
+    assert err(out, ref) < (1e-4 if dtype == torch.float32 else 5e-3)
+
+
+@needs_cuda
+@pytest.mark.parametrize("per_sequence", [False, True])
+def test_cuda_graph_replays_at_new_lengths(per_sequence):
+    """One captured graph serves every position: only `length` changes between replays."""
+    B, nH, L, D = 8, 16, 4096, 128
+    q, k, v, length, tables = make_case(B, nH, 1, L, D, D, rope=True, kv="same", dtype=torch.bfloat16, device="cuda")
+    length = (torch.full((B,), 100, device="cuda") if per_sequence else torch.tensor(100, device="cuda"))
+    out = da.decode_attention(q, k, v, length, scale=0.1, rope=tables)  # compile outside the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        da.decode_attention(q, k, v, length, scale=0.1, rope=tables)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = da.decode_attention(q, k, v, length, scale=0.1, rope=tables)
+    news = ([1, L, 2049] if not per_sequence else
+            [torch.randint(1, L + 1, (B,)).tolist(), [L] * B, list(range(1, B + 1))])
+    for new in news:
+        length.copy_(torch.as_tensor(new, device="cuda"))
+        q.normal_()
+        graph.replay()
+        torch.cuda.synchronize()
+        cuda_check(out, q, k, v, length, 0.1, tables)
+
+
+@needs_cuda
+@pytest.mark.parametrize("shared", [True, False])
+def test_cuda_tucker_fused(shared):
+    B, nH, r2, r3, p2, p3, L = 32, 12, 64, 64, 64, 64, 16384
+    g = torch.Generator().manual_seed(3)
+    dev, dt = "cuda", torch.bfloat16
+    q_lat = torch.randn(B, r2, generator=g).to(dev, dt)
+    G = (torch.randn(nH, r2, r3, generator=g) / math.sqrt(r2)).to(dev, dt)
+    G_post = (torch.randn(nH, p2, p3, generator=g) / math.sqrt(p3)).to(dev, dt)
+    k = torch.randn(B, 1, L, r3, generator=g).to(dev, dt)
+    v = k if shared else torch.randn(B, 1, L, p3, generator=g).to(dev, dt)
+    length = torch.randint(1, L + 1, (B,), generator=g).to(dev)
+    tables = rope_cache(r3, L, theta=1e4, device=dev)
+    assert da.tucker_decode_backend(q_lat, G, k, v, G_post) == "triton"
+    y = da.tucker_decode_attention(q_lat, G, k, v, G_post, length, scale=0.125, rope=tables)
+    y_sdpa = da.tucker_decode_attention(q_lat, G, k, v, G_post, length, scale=0.125, rope=tables, backend="sdpa")
+    ref = ref_tucker(q_lat, G, k, v, G_post, length, 0.125, tables)
+    assert err(y, ref) <= 2 * err(y_sdpa, ref) + 5e-3, (err(y, ref), err(y_sdpa, ref))
