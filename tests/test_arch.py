@@ -228,8 +228,6 @@ def test_mlp_flops_match_flop_counter(mlp, hidden):
     with FlopCounterMode(display=False) as counter:
         block.mlp(x)
     assert block.mlp.flops_per_token() * 2 * T == counter.get_total_flops()
-    h = model.config.mlp_hidden_dim
-    assert block.mlp.flops_per_token() == 2 * (3 if mlp == "swiglu" else 2) * 32 * h
 
 
 def test_model_flops_swiglu_equal_nanogpt_formula():
@@ -317,14 +315,17 @@ def test_attn_table_llama1b_json(monkeypatch, capsys):
                                         "tucker_32_128_128", "tucker_32_128_64", "tucker_32_64_64"]
     for r in rows:
         assert r["seq_len"] == 4096 and r["kv_unit"] == "MB" and r["rope"] == "on"
-        # the paper prints millions of params / values: its number x 2 is bf16 MB
-        assert r["paper_attn_params_mb_bf16"] == pytest.approx(2 * r["paper_attn_params_mb"])
         for col in ("attn_params_mb", "kv_cache_mb"):
             close = abs(r[col] / r[f"paper_{col}_bf16"] - 1) < 0.02
             assert close or r["note"], (r["row"], col)
         assert not r["note"].startswith("MODEL DIFFERS")
     by = {r["row"]: r for r in rows}
-    assert by["mha"]["attn_params_mb"] == pytest.approx(4 * 2048**2 * 16 * 2 / 1e6)
-    assert by["mha"]["kv_cache_mb"] == pytest.approx(2 * 2048 * 16 * 4096 * 2 / 1e6)
+    mha_params_mb, mha_kv_mb = 4 * 2048**2 * 16 * 2 / 1e6, 2 * 2048 * 16 * 4096 * 2 / 1e6  # bf16, by hand
+    assert by["mha"]["attn_params_mb"] == pytest.approx(mha_params_mb)
+    assert by["mha"]["kv_cache_mb"] == pytest.approx(mha_kv_mb)
+    # the paper prints millions of params / values (268 for both MHA columns): read as bf16 MB they
+    # must be MHA's bf16 MB, within its 3 significant figures
+    assert by["mha"]["paper_attn_params_mb_bf16"] == pytest.approx(mha_params_mb, rel=2e-3)
+    assert by["mha"]["paper_kv_cache_mb_bf16"] == pytest.approx(mha_kv_mb, rel=2e-3)
     assert by["mla_sep128"]["kv_cache_mb"] == pytest.approx(2 * 128 * 16 * 4096 * 2 / 1e6)  # separated: 2 dc
     assert {r["row"] for r in rows if r["note"]} == {"mla_sep128", "mla_sep64"}  # the paper's own outliers

@@ -39,6 +39,22 @@ ALL = VARIANTS + ROPE_VARIANTS
 # Theorems: MHA, GQA and MLA are Tucker at the ranks of section 2.2 (float64, exact)
 
 
+@torch.no_grad()
+def change_head_bases(tucker, seed=0):
+    """U1 -> U1 M, C -> C x1 M^-1 and U~1 -> U~1 N, C~ -> C~ x1 N^-1 with random invertible M != N:
+    the same attention, but U1 and U~1 are no longer the identity (nor equal), so a forward that
+    used one in place of the other would be caught."""
+    g = torch.Generator().manual_seed(seed)
+    for block in tucker.transformer.h:
+        w = block.attn.per_head_weights()
+        for U, C in ((w["U1"], w["core"]), (w["U1_post"], w["core_post"])):
+            r = U.size(1)
+            M = torch.randn(r, r, generator=g, dtype=U.dtype) + r * torch.eye(r, dtype=U.dtype)  # well conditioned
+            U.copy_(U @ M)
+            C.copy_(torch.einsum("ab,bjk->ajk", torch.linalg.inv(M), C))
+        assert not torch.allclose(w["U1"], w["U1_post"])
+
+
 @pytest.mark.parametrize("name,overrides", [
     ("mha", dict(attn="mha")),  # Lemma B.1 / Theorem B.2: ranks (nH, d, d)
     ("gqa2", dict(attn="gqa", n_kv_head=2)),  # Theorem B.3: (nH, d, nG dH)
@@ -53,6 +69,7 @@ ALL = VARIANTS + ROPE_VARIANTS
 def test_exact_tucker_form(name, overrides):
     model = make(overrides)
     tucker = to_tucker(model)
+    change_head_bases(tucker)
     d, nH, dH = TINY["n_embd"], TINY["n_head"], TINY["n_embd"] // TINY["n_head"]
     expected = {"mha": ((nH, d, d),) * 2, "gqa2": ((nH, d, 2 * dH),) * 2, "mqa": ((nH, d, dH),) * 2,
                 "mla_fullq": ((nH, d, 10), (nH, d, 10))}.get(name, ((nH, 12, 10), (nH, d, 10)))
@@ -198,7 +215,7 @@ def test_forward_backward_finite(name, overrides):
 
 
 # ---------------------------------------------------------------------------------------
-# Accounting vs the paper's Table 1 (DESIGN.md), on GPT-2 124M shapes
+# Accounting vs the paper's Table 1 (its formulas written out in table1 below), on GPT-2 124M shapes
 
 
 def table1(attn, d=768, nH=12, dH=64, nG=None, dcQ=None, dcK=None, shared=False, ranks=None, ranks_post=None):
