@@ -8,7 +8,8 @@ a fresh namespace) or a `--key=value` override. A config file may start with
 `include("shakespeare_base.py")` to run a shared base file (path relative to the including
 file) into its own namespace first, so per-variant files hold only what differs. Every key must already exist in the
 defaults and every value must match the type of its default, so a typo or a wrong type
-fails loudly at startup instead of being silently ignored.
+fails loudly at startup instead of being silently ignored. A config file that does not run
+(a syntax error, an exception) is a ValueError of one line naming the file and the line.
 
 Usage from a script:
 
@@ -20,11 +21,14 @@ import ast
 import difflib
 import inspect
 import os
+from typing import Optional
 
 
-def parse_config(argv: list[str], defaults: dict) -> dict:
-    """Apply config files and --key=value overrides from `argv` (in order) onto a copy of `defaults`."""
+def parse_config(argv: list[str], defaults: dict, given: Optional[set] = None) -> dict:
+    """Apply config files and --key=value overrides from `argv` (in order) onto a copy of `defaults`.
+    `given`, if a set, receives every key that a file or an override set (even to its default)."""
     cfg = dict(defaults)
+    given = set() if given is None else given
     for arg in argv:
         if arg.startswith("--"):
             key, sep, raw = arg[2:].partition("=")
@@ -33,11 +37,39 @@ def parse_config(argv: list[str], defaults: dict) -> dict:
             source = f"override {arg!r}"
             _check_known(key, defaults, source)
             cfg[key] = _coerce(key, _parse_cli_value(raw, defaults[key]), defaults[key], source)
+            given.add(key)
         else:
             for key, value in _load_config_file(arg).items():
                 _check_known(key, defaults, arg)
                 cfg[key] = _coerce(key, value, defaults[key], arg)
+                given.add(key)
     return cfg
+
+
+def check_device(name: str) -> str:
+    """The torch device a `device` key names ('' = cuda if available, else cpu), checked to exist
+    here; ValueError (naming the key and the allowed values) otherwise."""
+    import torch  # lazy: the rest of this module needs no torch
+
+    if not name:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    allowed = "allowed '' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N', 'mps'"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device={name!r} is unknown: {allowed}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={name!r} but CUDA is not available here: use device='cpu' (or '')")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device={name!r} but there are {torch.cuda.device_count()} CUDA devices: allowed "
+                             f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    elif device.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"device={name!r} but MPS is not available here: use device='cpu' (or '')")
+    elif device.type != "cpu":
+        raise ValueError(f"device={name!r} is not supported: {allowed}")
+    return name
 
 
 def format_config(cfg: dict) -> str:
@@ -66,13 +98,17 @@ def _load_config_file(path: str) -> dict:
             and not (inspect.ismodule(v) or inspect.isfunction(v) or inspect.isclass(v) or inspect.isbuiltin(v))}
 
 
+class ConfigFileError(ValueError):
+    """A config file that does not run: one line naming the file and the line."""
+
+
 def _run_into(path: str, ns: dict, stack: tuple) -> None:
     """Execute config file `path` into namespace `ns`, giving it `include(other)`."""
     path = os.path.abspath(path)
     if path in stack:
         raise ValueError(f"config include cycle: {' -> '.join(stack + (path,))}")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"included config file not found: {path!r}")
+        raise FileNotFoundError(f"included config file not found: {path!r} (paths are relative to the including file)")
 
     def include(rel: str) -> None:
         _run_into(os.path.join(os.path.dirname(path), rel), ns, stack + (path,))
@@ -80,7 +116,27 @@ def _run_into(path: str, ns: dict, stack: tuple) -> None:
     with open(path, encoding="utf-8") as f:
         src = f.read()
     ns["include"] = include
-    exec(compile(src, path, "exec"), ns)
+    try:
+        code = compile(src, path, "exec")
+    except SyntaxError as e:  # also IndentationError
+        raise ConfigFileError(f"config file {path}, line {e.lineno}: {type(e).__name__}: {e.msg}") from None
+    try:
+        exec(code, ns)
+    except ConfigFileError:  # from an included file: already says where
+        raise
+    except Exception as e:
+        line = next((tb.tb_lineno for tb in _frames(e.__traceback__) if tb.tb_frame.f_code.co_filename == path), "?")
+        message = " ".join(str(e).split())  # one line
+        raise ConfigFileError(f"config file {path}, line {line}: {type(e).__name__}: {message}") from None
+
+
+def _frames(tb):
+    """The traceback's entries, innermost first."""
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out[::-1]
 
 
 def _check_known(key: str, defaults: dict, source: str) -> None:

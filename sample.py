@@ -5,35 +5,42 @@ Sample from a trained checkpoint with the variant's own KV cache.
     python sample.py --out_dir=out-shakespeare-tucker --start=FILE:prompt.txt --temperature=0
 
 The model is rebuilt from the checkpoint alone (its stored GPTConfig). temperature=0 is greedy.
-MLA runs its fused (absorbed) inference path; every variant decodes with its compressed cache
-(prefill once, then one token per step).
+Every variant decodes with its compressed cache (prefill once, then one token per step; MLA in
+its absorbed form). The samples go to stdout, the decode speed (tokens/s) to stderr.
 """
 
+import inspect
 import os
 import sys
+import time
 from contextlib import nullcontext
 
 import torch
 
-from configurator import parse_config
-from model import GPT, GPTConfig, LatentAttention
+from checkpoint import load_model
+from configurator import check_device, parse_config
+from model import GPT
 from tokenizer import get_gpt2_encoding
 
 DEFAULTS = dict(
     out_dir="out",  # folder holding ckpt.pt (written by train.py)
     ckpt="ckpt.pt",  # checkpoint file name inside out_dir
     start="\n",  # prompt text, or FILE:path to read it from a file
-    num_samples=3,  # samples to draw
-    max_new_tokens=200,  # tokens generated per sample
-    temperature=0.8,  # 1.0 = the model's distribution, < 1 sharper, 0 = greedy
+    num_samples=3,  # samples to draw (>= 1)
+    max_new_tokens=200,  # tokens generated per sample (>= 1)
+    temperature=0.8,  # >= 0: 1.0 = the model's distribution, < 1 sharper, 0 = greedy
     top_k=200,  # keep only the top_k most likely tokens (0 = all)
     seed=1337,
     device="",  # '' = cuda if available else cpu
     dtype="",  # '' = bfloat16 on a GPU that has it, else float32
     use_cache=True,  # False: recompute the whole context every token (for checking the cache)
-    mla_fused=True,  # MLA: absorbed inference path (W_UK into the query, W_UV into the output)
+    # 'auto' = the static (CUDA-graph) decode step on CUDA, eager elsewhere; 'eager' = the plain
+    # cached step; 'graph' = force the static step (CUDA only)
+    decode="auto",
     tokenizer="",  # GPT-2 ranks file for offline use (else env TUCKER_GPT2_TIKTOKEN, else tiktoken 'gpt2')
 )
+DTYPE_CHOICES = ("float32", "bfloat16", "float16")
+DECODE_CHOICES = ("auto", "eager", "graph")
 
 
 def fail(msg: str):
@@ -41,35 +48,32 @@ def fail(msg: str):
     sys.exit(2)
 
 
-def load_checkpoint(path: str):
-    """(model, checkpoint dict) from a ckpt.pt path or an out_dir holding one; the model is rebuilt
-    from the checkpoint's own GPTConfig, in the dtype it was saved in."""
-    path = os.path.join(path, "ckpt.pt") if os.path.isdir(path) else path
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    state = {k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()}
-    model = GPT(GPTConfig.from_dict(checkpoint["model_config"])).to(next(iter(state.values())).dtype)
-    model.load_state_dict(state)
-    return model.eval(), checkpoint
-
-
-def load_model(out_dir: str, ckpt: str = "ckpt.pt", device="cpu") -> GPT:
-    path = os.path.join(out_dir, ckpt)
-    if not os.path.exists(path):
-        fail(f"no checkpoint at {path}: train one first (python train.py ... --out_dir={out_dir})")
-    return load_checkpoint(path)[0].to(device)
+def validate(cfg: dict) -> torch.device:
+    """The device, after checking every key; ValueError naming the key and the allowed values."""
+    if not cfg["temperature"] >= 0:
+        raise ValueError(f"temperature={cfg['temperature']} is out of range: allowed >= 0 (0 = greedy)")
+    if cfg["top_k"] < 0:
+        raise ValueError(f"top_k={cfg['top_k']} is out of range: allowed >= 0 (0 = all tokens)")
+    for key in ("num_samples", "max_new_tokens"):
+        if cfg[key] < 1:
+            raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= 1")
+    if cfg["decode"] not in DECODE_CHOICES:
+        raise ValueError(f"decode={cfg['decode']!r} is unknown: allowed {', '.join(map(repr, DECODE_CHOICES))}")
+    if cfg["dtype"] and cfg["dtype"] not in DTYPE_CHOICES:
+        raise ValueError(f"dtype={cfg['dtype']!r} is unknown: allowed {', '.join(map(repr, DTYPE_CHOICES))}")
+    device = torch.device(check_device(cfg["device"]))
+    if cfg["decode"] == "graph" and device.type != "cuda":
+        raise ValueError(f"decode='graph' needs a CUDA device, got device={str(device)!r}: use 'auto' or 'eager'")
+    return device
 
 
 def main(argv):
     try:
         cfg = parse_config(argv, DEFAULTS)
+        device = validate(cfg)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
-    device = torch.device(cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = cfg["dtype"] or ("bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
-    if dtype not in ("float32", "bfloat16", "float16"):
-        fail(f"dtype={dtype!r} is unknown: allowed 'float32', 'bfloat16', 'float16'")
     start = cfg["start"]
     if start.startswith("FILE:"):
         path = start[len("FILE:"):]
@@ -77,15 +81,16 @@ def main(argv):
             fail(f"prompt file {path} not found")
         with open(path, encoding="utf-8") as f:
             start = f.read()
-    model = load_model(cfg["out_dir"], cfg["ckpt"], device)
+    try:
+        model = load_model(cfg["out_dir"], cfg["ckpt"], device)
+    except FileNotFoundError as e:
+        fail(f"{e}: train one first (python train.py ... --out_dir={cfg['out_dir']})")
+    except ValueError as e:
+        fail(str(e))
     try:
         enc = get_gpt2_encoding(cfg["tokenizer"] or None)
     except (FileNotFoundError, RuntimeError) as e:
         fail(str(e))
-    if cfg["mla_fused"]:
-        for block in model.transformer.h:
-            if isinstance(block.attn, LatentAttention):
-                block.attn.fused = True
     prompt = enc.encode(start, allowed_special={"<|endoftext|>"})
     if not prompt:
         fail("the prompt is empty: give --start=TEXT (at least one token)")
@@ -95,16 +100,26 @@ def main(argv):
     torch.manual_seed(cfg["seed"])
     gen = torch.Generator(device=device).manual_seed(cfg["seed"])
     ctx = (torch.autocast(device_type=device.type, dtype=getattr(torch, dtype)) if dtype != "float32" else nullcontext())
+    # the decode key reaches GPT.generate only where it has one
+    extra = {"decode": cfg["decode"]} if "decode" in inspect.signature(GPT.generate).parameters else {}
     x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]
-    samples = []
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)  # time the GPU's work, not its queue
+    samples, seconds = [], 0.0
     with torch.no_grad(), ctx:
         for _ in range(cfg["num_samples"]):
-            y = model.generate(x, cfg["max_new_tokens"], temperature=cfg["temperature"],
-                               top_k=cfg["top_k"] or None, use_cache=cfg["use_cache"], generator=gen)
+            sync()
+            t0 = time.perf_counter()
+            y = model.generate(x, cfg["max_new_tokens"], temperature=cfg["temperature"], top_k=cfg["top_k"] or None,
+                               use_cache=cfg["use_cache"], generator=gen, **extra)
+            sync()
+            seconds += time.perf_counter() - t0
             text = enc.decode(y[0].tolist())
             samples.append(text)
             print(text)
             print("---------------")
+    n = cfg["num_samples"] * cfg["max_new_tokens"]
+    print(f"sampled {n} tokens in {seconds:.2f} s: {n / seconds:,.1f} tokens/s "
+          f"({'cached' if cfg['use_cache'] else 'uncached'}, {device} {dtype})", file=sys.stderr)
     return samples
 
 

@@ -61,7 +61,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
     sys.exit("run from the repository root as a module: python -m scripts.convert ...")
 
 from model import GPT, GPTConfig, LatentAttention, TuckerAttention  # noqa: E402
-from sample import load_checkpoint  # noqa: E402  (re-exported: convert.load_checkpoint)
+from checkpoint import load_checkpoint  # noqa: E402  (re-exported: convert.load_checkpoint)
 from tensor_forms import head_factors, with_attention  # noqa: E402
 
 Tensor = torch.Tensor
@@ -505,7 +505,7 @@ def val_loss(model: GPT, data_dir: str, batches: int, batch_size: int, device: s
              dtype: str = "float32", seed: int = 1337) -> float:
     """Mean loss on `batches` x `batch_size` random windows of val.bin (the same windows for every
     model: a fixed seed), with train.py's own evaluation."""
-    from train import split_loss  # noqa: lazy (train.py is import-safe)
+    from evaluate import split_loss  # noqa: lazy
     dev = torch.device(device)
     autocast = (torch.autocast(device_type=dev.type, dtype=getattr(torch, dtype)) if dtype != "float32"
                 else contextlib.nullcontext())
@@ -518,21 +518,18 @@ def write_checkpoint(model: GPT, out_dir: str, source_config: Optional[dict], in
     """out_dir/ckpt.pt in train.py's format, at iteration 0. train.py --init_from=resume loads the
     optimizer state, and its param groups' hyperparameters (weight decay, betas, fused) come from the
     checkpoint: hence a fresh AdamW built here with the fine-tuning run's values."""
-    from train import TRAIN_DEFAULTS, atomic_write, git_commit  # noqa: lazy (train.py is import-safe)
+    from checkpoint import make_checkpoint, save_checkpoint  # noqa: lazy
+    from train_config import TRAIN_DEFAULTS  # noqa: lazy
     os.makedirs(out_dir, exist_ok=True)
     model = model.float()  # train.py's weights are float32
     optimizer = model.configure_optimizers(weight_decay, TRAIN_DEFAULTS["learning_rate"], betas, "cuda")  # fused, as on GPU
     config = dict(source_config or {})
     config.update(model.config.to_dict(), out_dir=out_dir, init_from="resume")  # how train.py continues it
     seed = config.get("seed", TRAIN_DEFAULTS["seed"])
-    state = {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "model_config": model.config.to_dict(),
-        "config": config, "iter_num": 0, "best_val_loss": float("inf"), "best_iter": -1, "bad_evals": 0,
-        "sampler_state": torch.Generator().manual_seed(seed).get_state(), "git_commit": git_commit(),
-        "convert": info,
-    }
+    state = make_checkpoint(model, optimizer, config, iter_num=0, best_val_loss=float("inf"), best_iter=-1,
+                            sampler_state=torch.Generator().manual_seed(seed).get_state(), convert=info)
     path = os.path.join(out_dir, "ckpt.pt")
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
+    save_checkpoint(path, state)
     return path
 
 

@@ -81,8 +81,8 @@ def train(out_dir: Path, args, env, iters: int, **extra) -> dict:
 @torch.no_grad()
 def full_val_loss(ckpt_dir: Path, data_dir: str, batch_size: int) -> float:
     """train.py's eval_full_val: token-mean loss over all non-overlapping block_size windows of val.bin."""
-    from sample import load_checkpoint
-    from train import split_loss
+    from checkpoint import load_checkpoint
+    from evaluate import split_loss
     model, _ = load_checkpoint(str(ckpt_dir))
     return split_loss(model.float(), os.path.join(data_dir, "val.bin"), model.config.block_size, batch_size,
                       0, full=True, device=torch.device("cpu"))

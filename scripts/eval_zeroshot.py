@@ -58,7 +58,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
     sys.exit("run from the repository root as a module: python -m scripts.eval_zeroshot ...")
 
 from scripts.paper_tables import OWT_COLUMNS  # noqa: E402
-from sample import load_model  # noqa: E402
+from checkpoint import load_model  # noqa: E402
 from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
 
 # Task definitions lm-eval does not ship (CBT-CN, CBT-NE); the folder is scanned recursively.

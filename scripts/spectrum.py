@@ -34,7 +34,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
     sys.exit("run from the repository root as a module: python -m scripts.spectrum ...")
 
 from scripts.convert import DENSE_LIMIT, factored_tensors, mode_svd  # noqa: E402
-from sample import load_checkpoint  # noqa: E402
+from checkpoint import load_checkpoint  # noqa: E402
 
 TENSORS = ("pre", "post")  # W, W~
 MODE_TITLES = {
@@ -109,7 +109,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
     for path, label in zip(args.checkpoints, labels):
         try:
             model, _ = load_checkpoint(path)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
         c = model.config

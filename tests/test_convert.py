@@ -222,7 +222,7 @@ def test_errors_name_the_problem():
 
 
 def test_convert_cli_checkpoint_loads_in_sample_and_resumes_in_train(tmp_path):
-    from sample import load_model
+    from checkpoint import load_model
     model = make().float()
     src, dst, data = tmp_path / "mha", tmp_path / "tucker", tmp_path / "data"
     save_train_ckpt(model, src)

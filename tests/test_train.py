@@ -207,7 +207,7 @@ def test_sample_from_trained_checkpoint(data_dir, tmp_path, gpt2_ranks_file):
     common = ["sample.py", f"--out_dir={out}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}", "--num_samples=1",
               "--max_new_tokens=20", "--temperature=0", "--start=ROMEO:"]
     cached = run([*common, "--use_cache=True"]).stdout
-    uncached = run([*common, "--use_cache=False", "--mla_fused=False"]).stdout
+    uncached = run([*common, "--use_cache=False"]).stdout
     assert cached == uncached and cached.startswith("ROMEO:") and len(cached) > len("ROMEO:")
     sampled = run(["sample.py", f"--out_dir={out}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}",
                    "--num_samples=2", "--max_new_tokens=10", "--temperature=1.0", "--seed=7"]).stdout

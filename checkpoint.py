@@ -1,0 +1,222 @@
+"""
+The ckpt.pt layout, written atomically and read back with one-line errors.
+
+A checkpoint is one dict saved with torch.save (read back with weights_only=True):
+
+    model           the GPT's state_dict (train.py saves float32 weights)
+    model_config    GPTConfig.to_dict(): the model is rebuilt from this alone
+    optimizer       AdamW state_dict (its param groups keep weight decay, betas, fused)
+    config          the run's resolved config (training and model keys)
+    iter_num        iterations done
+    best_val_loss   best val loss so far (inf before any evaluation)
+    best_iter       iteration of best_val_loss (-1: never evaluated, e.g. a converted model)
+    bad_evals       evaluations since the best one (early stopping)
+    val_loss        val loss of the evaluation at iter_num (a checkpoint is written right after one)
+    sampler_state   state of the training batch generator (None: seed it from the resuming run)
+    rng_states      one {"torch": CPU RNG state, "cuda": CUDA RNG state or None} per DDP rank,
+                    so dropout continues exactly on every rank
+    git_commit      the code that wrote it
+
+Only model and model_config are needed to sample; --init_from=resume needs the TRAINING_KEYS.
+
+    from checkpoint import load_checkpoint, save_checkpoint
+    model, ckpt = load_checkpoint("out-shakespeare-tucker")     # a folder holding ckpt.pt, or a file
+"""
+import glob
+import json
+import math
+import os
+import subprocess
+
+import torch
+
+from model import GPT, GPTConfig
+
+CKPT_NAME = "ckpt.pt"
+MODEL_KEYS = ("model", "model_config")
+TRAINING_KEYS = MODEL_KEYS + ("optimizer", "iter_num", "best_val_loss", "best_iter")
+
+
+def make_checkpoint(model, optimizer, config: dict, iter_num: int = 0, best_val_loss: float = math.inf,
+                    best_iter: int = -1, bad_evals: int = 0, val_loss=None, sampler_state=None, rng_states=None,
+                    **extra) -> dict:
+    """The checkpoint dict of the layout above (extra keys, e.g. a converter's notes, are kept as given)."""
+    return {"model": model.state_dict(), "model_config": model.config.to_dict(), "optimizer": optimizer.state_dict(),
+            "config": config, "iter_num": iter_num, "best_val_loss": best_val_loss, "best_iter": best_iter,
+            "bad_evals": bad_evals, "val_loss": val_loss, "sampler_state": sampler_state, "rng_states": rng_states,
+            "git_commit": git_commit(), **extra}
+
+
+def rng_state(device) -> dict:
+    """This process's RNG states (dropout), as one entry of the checkpoint's rng_states."""
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if torch.device(device).type == "cuda" else None}
+
+
+def saved_rng_state(checkpoint: dict, rank: int):
+    """The RNG states `rank` saved, or None when the checkpoint has none for it (another world size)."""
+    states = checkpoint.get("rng_states")
+    if states is None and checkpoint.get("torch_rng_state") is not None:  # older layout: rank 0 only
+        states = [{"torch": checkpoint["torch_rng_state"], "cuda": checkpoint.get("cuda_rng_state")}]
+    return states[rank] if states is not None and rank < len(states) else None
+
+
+# ----------------------------------------------------------------------------------------
+# Writing: temp file in the same folder, fsync, rename
+
+
+def atomic_write(path: str, write) -> None:
+    """write(tmp_path), fsync, then rename onto `path`: a crash or kill at any point leaves `path` as
+    it was or complete, never half-written. A failed write removes its temp file; temp files that
+    dead processes left beside `path` are removed after a successful one."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    _fsync_dir(os.path.dirname(path) or ".")
+    remove_stale_temps(path)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:  # make the rename itself durable (best effort: not every OS lets a folder be opened)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, someone else's
+        return True
+    return True
+
+
+def remove_stale_temps(path: str) -> list:
+    """Remove `path`.tmp.<pid> files whose process is gone (left by a kill during a write)."""
+    removed = []
+    for tmp in glob.glob(glob.escape(path) + ".tmp.*"):
+        pid = tmp.rsplit(".", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            try:
+                os.remove(tmp)
+                removed.append(tmp)
+            except OSError:
+                pass
+    return removed
+
+
+def save_checkpoint(path: str, checkpoint: dict) -> None:
+    """torch.save `checkpoint` to `path` atomically (see atomic_write)."""
+    atomic_write(path, lambda tmp: torch.save(checkpoint, tmp))
+
+
+def _json_safe(obj):
+    """NaN and infinities become null: JSON has no such numbers (json.dump would write bare NaN)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def write_json(path: str, obj) -> None:
+    """Valid JSON (non-finite numbers as null), written atomically."""
+    text = json.dumps(_json_safe(obj), indent=2, allow_nan=False)
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+    atomic_write(path, write)
+
+
+def git_commit() -> str:
+    """HEAD of the repository holding this file, '-dirty' if tracked files changed; 'unknown' without git."""
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------------------
+# Reading: every failure is one line naming the file
+
+
+def checkpoint_path(path: str, ckpt: str = CKPT_NAME) -> str:
+    """`path` itself, or path/ckpt when `path` is a folder."""
+    path = os.fspath(path)
+    return os.path.join(path, ckpt) if os.path.isdir(path) else path
+
+
+def read_checkpoint(path: str, keys=MODEL_KEYS) -> dict:
+    """The checkpoint dict at `path` (a file, or a folder holding ckpt.pt), on the CPU. Raises
+    FileNotFoundError (no file) or ValueError (empty, truncated, not a checkpoint, missing one of
+    `keys`, or an invalid model_config), each one line naming the file."""
+    path = checkpoint_path(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{path} is empty: not a checkpoint (an interrupted copy?)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated zip, foreign pickle, text, ...: torch raises many kinds
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} is not a readable checkpoint (truncated or not written by train.py): "
+                         f"{reason[:200]}") from None
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path} is not a checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
+    missing = [k for k in keys if k not in checkpoint]
+    if missing:
+        raise ValueError(f"{path} is not a train.py checkpoint: missing {', '.join(missing)}")
+    try:
+        GPTConfig.from_dict(checkpoint["model_config"])
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path} has an invalid model_config: {e}") from None
+    return checkpoint
+
+
+def model_from_checkpoint(checkpoint: dict, path: str = "checkpoint") -> GPT:
+    """The GPT rebuilt from checkpoint's own model_config, weights loaded, in the dtype it was saved in
+    (torch.compile's '_orig_mod.' prefix tolerated), in eval mode, on the CPU."""
+    state = {k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()}
+    model = GPT(GPTConfig.from_dict(checkpoint["model_config"]))
+    if state:
+        model = model.to(next(iter(state.values())).dtype)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ValueError(f"{path}: the weights do not match its model_config: {str(e).splitlines()[0]}") from None
+    return model.eval()
+
+
+def load_checkpoint(path: str):
+    """(model, checkpoint dict) from a ckpt.pt path or an out_dir holding one (see read_checkpoint)."""
+    checkpoint = read_checkpoint(path)
+    return model_from_checkpoint(checkpoint, checkpoint_path(path)), checkpoint
+
+
+def load_model(out_dir: str, ckpt: str = CKPT_NAME, device="cpu") -> GPT:
+    """The model of out_dir/ckpt on `device` (errors as read_checkpoint)."""
+    path = os.path.join(out_dir, ckpt)
+    return model_from_checkpoint(read_checkpoint(path), path).to(device)

@@ -1,0 +1,89 @@
+"""
+The training keys of train.py: their defaults and their allowed values.
+
+Every model key is a field of model.GPTConfig, validated there; these are the rest. train.py
+accepts both from a config file or as --key=value (configurator.py checks types and names);
+validate_train_config checks the values before anything is built or written, and raises a
+ValueError naming the key and the allowed range.
+"""
+from configurator import check_device
+
+TRAIN_DEFAULTS = dict(
+    # I/O
+    out_dir="out",  # run folder: config.json, log.jsonl, ckpt.pt, summary.json
+    eval_interval=2000,  # iterations between evaluations (and checkpoints)
+    log_interval=1,  # iterations between log lines
+    eval_iters=200,  # batches per split in an evaluation (random batches)
+    eval_full_val=False,  # evaluate val on the whole split, in order (deterministic) instead of eval_iters batches
+    eval_only=False,  # evaluate once and exit
+    always_save_checkpoint=True,  # checkpoint at every evaluation, not only when val improves
+    save_checkpoint=True,  # False: never write ckpt.pt (sweeps that only need summary.json)
+    init_from="scratch",  # 'scratch' | 'resume' (continue from out_dir/ckpt.pt exactly where it stopped)
+    patience=0,  # early stopping: stop after this many evaluations without a new best val loss (0 = off)
+    # wandb (imported only when wandb_log=True; WANDB_MODE=offline works)
+    wandb_log=False,
+    wandb_project="tucker-attention",
+    wandb_run_name="run",
+    # data
+    dataset="shakespeare",  # data/<dataset>/{train,val}.bin from data/<dataset>/prepare.py
+    data_dir="",  # overrides data/<dataset>
+    gradient_accumulation_steps=1,  # micro-steps per iteration, over all DDP ranks together
+    batch_size=12,  # sequences per micro-step per rank
+    # AdamW and schedule
+    learning_rate=6e-4,  # peak learning rate
+    max_iters=600000,  # total iterations
+    weight_decay=1e-1,
+    beta1=0.9,
+    beta2=0.95,
+    grad_clip=1.0,  # clip gradients at this norm (0 = off)
+    decay_lr=True,  # linear warmup then cosine decay to min_lr; False: constant learning_rate
+    warmup_iters=2000,
+    lr_decay_iters=600000,  # cosine reaches min_lr here (usually = max_iters)
+    min_lr=6e-5,
+    # system
+    backend="nccl",  # DDP backend on GPU (gloo is used on CPU)
+    device="",  # 'cuda', 'cuda:1', 'cpu', 'mps'; '' = cuda if available else cpu
+    dtype="",  # 'float32' | 'bfloat16' | 'float16'; '' = bfloat16 on a GPU that has it, else float32
+    compile=False,  # torch.compile the model (worth it on GPU)
+    seed=1337,  # model init, data sampling and dropout
+    peak_tflops=790.0,  # bf16 matmul TFLOP/s of one GPU, for MFU (790 = measured on H200)
+)
+
+INIT_FROM_CHOICES = ("scratch", "resume")
+DTYPE_CHOICES = ("float32", "bfloat16", "float16")
+BACKEND_CHOICES = ("nccl", "gloo")
+
+
+def validate_train_config(cfg: dict) -> None:
+    """Raise ValueError (naming the key and the allowed values) for the first invalid training key."""
+    def at_least(key, lo):
+        if not cfg[key] >= lo:  # NaN too
+            raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= {lo}")
+
+    def in_unit_interval(key):
+        if not 0.0 <= cfg[key] < 1.0:
+            raise ValueError(f"{key}={cfg[key]} is out of range: allowed [0, 1)")
+
+    def one_of(key, choices):
+        if cfg[key] not in choices:
+            raise ValueError(f"{key}={cfg[key]!r} is unknown: allowed {', '.join(repr(c) for c in choices)}")
+
+    one_of("init_from", INIT_FROM_CHOICES)
+    for key in ("batch_size", "gradient_accumulation_steps", "eval_interval", "log_interval", "eval_iters"):
+        at_least(key, 1)
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "patience"):
+        at_least(key, 0)
+    for key in ("learning_rate", "min_lr", "weight_decay", "grad_clip"):
+        at_least(key, 0.0)
+    for key in ("beta1", "beta2"):
+        in_unit_interval(key)
+    if not cfg["peak_tflops"] > 0:
+        raise ValueError(f"peak_tflops={cfg['peak_tflops']} is out of range: allowed > 0")
+    if cfg["dtype"]:
+        one_of("dtype", DTYPE_CHOICES)
+    one_of("backend", BACKEND_CHOICES)
+    if not cfg["out_dir"]:
+        raise ValueError("out_dir='' is empty: give the run folder")
+    if not cfg["data_dir"] and not cfg["dataset"]:
+        raise ValueError("dataset='' is empty: give the dataset name (data/<dataset>) or data_dir")
+    check_device(cfg["device"])
