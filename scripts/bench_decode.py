@@ -2,9 +2,9 @@
 Per-token decode latency of every attention variant with its own KV cache, against the
 memory-bandwidth floor.
 
-    python scripts/bench_decode.py --out_dir results/bench                  # H200: all variants, B 1/32, 1k/4k/16k
-    python scripts/bench_decode.py --variants mha,tucker_shared_8_64_64 --batches 1 --contexts 16384
-    python scripts/bench_decode.py --device=cpu --tiny --out_dir /tmp/bench  # smoke test, seconds
+    python -m scripts.bench_decode --out_dir results/bench                  # H200: all variants, B 1/32, 1k/4k/16k
+    python -m scripts.bench_decode --variants mha,tucker_shared_8_64_64 --batches 1 --contexts 16384
+    python -m scripts.bench_decode --device=cpu --tiny --out_dir /tmp/bench  # smoke test, seconds
 
 What one measurement is. The model (bf16 weights, eval mode, GPT-2 124M shapes with
 block_size = max context + 64) holds a KV cache of `context` tokens per sequence; one decode
@@ -47,17 +47,17 @@ import sys
 import time
 import traceback
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__" and not __package__:  # run as a file, the repository's modules are not importable
+    sys.exit("run from the repository root as a module: python -m scripts.bench_decode ...")
 
-# bench_train holds the variant list and the helpers both benchmarks share (and puts the repo on sys.path)
-from bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, markdown_table,  # noqa: E402
-                         model_config, parse_ints, peak_memory_gib, release, reset_peak_memory, run_info,
-                         sdpa_context, select_variants, short_error, write_report)
 from model import GPT, GPTConfig, StaticDecoder  # noqa: E402
+# bench_train holds the variant list and the helpers both benchmarks share
+from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, markdown_table,  # noqa: E402
+                                 model_config, parse_ints, peak_memory_gib, release, reset_peak_memory, run_info,
+                                 sdpa_context, select_variants, short_error, write_report)
 
 BYTES_BF16 = 2
 
@@ -245,7 +245,7 @@ def bench_generate(model, args, device: torch.device) -> list:
 def llama_variants():
     """The LLaMA-3 1B rows of the paper's timing table (scripts/paper_tables.py), as (id, label, GPTConfig
     fields) from their config files, resolved exactly as train.py would."""
-    from paper_tables import TABLES, build_config
+    from scripts.paper_tables import TABLES, build_config
     return [(row.id, row.label, build_config(row, "on")) for row in TABLES["llama1b"].rows]
 
 
