@@ -389,15 +389,21 @@ def kernel_table(pairs, n_steps: int, step_ms, top: int = PROFILE_TOP) -> dict:
 
 
 def profile_iterations(step, n_steps: int, device: torch.device, clock: "Clock"):
-    """torch.profiler over n_steps calls of step(i); the events' (name, µs) pairs."""
-    from torch.profiler import ProfilerActivity, profile
+    """torch.profiler over n_steps calls of step(i), after one profiled-and-discarded call (the
+    profiler's own warm-up); the recorded events' (name, µs) pairs and their source."""
+    from torch.profiler import ProfilerActivity, profile, schedule
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    captured = []  # the active cycle's events, handed over when it ends
     clock.sync()
-    with profile(activities=activities) as prof:
-        for i in range(n_steps):
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=n_steps, repeat=1),
+                 on_trace_ready=lambda p: captured.append(kernel_times(p.events()))) as prof:
+        for i in range(n_steps + 1):
             step(i)
-        clock.sync()
-    return kernel_times(prof.events())
+            clock.sync()  # the step's kernels are done before the profiler moves on
+            prof.step()
+    if not captured:
+        raise RuntimeError("torch.profiler recorded no cycle")
+    return captured[0]
 
 
 def render_profile(p: dict, title: str) -> str:
