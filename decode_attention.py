@@ -24,9 +24,10 @@ Kernel design (split-K "flash decoding"):
 
 Latent RoPE: the Tucker/MLA shared latent is cached UNROTATED (it is also the value), so key row p
 is rotated by position p as it is read, in fp32, from the (cos, sin) tables (rotate-half layout
-of model.apply_rope). The tables are read as rotations, cos(p t_i) and sin(p t_i) (model.rope_cache):
-a block of rows n0 .. n0+N-1 gets its angles by angle addition from table rows n0 and 0 .. N-1, so
-the tables add ~nothing to the bytes read (ROPE_ANGLE_ADDITION = False reads every row instead). When v is k's storage (or a k[..., :Dv] view) the value tile is the
+of model.apply_rope). The tables are read as rotations, cos(p t_i) and sin(p t_i) (model.rope_cache),
+so that R(n0 + j) = R(n0) R(j): for a block of rows n0 .. n0+N-1 the queries are rotated back by
+R(n0) and key row j by R(j), from table rows 0 .. N-1 held in registers and row n0, so the tables
+add ~nothing to the bytes read and little arithmetic (ROPE_MODE: 'rows' reads every row instead). When v is k's storage (or a k[..., :Dv] view) the value tile is the
 unrotated key tile already in registers: shared KV is read from HBM once.
 
 Head dimensions that are not powers of two (MLA decoupled: dcK + rope dims, e.g. 160) are split
@@ -59,11 +60,22 @@ MIN_SPLIT_TOKENS = 256  # ... but a split covers at least this many of the L cac
 MAX_SPLITS = 64  # ... and there are at most this many splits (combine cost grows with it)
 BLOCK_N = 64  # cache rows per inner step when the padded key row is <= 128 wide
 BLOCK_N_WIDE = 32  # ... and when it is wider (Dk up to 256), to bound registers
-NUM_WARPS = 4  # split kernel
+NUM_WARPS = None  # split kernel; None: 2, or 4 for 32-head groups (H200 sweep: 2 warps 5-30% faster
+#                  for 12-16 heads of 64-160 dims; 4 for 32 heads, where 2 run out of registers)
 NUM_STAGES = 3  # split kernel's software pipelining depth (cache loads in flight)
-ROPE_ANGLE_ADDITION = True  # rotate keys from each block's base row of the tables (False: read every row)
+# How keys are rotated (all read the tables as rotations; see the module docstring):
+#   'q_base':  R(n0 + j) = R(n0) R(j): the block's queries take R(n0)^T, key row j takes R(j) (fixed tiles)
+#   'k_angle': key row n0 + j takes cos/sin of n0 + j built by angle addition from rows n0 and j
+#   'rows':    key row p takes table row p (reads BLOCK_N rows of both tables per block)
+ROPE_MODE = "q_base"
+ROPE_FP32 = False  # rotate keys in fp32 (False: in the cache dtype, as model.apply_rope does; fewer
+#                    registers: on the H200, r3 = 128 spilled in fp32 and ran 35% slower)
+_ROPE_MODES = {"rows": 0, "k_angle": 1, "q_base": 2}
 COMBINE_TILE = 4096  # fp32 elements of one combine tile (splits x value columns)
-TUCKER_QCORE_TILE = 4096  # fp32 elements of one (heads x r2-chunk x r3) query-core step
+TUCKER_QCORE = "dot"  # Tucker query cores in the split kernel: 'dot' (a tensor-core product per head,
+#                       pipelined loop) or 'bcast' (broadcast-multiply-sum over r2 chunks, all heads at once)
+TUCKER_QCORE_TILE = 4096  # fp32 elements of one (heads x r2-chunk x r3) 'bcast' step
+TUCKER_QCORE_BLOCK_J = 64  # r2 chunk of one 'dot' step
 INTERPRET_SMS = 4  # SM count pretended under TRITON_INTERPRET=1 (CPU tests: several splits)
 
 MAX_HEAD_DIM = 256
@@ -209,19 +221,20 @@ if _triton_available():
 
     @triton.jit
     def _split_kernel(
-        Q, G, K, V, Len, QPos, Cos, Sin, Opart, Mpart, Lpart,
+        Q, G, Gp, K, V, Len, QPos, Cos, Sin, Opart, Mpart, Lpart,
         s_qb, s_qh, s_qd,  # q (B, nH, Dk); with QCORE: q_lat (B, r2) as (s_qb, -, s_qd)
         s_gh, s_gj, s_gd,  # G (nH, r2, r3), QCORE only
+        s_gph, s_gpp, s_gpd,  # G~ (nH, P2, Dv), OUTCORE only
         s_kb, s_kg, s_kn,  # k (B, nG, L, Dk), unit last stride
         s_vb, s_vg, s_vn,  # v (B, nG, L, Dv), unit last stride
         s_len, s_qpos, s_rn, s_rd,  # length, query position: (B,) or () [stride 0]; cos/sin (rows, Dk/2)
         n_kv_heads, group, num_splits, n_rows, qk_scale,  # n_rows = L; qk_scale = scale * log2(e): base-2 softmax
-        DK: tl.constexpr, DV: tl.constexpr, R2: tl.constexpr,
+        DK: tl.constexpr, DV: tl.constexpr, R2: tl.constexpr, P2: tl.constexpr, BLOCK_P2: tl.constexpr,
         KSPLIT: tl.constexpr,  # the key row is loaded as columns [0, KSPLIT) ("lo") and [KSPLIT, DK) ("hi")
         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KLO: tl.constexpr, BLOCK_KHI: tl.constexpr,
         BLOCK_VLO: tl.constexpr, BLOCK_VHI: tl.constexpr, BLOCK_J: tl.constexpr,
         HAS_KHI: tl.constexpr, HAS_VHI: tl.constexpr, VSPLIT: tl.constexpr,
-        ROPE: tl.constexpr, ROPE_ADD: tl.constexpr, V_FROM_K: tl.constexpr, QCORE: tl.constexpr, QPOS_OFF: tl.constexpr,
+        ROPE: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_F32: tl.constexpr, QCORE_DOT: tl.constexpr, V_FROM_K: tl.constexpr, QCORE: tl.constexpr, OUTCORE: tl.constexpr, QPOS_OFF: tl.constexpr,
         DOT_PREC: tl.constexpr,
     ):
         pid_bg = tl.program_id(0)
@@ -248,7 +261,30 @@ if _triton_available():
             mask_khi = d_hi < DK - KSPLIT
 
         # ---- the query tile (BLOCK_H, Dk) of this group, as its lo/hi column chunks ----
-        if QCORE:
+        if QCORE and QCORE_DOT:
+            # Tucker: q_h = q_lat G_h as one (H, J) x (J, D) tensor-core product per head and r2 chunk,
+            # with q_lat in every row: row h of the product is kept. One flat loop over (head, chunk)
+            # so that the G loads are software-pipelined like the cache loads.
+            q_lo = tl.zeros((BLOCK_H, BLOCK_KLO), dtype=tl.float32)
+            if HAS_KHI:
+                q_hi = tl.zeros((BLOCK_H, BLOCK_KHI), dtype=tl.float32)
+            n_jc = tl.cdiv(R2, BLOCK_J)
+            for t in range(0, group * n_jc):
+                h = t // n_jc
+                offs_j = (t % n_jc) * BLOCK_J + tl.arange(0, BLOCK_J)
+                mask_j = offs_j < R2
+                x = tl.load(Q + b64 * s_qb + offs_j * s_qd, mask=mask_j, other=0.0)  # (J,)
+                xs = tl.broadcast_to(x[None, :], (BLOCK_H, BLOCK_J)).to(K.dtype.element_ty)  # (H, J)
+                g_base = G + (g * group + h) * s_gh + offs_j[:, None] * s_gj
+                g_lo = tl.load(g_base + d_lo[None, :] * s_gd, mask=mask_j[:, None] & mask_klo[None, :],
+                               other=0.0).to(K.dtype.element_ty)  # (J, Dlo)
+                row = (offs_h == h)[:, None]
+                q_lo += tl.where(row, tl.dot(xs, g_lo, input_precision=DOT_PREC), 0.0)
+                if HAS_KHI:
+                    g_hi = tl.load(g_base + (KSPLIT + d_hi[None, :]) * s_gd,
+                                   mask=mask_j[:, None] & mask_khi[None, :], other=0.0).to(K.dtype.element_ty)
+                    q_hi += tl.where(row, tl.dot(xs, g_hi, input_precision=DOT_PREC), 0.0)
+        elif QCORE:
             # Tucker: q_h = q_lat G_h, accumulated over r2 in chunks of BLOCK_J: (H, J, D) tiles
             q_lo = tl.zeros((BLOCK_H, BLOCK_KLO), dtype=tl.float32)
             if HAS_KHI:
@@ -266,11 +302,12 @@ if _triton_available():
                     g_hi = tl.load(g_base + (KSPLIT + d_hi[None, None, :]) * s_gd,
                                    mask=m_hj & mask_khi[None, None, :], other=0.0).to(tl.float32)
                     q_hi += tl.sum(g_hi * x[None, :, None], axis=1)
-            if ROPE:  # rotate the queries to the new token's position (length - 1 unless given)
-                pos = tl.maximum(tl.load(QPos + b * s_qpos).to(tl.int32) + QPOS_OFF, 0)
-                cq = tl.load(Cos + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
-                sq = tl.load(Sin + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
-                q_lo, q_hi = q_lo * cq[None, :] - q_hi * sq[None, :], q_lo * sq[None, :] + q_hi * cq[None, :]
+        if QCORE and ROPE:  # rotate the queries to the new token's position (length - 1 unless given)
+            pos = tl.maximum(tl.load(QPos + b * s_qpos).to(tl.int32) + QPOS_OFF, 0)
+            cq = tl.load(Cos + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+            sq = tl.load(Sin + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+            q_lo, q_hi = q_lo * cq[None, :] - q_hi * sq[None, :], q_lo * sq[None, :] + q_hi * cq[None, :]
+        if QCORE:
             q_lo = q_lo.to(K.dtype.element_ty)
             if HAS_KHI:
                 q_hi = q_hi.to(K.dtype.element_ty)
@@ -298,14 +335,20 @@ if _triton_available():
         k_base = K + b64 * s_kb + g * s_kg
         v_base = V + b64 * s_vb + g * s_vg
         offs_n0 = tl.arange(0, BLOCK_N)
-        if ROPE and ROPE_ADD:
-            # angle addition: cos((n0 + j) t) = cos(n0 t) cos(j t) - sin(n0 t) sin(j t), and likewise
-            # for sin. Rows j = 0 .. BLOCK_N-1 of the tables stay in registers; each block reads only
-            # its base row n0, instead of BLOCK_N rows of both tables (3x the bytes of a 64-wide key)
+        if ROPE and ROPE_MODE > 0:
+            # Rotations compose: R(n0 + j) = R(n0) R(j). Rows j = 0 .. BLOCK_N-1 of the tables stay in
+            # registers and each block reads only its base row n0, not BLOCK_N rows of both tables
+            # (fp32 tables: 3x the bytes of a 64-wide bf16 key row, through L2).
             j_off = offs_n0[:, None] * s_rn + d_lo[None, :] * s_rd
             j_mask = (offs_n0 < n_rows)[:, None] & mask_klo[None, :]
             cos_j = tl.load(Cos + j_off, mask=j_mask, other=0.0).to(tl.float32)  # (N, Dk/2)
             sin_j = tl.load(Sin + j_off, mask=j_mask, other=0.0).to(tl.float32)
+            if not ROPE_F32:
+                cos_j = cos_j.to(K.dtype.element_ty)
+                sin_j = sin_j.to(K.dtype.element_ty)
+        if ROPE and ROPE_MODE == 2:
+            q32_lo = q_lo.to(tl.float32)  # (H, Dk/2) rotated back by each block's base position below
+            q32_hi = q_hi.to(tl.float32)
         # a split beyond `length` runs no iteration and writes the empty partial (m=-inf, l=0)
         for n0 in range(start, end, BLOCK_N):
             offs_n = n0 + offs_n0
@@ -323,28 +366,43 @@ if _triton_available():
                     mk_hi = mask_n[:, None] & mask_khi[None, :]
                 k_hi = tl.load(k_base + offs_n[:, None] * s_kn + (KSPLIT + d_hi[None, :]), mask=mk_hi,
                                other=0.0)  # (N, Dhi)
+            qb_lo = q_lo
+            if HAS_KHI:
+                qb_hi = q_hi
             if ROPE:
-                # row p rotated by position p: (lo, hi) -> (lo cos - hi sin, lo sin + hi cos), fp32
-                if ROPE_ADD:
-                    c0 = tl.load(Cos + n0 * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)[None, :]
-                    s0 = tl.load(Sin + n0 * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)[None, :]
-                    c = c0 * cos_j - s0 * sin_j  # (N, Dk/2) cos of positions n0 .. n0 + N - 1
-                    s = s0 * cos_j + c0 * sin_j
-                else:  # read every row's angles from the tables
+                # row p rotated by position p: (lo, hi) -> (lo cos - hi sin, lo sin + hi cos)
+                if ROPE_MODE == 0:  # read every row's angles from the tables
                     r_off = offs_n[:, None] * s_rn + d_lo[None, :] * s_rd
                     c = tl.load(Cos + r_off, mask=mk_lo, other=0.0).to(tl.float32)  # (N, Dk/2)
                     s = tl.load(Sin + r_off, mask=mk_lo, other=0.0).to(tl.float32)
-                lo32, hi32 = k_lo.to(tl.float32), k_hi.to(tl.float32)
-                kr_lo = (lo32 * c - hi32 * s).to(k_lo.dtype)
-                kr_hi = (lo32 * s + hi32 * c).to(k_hi.dtype)
+                else:
+                    c0 = tl.load(Cos + n0 * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)[None, :]
+                    s0 = tl.load(Sin + n0 * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)[None, :]
+                    if ROPE_MODE == 1:  # angle addition: the keys get R(n0 + j) = R(n0) R(j)
+                        c = c0 * cos_j - s0 * sin_j  # (N, Dk/2) cos of positions n0 .. n0 + N - 1
+                        s = s0 * cos_j + c0 * sin_j
+                    else:  # q.R(n0 + j)k = (R(n0)^T q).(R(j) k): the (H, Dk) queries take R(n0)
+                        c = cos_j
+                        s = sin_j
+                        qb_lo = (q32_lo * c0 + q32_hi * s0).to(K.dtype.element_ty)
+                        qb_hi = (q32_hi * c0 - q32_lo * s0).to(K.dtype.element_ty)
+                if ROPE_F32:
+                    lo32, hi32 = k_lo.to(tl.float32), k_hi.to(tl.float32)
+                    kr_lo = (lo32 * c - hi32 * s).to(k_lo.dtype)
+                    kr_hi = (lo32 * s + hi32 * c).to(k_hi.dtype)
+                else:  # in the cache's dtype, as model.apply_rope does
+                    c = c.to(k_lo.dtype)
+                    s = s.to(k_lo.dtype)
+                    kr_lo = k_lo * c - k_hi * s
+                    kr_hi = k_lo * s + k_hi * c
             else:
                 kr_lo = k_lo
                 if HAS_KHI:
                     kr_hi = k_hi
             # scores (H, N) of all heads of the group against this block, fp32 accumulation
-            qk = tl.dot(q_lo, tl.trans(kr_lo), input_precision=DOT_PREC)
+            qk = tl.dot(qb_lo, tl.trans(kr_lo), input_precision=DOT_PREC)
             if HAS_KHI:
-                qk += tl.dot(q_hi, tl.trans(kr_hi), input_precision=DOT_PREC)
+                qk += tl.dot(qb_hi, tl.trans(kr_hi), input_precision=DOT_PREC)
             qk = tl.where(mask_n[None, :], qk * qk_scale, float("-inf"))
             # online softmax: rescale what was accumulated by exp2(m_old - m_new)
             m_new = tl.maximum(m_i, tl.max(qk, axis=1))
@@ -374,20 +432,51 @@ if _triton_available():
             if HAS_VHI:
                 acc_hi = acc_hi * alpha[:, None] + tl.dot(p_v, v_hi, input_precision=DOT_PREC)
 
-        # partials: Mpart/Lpart (B, nH, S), Opart (B, nH, S, DV), fp32 contiguous
+        # the value columns held in acc_lo / acc_hi
+        if V_FROM_K:  # the key chunks' columns, cut at DV
+            vc_lo = d_lo
+            vm_lo = mask_klo & (d_lo < DV)
+            if HAS_VHI:
+                vc_hi = KSPLIT + d_hi
+                vm_hi = mask_khi & (KSPLIT + d_hi < DV)
+        else:
+            vc_lo = e_lo
+            vm_lo = mask_vlo
+            if HAS_VHI:
+                vc_hi = VSPLIT + e_hi
+                vm_hi = mask_vhi
+
+        # partials: Mpart/Lpart (B, nH, S), Opart (B, nH, S, DV) [OUTCORE: (B, nH, S, P2)], fp32
         row = (b64 * n_heads + heads) * num_splits + split  # (H,)
         tl.store(Mpart + row, m_i, mask=mask_h)
         tl.store(Lpart + row, l_i, mask=mask_h)
-        o_base = Opart + row[:, None] * DV
-        if V_FROM_K:  # value columns are the key chunks' columns, cut at DV
-            tl.store(o_base + d_lo[None, :], acc_lo, mask=mask_h[:, None] & (mask_klo & (d_lo < DV))[None, :])
+        if OUTCORE:
+            # Tucker output cores on this split's normalized partial: y_h = (acc_h / l_h) G~_h^T (P2,),
+            # one (H, Dv) x (Dv, P2) tensor-core product per head, row h kept; the combine then only
+            # weighs and sums (B, nH, S, P2) partials. Empty split: l = 0, y = 0 (weight 0 anyway).
+            inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)
+            a_lo = (acc_lo * inv_l[:, None]).to(K.dtype.element_ty)  # (H, Dvlo)
             if HAS_VHI:
-                tl.store(o_base + KSPLIT + d_hi[None, :], acc_hi,
-                         mask=mask_h[:, None] & (mask_khi & (KSPLIT + d_hi < DV))[None, :])
+                a_hi = (acc_hi * inv_l[:, None]).to(K.dtype.element_ty)
+            offs_p = tl.arange(0, BLOCK_P2)
+            mask_p = offs_p < P2
+            y = tl.zeros((BLOCK_H, BLOCK_P2), dtype=tl.float32)
+            for h in range(0, group):
+                gp_base = Gp + (g * group + h) * s_gph + offs_p[None, :] * s_gpp
+                gp_lo = tl.load(gp_base + vc_lo[:, None] * s_gpd, mask=vm_lo[:, None] & mask_p[None, :],
+                                other=0.0).to(K.dtype.element_ty)  # (Dvlo, P2) = G~_h[:, lo]^T
+                y_h = tl.dot(a_lo, gp_lo, input_precision=DOT_PREC)  # (H, P2)
+                if HAS_VHI:
+                    gp_hi = tl.load(gp_base + vc_hi[:, None] * s_gpd, mask=vm_hi[:, None] & mask_p[None, :],
+                                    other=0.0).to(K.dtype.element_ty)
+                    y_h += tl.dot(a_hi, gp_hi, input_precision=DOT_PREC)
+                y += tl.where((offs_h == h)[:, None], y_h, 0.0)
+            tl.store(Opart + row[:, None] * P2 + offs_p[None, :], y, mask=mask_h[:, None] & mask_p[None, :])
         else:
-            tl.store(o_base + e_lo[None, :], acc_lo, mask=mask_h[:, None] & mask_vlo[None, :])
+            o_base = Opart + row[:, None] * DV
+            tl.store(o_base + vc_lo[None, :], acc_lo, mask=mask_h[:, None] & vm_lo[None, :])
             if HAS_VHI:
-                tl.store(o_base + VSPLIT + e_hi[None, :], acc_hi, mask=mask_h[:, None] & mask_vhi[None, :])
+                tl.store(o_base + vc_hi[None, :], acc_hi, mask=mask_h[:, None] & vm_hi[None, :])
 
     @triton.jit
     def _combine_kernel(
@@ -415,37 +504,32 @@ if _triton_available():
 
     @triton.jit
     def _combine_outcore_kernel(
-        Opart, Mpart, Lpart, Gp, Out, s_gh, s_gp, s_gd, s_ob, n_heads, num_splits,
-        P2: tl.constexpr, DV: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-        BLOCK_P: tl.constexpr,
+        Ypart, Mpart, Lpart, Out, s_ob, n_heads, num_splits,
+        P2: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_P: tl.constexpr,
     ):
-        # Tucker output: program (b, p block): y[b, p] = sum_h sum_d G~[h, p, d] o[b, h, d], where
-        # o[b, h] is the merge of the partials, column block by column block
+        # Tucker output, program (b, p block): y[b, p] = sum_h sum_s w[h, s] Y[b, h, s, p] with
+        # Y = the split kernel's projected, normalized partials and w[h, s] = the share of split s
+        # in head h's softmax: 2^(m_s - max m) l_s / sum over splits. One (H, S, P) tile.
         b = tl.program_id(0).to(tl.int64)
         offs_p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
         mask_p = offs_p < P2
+        offs_h = tl.arange(0, BLOCK_H)
         offs_s = tl.arange(0, BLOCK_S)
-        mask_s = offs_s < num_splits
-        y = tl.zeros((BLOCK_P,), dtype=tl.float32)
-        for h in range(0, n_heads):
-            row = b * n_heads + h
-            m = tl.load(Mpart + row * num_splits + offs_s, mask=mask_s, other=float("-inf"))
-            l = tl.load(Lpart + row * num_splits + offs_s, mask=mask_s, other=0.0)
-            m_max = tl.max(m, axis=0)
-            m_max = tl.where(m_max == float("-inf"), 0.0, m_max)
-            w = tl.exp2(m - m_max)
-            den = tl.sum(w * l, axis=0)
-            w = w / tl.where(den > 0, den, 1.0)  # (S,) the softmax's share of each split
-            for d0 in range(0, DV, BLOCK_D):
-                offs_d = d0 + tl.arange(0, BLOCK_D)
-                mask_d = offs_d < DV
-                o = tl.load(Opart + (row * num_splits + offs_s[:, None]) * DV + offs_d[None, :],
-                            mask=mask_s[:, None] & mask_d[None, :], other=0.0)  # (S, D)
-                o = tl.sum(o * w[:, None], axis=0)  # (D,) o[b, h, d0:d0+D]
-                gp = tl.load(Gp + h * s_gh + offs_p[:, None] * s_gp + offs_d[None, :] * s_gd,
-                             mask=mask_p[:, None] & mask_d[None, :], other=0.0).to(tl.float32)  # (P, D)
-                y += tl.sum(gp * o[None, :], axis=1)
+        mask_hs = (offs_h < n_heads)[:, None] & (offs_s < num_splits)[None, :]
+        hs = (b * n_heads + offs_h[:, None]) * num_splits + offs_s[None, :]  # (H, S) partial rows
+        m = tl.load(Mpart + hs, mask=mask_hs, other=float("-inf"))
+        l = tl.load(Lpart + hs, mask=mask_hs, other=0.0)
+        m_max = tl.max(m, axis=1)
+        m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # padded heads (and length 0): all empty
+        w = tl.exp2(m - m_max[:, None]) * l
+        den = tl.sum(w, axis=1)
+        w = w / tl.where(den > 0, den, 1.0)[:, None]  # (H, S)
+        yp = tl.load(Ypart + hs[:, :, None] * P2 + offs_p[None, None, :],
+                     mask=mask_hs[:, :, None] & mask_p[None, None, :], other=0.0)  # (H, S, P)
+        y = tl.sum(tl.sum(yp * w[:, :, None], axis=1), axis=0)  # (P,)
         tl.store(Out + b * s_ob + offs_p, y.to(Out.dtype.element_ty), mask=mask_p)
+
+last_launch = {}  # the compiled kernels of the last call (registers, spills: .n_regs, .n_spills), for tuning
 
 
 def _empty(shape, device, dtype):
@@ -461,13 +545,17 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def num_splits(B: int, nG: int, L: int, device) -> int:
+def num_splits(B: int, nG: int, L: int, device, block_n: Optional[int] = None) -> int:
     """Splits of the cache per (sequence, KV head): enough programs to keep CTAS_PER_SM per SM busy,
-    each split at least MIN_SPLIT_TOKENS of the capacity L, at most MAX_SPLITS. Depends on the
-    static shapes only (never on `length`), so a captured graph's grid stays valid."""
+    each split at least MIN_SPLIT_TOKENS of the capacity L, at most MAX_SPLITS; then as few as give
+    the same chunk of whole blocks at full length (17 splits of 16 blocks each over 256 blocks
+    would leave one empty). Depends on the static shapes only (never on `length`), so a captured
+    graph's grid stays valid."""
     sms = INTERPRET_SMS if _interpret() else _sm_count(torch.device(device))
     want = _cdiv(CTAS_PER_SM * sms, B * nG)
-    return max(1, min(want, _cdiv(L, MIN_SPLIT_TOKENS), MAX_SPLITS))
+    s = max(1, min(want, _cdiv(L, MIN_SPLIT_TOKENS), MAX_SPLITS))
+    blocks = _cdiv(L, block_n or BLOCK_N)
+    return max(1, _cdiv(blocks, _cdiv(blocks, s)))
 
 
 def _layout(Dk: int, Dv: int, rope: bool, v_from_k: bool):
@@ -500,15 +588,17 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
     Dv = v.size(-1)
     nH = G.size(0) if G is not None else q.size(1)
     group = nH // nG
-    S = num_splits(B, nG, L, q.device)
     v_from_k = _v_is_k(k, v)
     lay = _layout(Dk, Dv, rope is not None, v_from_k)
     block_n = BLOCK_N if lay["BLOCK_KLO"] + (lay["BLOCK_KHI"] if lay["HAS_KHI"] else 0) <= 128 else BLOCK_N_WIDE
+    S = num_splits(B, nG, L, q.device, block_n)
     block_h = _pow2(group)
     dev = q.device
     m_part = _empty((B, nH, S), dev, torch.float32)  # running max per split (log2 units)
     l_part = _empty((B, nH, S), dev, torch.float32)  # running sum of exp2 per split
-    o_part = _empty((B, nH, S, Dv), dev, torch.float32)  # unnormalized acc per split
+    P2 = G_post.size(1) if G_post is not None else 1
+    # unnormalized acc per split, or with G_post the split's normalized output projected by G~_h
+    o_part = _empty((B, nH, S, Dv if G_post is None else P2), dev, torch.float32)
     length = length.reshape(-1)  # (1,) or (B,)
     s_len = 0 if length.numel() == 1 else length.stride(0)
     # the query's position: q_pos, or length - 1 read from the same tensor (no extra kernel)
@@ -520,37 +610,43 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
     s_rn, s_rd = (cos.stride(0), cos.stride(1)) if rope is not None else (0, 0)
     if G is not None:
         r2 = G.size(1)
-        block_j = max(2, min(_pow2(r2, 2), _pow2_floor(max(1, TUCKER_QCORE_TILE // (block_h * lay["BLOCK_KLO"])))))
+        if TUCKER_QCORE == "dot":
+            block_j = min(_pow2(r2), _pow2(TUCKER_QCORE_BLOCK_J))
+        else:
+            block_j = max(2, min(_pow2(r2, 2), _pow2_floor(max(1, TUCKER_QCORE_TILE // (block_h * lay["BLOCK_KLO"])))))
         qs = (q.stride(0), 0, q.stride(1))
         gs = G.stride()
     else:
         r2, block_j = 1, 2
         qs = q.stride()
         gs = (0, 0, 0)
-    _split_kernel[(B * nG, S)](
-        q, G if G is not None else q, k, v, length, qpos, cos, sin, o_part, m_part, l_part,
-        *qs, *gs, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+    gps = G_post.stride() if G_post is not None else (0, 0, 0)
+    num_warps = NUM_WARPS or (4 if block_h >= 32 else 2)
+    last_launch["split"] = _split_kernel[(B * nG, S)](
+        q, G if G is not None else q, G_post if G_post is not None else q, k, v, length, qpos, cos, sin,
+        o_part, m_part, l_part,
+        *qs, *gs, *gps, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         s_len, s_qpos, s_rn, s_rd, nG, group, S, L, scale * math.log2(math.e),
-        DK=Dk, DV=Dv, R2=r2, BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_J=block_j,
-        ROPE=rope is not None, ROPE_ADD=ROPE_ANGLE_ADDITION, V_FROM_K=v_from_k, QCORE=G is not None, QPOS_OFF=qpos_off,
+        DK=Dk, DV=Dv, R2=r2, P2=P2, BLOCK_P2=_pow2(P2), BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_J=block_j,
+        ROPE=rope is not None, ROPE_MODE=_ROPE_MODES[ROPE_MODE], ROPE_F32=ROPE_FP32, V_FROM_K=v_from_k,
+        QCORE=G is not None, QCORE_DOT=TUCKER_QCORE == "dot", OUTCORE=G_post is not None, QPOS_OFF=qpos_off,
         DOT_PREC="ieee" if k.dtype == torch.float32 else "tf32",
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES, **lay,
+        num_warps=num_warps, num_stages=NUM_STAGES, **lay,
     )
     block_s = _pow2(S, 1)
     if G_post is None:
         if out is None:
             out = _empty((B, nH, Dv), dev, q.dtype)
         block_d = max(16, min(_pow2(Dv), _pow2_floor(max(1, COMBINE_TILE // block_s))))
-        _combine_kernel[(B * nH, _cdiv(Dv, block_d))](
+        last_launch["combine"] = _combine_kernel[(B * nH, _cdiv(Dv, block_d))](
             o_part, m_part, l_part, out, out.stride(0), out.stride(1), nH, S,
             DV=Dv, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4)
     else:
-        P2 = G_post.size(1)
-        block_p = min(64, _pow2(P2))
-        block_d = max(16, min(_pow2(Dv), _pow2_floor(max(1, COMBINE_TILE // max(block_s, block_p)))))
-        _combine_outcore_kernel[(B, _cdiv(P2, block_p))](
-            o_part, m_part, l_part, G_post, out, *G_post.stride(), out.stride(0), nH, S,
-            P2=P2, DV=Dv, BLOCK_S=block_s, BLOCK_D=block_d, BLOCK_P=block_p, num_warps=4)
+        bh = _pow2(nH, 1)
+        block_p = max(2, min(_pow2(P2, 2), _pow2_floor(max(1, COMBINE_TILE // (bh * block_s)))))  # (H, S, P) tile
+        last_launch["combine"] = _combine_outcore_kernel[(B, _cdiv(P2, block_p))](
+            o_part, m_part, l_part, out, out.stride(0), nH, S,
+            P2=P2, BLOCK_H=bh, BLOCK_S=block_s, BLOCK_P=block_p, num_warps=4)
     return out
 
 
@@ -588,6 +684,8 @@ def _tucker_unsupported(q_lat, G, k, v, G_post) -> Optional[str]:
     why = _unsupported(probe, k, v)
     if why is None and any(t.dtype != q_lat.dtype or t.device != q_lat.device for t in (G, G_post)):
         why = "G / G_post dtype or device differs from q_lat"
+    if why is None and G_post.size(1) > MAX_HEAD_DIM:
+        why = f"p2 = {G_post.size(1)} > {MAX_HEAD_DIM}"
     return why
 
 

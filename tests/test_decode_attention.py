@@ -294,7 +294,9 @@ def test_interp_kernel_matches_float64(case, poisoned):
 
 
 @needs_child
-def test_interp_kernel_fp16_and_garbage_past_length(poisoned):
+@pytest.mark.parametrize("rope_fp32", [True, False])
+def test_interp_kernel_fp16_and_garbage_past_length(poisoned, monkeypatch, rope_fp32):
+    monkeypatch.setattr(da, "ROPE_FP32", rope_fp32)
     q, k, v, length, tables = make_case(3, 8, 1, 80, 64, 64, rope=True, kv="same", dtype=torch.float16)
     ref = ref_decode(q, k, v, length, 0.125, tables)
     k[1, :, length[1]:] = float("nan")  # beyond length nothing may be read into the result
@@ -308,13 +310,13 @@ def test_interp_kernel_fp16_and_garbage_past_length(poisoned):
 
 @needs_child
 def test_interp_one_split_and_many_splits(monkeypatch):
-    """The same answer whatever the number of splits (1, some empty, one block each)."""
+    """The same answer whatever the number of splits (1, some empty, one block each) and RoPE mode."""
     q, k, v, length, tables = make_case(2, 4, 1, 120, 32, 32, rope=True, kv="same")
     ref = ref_decode(q, k, v, length, 0.2, tables)
-    for sms, angle_addition in ((1, True), (64, True), (3, False)):
+    for sms, mode in ((1, "q_base"), (64, "k_angle"), (3, "rows")):
         monkeypatch.setattr(da, "INTERPRET_SMS", sms)
         monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 16)
-        monkeypatch.setattr(da, "ROPE_ANGLE_ADDITION", angle_addition)  # both ways of reading the tables
+        monkeypatch.setattr(da, "ROPE_MODE", mode)  # every way of reading the tables
         assert err(da.decode_attention(q, k, v, length, scale=0.2, rope=tables, backend="triton"), ref) < 2e-5
 
 
@@ -328,7 +330,9 @@ TUCKER_CASES = [
 
 @needs_child
 @pytest.mark.parametrize("case", TUCKER_CASES)
-def test_interp_tucker_fused_matches_float64(case, poisoned):
+@pytest.mark.parametrize("qcore", ["dot", "bcast"])
+def test_interp_tucker_fused_matches_float64(case, qcore, poisoned, monkeypatch):
+    monkeypatch.setattr(da, "TUCKER_QCORE", qcore)
     B, nH, r2, r3, p2, p3, L, rope, shared, with_q_pos = case
     g = torch.Generator().manual_seed(2)
     q_lat = torch.randn(B, r2, generator=g)
