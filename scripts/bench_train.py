@@ -656,10 +656,10 @@ def nanogpt_section(nanogpt: dict, rows, flops_mha: dict, peak_tflops: float) ->
                               "its printed MFU % (A100)", "our MHA loop ms", "our MHA event ms", "MHA ×nanoGPT"], body))
 
 
-def render(rows, info, nanogpt=None, flops_mha=None) -> str:
+def render(rows, info, nanogpt=None, flops_mha=None, profiles: bool = True) -> str:
     a = info["args"]
     if a.get("suite", "gpt2") == "llama1b":
-        return render_llama(rows, info)
+        return render_llama(rows, info, profiles)
     both = a.get("rope") == "both"
     headers = ["variant", "shape"] + (["pos"] if both else []) + ["fwd ms", "bwd ms", "opt ms", "total ms",
                                                                   "time ×MHA", "tokens/s"]
@@ -689,7 +689,7 @@ def render(rows, info, nanogpt=None, flops_mha=None) -> str:
                "way (wall clock, loss read back every iteration; see below).")
         if nanogpt:
             md += "\n\n" + nanogpt_section(nanogpt, rows, flops_mha, a["peak_tflops"])
-    return md + profiles_section(rows)
+    return md + (profiles_section(rows) if profiles else "")
 
 
 def run_line(info) -> str:
@@ -704,7 +704,7 @@ def run_line(info) -> str:
             f"MFU against {a['peak_tflops']:g} TFLOP/s.")
 
 
-def render_llama(rows, info) -> str:
+def render_llama(rows, info, profiles: bool = True) -> str:
     a = info["args"]
     paper = llama_paper_iter_s()
     headers = ["method", "shape", "accum", "fwd ms", "bwd ms", "opt ms", "iter ms", "iter ×GQA-8", "iter ×MHA",
@@ -727,7 +727,7 @@ def render_llama(rows, info) -> str:
             "step; the paper's iteration is 128 x 4096 tokens (micro-batch x accumulation over 4 H100s, GPT-NeoX), "
             "so compare ratios, not ms: `paper ×GQA-8` is its train-iteration time over GQA-8's. attn params M = "
             "millions of attention parameters, the paper's unit.")
-    return head + markdown_table(headers, body) + note + profiles_section(rows)
+    return head + markdown_table(headers, body) + note + (profiles_section(rows) if profiles else "")
 
 
 def profiles_section(rows) -> str:
@@ -1029,6 +1029,8 @@ def main(argv=None):
     markdown = render(rows, info, nanogpt, flops_mha)
     write_report(args.out_dir, args.name, markdown, {**info, "rows": rows, "nanogpt": nanogpt})
     print("\n" + markdown, flush=True)
+    if any(r.get("profile") for r in rows):  # the tables once more without the profiles: the end of the log
+        print("\n" + render(rows, info, nanogpt, flops_mha, profiles=False), flush=True)
     print(f"\n(wall time {info['wall_s']:.0f} s)", flush=True)
     return rows
 
