@@ -23,20 +23,24 @@ Kernel design (split-K "flash decoding"):
     combine (b, h):     log-sum-exp merge of the num_splits partials, cast to q's dtype
 
 Latent RoPE: the Tucker/MLA shared latent is cached UNROTATED (it is also the value), so key row p
-is rotated by position p as it is read, in fp32, from the (cos, sin) tables (rotate-half layout
-of model.apply_rope). The tables are read as rotations, cos(p t_i) and sin(p t_i) (model.rope_cache),
-so that R(n0 + j) = R(n0) R(j): for a block of rows n0 .. n0+N-1 the queries are rotated back by
-R(n0) and key row j by R(j), from table rows 0 .. N-1 held in registers and row n0, so the tables
-add ~nothing to the bytes read and little arithmetic (ROPE_MODE: 'rows' reads every row instead). When v is k's storage (or a k[..., :Dv] view) the value tile is the
-unrotated key tile already in registers: shared KV is read from HBM once.
+is rotated by position p as it is read, using the (cos, sin) tables (rotate-half layout of
+model.apply_rope; the arithmetic in the cache dtype as apply_rope does, or fp32: ROPE_FP32). The
+tables are read as rotations, cos(p t_i) and sin(p t_i) (model.rope_cache), so R(n0 + j) =
+R(n0) R(j): for a block of rows n0 .. n0+N-1 the queries are rotated back by R(n0) and key row j
+by R(j), from table rows 0 .. N-1 held in registers and row n0, so the tables add ~nothing to the
+bytes read (ROPE_MODE: 'rows' reads every row instead). When v is k's storage (or a
+k[..., :Dv] view) the value tile is the unrotated key tile already in registers: shared KV is
+read from HBM once.
 
 Head dimensions that are not powers of two (MLA decoupled: dcK + rope dims, e.g. 160) are split
 into two column chunks so the padded tiles waste little: with RoPE the two rotate-half halves
 (Dk/2 each), otherwise [0, P) and [P, D) with P the largest power of two <= D.
 
-Tucker (tucker_decode_attention) goes one step further: the per-head query cores G_i and the
-query rotation happen inside the split kernel (q_i = rope(q_lat G_i, length-1)), and the
-output cores G~_i are applied in the combine, which returns y_lat = sum_i o_i G~_i^T directly.
+Tucker (tucker_decode_attention) goes one step further, two launches in all: the split kernel
+builds its queries from the cores (q_i = rope(q_lat G_i, length-1), one tensor-core product per
+head) and projects its normalized partial by the output cores (y_i,s = o_i,s G~_i^T) before
+writing it; the combine weighs and sums those (B, nH, S, p2) partials into y_lat = sum_i o_i G~_i^T.
+(Linear maps commute with the softmax-weighted merge, so projecting per split is exact.)
 
 SDPA is the fallback (CPU, no Triton, unsupported shapes); `decode_backend` is the one place
 that chooses. Kernels compile on their first call: warm up before capturing a CUDA graph.
