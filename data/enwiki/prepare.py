@@ -207,8 +207,11 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
         raise PrepareError(f"--src {src_dir} is not a folder ({NO_SOURCE})")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    get_gpt2_encoding(ranks_file)  # fail fast (missing ranks file) before the heavy work
     sources = {s: find_source(src_dir, s) for s in SPLITS}
+    try:
+        get_gpt2_encoding(ranks_file)  # fail fast (missing ranks file, offline) before the heavy work
+    except (FileNotFoundError, RuntimeError) as e:
+        raise PrepareError(str(e)) from None
 
     meta = {"dataset": "enwiki", "tokenizer": "gpt2", "vocab_size": VOCAB_SIZE, "dtype": "uint16",
             "eot_token": EOT, "num_proc": num_proc}

@@ -1,0 +1,296 @@
+"""The enwiki table (issue 15): data preparation on a small slice, the pack/unpack round trip, the
+rows and their protocol, every run's real command for 2 iterations at tiny size, the GPU script's
+plan, and the results report on synthetic runs. CPU only, about a minute."""
+import json
+import lzma
+import math
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scripts.paper_tables import (ENWIKI_CHECKPOINT_ROWS, ENWIKI_EXTRA_SEEDS, ENWIKI_ROWS, ENWIKI_SEED_ROWS,
+                                  OWT_ROWS, TABLES, all_runs, build_config)
+from tokenizer import EOT, get_gpt2_encoding
+
+import data.enwiki.prepare as enwiki
+
+REPO = Path(__file__).resolve().parents[1]
+
+# three articles in the data's format: title line, text, then a line holding only <|endoftext|>;
+# the middle one holds a literal <|endoftext|> inside a line (ordinary text, not a separator)
+ARTICLES = [
+    "Advanced Chemistry\n\nAdvanced Chemistry is a German hip hop group from Heidelberg, Baden-Württemberg.\n",
+    "Tokens\n\nA line may say <|endoftext|> in the middle, and “quotes” or ünïcödé.\nSecond paragraph.\n",
+    "Formula\n\nSome markup leftovers remain, e.g. formula_1 placeholders.\n",
+]
+VAL_ARTICLES = ["Val\n\nOne held-out article about the river Neckar. " + "It flows through Heidelberg. " * 8 + "\n"]
+
+
+def _text(articles):
+    return "".join(a + "<|endoftext|>\n" for a in articles)
+
+
+def _write_src(d: Path, xz=True):
+    d.mkdir(parents=True, exist_ok=True)
+    for split, arts in (("train", ARTICLES), ("val", VAL_ARTICLES)):
+        raw = _text(arts).encode("utf-8")
+        if xz:
+            (d / f"{split}.txt.xz").write_bytes(lzma.compress(raw))
+        else:
+            (d / f"{split}.txt").write_bytes(raw)
+    return d
+
+
+@pytest.fixture(scope="module")
+def enc(gpt2_ranks_file):
+    return get_gpt2_encoding(str(gpt2_ranks_file))
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory, gpt2_ranks_file):
+    """The slice prepared once (xz input, two worker processes)."""
+    root = tmp_path_factory.mktemp("enwiki")
+    src = _write_src(root / "src")
+    meta = enwiki.prepare(src=str(src), out_dir=root / "data", num_proc=2, ranks_file=str(gpt2_ranks_file), quiet=True)
+    return root / "data", meta
+
+
+# -----------------------------------------------------------------------------
+# prepare.py
+
+
+def test_split_articles():
+    assert enwiki.split_articles(_text(ARTICLES)) == ARTICLES
+    assert enwiki.split_articles(_text(ARTICLES) + "cut short\n") == ARTICLES + ["cut short\n"]
+    assert enwiki.split_articles("") == []
+
+
+def test_prepare_slice(tiny_data, enc):
+    out, meta = tiny_data
+    for split, arts in (("train", ARTICLES), ("val", VAL_ARTICLES)):
+        expect = []
+        for a in arts:  # encode_ordinary per article + one EOT after each
+            expect += enc.encode_ordinary(a) + [EOT]
+        got = np.fromfile(out / f"{split}.bin", dtype=np.uint16)
+        assert got.tolist() == expect
+        assert (out / f"{split}.bin").read_bytes() == np.array(expect, dtype="<u2").tobytes()
+        assert meta[f"{split}_tokens"] == len(expect) == sum(len(enc.encode_ordinary(a)) + 1 for a in arts)
+        assert meta[f"{split}_articles"] == len(arts)
+        assert meta[f"{split}_checked_against_readme"] is False  # not the README's text
+    assert json.loads((out / "meta.json").read_text()) == meta
+    assert not list(out.glob("*.tmp*"))
+    # the literal <|endoftext|> inside a line stays text: exactly one EOT per article
+    assert int((np.fromfile(out / "train.bin", dtype=np.uint16) == EOT).sum()) == len(ARTICLES)
+
+
+def test_prepare_plain_text_in_process(tmp_path, tiny_data, gpt2_ranks_file):
+    """Decompressed .txt input and num_proc=1 give the same bytes."""
+    src = _write_src(tmp_path / "src", xz=False)
+    enwiki.prepare(src=str(src), out_dir=tmp_path / "out", num_proc=1, ranks_file=str(gpt2_ranks_file), quiet=True)
+    for split in ("train", "val"):
+        assert (tmp_path / "out" / f"{split}.bin").read_bytes() == (tiny_data[0] / f"{split}.bin").read_bytes()
+
+
+def test_prepare_checks_readme_numbers(tmp_path, monkeypatch, gpt2_ranks_file, enc):
+    """A file whose text sha256 is the README's must give the README's counts, else nothing is written."""
+    import hashlib
+    src = _write_src(tmp_path / "src")
+    tokens = sum(len(enc.encode_ordinary(a)) + 1 for a in VAL_ARTICLES)
+    sha = hashlib.sha256(_text(VAL_ARTICLES).encode()).hexdigest()
+    good = {"articles": 1, "tokens": tokens, "text_sha256": sha, "text_bytes": 0, "bin_sha256": None}
+    bin_sha = hashlib.sha256(np.array([*enc.encode_ordinary(VAL_ARTICLES[0]), EOT], dtype="<u2").tobytes()).hexdigest()
+    monkeypatch.setitem(enwiki.EXPECTED, "val", {**good, "bin_sha256": bin_sha})
+    meta = enwiki.prepare(src=str(src), out_dir=tmp_path / "ok", num_proc=1, ranks_file=str(gpt2_ranks_file), quiet=True)
+    assert meta["val_checked_against_readme"] is True and meta["train_checked_against_readme"] is False
+
+    monkeypatch.setitem(enwiki.EXPECTED, "val", {**good, "bin_sha256": bin_sha, "tokens": tokens + 1})
+    with pytest.raises(enwiki.PrepareError, match="tokens"):
+        enwiki.prepare(src=str(src), out_dir=tmp_path / "bad", num_proc=1, ranks_file=str(gpt2_ranks_file), quiet=True)
+    assert not list((tmp_path / "bad").iterdir())  # neither split written, no temp files left
+
+
+def test_prepare_cli_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(enwiki.ENV_VAR, raising=False)
+    assert enwiki.main(["--out_dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no source given") and enwiki.ENV_VAR in err and "\n" not in err
+    monkeypatch.setenv(enwiki.ENV_VAR, str(tmp_path))  # a folder without the files
+    assert enwiki.main(["--out_dir", str(tmp_path / "o")]) == 1
+    assert "train.txt.xz" in capsys.readouterr().err
+
+
+def test_pack_unpack_roundtrip(tmp_path, tiny_data):
+    data, meta = tiny_data
+    man = enwiki.pack(tmp_path / "carry", bin_dir=data, quiet=True)
+    assert sorted(p.name for p in (tmp_path / "carry").iterdir()) == ["manifest.json", "train.bin.xz", "val.bin.xz"]
+    assert man["files"]["train"]["tokens"] == meta["train_tokens"]
+    got = enwiki.unpack(tmp_path / "carry", out_dir=tmp_path / "out", quiet=True)
+    for split in ("train", "val"):
+        assert (tmp_path / "out" / f"{split}.bin").read_bytes() == (data / f"{split}.bin").read_bytes()
+        assert got[f"{split}_tokens"] == meta[f"{split}_tokens"]
+    before = (tmp_path / "out" / "train.bin").stat().st_mtime_ns
+    enwiki.unpack(tmp_path / "carry", out_dir=tmp_path / "out", quiet=True)  # intact: not rewritten
+    assert (tmp_path / "out" / "train.bin").stat().st_mtime_ns == before
+    # a damaged archive is refused and leaves nothing behind
+    m = json.loads((tmp_path / "carry" / "manifest.json").read_text())
+    m["files"]["val"]["sha256"] = "0" * 64
+    (tmp_path / "carry" / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(enwiki.PrepareError, match="sha256"):
+        enwiki.unpack(tmp_path / "carry", out_dir=tmp_path / "out2", quiet=True)
+    assert not (tmp_path / "out2" / "val.bin").exists() and not list((tmp_path / "out2").glob("*.tmp*"))
+
+
+# -----------------------------------------------------------------------------
+# rows, configs, protocol
+
+
+def test_rows_and_protocol():
+    import configurator
+    from scripts.paper_tables import default_train_keys, format_override, run_overrides
+    t = TABLES["enwiki"]
+    assert t.reported_loss == "final_val_loss" and t.seq_len == 1024 and t.kv_unit == "MB"
+    assert [r.id for r in ENWIKI_ROWS] == ["mha", "gqa4", "gqa2", "mla_gqa2_equiv", "mla_gqa2_equiv_latent",
+                                           "mla_shared128", "mla_shared_latent128", "tucker_8_128_128",
+                                           "tucker_8_128_64", "tucker_8_64_64"]
+    assert len(list(all_runs("enwiki"))) == 18
+    owt = {r.id: r for r in OWT_ROWS}
+    for row in ENWIKI_ROWS:
+        for rope in row.rope_settings:
+            argv = [str(REPO / row.config)] + [format_override(k, v) for k, v in run_overrides(row, rope).items()]
+            cfg = configurator.parse_config(argv, default_train_keys())
+            protocol = dict(batch_size=32, gradient_accumulation_steps=1, block_size=1024, max_iters=1300,
+                            lr_decay_iters=1300, warmup_iters=100, learning_rate=6e-4, min_lr=6e-5, weight_decay=0.1,
+                            beta1=0.9, beta2=0.95, grad_clip=1.0, dtype="bfloat16", compile=True, eval_interval=250,
+                            eval_iters=40, eval_full_val=True, dataset="enwiki", bias=False, n_layer=12, n_head=12,
+                            n_embd=768, dropout=0.0, decay_lr=True)
+            assert {k: cfg[k] for k in protocol} == protocol, (row.id, rope)
+            assert cfg["pos_emb"] == ("rope" if rope == "on" else "learned")
+            if "latent" in row.id:
+                assert cfg["mla_rope"] == "latent" and row.rope_settings == ("on",)
+            # the paper's OpenWebText numbers, NaN exactly where it reports none
+            src = owt[row.id].paper.get(rope) if row.id in owt else None
+            for col in ("attn_params_mb", "kv_cache_mb", "val_loss"):
+                v = row.paper[rope][col]
+                assert (math.isnan(v) if src is None else v == src[col]), (row.id, rope, col)
+    assert set(ENWIKI_SEED_ROWS) | set(ENWIKI_CHECKPOINT_ROWS) <= {r.id for r in ENWIKI_ROWS}
+    assert build_config(t.row("tucker_8_64_64"), "on")["tucker_ranks"] == (8, 64, 64)
+
+
+TINY = ["--device=cpu", "--compile=False", "--dtype=float32", "--n_layer=1", "--n_embd=128", "--n_head=8",
+        "--block_size=16", "--batch_size=1", "--max_iters=2", "--lr_decay_iters=2", "--warmup_iters=1",
+        "--eval_iters=1", "--eval_interval=2", "--log_interval=1"]
+
+
+def test_every_run_trains_two_iterations(tmp_path, tiny_data, monkeypatch):
+    """Every enwiki run's command as scripts.sweep builds it for the GPU, at tiny size on the slice: train.py's
+    main in this process (one import of torch for the 18 runs)."""
+    import train
+    from scripts.sweep import plan
+    monkeypatch.chdir(REPO)  # the commands name config files relative to the repository root
+    runs = tmp_path / "runs"
+    todo = plan("enwiki", results_dir=runs, extra=[*TINY, f"--data_dir={tiny_data[0]}"])
+    assert len(todo) == 18
+    for name, out_dir, cmd in todo:
+        assert cmd[1] == "train.py"
+        train.main(cmd[2:])
+    for row, rope in all_runs("enwiki"):
+        s = json.loads((runs / f"{row.id}-rope_{rope}-s1337" / "summary.json").read_text())
+        assert s["finished"] and s["iters"] == 2 and math.isfinite(s["final_val_loss"]), (row.id, rope)
+        assert s["model_config"]["pos_emb"] == ("rope" if rope == "on" else "learned")
+
+
+def _gpu_plan(ngpu, tmp_path):
+    env = {**os.environ, "DRY_RUN": "1", "NGPU": str(ngpu), "RUNS": str(tmp_path / f"runs{ngpu}")}
+    res = subprocess.run(["bash", "scripts/enwiki_gpu.sh", "300", "--", "--compile=False"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    cmds = [shlex.split(line) for line in res.stdout.splitlines() if "train.py" in line]
+    plan = []
+    for cmd in cmds:
+        opts = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--") and "=" in a)
+        row, rest = Path(opts["out_dir"]).name.split("-rope_")
+        plan.append((row, rest.split("-s")[0], int(opts["seed"]), opts.get("save_checkpoint") != "False",
+                     opts["compile"]))
+    return plan
+
+
+def test_gpu_script_plan(tmp_path):
+    """scripts/enwiki_gpu.sh runs every row in both settings and the seed runs, once each, in priority
+    order, with checkpoints exactly for MHA and the Tucker rows at seed 1337."""
+    want = {(r.id, rope, 1337) for r, rope in all_runs("enwiki")}
+    want |= {(rid, rope, s) for rid in ENWIKI_SEED_ROWS for rope in ("off", "on") for s in ENWIKI_EXTRA_SEEDS}
+    for ngpu in (1, 4):
+        plan = _gpu_plan(ngpu, tmp_path)
+        assert len(plan) == len(want) == 26 and {p[:3] for p in plan} == want
+        assert all(p[4] == "False" for p in plan)  # the overrides after -- reach train.py
+        for row, rope, seed, ckpt, _ in plan:
+            assert ckpt == (row in ENWIKI_CHECKPOINT_ROWS and seed == 1337), (row, rope, seed)
+        first = [p[:2] for p in plan[:4]]
+        if ngpu == 1:  # learned positions first
+            assert first == [("mha", "off"), ("tucker_8_64_64", "off"), ("mha", "on"), ("tucker_8_64_64", "on")]
+        else:
+            assert sorted(first) == sorted([("mha", "off"), ("mha", "on"), ("tucker_8_64_64", "off"),
+                                            ("tucker_8_64_64", "on")])
+        assert {p[0] for p in plan[4:8]} == {"mla_shared128", "gqa2"}
+        assert all(p[2] != 1337 for p in plan[-8:])  # seeds last
+
+
+# -----------------------------------------------------------------------------
+# results
+
+
+def _fake_run(runs, row, rope, seed, final, best_offset=-0.05):
+    """A run folder as train.py writes it: summary.json (final != best, to see which is read) and log.jsonl."""
+    import torch
+    from model import GPT, GPTConfig
+    cfg = build_config(TABLES["enwiki"].row(row), rope)
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**cfg))
+    d = runs / f"{row}-rope_{rope}-s{seed}"
+    d.mkdir(parents=True)
+    s = {"config": cfg, "model_config": cfg, "git_commit": "abc", "best_val_loss": final + best_offset,
+         "best_iter": 1250, "final_val_loss": final, "iters": 1300, "tokens": 1300 * 32 * 1024, "wall_time_s": 120.0,
+         "attn_params": model.attn_params(), "kv_values_per_token_per_layer": model.kv_values_per_token_per_layer(),
+         "device_name": "NVIDIA H100", "finished": True, "stopped_reason": "max_iters"}
+    (d / "summary.json").write_text(json.dumps(s))
+    lines = [{"iter": i, "train_loss": final + 1 / (1 + i / 100), "val_loss": final + 2 / (1 + i / 100)}
+             for i in (0, 250, 500, 750, 1000, 1250)] + [{"iter": 1300, "train_loss": final, "val_loss": final}]
+    lines += [{"iter": i, "loss": final + 3 / (1 + i / 50), "lr": 1e-4} for i in range(10, 1301, 10)]
+    (d / "log.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+
+
+def test_results_report(tmp_path):
+    from scripts import results
+    runs = tmp_path / "runs"
+    fake = {("mha", "off"): [3.50, 3.52, 3.48], ("tucker_8_64_64", "off"): [3.60, 3.62, 3.58],
+            ("mha", "on"): [3.40], ("tucker_8_128_64", "off"): [3.56], ("mla_shared128", "off"): [3.70],
+            ("mla_shared_latent128", "on"): [3.45]}
+    for (row, rope), losses in fake.items():
+        for seed, loss in zip((1337, 1, 2), losses):
+            _fake_run(runs, row, rope, seed, loss)
+    out = tmp_path / "out"
+    results.main(["enwiki", "--runs", str(runs), "--out", str(out)])
+    recs = json.loads((out / "table.json").read_text())  # strict JSON: no NaN
+    by = {(r["row"], r["rope"]): r for r in recs}
+    assert len(recs) == 18
+    assert by[("mha", "off")]["val_loss"] == pytest.approx(3.50)  # the final loss, not the best
+    assert by[("mha", "off")]["val_loss_std"] == pytest.approx(0.02) and by[("mha", "off")]["n_seeds"] == 3
+    assert by[("tucker_8_64_64", "off")]["gap_to_mha_pct"] == pytest.approx(100 * (3.60 / 3.50 - 1))
+    assert by[("tucker_8_64_64", "off")]["paper_gap_to_mha_pct"] == pytest.approx(100 * (2.950 / 2.861 - 1))
+    assert by[("mha", "off")]["attn_params_mb"] == pytest.approx(56.623104)
+    assert by[("gqa4", "off")]["val_loss"] is None and by[("gqa4", "off")]["attn_params_mb"] == pytest.approx(37.748736)
+    assert by[("mla_shared_latent128", "on")]["paper"]["val_loss"] is None  # the paper has no such cell
+    md = (out / "table.md").read_text()
+    assert "not run" in md and "3.5000 ± 0.0200" in md and "+2.86% ± 0.57" in md
+    claims = (out / "claims.md").read_text()
+    assert "pooled sample std 0.0200" in claims
+    assert "gap +2.86% ± 0.93%" in claims  # 100 * 2 * 0.02 * sqrt(2/3) / 3.50
+    assert "MLA − GQA-2 not run" in claims
+    # Tucker [8,128,64] vs MLA shared 128, w/o RoPE: 3.70 - 3.56 = +0.140 beyond a band of 2*0.02*sqrt(2)
+    assert "other − Tucker +0.140 (noise band ±0.057): holds" in claims
+    for png in ("pareto_attn_params.png", "pareto_kv_cache.png", "val_curves.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
