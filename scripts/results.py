@@ -417,7 +417,7 @@ def enwiki_markdown(recs, runs_dir, sigma, n_pooled) -> str:
         "(n). Gap to MHA = 100·(loss / MHA's loss with the same RoPE setting − 1), positive = worse than MHA. "
         "Attention params in MB of bf16 (all layers); KV cache for batch 1 at N=1024 in MB. The paper's "
         "columns are its OpenWebText numbers (600k iterations of 480 sequences: a different corpus and "
-        "~900 times the tokens), so compare gaps, not losses. — = the paper reports no such cell.", "",
+        "~7,000 times the tokens), so compare gaps, not losses. — = the paper reports no such cell.", "",
         f"Runs from `{runs_dir}`: {len(runs)}/{len(recs)} (row, RoPE) entries, "
         f"{sum(r['n_seeds'] for r in runs)} runs; devices: {', '.join(devices) or DASH}; "
         f"wall time per run {min(walls):.0f}–{max(walls):.0f} s; " if walls else
@@ -646,7 +646,7 @@ def enwiki_claims(recs, logs, sigma, n_pooled) -> str:
         rises = []
         for evals, train in seeds.values():
             vals = [v for i, v in train if i > 100]
-            rises.append(max((b - a for a, b in zip(vals, vals[1:])), default=0.0))
+            rises.append(max([0.0] + [b - a for a, b in zip(vals, vals[1:])]))
         fin = r["val_loss"] is not None and math.isfinite(r["val_loss"])
         L.append(f"- {r['label']} {_rope_name(r['rope'])}: largest rise {max(rises):+.3f}"
                  f"{'' if fin else ', NOT FINITE / no final loss'}")
