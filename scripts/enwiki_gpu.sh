@@ -18,8 +18,8 @@
 #
 # The seed-1337 runs of MHA and the Tucker rows keep ckpt.pt in $RUNS/<run>/ on the GPU machine only
 # (~1.5 GB each with the optimizer state): the conversion study must run there, in the same sitting.
-# Env: RUNS, OUT (default out-enwiki/ship), NGPU, PYTHON (default python3), DRY_RUN=1 (print the
-# sweep commands, run nothing).
+# Env: RUNS, OUT (default out-enwiki/ship), NGPU (default: all GPUs) or GPUS (ids, e.g. 1,2,3),
+# PYTHON (default python3), DRY_RUN=1 (print the sweep commands, run nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,11 +34,15 @@ DRY=${DRY_RUN:-0}
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)
 
-if [[ -z ${NGPU:-} ]]; then
-    NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-    [[ $NGPU -ge 1 ]] || NGPU=1
+if [[ -n ${GPUS:-} ]]; then  # e.g. GPUS=1,2,3: leave GPU 0 to other work
+    NGPU=$(tr ',' '\n' <<<"$GPUS" | grep -c .)
+else
+    if [[ -z ${NGPU:-} ]]; then
+        NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+        [[ $NGPU -ge 1 ]] || NGPU=1
+    fi
+    GPUS=$(seq -s, 0 $((NGPU - 1)))
 fi
-GPUS=$(seq -s, 0 $((NGPU - 1)))
 
 pack() {  # summaries and logs of every run -> $OUT/enwiki_runs.tar.gz (atomically)
     mkdir -p "$OUT"
@@ -99,7 +103,7 @@ group() {  # rows rope seeds [--save-checkpoints]
 # priority order: MHA and Tucker [8,64,64] (learned positions first), MLA shared 128 and GQA-2, the
 # remaining rows, then the seed spread. Checkpoints: seed-1337 runs of MHA and the Tucker rows.
 CK=--save-checkpoints
-if [[ $NGPU -ge 4 ]]; then
+if [[ $NGPU -ge 3 ]]; then  # all four at once; on 1-2 GPUs learned positions first
     group mha,tucker_8_64_64 both 1337 $CK
 else
     group mha,tucker_8_64_64 off 1337 $CK
