@@ -579,7 +579,7 @@ class LatentAttention(InferenceForm, nn.Module):
         return cache.store["k"], cache.store["v"]
 
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
-        B, T, d = x.size()
+        B, T, _ = x.size()  # (B, T, d)
         nH, dH, dc = self.n_head, self.head_dim, self.kv_rank
         c_q = self.q_down(x) if self.q_down is not None else x  # (B, T, dcQ) or (B, T, d)
         q = self.q_up(c_q).view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
@@ -789,8 +789,8 @@ class TuckerAttention(InferenceForm, nn.Module):
         return torch.cat([self.U2, self.U3] + ([] if self.shared_kv else [self.U3_post]), dim=1)
 
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
-        B, T, d = x.size()
-        nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
+        B, T, _ = x.size()  # (B, T, d)
+        nH, (_, r2, r3), (_, p2, p3) = self.n_head, self.ranks, self.ranks_post
         G, G_post = self.head_cores()
         # x U2, x U3, x U~3 in one matmul (one wide GEMM runs far better than three narrow ones)
         down = x @ self.down_projection()  # (B, T, r2 + r3 (+ r~3))
@@ -831,7 +831,7 @@ class TuckerAttention(InferenceForm, nn.Module):
         G_q = G as (r2, nH r3): q_i = (x U2) G_i for every head in one matmul;
         G_o = G~ as (nH r~3, r~2) and U~2^T (r~2, d): the output core and the output basis,
         y = (sum_i o_i G~_i^T) U~2^T as two matmuls (the factors are fewer bytes than their product)."""
-        nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
+        nH, (_, r2, r3), (_, p2, p3) = self.n_head, self.ranks, self.ranks_post
         G, G_post = self.head_cores()
         return {"W_down": self.down_projection().contiguous(),  # (d, r2 + r3 (+ r~3))
                 "G": G.contiguous(),  # (nH, r2, r3)
@@ -851,7 +851,7 @@ class TuckerAttention(InferenceForm, nn.Module):
         projection matmul, the query core, attention to the ONE latent key/value head, the output
         core and U~2. With shared KV and RoPE the latent is cached unrotated and rotated as read."""
         B = x.size(0)
-        nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
+        nH, (_, r2, r3), (_, _, p3) = self.n_head, self.ranks, self.ranks_post
         form = self.inference_form()
         down = x.view(B, -1) @ form["W_down"]  # (B, r2 + r3 (+ r~3))
         q_lat, k = down[:, :r2], down[:, r2:r2 + r3]  # (B, r2), (B, r3)
@@ -879,7 +879,7 @@ class TuckerAttention(InferenceForm, nn.Module):
 
     def flops_per_token(self, ctx: int) -> int:
         d = self.U2.size(0)
-        nH, (r1, r2, r3), (p1, p2, p3) = self.n_head, self.ranks, self.ranks_post
+        nH, (_, r2, r3), (_, p2, p3) = self.n_head, self.ranks, self.ranks_post
         w = d * r2 + r2 * nH * r3 + d * r3 + (0 if self.shared_kv else d * p3) + nH * p3 * p2 + p2 * d
         return 2 * w + 2 * nH * ctx * (r3 + p3)
 
@@ -1121,7 +1121,7 @@ class GPT(nn.Module):
         """idx (B, T) token ids -> (logits, loss). With `caches` (one LayerCache per layer, from
         `new_caches`) the tokens continue a cached prefix. `last_only` returns logits of the last
         position only (generation); the loss needs targets (B, T), ignore_index -1."""
-        B, T = idx.size()
+        T = idx.size(1)  # idx (B, T)
         start = caches[0].pos if caches is not None else 0
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than block_size={self.config.block_size}")
