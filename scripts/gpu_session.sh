@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# One sitting on a lent GPU machine (one call of the device tool): the CUDA tests and benchmarks on
+# GPU 0, and (on a machine with more GPUs) the enwiki table's runs on the others at the same time.
+# From the repository root:
+#
+#   OUT=$OUT bash scripts/gpu_session.sh STAGE [STAGE ...]
+#
+# stages, run one after another on GPU 0:
+#   tests         the CUDA tests (decode kernel vs SDPA vs float64, graph replay, the static decode step)
+#   decode        bench_decode, GPT-2 124M variants: forward / graph_sdpa / graph modes at batch 1 and 32,
+#                 4k and 16k cached tokens, plus model.generate end to end (sample.py's loop)
+#   decode_compiled  bench_decode's graph_compiled mode (torch.compile before capture), batch 1, 4k
+#   decode_llama  bench_decode, the paper's LLaMA-3 1B rows, batch 1, 4k cached (graph mode)
+#   train         bench_train, GPT-2 124M variants beside nanoGPT's bench.py (.carry/nanogpt), with and
+#                 without RoPE, with a profile of MHA and Tucker [8,64,64]
+#   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
+# Timing stages are best run alone: the enwiki stage shares the host CPU with them (launch-bound
+# steps slow down; results/bench/README.md says which 2026-11-26 numbers that affected).
+#   enwiki=ROWS:BUDGET   in the background on GPUs 1.. (all but GPU 0): python -m scripts.sweep enwiki
+#                 for those rows (both RoPE settings, seed 1337, checkpoints kept), no run started after
+#                 BUDGET seconds; its summaries and logs are packed into $OUT/enwiki_runs.tar.gz
+# Everything is logged under $WORK (one log per stage, the benchmarks' .md/.json in $WORK/bench) and packed
+# into $OUT/session.tar.gz after every stage (the device tool returns at most 8 files), so a call cut off
+# at its time limit still returns what was done.
+# Carry: .whl (pytest wheels, when the machine has no pytest), .carry/nanogpt, .carry/enwiki.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out-gpu}
+WORK=${WORK:-out-gpu-session}
+mkdir -p "$OUT" "$WORK/bench"
+pack() { tar -czf "$OUT/session.tar.gz" -C "$(dirname "$WORK")" "$(basename "$WORK")"; }
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if ! python3 -c "import pytest" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+nvidia-smi --query-gpu=index,name,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
+t0=$(date +%s)
+ENWIKI_PID=""
+
+stage() {  # name command...: run on GPU 0, log to $OUT/<name>.log, report the time it took
+    local name=$1; shift
+    local s=$(date +%s)
+    echo "== [$(($(date +%s) - t0))s] $name: $*"
+    CUDA_VISIBLE_DEVICES=0 "$@" > "$WORK/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc after $(($(date +%s) - s))s"
+    tail -n 40 "$WORK/$name.log" | grep -v "^\s*$" | tail -n 25
+    pack
+}
+
+for st in "$@"; do
+    case $st in
+    tests) stage tests python3 -m pytest -q -rs tests/test_decode_attention.py tests/test_decode.py ;;
+    decode) stage decode python3 -m scripts.bench_decode --variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
+            --modes forward,graph_sdpa,graph --batches 1,32 --contexts 4096,16384 --generate 500 \
+            --out_dir "$WORK/bench" --name decode_gpt2 ;;
+    decode_compiled) stage decode_compiled python3 -m scripts.bench_decode --variants mha,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
+            --modes graph,graph_compiled --batches 1 --contexts 4096 --out_dir "$WORK/bench" --name decode_gpt2_compiled ;;
+    decode_llama) stage decode_llama python3 -m scripts.bench_decode --suite llama1b --modes graph_sdpa,graph \
+            --batches 1 --contexts 4096 --out_dir "$WORK/bench" --name decode_llama1b ;;
+    train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
+            --variants mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4 --profile mha,tucker_8_64_64 \
+            --precompile 4 --time_budget 330 --out_dir "$WORK/bench" --name train_gpt2 ;;
+    train_llama) stage train_llama python3 -m scripts.bench_train --suite llama1b --variants gqa8,tucker_32_64_64,mha \
+            --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b ;;
+    enwiki=*)
+        spec=${st#enwiki=}; rows=${spec%%:*}; budget=${spec##*:}
+        if [[ $NGPU -lt 2 ]]; then echo "enwiki: needs a machine with GPUs beyond GPU 0"; continue; fi
+        gpus=$(seq -s, 1 $((NGPU - 1)))
+        python3 -m data.enwiki.prepare --unpack .carry/enwiki > "$WORK/enwiki_unpack.log" 2>&1 || { tail "$WORK/enwiki_unpack.log"; continue; }
+        echo "== [$(($(date +%s) - t0))s] enwiki: rows $rows on GPUs $gpus, budget ${budget}s (background)"
+        python3 -m scripts.sweep enwiki --rows "$rows" --rope both --seeds "${SEEDS:-1337}" --jobs $((NGPU - 1)) \
+            --gpus "$gpus" --results_dir out-enwiki/runs --time_budget "$budget" --save-checkpoints \
+            > "$WORK/enwiki_sweep.log" 2>&1 &
+        ENWIKI_PID=$! ;;
+    *) echo "unknown stage $st" ;;
+    esac
+done
+
+if [[ -n $ENWIKI_PID ]]; then
+    echo "== [$(($(date +%s) - t0))s] waiting for the enwiki sweep"
+    wait $ENWIKI_PID; echo "== enwiki sweep: exit $? at $(($(date +%s) - t0))s"
+    tail -n 30 "$WORK/enwiki_sweep.log"
+    tar -czf "$OUT/enwiki_runs.tar.gz" -C out-enwiki --exclude='*.pt' --exclude='*.tmp.*' runs
+fi
+pack
+echo "== done in $(($(date +%s) - t0))s"
