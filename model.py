@@ -236,11 +236,22 @@ def rope_at(rope: Tuple[torch.Tensor, torch.Tensor], start: int, length: int):
     return cos[start:start + length], sin[start:start + length]
 
 
-def rope_rows(rope: Tuple[torch.Tensor, torch.Tensor], pos: torch.Tensor):
-    """The (cos, sin) rows (1, D/2) of the position held in the (1,) long tensor `pos` (decode step:
-    the position lives on the device, so no host value is needed and a CUDA graph can replay it)."""
-    cos, sin = rope
-    return cos.index_select(0, pos), sin.index_select(0, pos)
+@dataclass
+class DecodePosition:
+    """What every layer of one decode step shares, computed once per step (not once per layer).
+    Everything lives on the device, so a captured CUDA graph replays it for any position."""
+    pos: torch.Tensor  # (1,) long: the position of the new token (its cache slot)
+    length: torch.Tensor  # (1,) long: pos + 1, the cached positions the new token attends to
+    cos: Optional[torch.Tensor] = None  # (1, R/2) RoPE rows at pos in the activation dtype (None: no RoPE)
+    sin: Optional[torch.Tensor] = None
+    tables: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # the full (cos, sin) tables: keys rotated as read
+
+    @classmethod
+    def at(cls, pos: torch.Tensor, rope: Optional[Tuple[torch.Tensor, torch.Tensor]], dtype) -> "DecodePosition":
+        if rope is None:
+            return cls(pos=pos, length=pos + 1)
+        cos, sin = (t.index_select(0, pos).to(dtype) for t in rope)
+        return cls(pos=pos, length=pos + 1, cos=cos, sin=sin, tables=rope)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -452,19 +463,18 @@ class GroupedQueryAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, nH dH)
         return self.resid_dropout(self.c_proj(y))
 
-    def decode(self, x, rope, cache: LayerCache, pos: torch.Tensor):
-        """One new token per sequence, x (B, 1, d), at the device position `pos` ((1,) long): the
-        static decode step (fixed shapes and addresses, no host sync). The weights are used as
-        trained (c_attn is already one fused projection), the cache holds rotated keys."""
+    def decode(self, x, at: DecodePosition, cache: LayerCache):
+        """One new token per sequence, x (B, 1, d), at the device position `at.pos`: the static
+        decode step (fixed shapes and addresses, no host sync). The weights are used as trained
+        (c_attn is already one fused projection), the cache holds rotated keys."""
         B = x.size(0)
         nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
         q, k, v = self.c_attn(x.view(B, -1)).split([nH * dH, nG * dH, nG * dH], dim=1)
         q, k, v = q.view(B, nH, dH), k.view(B, nG, 1, dH), v.view(B, nG, 1, dH)
-        if self.rope:
-            cos, sin = rope_rows(rope, pos)  # (1, dH/2)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        cache.write_at(pos, k=k, v=v)
-        y = decode_attention(q, cache.store["k"], cache.store["v"], pos + 1,
+        if self.rope:  # at.cos, at.sin: (1, dH/2)
+            q, k = apply_rope(q, at.cos, at.sin), apply_rope(k, at.cos, at.sin)
+        cache.write_at(at.pos, k=k, v=v)
+        y = decode_attention(q, cache.store["k"], cache.store["v"], at.length,
                              scale=1.0 / math.sqrt(dH))  # (B, nH, dH)
         return self.c_proj(y.reshape(B, 1, nH * dH))
 
@@ -651,7 +661,7 @@ class LatentAttention(InferenceForm, nn.Module):
             form["W2"], form["b2"] = _cat_linear(second)
         return form
 
-    def decode(self, x, rope, cache: LayerCache, pos: torch.Tensor):
+    def decode(self, x, at: DecodePosition, cache: LayerCache):
         """Static decode step (see GroupedQueryAttention.decode), absorbed: all heads attend MQA-style
         to the one cached latent key [c_K | k^R] and value c_V."""
         B = x.size(0)
@@ -668,17 +678,16 @@ class LatentAttention(InferenceForm, nn.Module):
         q_lat = (q.view(B, nH, 1, dH) @ form["W_UK"]).view(B, nH, dc)  # (B, nH, dcK)
         key, key_rope = c_k, None
         if self.latent_rope:
-            q_lat = apply_rope(q_lat, *rope_rows(rope, pos))
-            key_rope = rope  # the latent is cached unrotated: rotated as read
+            q_lat = apply_rope(q_lat, at.cos, at.sin)
+            key_rope = at.tables  # the latent is cached unrotated: rotated as read
         if self.decoupled:
-            cos, sin = rope_rows(rope, pos)
-            q_lat = torch.cat((q_lat, apply_rope(q_r.view(B, nH, dR), cos, sin)), dim=-1)  # (B, nH, dcK + dR)
+            q_lat = torch.cat((q_lat, apply_rope(q_r.view(B, nH, dR), at.cos, at.sin)), dim=-1)  # (B, nH, dcK + dR)
             k_r = parts[-1] if self.q_down is not None else parts[-2]  # (B, dR)
-            key = torch.cat((c_k, apply_rope(k_r, cos, sin)), dim=-1)  # (B, dcK + dR)
+            key = torch.cat((c_k, apply_rope(k_r, at.cos, at.sin)), dim=-1)  # (B, dcK + dR)
         new = {"kv": key.view(B, 1, 1, -1)} if self.shared_kv else {"k": key.view(B, 1, 1, -1), "v": c_v.view(B, 1, 1, dc)}
-        cache.write_at(pos, **new)
+        cache.write_at(at.pos, **new)
         k_all, v_all = self.cached_kv(cache)
-        o_lat = decode_attention(q_lat, k_all, v_all, pos + 1, scale=self.scale, rope=key_rope)  # (B, nH, dcK)
+        o_lat = decode_attention(q_lat, k_all, v_all, at.length, scale=self.scale, rope=key_rope)  # (B, nH, dcK)
         y = o_lat.view(B, nH, 1, dc) @ form["W_UV"]  # (B, nH, 1, dH)
         if form["b_UV"] is not None:
             y = y + form["b_UV"]  # rows of softmax sum to one
@@ -846,7 +855,7 @@ class TuckerAttention(InferenceForm, nn.Module):
             return cache.store["kv"], cache.store["kv"]
         return cache.store["k"], cache.store["v"]
 
-    def decode(self, x, rope, cache: LayerCache, pos: torch.Tensor):
+    def decode(self, x, at: DecodePosition, cache: LayerCache):
         """Static decode step (see GroupedQueryAttention.decode) in the inference form: one down-
         projection matmul, the query core, attention to the ONE latent key/value head, the output
         core and U~2. With shared KV and RoPE the latent is cached unrotated and rotated as read."""
@@ -858,19 +867,18 @@ class TuckerAttention(InferenceForm, nn.Module):
         v = k if self.shared_kv else down[:, r2 + r3:]  # (B, r~3)
         q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
         key_rope = None
-        if self.rope:
-            cos, sin = rope_rows(rope, pos)  # (1, r3/2)
-            q = apply_rope(q, cos, sin)
+        if self.rope:  # at.cos, at.sin: (1, r3/2)
+            q = apply_rope(q, at.cos, at.sin)
             if self.shared_kv:
-                key_rope = rope  # one latent is both key (rotated as read) and value (unrotated)
+                key_rope = at.tables  # one latent is both key (rotated as read) and value (unrotated)
             else:
-                k = apply_rope(k, cos, sin)
+                k = apply_rope(k, at.cos, at.sin)
         if self.shared_kv:
-            cache.write_at(pos, kv=k.view(B, 1, 1, r3))
+            cache.write_at(at.pos, kv=k.view(B, 1, 1, r3))
         else:
-            cache.write_at(pos, k=k.view(B, 1, 1, r3), v=v.view(B, 1, 1, p3))
+            cache.write_at(at.pos, k=k.view(B, 1, 1, r3), v=v.view(B, 1, 1, p3))
         k_all, v_all = self.cached_kv(cache)
-        o = decode_attention(q, k_all, v_all, pos + 1, scale=1.0 / math.sqrt(self.head_dim),
+        o = decode_attention(q, k_all, v_all, at.length, scale=1.0 / math.sqrt(self.head_dim),
                              rope=key_rope)  # (B, nH, r~3)
         y = (o.reshape(B, nH * p3) @ form["G_o"]) @ form["U_out"]  # (B, d)
         if self.bias is not None:
@@ -983,12 +991,18 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), rope, cache)
         return x + self.mlp(self.ln_2(x))
 
-    def decode(self, x, rope, cache: LayerCache, pos: torch.Tensor):
-        x = x + self.attn.decode(self.ln_1(x), rope, cache, pos)
+    def decode(self, x, at: DecodePosition, cache: LayerCache):
+        x = x + self.attn.decode(self.ln_1(x), at, cache)
         return x + self.mlp(self.ln_2(x))
 
 
 DECODE_CHOICES = ("auto", "eager", "graph")
+
+
+def activation_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype of linear-layer outputs: autocast's when it is on for the weight's device, else the weight's."""
+    device = weight.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
@@ -1023,7 +1037,10 @@ class StaticDecoder:
         # compile: torch.compile the step (fuses the norms, residual adds, RoPE and GELU into few
         # kernels; attention and the inference form stay opaque calls), then capture it as usual
         self.step_fn = torch.compile(model.decode_step, dynamic=False) if compile else model.decode_step
-        self.caches = model.new_caches(batch_size, max_len, device=device)
+        # the cache holds what the layers compute: under autocast that is autocast's dtype (bf16), not the
+        # weights' (fp32): one dtype for q and the cache, as the Triton kernel wants, and half the bytes
+        self.caches = model.new_caches(batch_size, max_len, device=device,
+                                       dtype=activation_dtype(model.lm_head.weight))
         device = self.caches[0].store[next(iter(self.caches[0].store))].device
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # where the next token goes
         self.tokens = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
@@ -1160,8 +1177,9 @@ class GPT(nn.Module):
         if self.transformer.wpe is not None:
             x = x + self.transformer.wpe(pos)  # (1, d)
         rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None
+        at = DecodePosition.at(pos, rope, activation_dtype(self.lm_head.weight))  # once per step, not per layer
         for block, cache in zip(self.transformer.h, caches):
-            x = block.decode(x, rope, cache, pos)
+            x = block.decode(x, at, cache)
         return self.lm_head(self.transformer.ln_f(x)).view(idx.size(0), -1)  # (B, vocab)
 
     @torch.no_grad()

@@ -120,3 +120,17 @@ def test_cuda_graph_replays_the_eager_step(variant):
         eager = model.generate(idx, 70, temperature=0, decode="eager")  # past block_size
         graph = model.generate(idx, 70, temperature=0, decode="graph")
     assert torch.equal(eager, graph)
+
+
+def test_cache_holds_the_autocast_dtype():
+    """fp32 weights under bf16 autocast (how sample.py runs a trained checkpoint): the cache is bf16
+    like the keys the layers compute (so the Triton kernel sees one dtype), and the step still
+    follows the plain forward to bf16 rounding."""
+    model = build("tucker_shared", "rope", None).float()
+    idx = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        decoder = StaticDecoder(model, 2)
+        assert all(buf.dtype == torch.bfloat16 for c in decoder.caches for buf in c.store.values())
+        got = decode_logits(model, idx, prompt=4).float()
+        ref = model(idx)[0][:, 3:11].float()
+    assert ((got - ref).norm() / ref.norm()).item() < 3e-2
