@@ -545,6 +545,9 @@ def main(argv):
     if run.wandb is not None:
         run.wandb.finish()
     if env.ddp:
+        # wait here (GIL released) until gloo has finished and freed the last gather's tensors: torn down
+        # at once, the process group's destructor (holding the GIL) can deadlock with that cleanup
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     if not finished:
         print(f"error: {reason}", file=sys.stderr)

@@ -94,3 +94,47 @@ def test_include_runs_base_then_overrides(tmp_path):
     (tmp_path / "bad.py").write_text('include("base.py")\nnot_a_key = 3\n')
     with pytest.raises(ValueError, match="not_a_key"):
         parse_config([str(tmp_path / "bad.py")], {"batch_size": 1, "learning_rate": 0.1})
+
+
+@pytest.mark.parametrize("text,line,kind", [
+    ("batch_size = 8\nlearning_rate = (1e-3\n", 2, "SyntaxError"),
+    ("batch_size = 8\n  learning_rate = 1e-3\n", 2, "IndentationError"),
+    ("batch_size = 8\n\nlearning_rate = 1 / 0\n", 3, "ZeroDivisionError"),
+    ("def lr():\n    return undefined_name\nlearning_rate = lr()\n", 2, "NameError"),
+])
+def test_config_file_that_does_not_run_is_one_line(tmp_path, text, line, kind):
+    path = write(tmp_path, text)
+    with pytest.raises(ValueError) as e:
+        parse_config([path], DEFAULTS)
+    message = str(e.value)
+    assert message.startswith(f"config file {path}, line {line}: {kind}") and "\n" not in message, message
+
+
+def test_error_in_an_included_file_names_that_file(tmp_path):
+    base = write(tmp_path, "batch_size = 8\nraise RuntimeError('no GPU\\nhere')\n", name="base.py")
+    variant = write(tmp_path, 'include("base.py")\n', name="variant.py")
+    with pytest.raises(ValueError, match=rf"^config file {base}, line 2: RuntimeError: no GPU here$"):
+        parse_config([variant], DEFAULTS)
+    missing = write(tmp_path, 'batch_size = 8\ninclude("nope.py")\n', name="missing.py")
+    with pytest.raises(ValueError, match=rf"^config file {missing}, line 2: FileNotFoundError: included .*nope\.py"):
+        parse_config([missing], DEFAULTS)
+
+
+def test_given_keys_are_reported(tmp_path):
+    path = write(tmp_path, "batch_size = 12\n")  # set to its default: still given
+    given = set()
+    parse_config([path, "--compile=False"], DEFAULTS, given)
+    assert given == {"batch_size", "compile"}
+
+
+def test_check_device():
+    import torch
+    from configurator import check_device
+    assert check_device("cpu") == "cpu"
+    assert check_device("") == ("cuda" if torch.cuda.is_available() else "cpu")
+    for bad in ("tpu", "cuda:x", "gpu0"):
+        with pytest.raises(ValueError, match=f"device='{bad}'.*allowed"):
+            check_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            check_device("cuda:0")

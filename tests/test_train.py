@@ -217,3 +217,220 @@ def test_sample_from_trained_checkpoint(data_dir, tmp_path, gpt2_ranks_file):
     assert proc.returncode == 2 and "no checkpoint" in proc.stderr
     proc = run([*common, "--start=" + "word " * 40], check=False)
     assert proc.returncode == 2 and "block_size" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# In-process checks on a 1-layer model over random tokens (vocab 64): every invalid input is one
+# line `error: ...` and exit 2 before anything is built or written; resume keeps its records straight.
+
+SMALL = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--vocab_size=64", "--batch_size=2",
+         "--bias=False", "--device=cpu", "--compile=False", "--eval_iters=2", "--log_interval=1",
+         "--warmup_iters=0", "--lr_decay_iters=8", "--learning_rate=1e-3"]
+
+
+@pytest.fixture
+def small_data(tmp_path):
+    import numpy as np
+    d = tmp_path / "data"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        rng.integers(0, 64, 3000).astype(np.uint16).tofile(d / f"{split}.bin")
+    return d
+
+
+def train_in_process(args):
+    import train
+    train.main([*SMALL, *args])
+
+
+def train_error(args, capsys) -> str:
+    """train.main(args) must exit 2 with one line `error: ...` on stderr; returns that line."""
+    import train
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.main([*SMALL, *args])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2, err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("arg,key", [
+    ("--learning_rate=-1e-3", "learning_rate"), ("--min_lr=-1e-5", "min_lr"), ("--beta1=1.0", "beta1"),
+    ("--beta2=-0.1", "beta2"), ("--batch_size=0", "batch_size"), ("--batch_size=-4", "batch_size"),
+    ("--eval_interval=0", "eval_interval"), ("--log_interval=0", "log_interval"),
+    ("--gradient_accumulation_steps=0", "gradient_accumulation_steps"), ("--max_iters=-1", "max_iters"),
+    ("--eval_iters=0", "eval_iters"), ("--device=tpu", "device"), ("--device=cuda:x", "device"),
+    ("--dtype=float8", "dtype"), ("--weight_decay=-0.1", "weight_decay"), ("--grad_clip=-1.0", "grad_clip"),
+])
+def test_invalid_training_keys_fail_before_anything(arg, key, small_data, tmp_path, capsys):
+    out = tmp_path / "never"
+    err = train_error([f"--data_dir={small_data}", f"--out_dir={out}", arg], capsys)
+    assert key in err and "allowed" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda(small_data, tmp_path, capsys):
+    err = train_error([f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--device=cuda"], capsys)
+    assert "device='cuda'" in err and "CUDA is not available" in err
+
+
+@pytest.mark.parametrize("damage", ["odd_length", "empty", "out_of_vocab", "shorter_than_block"])
+def test_bad_token_files(damage, small_data, tmp_path, capsys):
+    import numpy as np
+    path = small_data / ("val.bin" if damage == "shorter_than_block" else "train.bin")
+    if damage == "odd_length":
+        path.write_bytes(path.read_bytes() + b"\x01")
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "out_of_vocab":
+        tokens = np.fromfile(path, dtype=np.uint16)
+        tokens[1234] = 64  # vocab_size is 64: ids 0..63
+        tokens.tofile(path)
+    else:
+        np.arange(10, dtype=np.uint16).tofile(path)  # 10 tokens, block_size 16
+    before = path.read_bytes()
+    out = tmp_path / "never"
+    err = train_error([f"--data_dir={small_data}", f"--out_dir={out}"], capsys)
+    assert str(path) in err, err
+    assert {"odd_length": "bytes", "empty": "empty", "out_of_vocab": "token id 64",
+            "shorter_than_block": "block_size"}[damage] in err
+    assert not out.exists() and path.read_bytes() == before
+
+
+def test_token_id_check_is_fast_on_100M_tokens(tmp_path):
+    import numpy as np
+    from evaluate import check_token_file
+    path = tmp_path / "big.bin"
+    tokens = np.zeros(100_000_000, dtype=np.uint16)
+    tokens[-1] = 50303
+    tokens.tofile(path)
+    t0 = time.perf_counter()
+    assert check_token_file(str(path), 50304, 1024) == 100_000_000
+    assert time.perf_counter() - t0 < 2.0
+    with pytest.raises(ValueError, match="position 99,999,999"):
+        check_token_file(str(path), 50257, 1024)
+
+
+@pytest.mark.parametrize("where", ["a_file", "under_a_file"])
+def test_impossible_out_dir(where, small_data, tmp_path, capsys):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("keep me")
+    out = blocker if where == "a_file" else blocker / "run"
+    err = train_error([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=1"], capsys)
+    assert "out_dir" in err and str(out) in err
+    assert blocker.read_text() == "keep me"
+
+
+def test_config_file_errors_are_one_line(small_data, tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text("batch_size = 4\nlearning_rate = 1e-3 *\n")
+    err = train_error([str(bad), f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}"], capsys)
+    assert f"{bad}, line 2" in err and "SyntaxError" in err
+    bad.write_text("batch_size = 4\nimport math\nlearning_rate = math.log(0)\n")
+    err = train_error([str(bad), f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}"], capsys)
+    assert f"{bad}, line 3" in err and "ValueError" in err
+
+
+@pytest.fixture
+def small_run(small_data, tmp_path):
+    """A finished 4-iteration run with a checkpoint at iteration 4: (args, out_dir)."""
+    out = tmp_path / "run"
+    args = [f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=4", "--eval_interval=4"]
+    train_in_process(args)
+    return args, out
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "foreign"])
+def test_resume_from_an_unreadable_checkpoint(damage, small_run, capsys):
+    args, out = small_run
+    ckpt = out / "ckpt.pt"
+    good = ckpt.read_bytes()
+    ckpt.write_bytes({"empty": b"", "truncated": good[: len(good) // 3], "foreign": b"PK\x03\x04 not really"}[damage])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    err = train_error([*args, "--init_from=resume", "--max_iters=8"], capsys)
+    assert str(ckpt) in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing touched
+
+
+def test_resume_refuses_model_keys_that_differ_from_the_checkpoint(small_run, capsys):
+    args, out = small_run
+    err = train_error([*args, "--init_from=resume", "--n_embd=32", "--max_iters=8"], capsys)
+    assert "n_embd=32" in err and "checkpoint: 16" in err
+    train_in_process([*args, "--init_from=resume", "--n_embd=16", "--max_iters=5"])  # the same value is fine
+
+
+def test_resume_drops_log_records_of_redone_iterations(small_run):
+    args, out = small_run
+    log = out / "log.jsonl"
+    ghost = [{"iter": 5, "loss": 99.0}, {"iter": 6, "loss": 99.0}]  # written after ckpt.pt, then killed
+    with open(log, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in ghost) + '{"iter": 7, "lo')  # and a line cut short
+    stale = out / "ckpt.pt.tmp.999999999"  # a temp file a killed save left behind
+    stale.write_bytes(b"partial")
+    train_in_process([*args, "--init_from=resume", "--max_iters=8", "--eval_interval=4"])
+    records = read_log(out)
+    train_iters = [r["iter"] for r in records if "loss" in r]
+    eval_iters = [r["iter"] for r in records if "val_loss" in r]
+    assert train_iters == list(range(1, 9)) and eval_iters == [0, 4, 8]
+    assert all(r.get("loss") != 99.0 for r in records)
+    assert not stale.exists()
+
+
+def test_resuming_a_finished_run_keeps_its_summary(small_run):
+    args, out = small_run
+    first = json.loads((out / "summary.json").read_text())
+    assert first["final_val_loss"] is not None
+    train_in_process([*args, "--init_from=resume"])
+    again = json.loads((out / "summary.json").read_text())
+    assert again["finished"] and again["iters"] == 4
+    assert again["final_val_loss"] == first["final_val_loss"] and again["best_val_loss"] == first["best_val_loss"]
+
+
+def test_each_rank_resumes_its_own_dropout_stream(small_run):
+    """A checkpoint keeps every DDP rank's RNG state; rank r continues its own (not a reseed)."""
+    import train
+    from checkpoint import read_checkpoint
+    args, out = small_run
+    ckpt = read_checkpoint(out / "ckpt.pt")
+    assert len(ckpt["rng_states"]) == 1  # one process wrote it
+    rank1 = torch.Generator().manual_seed(12345).get_state()
+    ckpt["rng_states"].append({"torch": rank1, "cuda": None})
+    cfg, gptconf, _ = train.configure([*SMALL, *args, "--init_from=resume"])
+    env = train.Env(ddp=False, rank=1, local_rank=1, world=2, device=torch.device("cpu"), dtype="float32",
+                    autocast=train.nullcontext(), data_dir=cfg["data_dir"], out_dir=str(out))
+    train.build(cfg, gptconf, ckpt, env)
+    assert torch.equal(torch.get_rng_state(), rank1)
+
+
+def test_mfu_is_per_gpu_and_steady_state():
+    import train
+    from model import GPT, GPTConfig
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64))
+    one = train.SteadyMFU(model, tokens_per_iter=1000, world=1, peak_flops=1e12, untimed=5)
+    two = train.SteadyMFU(model, tokens_per_iter=1000, world=2, peak_flops=1e12, untimed=5)
+    for meter in (one, two):
+        meter.update(iters_done=1, n=1, seconds=30.0)  # compile
+        meter.update(iters_done=5, n=4, seconds=4.0)  # still warm-up
+        assert meter.mfu == -1.0
+        for i in range(6, 12):
+            meter.update(iters_done=i, n=1, seconds=0.5 if i != 9 else 5.0)  # one slow outlier (an eval)
+    expected = model.estimate_mfu(1000, 0.5, 1e12)
+    assert one.mfu == pytest.approx(expected) and two.mfu == pytest.approx(expected / 2)
+
+
+def test_torchrun_resume_with_dropout_is_exact(small_data, tmp_path):
+    """Two DDP ranks with dropout, stopped at iteration 3 and resumed, end bit-identical to an
+    uninterrupted run: every rank continues its own dropout RNG stream."""
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *SMALL,
+                f"--data_dir={small_data}", "--dropout=0.2", "--gradient_accumulation_steps=2", "--eval_interval=3"]
+    ref, part = tmp_path / "ref", tmp_path / "part"
+    run([*torchrun, f"--out_dir={ref}", "--max_iters=6"])
+    run([*torchrun, f"--out_dir={part}", "--max_iters=3"])
+    run([*torchrun, f"--out_dir={part}", "--max_iters=6", "--init_from=resume"])
+    a, b = (torch.load(d / "ckpt.pt", map_location="cpu", weights_only=True) for d in (ref, part))
+    assert a["iter_num"] == b["iter_num"] == 6 and len(b["rng_states"]) == 2
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert train_losses(ref) == train_losses(part)

@@ -1,0 +1,86 @@
+"""sample.py in process on a tiny checkpoint: invalid keys and unreadable checkpoints are one line and
+exit 2, the decode key reaches GPT.generate where it has one, the decode speed goes to stderr."""
+import inspect
+
+import pytest
+import torch
+
+import sample
+from checkpoint import make_checkpoint, save_checkpoint
+from model import GPT, GPTConfig
+
+
+@pytest.fixture
+def out_dir(tmp_path):
+    """A tiny GPT over GPT-2's vocabulary, saved as train.py saves it."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False))
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(tmp_path / "ckpt.pt", make_checkpoint(model, opt, {}))
+    return tmp_path
+
+
+def sample_args(out_dir, gpt2_ranks_file, *extra):
+    return [f"--out_dir={out_dir}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}", "--num_samples=2",
+            "--max_new_tokens=5", "--start=ROMEO:", *extra]
+
+
+def sample_error(args, capsys) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        sample.main(args)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("arg,key", [
+    ("--temperature=-0.5", "temperature"), ("--top_k=-1", "top_k"), ("--num_samples=0", "num_samples"),
+    ("--max_new_tokens=0", "max_new_tokens"), ("--max_new_tokens=-3", "max_new_tokens"), ("--decode=fast", "decode"),
+    ("--decode=graph", "decode"), ("--device=tpu", "device"), ("--dtype=int8", "dtype"),
+])
+def test_invalid_keys_fail_before_loading(arg, key, tmp_path, capsys):
+    err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", arg], capsys)  # checked first
+    assert key in err and "no checkpoint" not in err, err
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty", "truncated", "foreign"])
+def test_unreadable_checkpoint(damage, out_dir, gpt2_ranks_file, capsys):
+    ckpt = out_dir / "ckpt.pt"
+    good = ckpt.read_bytes()
+    if damage == "missing":
+        ckpt.unlink()
+    else:
+        ckpt.write_bytes({"empty": b"", "truncated": good[: len(good) // 2], "foreign": b"hello\n"}[damage])
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file), capsys)
+    assert str(ckpt) in err
+    if damage == "missing":
+        assert "train one first" in err
+
+
+def test_samples_and_speed_on_stderr(out_dir, gpt2_ranks_file, capsys):
+    samples = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager"))
+    captured = capsys.readouterr()
+    assert len(samples) == 2 and all(s.startswith("ROMEO:") for s in samples)
+    assert captured.out.count("---------------") == 2 and "tokens/s" not in captured.out
+    assert "sampled 10 tokens in" in captured.err and "tokens/s" in captured.err
+
+
+def test_decode_key_reaches_generate_only_where_it_exists(out_dir, gpt2_ranks_file, monkeypatch, capsys):
+    calls = []
+
+    def with_decode(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None,
+                    decode="auto"):
+        calls.append(decode)
+        return torch.cat([idx, idx[:, :1].repeat(1, max_new_tokens)], dim=1)
+
+    def without_decode(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None):
+        calls.append(None)
+        return torch.cat([idx, idx[:, :1].repeat(1, max_new_tokens)], dim=1)
+
+    monkeypatch.setattr(GPT, "generate", with_decode)
+    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1"))
+    monkeypatch.setattr(GPT, "generate", without_decode)
+    assert "decode" not in inspect.signature(GPT.generate).parameters
+    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1"))
+    assert calls == ["eager", None]
