@@ -37,6 +37,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 from torch.nn import functional as F
 
 ATTN_CHOICES = ("mha", "gqa", "mla", "tucker")
@@ -91,6 +92,10 @@ class GPTConfig:
     mlp_hidden: Optional[int] = None
     mlp_multiple_of: int = 256  # swiglu's default hidden width is rounded up to a multiple of this
     tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2 and LLaMA-3 1B); False: separate lm_head
+    # --- memory ---
+    # recompute each block's activations in the backward instead of storing them (training only):
+    # less memory for long sequences / big models (the LLaMA-3 1B rows at N=4096), ~1/3 more compute
+    activation_checkpointing: bool = False
 
     def __post_init__(self):
         # Tuples arrive as lists from JSON checkpoints and as strings from nowhere: normalize.
@@ -138,8 +143,9 @@ class GPTConfig:
         if self.mlp_hidden is not None:
             need_int("mlp_hidden", self.mlp_hidden, 1)
         need_int("mlp_multiple_of", self.mlp_multiple_of, 1)
-        if not isinstance(self.tie_embeddings, bool):
-            raise ValueError(f"tie_embeddings={self.tie_embeddings!r} must be True or False")
+        for name in ("tie_embeddings", "activation_checkpointing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
 
         d, nH, dH = self.n_embd, self.n_head, self.n_embd // self.n_head
         rope = self.pos_emb == "rope"
@@ -1147,8 +1153,12 @@ class GPT(nn.Module):
             x = x + self.transformer.wpe(torch.arange(start, start + T, device=idx.device))
         x = self.transformer.drop(x)
         rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None
+        checkpointed = self.config.activation_checkpointing and self.training and torch.is_grad_enabled()
         for i, block in enumerate(self.transformer.h):
-            x = block(x, rope, caches[i] if caches is not None else None)
+            if checkpointed:  # keep only the block's input; its inside is recomputed in the backward
+                x = torch.utils.checkpoint.checkpoint(block, x, rope, None, use_reentrant=False)
+            else:
+                x = block(x, rope, caches[i] if caches is not None else None)
         x = self.transformer.ln_f(x)
         if last_only:  # a slice, not a list index: a list builds a host tensor (breaks graph capture)
             return self.lm_head(x[:, -1:, :]), None

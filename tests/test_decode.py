@@ -134,3 +134,33 @@ def test_cache_holds_the_autocast_dtype():
         got = decode_logits(model, idx, prompt=4).float()
         ref = model(idx)[0][:, 3:11].float()
     assert ((got - ref).norm() / ref.norm()).item() < 3e-2
+
+
+@pytest.mark.parametrize("variant", ["mha", "mla_shared", "tucker_shared"])
+def test_activation_checkpointing_same_gradients(variant):
+    """activation_checkpointing recomputes each block in the backward: loss and every gradient are
+    those of the plain model (float64, dropout 0), with and without RoPE."""
+    torch.manual_seed(0)
+    for pos_emb in ("learned", "rope"):
+        plain = build(variant, pos_emb, None).train()
+        ckpt = build(variant, pos_emb, None).train()
+        ckpt.config.activation_checkpointing = True
+        ckpt.load_state_dict(plain.state_dict())
+        idx = torch.randint(0, 50, (2, 16))
+        losses, calls = [], []
+        for m in (plain, ckpt):
+            block, count = m.transformer.h[0], []
+            block.forward = lambda *a, _f=block.forward, _c=count, **k: (_c.append(1), _f(*a, **k))[1]
+            _, loss = m(idx, targets=idx.roll(-1, dims=1))
+            loss.backward()
+            losses.append(loss.item())
+            calls.append(len(count))
+        assert calls == [1, 2]  # checkpointed: the block's forward runs again in the backward
+        assert losses[0] == pytest.approx(losses[1], rel=1e-12)
+        for (name, a), b in zip(plain.named_parameters(), ckpt.parameters()):
+            assert torch.allclose(a.grad, b.grad, rtol=1e-10, atol=1e-14), name
+
+
+def test_activation_checkpointing_is_validated():
+    with pytest.raises(ValueError, match="activation_checkpointing"):
+        GPTConfig(activation_checkpointing="yes")
