@@ -464,6 +464,68 @@ def write_summary(run: Run, finished: bool, reason: str, wall: float, timer: Pha
     })
 
 
+def open_outputs(run: Run) -> None:
+    """Rank 0: print the config and the model, write config.json, drop log records this run redoes
+    (a fresh run: all of them), remove temp files a killed save left, start wandb."""
+    cfg, env, m = run.cfg, run.env, run.raw_model
+    if not env.master:
+        return
+    print(format_config(cfg))
+    print(f"model: {m.get_num_params() / 1e6:.2f}M params, attention {m.attn_params() / 1e6:.3f}M, KV cache "
+          f"{m.kv_values_per_token_per_layer()} values/token/layer; {run.tokens_per_iter:,} tokens/iter; "
+          f"device {env.device} {env.dtype}; {env.world} process(es)")
+    write_json(os.path.join(env.out_dir, "config.json"), {**cfg, "device": str(env.device), "dtype": env.dtype,
+                                                          "world_size": env.world})
+    trim_log(run.log_path, run.state.iter_num if run.resumed else -1)
+    remove_stale_temps(run.ckpt_path)
+    if cfg["wandb_log"]:
+        import wandb  # noqa: lazy, optional
+        wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
+        run.wandb = wandb
+
+
+def log_progress(run: Run, loss: torch.Tensor, lr: float, n: int, seconds: float, mfu: SteadyMFU,
+                 iters_done: int) -> Optional[str]:
+    """The log line of the last n iterations (seconds long): a reason to stop if the loss is not finite."""
+    env, s = run.env, run.state
+    if env.ddp:  # the loss of the whole global batch, and the same decision on every rank
+        torch.distributed.all_reduce(loss)
+        loss /= env.world
+    lossf = loss.item()  # a sync point: only at log time
+    if not math.isfinite(lossf):
+        return (f"non-finite training loss at iter {s.iter_num}; stopped, the last good checkpoint (if any) "
+                f"is kept in {run.ckpt_path}")
+    dt = seconds / n
+    util = mfu.update(iters_done, n, seconds)
+    if env.master:
+        print(f"iter {s.iter_num}: loss {lossf:.4f}, lr {lr:.2e}, {dt * 1e3:.1f} ms/iter, "
+              f"{run.tokens_per_iter / dt:,.0f} tok/s, mfu/GPU {f'{util * 100:.1f}%' if util >= 0 else '(warm-up)'}")
+    log(run, {"iter": s.iter_num, "loss": lossf, "lr": lr, "ms_per_iter": dt * 1e3,
+              "tokens_per_s": run.tokens_per_iter / dt, "mfu": util if util >= 0 else None})
+    return None
+
+
+def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
+    """summary.json, the last line, process group down; exit 1 unless the run finished."""
+    env, s = run.env, run.state
+    finished = reason in ("max_iters", "eval_only") or reason.startswith("early stop")
+    checksums = weight_checksums(run)
+    if env.master:
+        write_summary(run, finished, reason, wall, timer, checksums)
+        print(f"{'done' if finished else 'stopped'}: {reason}; best val loss {s.best_val:.4f} at iter {s.best_iter}; "
+              f"{wall:.1f} s")
+    if run.wandb is not None:
+        run.wandb.finish()
+    if env.ddp:
+        # wait here (GIL released) until gloo has finished and freed the last gather's tensors: torn down
+        # at once, the process group's destructor (holding the GIL) can deadlock with that cleanup
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    if not finished:
+        print(f"error: {reason}", file=sys.stderr)
+        sys.exit(1)
+
+
 def main(argv):
     cfg, gptconf, checkpoint = configure(argv)
     env = setup(cfg)
@@ -472,32 +534,17 @@ def main(argv):
     except ValueError as e:  # weights that do not fit the checkpoint's own model_config
         fail(str(e))
     checkpoint = None  # free memory
+    open_outputs(run)
     cfg, s = run.cfg, run.state
-    if env.master:
-        print(format_config(cfg))
-        print(f"model: {run.raw_model.get_num_params() / 1e6:.2f}M params, attention "
-              f"{run.raw_model.attn_params() / 1e6:.3f}M, KV cache {run.raw_model.kv_values_per_token_per_layer()} "
-              f"values/token/layer; {run.tokens_per_iter:,} tokens/iter; device {env.device} {env.dtype}; "
-              f"{env.world} process(es)")
-        write_json(os.path.join(env.out_dir, "config.json"), {**cfg, "device": str(env.device), "dtype": env.dtype,
-                                                              "world_size": env.world})
-        trim_log(run.log_path, s.iter_num if run.resumed else -1)
-        remove_stale_temps(run.ckpt_path)
-        if cfg["wandb_log"]:
-            import wandb  # noqa: lazy, optional
-            wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
-            run.wandb = wandb
-
     timer = PhaseTimer(env.device)
     mfu = SteadyMFU(run.raw_model, run.tokens_per_iter, env.world, cfg["peak_tflops"] * 1e12)
     start_iter = s.iter_num
     # a resumed run has already evaluated (and checkpointed) its first iteration, unless the checkpoint
     # never saw an evaluation (best_iter < 0: e.g. a converted model about to be fine-tuned); eval_only asks anew
     skip_eval = run.resumed and s.best_iter >= 0 and not cfg["eval_only"]
-    reason = None
     t_start = t_last = time.time()
     n_since = 0  # iterations since t_last
-    while reason is None:
+    while True:
         lr = get_lr(s.iter_num, cfg)
         for group in run.optimizer.param_groups:
             group["lr"] = lr
@@ -515,43 +562,13 @@ def main(argv):
         loss = train_step(run, timer, timed=s.iter_num - start_iter >= UNTIMED_ITERS)
         n_since += 1
         if s.iter_num % cfg["log_interval"] == 0 or s.iter_num == cfg["max_iters"]:
-            if env.ddp:  # the loss of the whole global batch, and the same decision on every rank
-                torch.distributed.all_reduce(loss)
-                loss /= env.world
-            lossf = loss.item()  # a sync point: only at log time
-            if not math.isfinite(lossf):
-                reason = (f"non-finite training loss at iter {s.iter_num}; stopped, the last good checkpoint "
-                          f"(if any) is kept in {run.ckpt_path}")
-                break
             timer.flush()
             now = time.time()
-            dt = (now - t_last) / n_since
-            mfu.update(s.iter_num - start_iter, n_since, now - t_last)
+            reason = log_progress(run, loss, lr, n_since, now - t_last, mfu, s.iter_num - start_iter)
+            if reason:
+                break
             t_last, n_since = now, 0
-            if env.master:
-                print(f"iter {s.iter_num}: loss {lossf:.4f}, lr {lr:.2e}, {dt * 1e3:.1f} ms/iter, "
-                      f"{run.tokens_per_iter / dt:,.0f} tok/s, mfu/GPU "
-                      f"{f'{mfu.mfu * 100:.1f}%' if mfu.mfu >= 0 else '(warming up)'}")
-            log(run, {"iter": s.iter_num, "loss": lossf, "lr": lr, "ms_per_iter": dt * 1e3,
-                      "tokens_per_s": run.tokens_per_iter / dt, "mfu": mfu.mfu if mfu.mfu >= 0 else None})
-
-    wall = time.time() - t_start
-    finished = reason in ("max_iters", "eval_only") or reason.startswith("early stop")
-    checksums = weight_checksums(run)
-    if env.master:
-        write_summary(run, finished, reason, wall, timer, checksums)
-        print(f"{'done' if finished else 'stopped'}: {reason}; best val loss {s.best_val:.4f} at iter {s.best_iter}; "
-              f"{wall:.1f} s")
-    if run.wandb is not None:
-        run.wandb.finish()
-    if env.ddp:
-        # wait here (GIL released) until gloo has finished and freed the last gather's tensors: torn down
-        # at once, the process group's destructor (holding the GIL) can deadlock with that cleanup
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-    if not finished:
-        print(f"error: {reason}", file=sys.stderr)
-        sys.exit(1)
+    finish(run, reason, time.time() - t_start, timer)
 
 
 if __name__ == "__main__":
