@@ -295,8 +295,12 @@ def main(argv=None):
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     t0 = time.time()
-    lm = TuckerLM(out_dir=args.out_dir, ckpt=args.ckpt, tokenizer=args.tokenizer or None,
-                  batch_size=args.batch_size, device=args.device or None, dtype=args.dtype)
+    try:  # checkpoint.load_model: a missing or unreadable checkpoint is one line
+        lm = TuckerLM(out_dir=args.out_dir, ckpt=args.ckpt, tokenizer=args.tokenizer or None,
+                      batch_size=args.batch_size, device=args.device or None, dtype=args.dtype)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     include = [str(EVAL_TASKS_DIR)] + args.include_path
     # indexing lm-eval's own ~15k task files takes seconds: only when a task needs them
     task_manager = TaskManager(include_path=include, include_defaults=False)
