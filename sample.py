@@ -118,7 +118,7 @@ def main(argv):
             print(text)
             print("---------------")
     n = cfg["num_samples"] * cfg["max_new_tokens"]
-    print(f"sampled {n} tokens in {seconds:.2f} s: {n / seconds:,.1f} tokens/s "
+    print(f"sampled {n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):,.1f} tokens/s "
           f"({'cached' if cfg['use_cache'] else 'uncached'}, {device} {dtype})", file=sys.stderr)
     return samples
 

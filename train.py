@@ -519,7 +519,7 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
     if env.ddp:
         # wait here (GIL released) until gloo has finished and freed the last gather's tensors: torn down
         # at once, the process group's destructor (holding the GIL) can deadlock with that cleanup
-        torch.distributed.barrier()
+        torch.distributed.barrier(device_ids=[env.local_rank] if env.device.type == "cuda" else None)
         torch.distributed.destroy_process_group()
     if not finished:
         print(f"error: {reason}", file=sys.stderr)
