@@ -1192,6 +1192,21 @@ class GPT(nn.Module):
             x = block.decode(x, at, cache)
         return self.lm_head(self.transformer.ln_f(x)).view(idx.size(0), -1)  # (B, vocab)
 
+    def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False) -> "StaticDecoder":
+        """The StaticDecoder for this batch size, device, activation dtype and mode, kept on the model and
+        reused by later generate calls (its caches, and its captured graph: capture and, the first time,
+        the Triton compile cost more than a short sample). A new one is made when any weight changed
+        since it was built (the graph holds the old inference forms) or the activation dtype differs."""
+        key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile)
+        weights = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        decoders = self.__dict__.setdefault("_static_decoders", {})  # plain attribute: not a module or buffer
+        entry = decoders.get(key)
+        if entry is None or entry[0] != weights:
+            decoders.clear()  # at most one set of caches alive: a new key (or new weights) replaces them
+            entry = (weights, StaticDecoder(self, batch_size, device=device, use_graph=use_graph, compile=compile))
+            decoders[key] = entry
+        return entry[1]
+
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  use_cache: bool = True, generator: Optional[torch.Generator] = None, decode: str = "auto",
@@ -1212,7 +1227,8 @@ class GPT(nn.Module):
         decoder = None
         if use_cache:
             graph = decode == "graph" or (decode == "auto" and idx.device.type == "cuda")
-            decoder = StaticDecoder(self, idx.size(0), device=idx.device, use_graph=graph, compile=compile)
+            decoder = self.static_decoder(idx.size(0), idx.device, use_graph=graph, compile=compile)
+            decoder.pos = None  # a reused decoder starts over: the first token prefills the prompt
         out = torch.empty(idx.size(0), idx.size(1) + max_new_tokens, dtype=idx.dtype, device=idx.device)
         out[:, :idx.size(1)] = idx
         n = idx.size(1)

@@ -164,3 +164,18 @@ def test_activation_checkpointing_same_gradients(variant):
 def test_activation_checkpointing_is_validated():
     with pytest.raises(ValueError, match="activation_checkpointing"):
         GPTConfig(activation_checkpointing="yes")
+
+
+def test_generate_reuses_its_decoder_until_the_weights_change():
+    model = build("tucker_shared", "rope", None)
+    idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(5))
+    first = model.generate(idx, 10, temperature=0, decode="eager")
+    decoder = model.static_decoder(2, idx.device, use_graph=False)
+    second = model.generate(idx, 10, temperature=0, decode="eager")  # same decoder, prefilled anew
+    assert model.static_decoder(2, idx.device, use_graph=False) is decoder
+    assert torch.equal(first, second)
+    other = build("tucker_shared", "rope", None, seed=7)
+    model.load_state_dict(other.state_dict())
+    assert model.static_decoder(2, idx.device, use_graph=False) is not decoder
+    assert torch.equal(model.generate(idx, 10, temperature=0, decode="eager"),
+                       other.generate(idx, 10, temperature=0, decode="eager"))

@@ -1,6 +1,5 @@
 """sample.py in process on a tiny checkpoint: invalid keys and unreadable checkpoints are one line and
 exit 2, the decode key reaches GPT.generate where it has one, the decode speed goes to stderr."""
-import inspect
 
 import pytest
 import torch
@@ -66,21 +65,28 @@ def test_samples_and_speed_on_stderr(out_dir, gpt2_ranks_file, capsys):
     assert "sampled 10 tokens in" in captured.err and "tokens/s" in captured.err
 
 
-def test_decode_key_reaches_generate_only_where_it_exists(out_dir, gpt2_ranks_file, monkeypatch, capsys):
+def test_decode_key_reaches_generate(out_dir, gpt2_ranks_file, monkeypatch):
     calls = []
+    real = GPT.generate
 
-    def with_decode(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None,
-                    decode="auto"):
+    def spy(self, *args, decode="auto", **kwargs):
         calls.append(decode)
-        return torch.cat([idx, idx[:, :1].repeat(1, max_new_tokens)], dim=1)
+        return real(self, *args, decode=decode, **kwargs)
 
-    def without_decode(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None):
-        calls.append(None)
-        return torch.cat([idx, idx[:, :1].repeat(1, max_new_tokens)], dim=1)
+    monkeypatch.setattr(GPT, "generate", spy)
+    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1"))
+    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=auto", "--num_samples=1"))
+    assert calls == ["eager", "auto"]
 
-    monkeypatch.setattr(GPT, "generate", with_decode)
-    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1"))
-    monkeypatch.setattr(GPT, "generate", without_decode)
-    assert "decode" not in inspect.signature(GPT.generate).parameters
-    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1"))
-    assert calls == ["eager", None]
+
+def test_greedy_text_same_with_and_without_the_cache(out_dir, gpt2_ranks_file):
+    cached = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager"))
+    plain = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--use_cache=False"))
+    assert cached == plain
+
+
+def test_bfloat16_samples_with_bf16_weights(out_dir, gpt2_ranks_file, capsys):
+    samples = sample.main(sample_args(out_dir, gpt2_ranks_file, "--dtype=bfloat16", "--num_samples=2"))
+    assert len(samples) == 2
+    err = capsys.readouterr().err
+    assert "cpu bfloat16" in err and "after the first sample" in err
