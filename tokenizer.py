@@ -54,3 +54,27 @@ def get_gpt2_encoding(ranks_file: str | None = None) -> tiktoken.Encoding:
             f"could not load tiktoken's 'gpt2' encoding ({type(e).__name__}: {e}); "
             f"offline, set {ENV_VAR}=/path/to/gpt2.tiktoken"
         ) from e
+
+
+# -----------------------------------------------------------------------------
+# Tokenizing many documents in a process pool (data/*/prepare.py): each worker builds the encoding
+# once (the initializer), then turns lists of documents into one uint16 array each.
+
+_worker_encoding = None
+
+
+def init_worker(ranks_file=None) -> None:
+    """Pool initializer (also called in-process when there is no pool): the worker's encoding."""
+    global _worker_encoding
+    _worker_encoding = get_gpt2_encoding(ranks_file)
+
+
+def encode_documents(docs):
+    """Documents -> one uint16 array: each document's tokens (encode_ordinary) followed by EOT."""
+    import numpy as np  # only the data preparation needs numpy here
+
+    ids = []
+    for doc in docs:
+        ids.extend(_worker_encoding.encode_ordinary(doc))
+        ids.append(EOT)
+    return np.array(ids, dtype=np.uint16)  # vocab 50257 < 2**16: lossless

@@ -37,11 +37,10 @@ import time
 from collections import deque
 from pathlib import Path
 
-import numpy as np
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.enwiki.prepare ...")
-from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
+from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ENV_VAR = "TUCKER_ENWIKI_DIR"
@@ -99,23 +98,7 @@ def split_articles(text: str) -> list:
 
 
 # -----------------------------------------------------------------------------
-# tokenizing
-
-_enc = None  # per-process encoding, built once by the pool initializer
-
-
-def _init_worker(ranks_file):
-    global _enc
-    _enc = get_gpt2_encoding(ranks_file)
-
-
-def _tokenize(articles):
-    """Articles -> one uint16 array: each article's tokens followed by EOT."""
-    out = []
-    for a in articles:
-        out.extend(_enc.encode_ordinary(a))
-        out.append(EOT)
-    return np.array(out, dtype=np.uint16)  # vocab 50257 < 2**16: lossless
+# tokenizing (the pool workers are tokenizer.init_worker / encode_documents)
 
 
 def _chunks(articles, chunk_chars):
@@ -177,9 +160,9 @@ def tokenize_to_file(articles, path: Path, pool, desc, chunk_chars=1 << 20, max_
         pending = deque()
         for chunk in _chunks(articles, chunk_chars):
             if pool is None:  # num_proc=1: in this process (easy to debug)
-                drain(_tokenize(chunk), len(chunk))
+                drain(encode_documents(chunk), len(chunk))
                 continue
-            pending.append((pool.apply_async(_tokenize, (chunk,)), len(chunk)))
+            pending.append((pool.apply_async(encode_documents, (chunk,)), len(chunk)))
             if len(pending) >= max_inflight:
                 res, n = pending.popleft()
                 drain(res.get(), n)
@@ -216,9 +199,9 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
     meta = {"dataset": "enwiki", "tokenizer": "gpt2", "vocab_size": VOCAB_SIZE, "dtype": "uint16",
             "eot_token": EOT, "num_proc": num_proc}
     t_all = time.time()
-    pool = mp.Pool(num_proc, initializer=_init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
+    pool = mp.Pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
     if pool is None:
-        _init_worker(ranks_file)
+        init_worker(ranks_file)
     tmps, ok = {}, False
     try:
         for split in SPLITS:

@@ -30,30 +30,14 @@ import numpy as np
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.openwebtext.prepare ...")
-from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
+from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 HF_DATASET = "openwebtext"  # nanoGPT's name; newer hubs also host it as "Skylion007/openwebtext"
 DEFAULT_NUM_PROC = min(8, os.cpu_count() or 1)  # nanoGPT uses 8 workers
 
 # -----------------------------------------------------------------------------
-# tokenization workers
-
-_enc = None  # per-process encoding, built once by the pool initializer
-
-
-def _init_worker(ranks_file):
-    global _enc
-    _enc = get_gpt2_encoding(ranks_file)
-
-
-def _tokenize_chunk(docs):
-    """List of documents -> one uint16 array: tokens of each document, each followed by EOT."""
-    ids = []
-    for doc in docs:
-        ids.extend(_enc.encode_ordinary(doc))
-        ids.append(EOT)
-    return np.array(ids, dtype=np.uint16)  # vocab 50257 < 2**16, so uint16 is lossless
+# progress (the pool workers are tokenizer.init_worker / encode_documents)
 
 
 class _Progress:
@@ -116,9 +100,9 @@ def write_tokens(docs, path, pool, desc, total=None, chunk_docs=256, max_infligh
             pending = collections.deque()  # (AsyncResult, n_docs), in submission order
             for chunk in _chunks(docs, chunk_docs):
                 if pool is None:  # num_proc=1: tokenize in-process (easy to debug)
-                    drain(_tokenize_chunk(chunk), len(chunk))
+                    drain(encode_documents(chunk), len(chunk))
                     continue
-                pending.append((pool.apply_async(_tokenize_chunk, (chunk,)), len(chunk)))
+                pending.append((pool.apply_async(encode_documents, (chunk,)), len(chunk)))
                 if len(pending) >= max_inflight:
                     drain(*pending.popleft())
             while pending:
@@ -227,9 +211,9 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
         "seed": seed,
         "sources": sources,
     }
-    pool = mp.Pool(num_proc, initializer=_init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
+    pool = mp.Pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
     if pool is None:
-        _init_worker(ranks_file)
+        init_worker(ranks_file)
     try:
         for name, (make_docs, total) in splits.items():
             n_tok, n_doc = write_tokens(make_docs(), out_dir / f"{name}.bin", pool, desc=name,
