@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from checkpoint import make_checkpoint, save_checkpoint
 from model import GPT, GPTConfig
 from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding
 
@@ -223,8 +224,9 @@ def test_end_to_end_simple_evaluate(ez, tmp_path, gpt2_ranks_file):
     config = GPTConfig(**CONFIG)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    torch.save({"model": GPT(config).state_dict(), "model_config": config.to_dict(), "iter_num": 0,
-                "best_val_loss": 10.0}, out_dir / "ckpt.pt")
+    model = GPT(config)
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(str(out_dir / "ckpt.pt"), make_checkpoint(model, optimizer, {}, best_val_loss=10.0))
 
     data, tasks = tmp_path / "data", tmp_path / "tasks"
     data.mkdir()
