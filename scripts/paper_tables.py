@@ -385,11 +385,12 @@ def format_override(key, value) -> str:
 
 
 def default_train_keys() -> dict:
-    """Every key train.py accepts, with its default: train.DEFAULTS itself (importing train.py
-    runs nothing; its main() is guarded), so parse_config type-checks and rejects unknown
-    keys exactly as a real run would."""
-    import train  # lazy: torch and the training loop are not needed to read the rows
-    return dict(train.DEFAULTS)
+    """Every key train.py accepts, with its default (train_config's training keys and every
+    GPTConfig field, as train.DEFAULTS is built), so parse_config type-checks and rejects
+    unknown keys exactly as a real run would, without importing the training script."""
+    from model import GPTConfig  # lazy: torch is not needed to read the rows
+    from train_config import TRAIN_DEFAULTS
+    return {**TRAIN_DEFAULTS, **{f.name: f.default for f in dataclasses.fields(GPTConfig)}}
 
 
 def build_config(row: Row, rope: str) -> dict:

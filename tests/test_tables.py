@@ -292,3 +292,11 @@ def test_results_tables_and_plots(tmp_path):
     assert by[("mha", "off")]["attn_params_mb"] == pytest.approx(56.623104)
     for png in ("pareto_attn_params.png", "pareto_kv_cache.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_default_train_keys_are_train_py_keys():
+    """paper_tables resolves configs with the keys train.py accepts, without importing train.py:
+    the two key sets (and defaults) must not drift apart."""
+    import train
+    from scripts.paper_tables import default_train_keys
+    assert default_train_keys() == dict(train.DEFAULTS)
