@@ -115,8 +115,13 @@ def main(argv: Optional[List[str]] = None) -> dict:
         c = model.config
         print(f"{label}: {path} ({c.attn}, {c.n_layer} layers, d={c.n_embd}, nH={c.n_head})")
         results.append(dict(label=label, path=str(path), model_config=c.to_dict(), spectra=attention_spectra(model)))
-    os.makedirs(args.out, exist_ok=True)
-    paths = plot(results, args.out)
+    return write(results, args.out)
+
+
+def write(results: List[dict], out_dir: str) -> dict:
+    """The two figures and spectrum.json for `results` ([{label, path, model_config, spectra}])."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = plot(results, out_dir)
     data = dict(
         note="normalized singular values (divided by the largest) of the mode-j unfoldings of W (pre) and W~ "
              "(post), per layer; mode1 = heads (nH values), mode2 = query/output and mode3 = key/value (d values)",
@@ -124,10 +129,48 @@ def main(argv: Optional[List[str]] = None) -> dict:
                           spectra={t: {m: [[float(f"{v:.8g}") for v in s] for s in per_layer]
                                        for m, per_layer in r["spectra"][t].items()} for t in TENSORS})
                      for r in results])
-    json_path = os.path.join(args.out, "spectrum.json")
+    json_path = os.path.join(out_dir, "spectrum.json")
     with open(json_path, "w") as f:
         json.dump(data, f)
     print("wrote " + ", ".join(paths + [json_path]))
+    return data
+
+
+def energy(s: np.ndarray, r: int) -> float:
+    """Share of the squared singular values s kept by the leading r: the squared Frobenius norm a
+    rank-r truncation of that one unfolding keeps (1 - energy is its squared relative error)."""
+    s2 = np.asarray(s, dtype=np.float64) ** 2
+    total = s2.sum()
+    return float(s2[:r].sum() / total) if total > 0 else 1.0
+
+
+def write_energy(results: List[dict], ranks: List[List[int]], out_dir: str) -> dict:
+    """energy.json and energy.md: per checkpoint, tensor (W, W~), mode and layer, the energy kept at
+    every rank the Tucker targets use in that mode (ranks: [(r1, r2, r3), ...])."""
+    per_mode = {f"mode{m}": sorted({r[m - 1] for r in ranks}, reverse=True) for m in (1, 2, 3)}
+    data = dict(note="energy(r) = sum of the r largest squared singular values / sum of all, per mode unfolding "
+                     "and layer; ranks = the Tucker targets' (r1, r2, r3)", ranks=per_mode, checkpoints=[])
+    lines = ["Energy kept at each rank: sum_{k<=r} s_k^2 / sum_k s_k^2 of each mode unfolding, per layer "
+             "(W: pre-softmax, W~: post-softmax; mode 1 heads, 2 query/output, 3 key/value).", ""]
+    cols = [(t, m, r) for t in TENSORS for m in per_mode for r in per_mode[m]]
+    name = {"pre": "W", "post": "W~"}
+    for res in results:
+        layers = len(res["spectra"]["pre"]["mode1"])
+        table = {t: {m: {str(r): [energy(res["spectra"][t][m][i], r) for i in range(layers)] for r in per_mode[m]}
+                     for m in per_mode} for t in TENSORS}
+        data["checkpoints"].append(dict(label=res["label"], path=res["path"], energy=table))
+        lines += [f"**{res['label']}** (`{res['path']}`)", "",
+                  "| layer | " + " | ".join(f"{name[t]} {m}@{r}" for t, m, r in cols) + " |",
+                  "| ---: | " + " | ".join("---:" for _ in cols) + " |"]
+        for i in range(layers):
+            lines.append(f"| {i} | " + " | ".join(f"{table[t][m][str(r)][i]:.3f}" for t, m, r in cols) + " |")
+        lines.append("| mean | " + " | ".join(f"{np.mean(table[t][m][str(r)]):.3f}" for t, m, r in cols) + " |")
+        lines.append("")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "energy.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    with open(os.path.join(out_dir, "energy.md"), "w") as f:
+        f.write("\n".join(lines))
     return data
 
 

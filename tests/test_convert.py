@@ -2,6 +2,7 @@
 exact conversions at full rank, monotone HOSVD errors, the checkpoint train.py and sample.py read,
 the Hugging Face GPT-2 loader."""
 import json
+import math
 import os
 
 import numpy as np
@@ -288,3 +289,75 @@ def test_from_hf_gpt2_gives_the_hf_logits():
     with pytest.warns(UserWarning, match="GELU"):
         cv.from_hf_gpt2(transformers.GPT2LMHeadModel(transformers.GPT2Config(
             n_embd=D, n_head=NH, n_layer=1, n_positions=8, vocab_size=61, bos_token_id=0, eos_token_id=0)))
+
+
+# ---------------------------------------------------------------------------------------
+# The conversion study (scripts/convert_study.py) end to end on tiny CPU checkpoints
+
+
+def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
+    """The study's command on checkpoints train.py made (MHA learned and RoPE, Tucker for the spectra):
+    every (positions, target) row with the converted loss, the loss after 2 fine-tune iterations, the
+    from-scratch loss read from a given summary.json; full-rank Tucker exact with learned positions and
+    not with RoPE; spectra and energy of MHA, Tucker and a random init; a re-run skips every step."""
+    import train
+    from scripts import convert_study
+    data, runs, scratch = tmp_path / "data", tmp_path / "runs", tmp_path / "scratch"
+    write_data(data, n=1200)
+    shape = [f"--{k}={v}" for k, v in TINY.items()]
+    common = [f"--data_dir={data}", "--device=cpu", "--compile=False", "--dtype=float32", "--max_iters=3",
+              "--eval_interval=3", "--eval_iters=1", "--eval_full_val=True", "--batch_size=4", "--warmup_iters=0",
+              "--lr_decay_iters=3", "--learning_rate=3e-3", "--min_lr=1e-3", "--log_interval=1", *shape]
+    for name, extra in (("mha-rope_off", ["--attn=mha"]), ("mha-rope_on", ["--attn=mha", "--pos_emb=rope"]),
+                        ("tucker_2_8_8-rope_off", ["--attn=tucker", "--tucker_ranks=2,8,8"])):
+        train.main([*common, f"--out_dir={runs / name}", *extra])
+    for row, loss in (("gqa2-rope_off-s1337", 4.25), ("mla_shared_latent8-rope_on-s1337", 3.5)):
+        (scratch / row).mkdir(parents=True)
+        (scratch / row / "summary.json").write_text(json.dumps({"final_val_loss": loss, "iters": 1300, "finished": True}))
+    argv = ["--mha", str(runs / "mha-rope_off"), str(runs / "mha-rope_on"), "--tucker", str(runs / "tucker_2_8_8-rope_off"),
+            f"--data_dir={data}", f"--work_dir={tmp_path / 'work'}", f"--results_dir={tmp_path / 'convert'}",
+            f"--spectra_dir={tmp_path / 'spectra'}", f"--scratch_dir={scratch}", "--targets", "tucker_2_16_16", "gqa2",
+            "mla_shared8", "--finetune_iters", "0", "2", "--finetune_eval_iters=1", "--device=cpu", "--inprocess",
+            "--err_windows=2"]
+    convert_study.main(argv)
+    saved = json.loads((tmp_path / "convert" / "table.json").read_text())
+    rows = {(r["positions"], r["target"]): r for r in saved["rows"]}
+    targets = ["tucker_2_16_16", "gqa2", "mla_shared8", "tucker_full"]
+    assert sorted(rows) == sorted((p, t) for p in ("learned", "rope") for t in targets)
+    assert saved["setup"]["finetune"]["lr"] == pytest.approx(1e-3)  # the source run's min_lr, constant
+    for (pos, target), r in rows.items():
+        assert math.isfinite(r["converted_val_loss"]) and len(r["W_rel_err_layers"]) == TINY["n_layer"]
+        if target == "tucker_full":
+            assert r["finetune_curve"] == {}
+            continue
+        assert r["finetune_finished"] and sorted(r["finetune_curve"]) == ["0", "2"]
+        # train.py's iteration-0 evaluation of the converted checkpoint is the study's own evaluation
+        assert r["finetune_curve"]["0"] == pytest.approx(r["converted_val_loss"], rel=1e-5)
+        assert r["finetuned_val_loss"]["2"] == r["finetune_curve"]["2"] != r["converted_val_loss"]
+        log = (tmp_path / "work" / pos / target / "finetune" / "log.jsonl").read_text()
+        assert all(json.loads(line)["lr"] == pytest.approx(1e-3) for line in log.splitlines())
+    learned, rope = rows[("learned", "tucker_full")], rows[("rope", "tucker_full")]
+    assert learned["converted_val_loss"] == pytest.approx(learned["source_val_loss_reevaluated"], abs=1e-5)
+    assert learned["logit_rel_err"] < 1e-5 and max(learned["attn_out_rel_err_layers"]) < 1e-5
+    assert rope["logit_rel_err"] > 1e-3 and rope["attn_out_rel_err_mean"] > 1e-3  # latent RoPE != head-dim RoPE
+    assert rows[("learned", "gqa2")]["scratch"] == {"row": "gqa2", "final_val_loss": 4.25, "iters": 1300, "finished": True}
+    assert rows[("rope", "mla_shared8")]["scratch"]["row"] == "mla_shared_latent8"
+    assert rows[("rope", "gqa2")]["scratch"] is None and rows[("learned", "mla_shared8")]["scratch"] is None
+    table = (tmp_path / "convert" / "table.md").read_text()
+    assert "| target | attn params | KV/token/layer | converted | +2 it | from scratch |" in table
+    gqa_line = next(line for line in table.splitlines() if line.startswith("| gqa2 |"))
+    assert f"| {rows[('learned', 'gqa2')]['converted_val_loss']:.3f} |" in gqa_line and "| 4.250 (1300 it) |" in gqa_line
+    assert "3.500 (1300 it, mla_shared_latent8)" in table and table.count("not run") == 4  # 4 rows lack a run
+    assert (tmp_path / "convert" / "finetune.png").stat().st_size > 1000
+    spectra = json.loads((tmp_path / "spectra" / "spectrum.json").read_text())
+    assert [c["label"] for c in spectra["checkpoints"]] == ["MHA learned", "MHA rope", "Tucker 2-8-8 learned",
+                                                             "random init (MHA)"]
+    energy = json.loads((tmp_path / "spectra" / "energy.json").read_text())
+    assert energy["ranks"] == {"mode1": [2], "mode2": [16], "mode3": [16]}
+    mha_e, tucker_e = (c["energy"]["pre"]["mode2"]["16"] for c in energy["checkpoints"][::2][:2])
+    assert all(0 < e < 1 for e in mha_e) and tucker_e == pytest.approx([1.0, 1.0])  # Tucker's r2 = 8 <= 16
+    assert "| mean |" in (tmp_path / "spectra" / "energy.md").read_text()
+    capsys.readouterr()
+    convert_study.main(argv)  # resumable: nothing converted, fine-tuned or recomputed again
+    out = capsys.readouterr().out
+    assert out.count("skip ") == 2 * 4 + 2 * 3 + 1 and "$ " not in out
