@@ -345,8 +345,13 @@ class Study:
 
     def spectra(self, sources: list, ranks: list):
         out = Path(self.args.spectra_dir)
+        if self.out_of_time():
+            self.say("time budget spent: spectra not computed")
+            return
         entries = [(f"MHA {s['tag']}", s["path"], s["model"]) for s in sources]
-        if self.args.tucker:
+        if self.args.tucker and not (Path(self.args.tucker) / "ckpt.pt").exists() and not Path(self.args.tucker).is_file():
+            print(f"warning: no checkpoint in {self.args.tucker}: spectra without a trained Tucker", file=sys.stderr)
+        elif self.args.tucker:
             tm, _ = load_checkpoint(self.args.tucker)
             c = tm.config
             name = "Tucker " + "-".join(map(str, c.tucker_ranks)) + (" rope" if c.pos_emb == "rope" else " learned")
