@@ -60,8 +60,9 @@ def attention_spectra(model, dense_limit: int = DENSE_LIMIT) -> Dict[str, Dict[s
     return out
 
 
-def plot(results: List[dict], out_dir: str) -> List[str]:
-    """One figure per tensor, one panel per mode: ribbon (min..max over layers) and median per checkpoint."""
+def plot(results: List[dict], out_dir: str, title: str = "") -> List[str]:
+    """One figure per tensor, one panel per mode: ribbon (min..max over layers) and median per checkpoint;
+    `title` goes before each figure's heading."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -85,7 +86,7 @@ def plot(results: List[dict], out_dir: str) -> List[str]:
             ax.grid(True, which="major", alpha=0.3)
         axes[0].set_ylabel("normalized singular value")
         axes[0].legend()
-        fig.suptitle(("pre-softmax" if name == "pre" else "post-softmax") +
+        fig.suptitle(title + ("pre-softmax" if name == "pre" else "post-softmax") +
                      " attention tensor: ribbon = min..max over layers, line = median")
         fig.tight_layout()
         path = os.path.join(out_dir, f"spectrum_{name}.png")
