@@ -39,9 +39,12 @@ TRAINING_KEYS = MODEL_KEYS + ("optimizer", "iter_num", "best_val_loss", "best_it
 
 def make_checkpoint(model, optimizer, config: dict, iter_num: int = 0, best_val_loss: float = math.inf,
                     best_iter: int = -1, bad_evals: int = 0, val_loss=None, sampler_state=None, rng_states=None,
-                    **extra) -> dict:
-    """The checkpoint dict of the layout above (extra keys, e.g. a converter's notes, are kept as given)."""
-    return {"model": model.state_dict(), "model_config": model.config.to_dict(), "optimizer": optimizer.state_dict(),
+                    model_state=None, optimizer_state=None, **extra) -> dict:
+    """The checkpoint dict of the layout above (extra keys, e.g. a converter's notes, are kept as given).
+    model_state / optimizer_state replace model.state_dict() / optimizer.state_dict() (train.py's FSDP
+    path passes the full, gathered ones, in the same layout)."""
+    return {"model": model.state_dict() if model_state is None else model_state, "model_config": model.config.to_dict(),
+            "optimizer": optimizer.state_dict() if optimizer_state is None else optimizer_state,
             "config": config, "iter_num": iter_num, "best_val_loss": best_val_loss, "best_iter": best_iter,
             "bad_evals": bad_evals, "val_loss": val_loss, "sampler_state": sampler_state, "rng_states": rng_states,
             "git_commit": git_commit(), **extra}

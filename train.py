@@ -4,6 +4,7 @@ Train a GPT with any attention of the paper, on one device or with DDP under tor
     python train.py config/shakespeare_tucker.py --max_iters=2000
     python train.py config/shakespeare_tucker.py --device=cpu --compile=False --n_layer=2 --max_iters=50
     torchrun --standalone --nproc_per_node=8 train.py config/owt_tucker.py
+    torchrun --standalone --nproc_per_node=8 train.py config/owt2_llama1b_tucker_32_64_64.py --fsdp=True
 
 Every training key (train_config.py) and every GPTConfig field (model.py) can be set from a config
 file or as --key=value (configurator.py: type-checked, unknown keys rejected). Any invalid key,
@@ -11,6 +12,11 @@ data file, checkpoint or out_dir stops the run with one line `error: ...` (exit 
 is built or written. The run writes into out_dir: config.json (the resolved config), log.jsonl
 (one JSON line per log/eval), ckpt.pt (checkpoint.py: written atomically; --init_from=resume
 continues exactly) and summary.json (the results file every table reads).
+
+With --fsdp=True under torchrun, each block and then the whole model are sharded with FSDP2
+(torch.distributed.fsdp.fully_shard) instead of wrapped in DDP; ckpt.pt stays the same single file
+(full weights, AdamW state in optimizer.state_dict()'s layout), so a run resumes on any number of
+processes, FSDP or not, and sample.py reads it as any other.
 
 The steps, in order: configure (keys, checkpoint, data checked) -> setup (DDP, device, out_dir)
 -> build (model, optimizer, data; fresh or resumed) -> the loop (evaluate and checkpoint every
@@ -146,6 +152,7 @@ class Env:
     autocast: object  # torch.autocast for bf16/fp16, else a no-op context
     data_dir: str
     out_dir: str
+    fsdp: bool = False  # FSDP2-sharded (under torchrun with fsdp=True), else DDP when ddp
 
     @property
     def master(self) -> bool:
@@ -168,7 +175,7 @@ class Run:
     cfg: dict
     env: Env
     model: torch.nn.Module  # what forward and backward run on: compiled and/or DDP-wrapped
-    raw_model: GPT  # what is saved and measured
+    raw_model: GPT  # what is saved and measured (under FSDP: the sharded GPT, parameters are DTensors)
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     batches: Batches  # training windows
@@ -269,7 +276,9 @@ def setup(cfg: dict) -> Env:
         torch.backends.cudnn.allow_tf32 = True
     autocast = (torch.autocast(device_type=device.type, dtype=getattr(torch, dtype)) if dtype != "float32"
                 else nullcontext())
-    return Env(ddp, rank, local_rank, world, device, dtype, autocast, data_dir_of(cfg), out_dir)
+    if cfg["fsdp"] and not ddp and rank == 0:
+        print("fsdp=True without torchrun: one process, nothing to shard; training unsharded")
+    return Env(ddp, rank, local_rank, world, device, dtype, autocast, data_dir_of(cfg), out_dir, fsdp=cfg["fsdp"] and ddp)
 
 
 def make_out_dir(out_dir: str) -> None:
@@ -302,13 +311,18 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
         if checkpoint.get("sampler_state") is not None:  # else: a fresh sampler from this run's seed
             batches.gen.set_state(checkpoint["sampler_state"])
     model.to(env.device)
+    if env.fsdp:  # every rank holds the same full weights (same seed, or the checkpoint): each keeps its shard
+        shard_model(model, env)
     optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]),
                                            env.device.type)
     scaler = torch.amp.GradScaler(env.device.type, enabled=(env.dtype == "float16"))
     # dropout: every rank continues its own saved RNG stream, or starts its own seeded one
     saved = None
     if checkpoint is not None:
-        optimizer.load_state_dict(checkpoint["optimizer"])
+        if env.fsdp:
+            load_sharded_optimizer_state(model, optimizer, checkpoint["optimizer"])
+        else:
+            optimizer.load_state_dict(checkpoint["optimizer"])
         if checkpoint.get("scaler"):
             scaler.load_state_dict(checkpoint["scaler"])
         saved = saved_rng_state(checkpoint, env.rank)
@@ -321,17 +335,104 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
     raw_model = model
     if cfg["compile"]:
         model = torch.compile(model)
-    if env.ddp:
+    if env.ddp and not env.fsdp:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda"
                                                           else None)
     return Run(cfg, env, model, raw_model, optimizer, scaler, batches, state, resumed=checkpoint is not None)
+
+
+# ----------------------------------------------------------------------------------------
+# FSDP2: sharding, and the full (single-file) checkpoint state gathered from and scattered to the shards
+
+FULL_STATE = dict(full_state_dict=True, cpu_offload=True)
+
+
+def shard_model(model: GPT, env: Env) -> None:
+    """The FSDP2 recipe: fully_shard each transformer block, then the whole model (embeddings, final
+    norm, lm_head: the tied wte/lm_head weight lives in the root group). On CUDA with bf16/fp16 the
+    weights are all-gathered in that dtype and gradients reduced in float32 (autocast stays on)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    kw = {}
+    if env.device.type == "cuda" and env.dtype != "float32":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, env.dtype), reduce_dtype=torch.float32)
+    for block in model.transformer.h:
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
+
+
+def _param_names(model, optimizer) -> list:
+    """The parameter names in optimizer.state_dict()'s numbering (its groups' parameters, in order)."""
+    names = {id(p): n for n, p in model.named_parameters()}  # a tied weight: its first name, as FSDP's own
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def full_optimizer_state(model, optimizer) -> dict:
+    """All ranks: the sharded AdamW state gathered into optimizer.state_dict()'s layout (integer ids);
+    full on rank 0, {} elsewhere."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    osd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(**FULL_STATE))
+    if not osd:
+        return {}
+    ids = {name: i for i, name in enumerate(_param_names(model, optimizer))}
+    return {"state": {ids[k]: v for k, v in osd["state"].items()},
+            "param_groups": [{**g, "params": [ids[k] for k in g["params"]]} for g in osd["param_groups"]]}
+
+
+def load_sharded_optimizer_state(model, optimizer, state: dict) -> None:
+    """Every rank: optimizer.state_dict()-layout `state` (full tensors, from ckpt.pt) into the sharded
+    optimizer; each rank keeps its shard."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    names = _param_names(model, optimizer)
+    groups = state["param_groups"]
+    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in optimizer.param_groups]:
+        raise ValueError("the checkpoint's optimizer state does not match the model's parameters")
+    osd = {"state": {names[i]: v for i, v in state["state"].items()},
+           "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in groups]}
+    set_optimizer_state_dict(model, optimizer, osd, options=StateDictOptions(full_state_dict=True))
+
+
+def full_model_state(run) -> Optional[dict]:
+    """The model's state_dict with plain full tensors: gathered on every rank under FSDP (rank 0 gets
+    it, the others {}); None otherwise (make_checkpoint then takes model.state_dict())."""
+    if not run.env.fsdp:
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(run.raw_model, options=StateDictOptions(**FULL_STATE))
+
+
+def split_loss_even(model, path: str, block_size: int, batch_size: int, n_batches: int, full: bool, device,
+                    autocast, seed: int, rank: int, world: int) -> float:
+    """split_loss for FSDP: every rank runs the same number of forwards (each forward all-gathers
+    weights, a collective), a rank without a batch left repeats its first one and drops the result;
+    the same batches and the same number as split_loss."""
+    batches = Batches(path, block_size, batch_size, seed=seed)
+    if full:
+        chunks = list(torch.arange(0, batches.n_tokens - block_size, block_size).split(batch_size))
+    else:
+        chunks = list(batches.draw(n_batches))
+    if not chunks:
+        raise ValueError(f"no batches to evaluate {path} on (n_batches={n_batches})")
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(2, device=device, dtype=torch.float64)
+    for j in range(rank, rank + math.ceil(len(chunks) / world) * world, world):
+        X, Y = batches.get(chunks[j if j < len(chunks) else 0], device)
+        with torch.no_grad(), autocast:
+            _, loss = model(X, Y)
+        if j < len(chunks):
+            total[0] += loss.double() * Y.numel()
+            total[1] += Y.numel()
+    torch.distributed.all_reduce(total)
+    model.train(was_training)
+    return (total[0] / total[1]).item()
 
 
 def evaluate(run: Run) -> dict:
     """Mean loss on train (eval_iters random batches from a fixed generator: the same batches at
     every evaluation) and val (the same, or the whole split in order), over all ranks."""
     cfg, env = run.cfg, run.env
-    return {split: split_loss(run.model, os.path.join(env.data_dir, f"{split}.bin"), run.raw_model.config.block_size,
+    loss_of = split_loss_even if env.fsdp else split_loss
+    return {split: loss_of(run.model, os.path.join(env.data_dir, f"{split}.bin"), run.raw_model.config.block_size,
                               cfg["batch_size"], cfg["eval_iters"], split == "val" and cfg["eval_full_val"], env.device,
                               env.autocast, seed=cfg["seed"] + 1, rank=env.rank, world=env.world)
             for split in ("train", "val")}
@@ -347,7 +448,10 @@ def train_step(run: Run, timer: PhaseTimer, timed: bool) -> torch.Tensor:
     loss_sum = torch.zeros((), device=env.device)
     for micro in range(accum):
         X, Y = run.batches.get(offsets[micro], env.device)
-        sync = nullcontext() if (not env.ddp or micro == accum - 1) else model.no_sync()
+        last = micro == accum - 1
+        if env.fsdp:  # reduce-scatter gradients only after the last micro-step (DDP: no_sync before it)
+            run.raw_model.set_requires_gradient_sync(last)
+        sync = nullcontext() if (not env.ddp or env.fsdp or last) else model.no_sync()
         with sync:
             t0 = timer.mark()
             with env.autocast:
@@ -361,7 +465,7 @@ def train_step(run: Run, timer: PhaseTimer, timed: bool) -> torch.Tensor:
     t3 = timer.mark()
     if cfg["grad_clip"] != 0.0:
         run.scaler.unscale_(run.optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])  # FSDP: DTensor grads, global norm
     run.scaler.step(run.optimizer)
     run.scaler.update()
     run.optimizer.zero_grad(set_to_none=True)
@@ -372,17 +476,21 @@ def train_step(run: Run, timer: PhaseTimer, timed: bool) -> torch.Tensor:
 
 
 def save(run: Run) -> None:
-    """Checkpoint (called on every rank: each rank's RNG state is gathered; rank 0 writes)."""
+    """Checkpoint (called on every rank: each rank's RNG state is gathered, and under FSDP the full
+    weights and AdamW state; rank 0 writes)."""
     rng = [rng_state(run.env.device)]
     if run.env.ddp:
         rng = [None] * run.env.world
         torch.distributed.all_gather_object(rng, rng_state(run.env.device))
+    model_state = full_model_state(run)
+    optimizer_state = full_optimizer_state(run.raw_model, run.optimizer) if run.env.fsdp else None
     if run.env.master:
         s = run.state
         save_checkpoint(run.ckpt_path, make_checkpoint(
             run.raw_model, run.optimizer, run.cfg, iter_num=s.iter_num, best_val_loss=s.best_val,
             best_iter=s.best_iter, bad_evals=s.bad_evals, val_loss=s.val_loss,
-            sampler_state=run.batches.gen.get_state(), rng_states=rng, scaler=run.scaler.state_dict()))
+            sampler_state=run.batches.gen.get_state(), rng_states=rng, scaler=run.scaler.state_dict(),
+            model_state=model_state, optimizer_state=optimizer_state))
 
 
 def log(run: Run, record: dict) -> None:
@@ -437,9 +545,11 @@ def after_eval(run: Run, losses: dict, lr: float, elapsed: float, start_iter: in
 
 
 def weight_checksums(run: Run) -> list:
-    """Three checksums of the weights per rank: DDP must leave them identical."""
+    """Three checksums of the weights per rank: DDP must leave them identical (FSDP: of the full
+    weights each rank gathers from the shards)."""
     with torch.no_grad():
-        flat = torch.cat([p.detach().double().flatten() for p in run.raw_model.parameters()])
+        full = [p.full_tensor() if run.env.fsdp else p for p in run.raw_model.parameters()]
+        flat = torch.cat([p.detach().double().flatten() for p in full])
         index = torch.arange(flat.numel(), device=flat.device, dtype=torch.float64)
         checksum = [flat.sum().item(), flat.abs().sum().item(), (flat * index).sum().item()]
     if not run.env.ddp:
@@ -473,7 +583,7 @@ def open_outputs(run: Run) -> None:
     print(format_config(cfg))
     print(f"model: {m.get_num_params() / 1e6:.2f}M params, attention {m.attn_params() / 1e6:.3f}M, KV cache "
           f"{m.kv_values_per_token_per_layer()} values/token/layer; {run.tokens_per_iter:,} tokens/iter; "
-          f"device {env.device} {env.dtype}; {env.world} process(es)")
+          f"device {env.device} {env.dtype}; {env.world} process(es){' (FSDP)' if env.fsdp else ''}")
     write_json(os.path.join(env.out_dir, "config.json"), {**cfg, "device": str(env.device), "dtype": env.dtype,
                                                           "world_size": env.world})
     trim_log(run.log_path, run.state.iter_num if run.resumed else -1)

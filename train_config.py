@@ -45,6 +45,7 @@ TRAIN_DEFAULTS = dict(
     device="",  # 'cuda', 'cuda:1', 'cpu', 'mps'; '' = cuda if available else cpu
     dtype="",  # 'float32' | 'bfloat16' | 'float16'; '' = bfloat16 on a GPU that has it, else float32
     compile=False,  # torch.compile the model (worth it on GPU)
+    fsdp=False,  # under torchrun: shard weights, gradients and AdamW state over the processes (FSDP2) instead of DDP
     seed=1337,  # model init, data sampling and dropout
     peak_tflops=790.0,  # bf16 matmul TFLOP/s of one GPU, for MFU (790 = measured on H200)
 )
@@ -87,3 +88,9 @@ def validate_train_config(cfg: dict) -> None:
     if not cfg["data_dir"] and not cfg["dataset"]:
         raise ValueError("dataset='' is empty: give the dataset name (data/<dataset>) or data_dir")
     check_device(cfg["device"])
+    if cfg["fsdp"]:
+        if cfg["dtype"] == "float16":
+            raise ValueError("fsdp=True with dtype='float16' is not supported: allowed dtype 'bfloat16' or 'float32' "
+                             "(float16 needs a gradient scaler over sharded gradients)")
+        if cfg["device"].startswith("mps"):
+            raise ValueError(f"fsdp=True on device={cfg['device']!r} is not supported: allowed 'cuda' or 'cpu'")
