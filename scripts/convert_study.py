@@ -521,13 +521,14 @@ def main(argv=None):
     ap.add_argument("--dtype", default="", help="evaluation/fine-tune dtype (default: the source run's on GPU, float32 on CPU)")
     ap.add_argument("--gpus", default="", help="physical GPU ids for the fine-tunes, one run per GPU at a time (default: one at a time on --device)")
     ap.add_argument("--time_budget", type=float, default=0, help="no conversion or fine-tune starts after this many seconds (0: none)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads of this process (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads of this process (0: torch's default, less 2 per GPU of --gpus)")
     ap.add_argument("--inprocess", action="store_true", help="fine-tunes in this process, one after another (CPU smoke tests)")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    targets = list(args.targets) + ([FULL] if args.full_rank_check and FULL not in args.targets else [])
     study = Study(args)
+    if args.threads or study.gpus:  # leave cores to the fine-tune processes (eager training is launch-bound)
+        torch.set_num_threads(args.threads or max(2, (os.cpu_count() or 4) - 2 * len(study.gpus)))
+    targets = list(args.targets) + ([FULL] if args.full_rank_check and FULL not in args.targets else [])
     study.work.mkdir(parents=True, exist_ok=True)
     sources = []
     for path in args.mha:
@@ -551,7 +552,10 @@ def main(argv=None):
         for target in targets:
             ev = study.convert_one(src, target, finetune and target != FULL)
             if ev is not None and finetune and target != FULL:
-                study.futures.append(study.pool.submit(study.finetune, src, target))
+                if args.inprocess:  # train.main in this thread (it redirects this process's stdout)
+                    study.finetune(src, target)
+                else:
+                    study.futures.append(study.pool.submit(study.finetune, src, target))
     if args.spectra_dir:
         ranks = sorted({target_kwargs(t, sources[0]["model"].config)["ranks"] for t in targets
                         if t.startswith("tucker") and t != FULL})

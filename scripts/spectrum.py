@@ -17,6 +17,10 @@ Writes into --out:
     spectrum_post.png   the same for W~
     spectrum.json       the numbers: per checkpoint, tensor, mode and layer, the normalized
                         singular values (all min(rows, cols) of them, zeros included)
+
+`write(results, out_dir)` writes these for spectra computed elsewhere, and `write_energy(results,
+ranks, out_dir)` the energy each rank keeps per mode and layer (energy.md, energy.json; used by
+scripts/convert_study.py).
 """
 from __future__ import annotations
 
