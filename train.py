@@ -546,12 +546,20 @@ def after_eval(run: Run, losses: dict, lr: float, elapsed: float, start_iter: in
 
 def weight_checksums(run: Run) -> list:
     """Three checksums of the weights per rank: DDP must leave them identical (FSDP: of the full
-    weights each rank gathers from the shards)."""
+    weights each rank gathers from the shards, one parameter at a time: no full float64 copy)."""
     with torch.no_grad():
-        full = [p.full_tensor() if run.env.fsdp else p for p in run.raw_model.parameters()]
-        flat = torch.cat([p.detach().double().flatten() for p in full])
-        index = torch.arange(flat.numel(), device=flat.device, dtype=torch.float64)
-        checksum = [flat.sum().item(), flat.abs().sum().item(), (flat * index).sum().item()]
+        if run.env.fsdp:
+            sums, offset = torch.zeros(3, dtype=torch.float64, device=run.env.device), 0
+            for p in run.raw_model.parameters():
+                flat = p.full_tensor().detach().double().flatten()
+                index = torch.arange(offset, offset + flat.numel(), device=flat.device, dtype=torch.float64)
+                sums += torch.stack([flat.sum(), flat.abs().sum(), (flat * index).sum()])
+                offset += flat.numel()
+            checksum = sums.tolist()
+        else:
+            flat = torch.cat([p.detach().double().flatten() for p in run.raw_model.parameters()])
+            index = torch.arange(flat.numel(), device=flat.device, dtype=torch.float64)
+            checksum = [flat.sum().item(), flat.abs().sum().item(), (flat * index).sum().item()]
     if not run.env.ddp:
         return [checksum]
     checksums = [None] * run.env.world
