@@ -39,7 +39,9 @@ and of a randomly initialized GPT of the first source's shape, plus the energy (
 squared singular values) kept at each rank of the targets, per tensor, mode and layer.
 
 Writes --results_dir/table.md, table.json, finetune.png; --spectra_dir/spectrum_pre.png,
-spectrum_post.png, spectrum.json, energy.md, energy.json. Resumable: a conversion with eval.json
+spectrum_post.png, spectrum.json, energy.md, energy.json (without matplotlib: no figures, a warning;
+`python -m scripts.convert_study --plot_only --results_dir ... --spectra_dir ...` draws them later
+from the JSON). Resumable: a conversion with eval.json
 and a fine-tune with a finished summary.json are skipped (delete a folder to redo it); after
 --time_budget seconds no conversion or fine-tune starts (a started one finishes), and the tables
 say "not run" for what is missing. Every command run is printed.
@@ -461,18 +463,22 @@ def write_tables(study: Study, sources: list, rows: list):
         lines.append("")
     (out / "table.md").write_text("\n".join(lines))
     print("\n".join(lines))
-    plot_finetune(rows, sources, out / "finetune.png")
+    try:
+        plot_finetune(rows, out / "finetune.png")
+    except ImportError as e:  # a GPU machine without matplotlib: --plot_only draws it from table.json later
+        print(f"warning: no finetune.png ({e}); draw it later with --plot_only", file=sys.stderr)
 
 
-def plot_finetune(rows: list, sources: list, path: Path):
+def plot_finetune(rows: list, path: Path):
     """Val loss against fine-tune iterations (0 = converted), per positions setting; dashed: from scratch."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(sources), figsize=(6.5 * len(sources), 4.5), squeeze=False)
+    tags = [t for t in ("learned", "rope") if any(r["positions"] == t for r in rows)]
+    fig, axes = plt.subplots(1, len(tags), figsize=(6.5 * len(tags), 4.5), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, src in zip(axes[0], sources):
-        mine = [r for r in rows if r["positions"] == src["tag"] and r["target"] != FULL]
+    for ax, tag in zip(axes[0], tags):
+        mine = [r for r in rows if r["positions"] == tag and r["target"] != FULL]
         for j, r in enumerate(mine):
             color = colors[j % len(colors)]
             pts = dict(r["finetune_curve"])
@@ -483,9 +489,10 @@ def plot_finetune(rows: list, sources: list, path: Path):
                 ax.plot(xs, [pts[str(x)] for x in xs], "o-", color=color, label=r["target"])
             if r["scratch"]:
                 ax.axhline(r["scratch"]["final_val_loss"], color=color, linestyle="--", linewidth=0.9)
-        if src["summary"].get("final_val_loss") is not None:
-            ax.axhline(src["summary"]["final_val_loss"], color="black", linewidth=1.2, label="MHA source")
-        ax.set_title(f"MHA ({'RoPE' if src['tag'] == 'rope' else 'learned positions'}) converted; dashed: from scratch")
+        source = next((r["source_val_loss"] for r in mine if r["source_val_loss"] is not None), None)
+        if source is not None:
+            ax.axhline(source, color="black", linewidth=1.2, label="MHA source")
+        ax.set_title(f"MHA ({'RoPE' if tag == 'rope' else 'learned positions'}) converted; dashed: from scratch")
         ax.set_xlabel("fine-tune iterations")
         ax.set_ylabel("val loss (whole split)")
         ax.grid(True, alpha=0.3)
@@ -495,7 +502,27 @@ def plot_finetune(rows: list, sources: list, path: Path):
     plt.close(fig)
 
 
+def plot_only(results_dir: str, spectra_dir: str):
+    """Redraw finetune.png and the spectra figures from table.json and spectrum.json (a GPU machine
+    without matplotlib leaves only those)."""
+    saved = read_json(Path(results_dir) / "table.json")
+    if saved:
+        plot_finetune(saved["rows"], Path(results_dir) / "finetune.png")
+        print(f"wrote {results_dir}/finetune.png")
+    if spectra_dir and (Path(spectra_dir) / "spectrum.json").exists():
+        print("wrote " + ", ".join(spectrum.plot(spectrum.load_results(str(Path(spectra_dir) / "spectrum.json")), spectra_dir)))
+
+
 def main(argv=None):
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--plot_only" in argv:  # here, after the GPU run: only the figures
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--plot_only", action="store_true")
+        ap.add_argument("--results_dir", default="results/convert")
+        ap.add_argument("--spectra_dir", default="results/spectra")
+        a = ap.parse_args(argv)
+        return plot_only(a.results_dir, a.spectra_dir)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mha", nargs="+", required=True, help="trained MHA run folders (with ckpt.pt), learned and/or RoPE")
     ap.add_argument("--tucker", help="a trained Tucker run folder, for the spectra")

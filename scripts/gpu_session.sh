@@ -20,9 +20,10 @@
 #                 lacks ckpt.pt (scripts.sweep --save-checkpoints; a folder with a summary but no ckpt.pt is
 #                 cleared first), then python -m scripts.convert_study on them (work folder out-convert,
 #                 results into $WORK/convert and $WORK/spectra, fine-tune logs into $OUT/convert_runs.tar.gz).
-#                 No training, conversion or fine-tune starts after CONVERT_BUDGET seconds (default 450)
-#                 from the stage's start; everything is resumable, so the same call on the warm machine
-#                 continues. Wall time (estimates from the enwiki runs: 140-190 s per training on an H200,
+#                 No training, conversion or fine-tune starts after CONVERT_BUDGET seconds (default 400)
+#                 from the stage's start (a started one finishes: the stage ends up to ~3 min later, so
+#                 give the call budget + 200 s); everything is resumable, so the same call on the warm
+#                 machine continues. Wall time (estimates from the enwiki runs: 140-190 s per training on an H200,
 #                 ~60 ms/iteration compiled; conversions ~10 s each on the CPU; a 300-iteration uncompiled
 #                 fine-tune with 4 whole-val evaluations ~60-90 s): on 4 GPUs ~3.5 min of training (3 runs
 #                 at once) + ~5 min of study (14 conversions overlapping 12 fine-tunes, 4 at a time) = ~9 min,
@@ -99,7 +100,7 @@ for st in "$@"; do
     convert)
         python3 -m data.enwiki.prepare --unpack .carry/enwiki > "$WORK/enwiki_unpack.log" 2>&1 || { tail "$WORK/enwiki_unpack.log"; continue; }
         cg=${CONVERT_GPUS:-$([[ -n $ENWIKI_PID ]] && echo 0 || seq -s, 0 $((NGPU - 1)))}
-        deadline=$(($(date +%s) + ${CONVERT_BUDGET:-450}))
+        deadline=$(($(date +%s) + ${CONVERT_BUDGET:-400}))
         STAGE_GPUS=$cg stage convert_train convert_train "$cg" $deadline
         left=$((deadline - $(date +%s))); [[ $left -gt 0 ]] || left=1  # 1: only the tables from what exists
         STAGE_GPUS=$cg stage convert python3 -m scripts.convert_study \

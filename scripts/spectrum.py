@@ -100,6 +100,15 @@ def plot(results: List[dict], out_dir: str, title: str = "") -> List[str]:
     return paths
 
 
+def load_results(json_path: str) -> List[dict]:
+    """`results` as `write` takes them, back from a spectrum.json (to redraw its figures)."""
+    with open(json_path) as f:
+        data = json.load(f)
+    return [dict(label=c["label"], path=c["path"], model_config=c["model_config"],
+                 spectra={t: {m: [np.asarray(s, dtype=np.float64) for s in per_layer] for m, per_layer in c["spectra"][t].items()}
+                          for t in TENSORS}) for c in data["checkpoints"]]
+
+
 def main(argv: Optional[List[str]] = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoints", nargs="+", help="out_dir folders (with ckpt.pt) or .pt files")
@@ -124,9 +133,14 @@ def main(argv: Optional[List[str]] = None) -> dict:
 
 
 def write(results: List[dict], out_dir: str) -> dict:
-    """The two figures and spectrum.json for `results` ([{label, path, model_config, spectra}])."""
+    """The two figures (if matplotlib is there) and spectrum.json for `results`
+    ([{label, path, model_config, spectra}])."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = plot(results, out_dir)
+    try:
+        paths = plot(results, out_dir)
+    except ImportError as e:  # a GPU machine without matplotlib: the JSON still holds everything
+        print(f"warning: no figures ({e}); draw them later from spectrum.json", file=sys.stderr)
+        paths = []
     data = dict(
         note="normalized singular values (divided by the largest) of the mode-j unfoldings of W (pre) and W~ "
              "(post), per layer; mode1 = heads (nH values), mode2 = query/output and mode3 = key/value (d values)",

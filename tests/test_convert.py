@@ -357,6 +357,11 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
     mha_e, tucker_e = (c["energy"]["pre"]["mode2"]["16"] for c in energy["checkpoints"][::2][:2])
     assert all(0 < e < 1 for e in mha_e) and tucker_e == pytest.approx([1.0, 1.0])  # Tucker's r2 = 8 <= 16
     assert "| mean |" in (tmp_path / "spectra" / "energy.md").read_text()
+    for png in (tmp_path / "convert" / "finetune.png", tmp_path / "spectra" / "spectrum_pre.png"):
+        png.unlink()
+    convert_study.main(["--plot_only", f"--results_dir={tmp_path / 'convert'}", f"--spectra_dir={tmp_path / 'spectra'}"])
+    assert (tmp_path / "convert" / "finetune.png").stat().st_size > 1000  # redrawn from the JSON files
+    assert (tmp_path / "spectra" / "spectrum_pre.png").stat().st_size > 1000
     capsys.readouterr()
     convert_study.main(argv)  # resumable: nothing converted, fine-tuned or recomputed again
     out = capsys.readouterr().out
