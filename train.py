@@ -567,7 +567,20 @@ def weight_checksums(run: Run) -> list:
     return checksums
 
 
-def write_summary(run: Run, finished: bool, reason: str, wall: float, timer: PhaseTimer, checksums: list) -> None:
+def peak_memory(run: Run) -> Optional[list]:
+    """Peak GPU memory allocated by tensors, GiB, one entry per rank (DDP vs FSDP); None on CPU."""
+    if run.env.device.type != "cuda":
+        return None
+    mine = torch.cuda.max_memory_allocated(run.env.device) / 2**30
+    if not run.env.ddp:
+        return [mine]
+    peaks = [None] * run.env.world
+    torch.distributed.all_gather_object(peaks, mine)
+    return peaks
+
+
+def write_summary(run: Run, finished: bool, reason: str, wall: float, timer: PhaseTimer, checksums: list,
+                  peak_gib: Optional[list] = None) -> None:
     """out_dir/summary.json: the results file every table reads (valid JSON: non-finite numbers are null)."""
     cfg, env, s, m = run.cfg, run.env, run.state, run.raw_model
     write_json(os.path.join(env.out_dir, "summary.json"), {
@@ -578,7 +591,7 @@ def write_summary(run: Run, finished: bool, reason: str, wall: float, timer: Pha
         "kv_values_per_token_per_layer": m.kv_values_per_token_per_layer(),
         "device_name": torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else "cpu",
         "torch_version": torch.__version__, "finished": finished, "stopped_reason": reason,
-        "rank_weight_checksums": checksums,
+        "rank_weight_checksums": checksums, "peak_memory_gib": peak_gib,
     })
 
 
@@ -627,9 +640,10 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
     """summary.json, the last line, process group down; exit 1 unless the run finished."""
     env, s = run.env, run.state
     finished = reason in ("max_iters", "eval_only") or reason.startswith("early stop")
+    peak_gib = peak_memory(run)  # before the checksums' gathers add to it
     checksums = weight_checksums(run)
     if env.master:
-        write_summary(run, finished, reason, wall, timer, checksums)
+        write_summary(run, finished, reason, wall, timer, checksums, peak_gib)
         print(f"{'done' if finished else 'stopped'}: {reason}; best val loss {s.best_val:.4f} at iter {s.best_iter}; "
               f"{wall:.1f} s")
     if run.wandb is not None:
