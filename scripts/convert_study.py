@@ -206,22 +206,33 @@ class Study:
     # --- sources ----------------------------------------------------------------------------
 
     def load_source(self, path: str) -> dict:
+        """The source MHA (on the CPU, float32), its run's keys and summary; None (a warning) if its
+        run has not finished (a checkpoint of a run cut off mid-way is not the trained model)."""
+        summary = read_json(Path(path) / "summary.json") or {}
+        if not summary.get("finished") and not self.args.allow_unfinished:
+            print(f"warning: {path}: its summary.json does not say finished (run cut off?): skipped "
+                  "(--allow_unfinished converts it anyway)", file=sys.stderr)
+            return None
+        stamp = os.path.getmtime(os.path.join(path, "ckpt.pt") if os.path.isdir(path) else path)
         model, ckpt = load_checkpoint(path)
         model = model.float().eval()
         cfg = dict(ckpt.get("config") or {})
-        summary = read_json(Path(path) / "summary.json") or {}
         cfg = {**cfg, **(summary.get("config") or {})}  # the run's resolved training keys
         del ckpt
         tag = "rope" if model.config.pos_emb == "rope" else "learned"
         dtype = self.args.dtype or (cfg.get("dtype") if self.device.type == "cuda" else "float32") or "float32"
-        src = dict(path=str(path), tag=tag, rope=rope_tag(model.config), model=model, cfg=cfg, dtype=dtype,
+        src = dict(path=str(path), tag=tag, rope=rope_tag(model.config), model=model, cfg=cfg, dtype=dtype, stamp=stamp,
                    summary={k: summary.get(k) for k in ("final_val_loss", "best_val_loss", "iters", "attn_params",
                                                          "kv_values_per_token_per_layer", "wall_time_s", "git_commit")})
         ev_path = self.work / tag / "source_eval.json"
         ev = read_json(ev_path)
+        if ev is not None and ev.get("source_stamp") != stamp:  # a new checkpoint: all of this source's work is stale
+            self.say(f"{path} changed since {self.work / tag} was made: redoing it")
+            shutil.rmtree(self.work / tag)
+            ev = None
         if ev is None:
             dev_model = model.to(self.device)
-            ev = dict(val_loss=self.full_val(dev_model, dtype))
+            ev = dict(val_loss=self.full_val(dev_model, dtype), source=str(path), source_stamp=stamp)
             model.cpu()
             ev_path.parent.mkdir(parents=True, exist_ok=True)
             ev_path.write_text(json.dumps(ev))
@@ -550,6 +561,7 @@ def main(argv=None):
     ap.add_argument("--time_budget", type=float, default=0, help="no conversion or fine-tune starts after this many seconds (0: none)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads of this process (0: torch's default, less 2 per GPU of --gpus)")
+    ap.add_argument("--allow_unfinished", action="store_true", help="convert a source whose run did not finish")
     ap.add_argument("--inprocess", action="store_true", help="fine-tunes in this process, one after another (CPU smoke tests)")
     args = ap.parse_args(argv)
     study = Study(args)
@@ -562,7 +574,9 @@ def main(argv=None):
         if not (Path(path) / "ckpt.pt").exists() and not Path(path).is_file():
             print(f"warning: no checkpoint in {path}: skipped", file=sys.stderr)
             continue
-        sources.append(study.load_source(path))
+        src = study.load_source(path)
+        if src is not None:
+            sources.append(src)
     if not sources:
         sys.exit("error: no MHA checkpoint to convert")
     if len({s["tag"] for s in sources}) != len(sources):

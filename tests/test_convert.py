@@ -366,3 +366,7 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
     convert_study.main(argv)  # resumable: nothing converted, fine-tuned or recomputed again
     out = capsys.readouterr().out
     assert out.count("skip ") == 2 * 4 + 2 * 3 + 1 and "$ " not in out
+    summary = runs / "mha-rope_off" / "summary.json"  # a run cut off mid-way is not a source
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "finished": False}))
+    with pytest.raises(SystemExit, match="no MHA checkpoint"):
+        convert_study.main(["--mha", str(runs / "mha-rope_off"), *argv[3:]])
