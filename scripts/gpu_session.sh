@@ -17,7 +17,7 @@
 #   convert       the conversion study (issue 17; results/convert/README.md), on the GPUs of CONVERT_GPUS
 #                 (default: all, or GPU 0 alone while an enwiki stage runs): unpacks .carry/enwiki, trains
 #                 with checkpoints whatever of out-enwiki/runs/{mha-rope_off,mha-rope_on,tucker_8_64_64-rope_off}-s1337
-#                 lacks ckpt.pt (scripts.sweep --save-checkpoints; a folder with a summary but no ckpt.pt is
+#                 lacks ckpt.pt or did not finish (scripts.sweep --save-checkpoints; such a folder is
 #                 cleared first), then python -m scripts.convert_study on them (work folder out-convert,
 #                 results into $WORK/convert and $WORK/spectra, fine-tune logs into $OUT/convert_runs.tar.gz).
 #                 No training, conversion or fine-tune starts after CONVERT_BUDGET seconds (default 400)
@@ -67,8 +67,10 @@ CONVERT_RUNS="mha-rope_off-s1337 mha-rope_on-s1337 tucker_8_64_64-rope_off-s1337
 convert_train() {  # gpus deadline(epoch s): the checkpointed enwiki runs the conversion study reads
     local gpus=$1 deadline=$2 r; local -a g=(${gpus//,/ })
     local -a sw=(python3 -m scripts.sweep enwiki --seeds 1337 --results_dir out-enwiki/runs --save-checkpoints)
-    for r in $CONVERT_RUNS; do  # a summary without its checkpoint (copied results) would be skipped by sweep
-        [[ -f out-enwiki/runs/$r/ckpt.pt ]] || rm -rf "out-enwiki/runs/$r"
+    for r in $CONVERT_RUNS; do  # a summary without its checkpoint (copied results) would be skipped by sweep;
+        # an unfinished run restarts clean (as in enwiki_gpu.sh)
+        [[ -f out-enwiki/runs/$r/ckpt.pt ]] && grep -q '"finished": *true' "out-enwiki/runs/$r/summary.json" 2>/dev/null \
+            || rm -rf "out-enwiki/runs/$r"
     done
     if [[ ${#g[@]} -ge 3 ]]; then
         "${sw[@]}" --rows mha --rope both --jobs 2 --gpus "${g[0]},${g[1]}" --time_budget $((deadline - $(date +%s))) &
