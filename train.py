@@ -349,7 +349,7 @@ FULL_STATE = dict(full_state_dict=True, cpu_offload=True)
 
 def shard_model(model: GPT, env: Env) -> None:
     """The FSDP2 recipe: fully_shard each transformer block, then the whole model (embeddings, final
-    norm, lm_head: the tied wte/lm_head weight lives in the root group). On CUDA with bf16/fp16 the
+    norm, lm_head: the tied wte/lm_head weight lives in the root group). On CUDA with bf16 the
     weights are all-gathered in that dtype and gradients reduced in float32 (autocast stays on)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     kw = {}
@@ -403,7 +403,7 @@ def full_model_state(run) -> Optional[dict]:
 def split_loss_even(model, path: str, block_size: int, batch_size: int, n_batches: int, full: bool, device,
                     autocast, seed: int, rank: int, world: int) -> float:
     """split_loss for FSDP: every rank runs the same number of forwards (each forward all-gathers
-    weights, a collective), a rank without a batch left repeats its first one and drops the result;
+    weights, a collective); a rank without a batch left reruns the first batch and drops the result;
     the same batches and the same number as split_loss."""
     batches = Batches(path, block_size, batch_size, seed=seed)
     if full:
