@@ -230,7 +230,7 @@ def configure(argv):
         try:
             check_token_file(path, gptconf.vocab_size, gptconf.block_size)
         except FileNotFoundError:
-            fail(f"{path} not found: run `python data/{cfg['dataset']}/prepare.py` first (or set --data_dir)")
+            fail(f"{path} not found: run `python -m data.{cfg['dataset']}.prepare` first (or set --data_dir)")
         except ValueError as e:
             fail(str(e))
     return cfg, gptconf, checkpoint

@@ -157,7 +157,7 @@ def test_clear_errors_before_any_model(args, message, data_dir, tmp_path):
 
 def test_missing_data_says_how_to_prepare(tmp_path):
     proc = run(["train.py", *TINY, f"--data_dir={tmp_path}", f"--out_dir={tmp_path}"], check=False)
-    assert proc.returncode == 2 and "prepare.py" in proc.stderr
+    assert proc.returncode == 2 and "python -m data.shakespeare.prepare" in proc.stderr
 
 
 def test_non_finite_loss_stops_and_keeps_checkpoint(data_dir, tmp_path):
