@@ -9,6 +9,7 @@ windows of block_size + 1 tokens from it; `split_loss` is the token-mean loss of
     loss = split_loss(model, "data/shakespeare/val.bin", block_size=256, batch_size=16, n_batches=0,
                       full=True, device=torch.device("cpu"))
 """
+import math
 import os
 from contextlib import nullcontext
 
@@ -83,11 +84,13 @@ class Batches:
 
 @torch.no_grad()
 def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: int, full: bool, device,
-               autocast=nullcontext(), seed: int = 0, rank: int = 0, world: int = 1) -> float:
+               autocast=nullcontext(), seed: int = 0, rank: int = 0, world: int = 1, even: bool = False) -> float:
     """Token-mean loss of `model` on a token file: every non-overlapping block_size window in order
     (full=True, deterministic), or n_batches random batches from a generator seeded with `seed`
     (the same batches every call). Under DDP each rank takes every world-th batch and the sums
-    are reduced, so every rank returns the same number."""
+    are reduced, so every rank returns the same number. even=True (FSDP, where every forward
+    all-gathers weights, a collective): every rank runs the same number of forwards; a rank with
+    no batch left reruns the first one and drops its result (the same batches, the same number)."""
     batches = Batches(path, block_size, batch_size, seed=seed)
     if full:
         chunks = list(torch.arange(0, batches.n_tokens - block_size, block_size).split(batch_size))
@@ -98,12 +101,14 @@ def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: in
     was_training = model.training
     model.eval()
     total = torch.zeros(2, device=device, dtype=torch.float64)  # (sum of token losses, tokens)
-    for j in range(rank, len(chunks), world):
-        X, Y = batches.get(chunks[j], device)
+    stop = rank + math.ceil(len(chunks) / world) * world if even else len(chunks)
+    for j in range(rank, stop, world):
+        X, Y = batches.get(chunks[j if j < len(chunks) else 0], device)
         with autocast:
             _, loss = model(X, Y)
-        total[0] += loss.double() * Y.numel()
-        total[1] += Y.numel()
+        if j < len(chunks):
+            total[0] += loss.double() * Y.numel()
+            total[1] += Y.numel()
     if world > 1:
         torch.distributed.all_reduce(total)
     model.train(was_training)

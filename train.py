@@ -400,41 +400,13 @@ def full_model_state(run) -> Optional[dict]:
     return get_model_state_dict(run.raw_model, options=StateDictOptions(**FULL_STATE))
 
 
-def split_loss_even(model, path: str, block_size: int, batch_size: int, n_batches: int, full: bool, device,
-                    autocast, seed: int, rank: int, world: int) -> float:
-    """split_loss for FSDP: every rank runs the same number of forwards (each forward all-gathers
-    weights, a collective); a rank without a batch left reruns the first batch and drops the result;
-    the same batches and the same number as split_loss."""
-    batches = Batches(path, block_size, batch_size, seed=seed)
-    if full:
-        chunks = list(torch.arange(0, batches.n_tokens - block_size, block_size).split(batch_size))
-    else:
-        chunks = list(batches.draw(n_batches))
-    if not chunks:
-        raise ValueError(f"no batches to evaluate {path} on (n_batches={n_batches})")
-    was_training = model.training
-    model.eval()
-    total = torch.zeros(2, device=device, dtype=torch.float64)
-    for j in range(rank, rank + math.ceil(len(chunks) / world) * world, world):
-        X, Y = batches.get(chunks[j if j < len(chunks) else 0], device)
-        with torch.no_grad(), autocast:
-            _, loss = model(X, Y)
-        if j < len(chunks):
-            total[0] += loss.double() * Y.numel()
-            total[1] += Y.numel()
-    torch.distributed.all_reduce(total)
-    model.train(was_training)
-    return (total[0] / total[1]).item()
-
-
 def evaluate(run: Run) -> dict:
     """Mean loss on train (eval_iters random batches from a fixed generator: the same batches at
     every evaluation) and val (the same, or the whole split in order), over all ranks."""
     cfg, env = run.cfg, run.env
-    loss_of = split_loss_even if env.fsdp else split_loss
-    return {split: loss_of(run.model, os.path.join(env.data_dir, f"{split}.bin"), run.raw_model.config.block_size,
+    return {split: split_loss(run.model, os.path.join(env.data_dir, f"{split}.bin"), run.raw_model.config.block_size,
                               cfg["batch_size"], cfg["eval_iters"], split == "val" and cfg["eval_full_val"], env.device,
-                              env.autocast, seed=cfg["seed"] + 1, rank=env.rank, world=env.world)
+                              env.autocast, seed=cfg["seed"] + 1, rank=env.rank, world=env.world, even=env.fsdp)
             for split in ("train", "val")}
 
 
