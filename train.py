@@ -601,8 +601,11 @@ def log_progress(run: Run, loss: torch.Tensor, lr: float, n: int, seconds: float
     dt = seconds / n
     util = mfu.update(iters_done, n, seconds)
     if env.master:
+        # MFU is against a GPU's bf16 peak: on a CPU it would only print 0.0%
+        mfu_text = "" if env.device.type != "cuda" else \
+            f", mfu/GPU {f'{util * 100:.1f}%' if util >= 0 else '(warm-up)'}"
         print(f"iter {s.iter_num}: loss {lossf:.4f}, lr {lr:.2e}, {dt * 1e3:.1f} ms/iter, "
-              f"{run.tokens_per_iter / dt:,.0f} tok/s, mfu/GPU {f'{util * 100:.1f}%' if util >= 0 else '(warm-up)'}")
+              f"{run.tokens_per_iter / dt:,.0f} tok/s{mfu_text}")
     log(run, {"iter": s.iter_num, "loss": lossf, "lr": lr, "ms_per_iter": dt * 1e3,
               "tokens_per_s": run.tokens_per_iter / dt, "mfu": util if util >= 0 else None})
     return None
