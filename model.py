@@ -361,6 +361,14 @@ def decode_attention(q, k, v, length, *, scale, rope=None):
     return dispatch(q, k, v, length, scale=scale, rope=rope)
 
 
+@torch.compiler.disable
+def tucker_decode_attention(q_lat, G, k, v, G_post, length, *, scale, rope=None, q_pos=None):
+    """Tucker's decode attention with the per-head cores fused (decode_attention.tucker_decode_attention):
+    q_lat (B, r2), G (nH, r2, r3), k (B, 1, L, r3), v (B, 1, L, r~3), G_post (nH, r~2, r~3) -> (B, r~2)."""
+    from decode_attention import tucker_decode_attention as dispatch
+    return dispatch(q_lat, G, k, v, G_post, length, scale=scale, rope=rope, q_pos=q_pos)
+
+
 def _normal_(t: torch.Tensor, std: float) -> None:
     torch.nn.init.normal_(t, mean=0.0, std=std)
 
@@ -752,6 +760,10 @@ class TuckerAttention(InferenceForm, nn.Module):
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.rope = config.pos_emb == "rope"
+        # decode through decode_attention.tucker_decode_attention (the per-head cores inside the
+        # kernel; with RoPE only for shared KV, whose cache holds unrotated keys). An inference
+        # switch, not a model key: off until the fused kernel's GPU timing beats the unfused step
+        self.fused_decode = False
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:
@@ -871,6 +883,17 @@ class TuckerAttention(InferenceForm, nn.Module):
         down = x.view(B, -1) @ form["W_down"]  # (B, r2 + r3 (+ r~3))
         q_lat, k = down[:, :r2], down[:, r2:r2 + r3]  # (B, r2), (B, r3)
         v = k if self.shared_kv else down[:, r2 + r3:]  # (B, r~3)
+        if self.fused_decode and (self.shared_kv or not self.rope):
+            # the fused kernel applies G_i to q_lat, rotates q_i (and the cached keys, stored unrotated),
+            # attends, and applies G~_i: y_lat = sum_i o_i G~_i^T (B, r~2) in one call
+            cache.write_at(at.pos, **({"kv": k.view(B, 1, 1, r3)} if self.shared_kv else
+                                      {"k": k.view(B, 1, 1, r3), "v": v.view(B, 1, 1, p3)}))
+            k_all, v_all = self.cached_kv(cache)
+            y_lat = tucker_decode_attention(q_lat, form["G"], k_all, v_all, form["G_post"], at.length,
+                                            scale=1.0 / math.sqrt(self.head_dim),
+                                            rope=at.tables if self.rope else None, q_pos=at.pos)
+            y = y_lat @ form["U_out"]  # (B, d)
+            return (y if self.bias is None else y + self.bias).view(B, 1, -1)
         q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
         key_rope = None
         if self.rope:  # at.cos, at.sin: (1, r3/2)
@@ -1197,7 +1220,8 @@ class GPT(nn.Module):
         reused by later generate calls (its caches, and its captured graph: capture and, the first time,
         the Triton compile cost more than a short sample). A new one is made when any weight changed
         since it was built (the graph holds the old inference forms) or the activation dtype differs."""
-        key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile)
+        fused = tuple(getattr(block.attn, "fused_decode", False) for block in self.transformer.h)  # a graph holds its path
+        key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile, fused)
         weights = tuple((p.data_ptr(), p._version) for p in self.parameters())
         decoders = self.__dict__.setdefault("_static_decoders", {})  # plain attribute: not a module or buffer
         entry = decoders.get(key)

@@ -93,13 +93,15 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
         return GPT(cfg).to(torch.bfloat16).eval()
 
 
-MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled")
+MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused")
 MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
     "graph_sdpa": "decode_step in one CUDA graph, attention through the SDPA fallback",
     "graph": "decode_step in one CUDA graph, decode_attention's auto backend (Triton on CUDA)",
     "graph_compiled": "as graph, the step torch.compiled first (fused elementwise kernels)",
+    "graph_fused": "as graph, Tucker layers through the fused-core kernel (TuckerAttention.fused_decode; "
+                   "other variants as graph)",
 }
 
 
@@ -138,6 +140,9 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     step = forward_step if mode == "forward" else static_step
     backend = "sdpa" if mode == "graph_sdpa" else "auto"
     stamps = []  # (start, end) of each timed step
+    fused = [block.attn for block in model.transformer.h if hasattr(block.attn, "fused_decode")]
+    for attn in fused:
+        attn.fused_decode = mode == "graph_fused"
     with attention_backend(backend):
         if mode.startswith("graph"):
             side = torch.cuda.Stream()
@@ -160,6 +165,8 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             stamps.append((a, clock.stamp()))
         clock.sync()  # events can be read only once the device has passed them
         out = (logits if mode.startswith("graph") else step()).float().clone()
+    for attn in fused:
+        attn.fused_decode = False
     # every mode computes what the plain forward computes at that position (bf16 rounding apart)
     ref = forward_step().float()
     check = ((out - ref).norm() / ref.norm()).item()

@@ -179,3 +179,20 @@ def test_generate_reuses_its_decoder_until_the_weights_change():
     assert model.static_decoder(2, idx.device, use_graph=False) is not decoder
     assert torch.equal(model.generate(idx, 10, temperature=0, decode="eager"),
                        other.generate(idx, 10, temperature=0, decode="eager"))
+
+
+@pytest.mark.parametrize("variant,pos_emb", [("tucker_shared", "rope"), ("tucker_shared", "learned"),
+                                             ("tucker", "learned"), ("tucker_post", "learned")])
+def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb):
+    """TuckerAttention.fused_decode: the per-head query and output cores inside
+    decode_attention.tucker_decode_attention (its torch composition on the CPU) give the forward's
+    logits; a model switched to it gets a new decoder (a captured graph holds the old path)."""
+    model = build(variant, pos_emb, None)
+    idx = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(6))
+    before = model.static_decoder(3, idx.device, use_graph=False)
+    for block in model.transformer.h:
+        block.attn.fused_decode = True
+    assert model.static_decoder(3, idx.device, use_graph=False) is not before
+    got = decode_logits(model, idx, prompt=4)
+    ref = model(idx)[0][:, 3:13]
+    assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
