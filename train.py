@@ -334,7 +334,7 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
         torch.manual_seed(cfg["seed"] + 1000 * env.rank + state.iter_num)
     raw_model = model
     if cfg["compile"]:
-        model = torch.compile(model)
+        model = torch.compile(model, mode=cfg["compile_mode"])
     if env.ddp and not env.fsdp:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda"
                                                           else None)

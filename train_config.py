@@ -45,6 +45,9 @@ TRAIN_DEFAULTS = dict(
     device="",  # 'cuda', 'cuda:1', 'cpu', 'mps'; '' = cuda if available else cpu
     dtype="",  # 'float32' | 'bfloat16' | 'float16'; '' = bfloat16 on a GPU that has it, else float32
     compile=False,  # torch.compile the model (worth it on GPU)
+    # torch.compile's mode: 'default'; 'reduce-overhead' also captures the step in CUDA graphs (for
+    # launch-bound steps: small models, many small matmuls as in Tucker); 'max-autotune' tunes matmuls
+    compile_mode="default",
     fsdp=False,  # under torchrun: shard weights, gradients and AdamW state over the processes (FSDP2) instead of DDP
     seed=1337,  # model init, data sampling and dropout
     peak_tflops=790.0,  # bf16 matmul TFLOP/s of one GPU, for MFU (790 = measured on H200)
@@ -53,6 +56,7 @@ TRAIN_DEFAULTS = dict(
 INIT_FROM_CHOICES = ("scratch", "resume")
 DTYPE_CHOICES = ("float32", "bfloat16", "float16")
 BACKEND_CHOICES = ("nccl", "gloo")
+COMPILE_MODE_CHOICES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def validate_train_config(cfg: dict) -> None:
@@ -83,6 +87,7 @@ def validate_train_config(cfg: dict) -> None:
     if cfg["dtype"]:
         one_of("dtype", DTYPE_CHOICES)
     one_of("backend", BACKEND_CHOICES)
+    one_of("compile_mode", COMPILE_MODE_CHOICES)
     if not cfg["out_dir"]:
         raise ValueError("out_dir='' is empty: give the run folder")
     if not cfg["data_dir"] and not cfg["dataset"]:

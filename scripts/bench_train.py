@@ -503,7 +503,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     row["fused_adamw"] = bool(optimizer.defaults.get("fused"))
     net = model
     if args.compile and args.compile_scope == "model":
-        net = torch.compile(model)  # as train.py does: one graph for the whole model and the loss
+        net = torch.compile(model, mode=args.compile_mode)  # as train.py does: one graph for the whole model and the loss
     elif args.compile:
         # regional compilation: each Block is compiled, and the identical blocks share one
         # compiled graph, so compiling costs a fraction; embeddings, lm_head and loss run eager
@@ -847,6 +847,10 @@ def build_parser():
                    help="activation checkpointing (GPTConfig.activation_checkpointing) for rows that would not fit")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the model (default: on for cuda, off for cpu)")
+    p.add_argument("--compile_mode", default="default",
+                   choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                   help="torch.compile's mode (train.py's compile_mode key): 'reduce-overhead' adds CUDA graphs "
+                        "(launch-bound steps such as Tucker's)")
     p.add_argument("--compile_scope", default="model", choices=("model", "blocks"),
                    help="'model': torch.compile(model) as train.py (default); 'blocks': compile each Block "
                         "(one shared graph: much faster to compile; embeddings, lm_head and loss stay eager)")

@@ -14,6 +14,7 @@
 #   decode_llama  bench_decode, the paper's LLaMA-3 1B rows, batch 1, 4k cached (graph mode)
 #   train         bench_train, GPT-2 124M variants beside nanoGPT's bench.py (.carry/nanogpt), with and
 #                 without RoPE, with a profile of MHA and Tucker [8,64,64]
+#   train_graphs  bench_train with compile_mode='reduce-overhead' (CUDA graphs: the launch-bound Tucker step)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
 #   convert       the conversion study (issue 17; results/convert/README.md), on the GPUs of CONVERT_GPUS
 #                 (default: all, or GPU 0 alone while an enwiki stage runs): unpacks .carry/enwiki, trains
@@ -99,6 +100,9 @@ for st in "$@"; do
     train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
             --variants mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4 --profile mha,tucker_8_64_64 \
             --precompile 4 --time_budget 330 --out_dir "$WORK/bench" --name train_gpt2 ;;
+    train_graphs) stage train_graphs python3 -m scripts.bench_train --shapes 12x1024,64x256 --rope both \
+            --variants mha,tucker_8_64_64,tucker_shared_8_64_64 --compile_mode reduce-overhead \
+            --precompile 3 --time_budget 330 --out_dir "$WORK/bench" --name train_gpt2_cudagraphs ;;
     train_llama) stage train_llama python3 -m scripts.bench_train --suite llama1b --variants gqa8,tucker_32_64_64,mha \
             --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b ;;
     convert)

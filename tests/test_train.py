@@ -261,6 +261,7 @@ def train_error(args, capsys) -> str:
     ("--gradient_accumulation_steps=0", "gradient_accumulation_steps"), ("--max_iters=-1", "max_iters"),
     ("--eval_iters=0", "eval_iters"), ("--device=tpu", "device"), ("--device=cuda:x", "device"),
     ("--dtype=float8", "dtype"), ("--weight_decay=-0.1", "weight_decay"), ("--grad_clip=-1.0", "grad_clip"),
+    ("--compile_mode=fast", "compile_mode"),
 ])
 def test_invalid_training_keys_fail_before_anything(arg, key, small_data, tmp_path, capsys):
     out = tmp_path / "never"
