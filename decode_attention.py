@@ -51,7 +51,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -195,12 +195,11 @@ def _as_length(length, q):
 
 
 def _rotate(x, cos, sin):
-    """Rotate-half RoPE of x (..., N, D) by cos/sin (N, D/2), as model.apply_rope, computed in
-    at least fp32 (the cache stays unrotated; only this temporary copy is rotated)."""
+    """model.apply_rope (the one RoPE of the repository) of x (..., N, D) by cos/sin (N, D/2),
+    computed in at least fp32 (the cache stays unrotated; only this temporary copy is rotated)."""
+    from model import apply_rope  # at call time: model imports this module lazily too
     dt = torch.promote_types(x.dtype, torch.float32)
-    x1, x2 = x.to(dt).chunk(2, dim=-1)
-    cos, sin = cos.to(dt), sin.to(dt)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
+    return apply_rope(x.to(dt), cos.to(dt), sin.to(dt)).to(x.dtype)
 
 
 def _sdpa_decode(q, k, v, length, scale, rope):
