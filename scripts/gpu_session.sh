@@ -30,6 +30,20 @@
 #                 fine-tune with 4 whole-val evaluations ~60-90 s): on 4 GPUs ~3.5 min of training (3 runs
 #                 at once) + ~5 min of study (14 conversions overlapping 12 fine-tunes, 4 at a time) = ~9 min,
 #                 one or two calls; on 1 GPU ~10 min of training + ~17 min of study: 3-4 calls.
+#   enwiki_convert=DEADLINE  the rest of the enwiki table and the conversion study in one sitting on 4 GPUs
+#                 (out-enwiki/runs starts as a copy of results/enwiki/runs: finished runs are skipped):
+#                 first the checkpointed seed-2 runs of MHA and Tucker [8,64,64] (both RoPE settings: the
+#                 seed spread and the conversion's sources) on all GPUs, then at once the missing table
+#                 runs on GPUs 2,3 (seed 1 with RoPE, GQA-4 with RoPE, MLA [GQA2 equiv.], latent-RoPE
+#                 MLA) and convert_study on GPUs 0,1 from the seed-2 checkpoints. Nothing starts after
+#                 DEADLINE seconds from the stage's start (a started run finishes, ~2 min); resumable:
+#                 the same stage on the warm machine continues. $OUT/enwiki_runs.tar.gz, convert_runs.tar.gz.
+#   mg_scaling    bench_multigpu scaling: GPT-2 124M MHA and Tucker [8,64,64] at 480 x 1024, 1/2/4 GPUs (DDP)
+#   mg_resume     bench_multigpu resume: MHA on 4 GPUs to iteration 8, continued on 4, 2 and 1 (after mg_scaling:
+#                 its uninterrupted 4-GPU run is the reference)
+#   mg_kill       bench_multigpu kill: SIGKILL one rank of a 2-GPU MHA run; time to exit, checkpoint intact
+#   mg_fsdp       bench_multigpu scaling --modes ddp,fsdp: LLaMA-3 1B GQA-8 and Tucker [32,64,64] on 4 GPUs at
+#                 32 x 4096 (micro-batch 2), enwiki tokens, 12 iterations (warm-up 2: the loss visibly falls), not compiled
 # Timing stages are best run alone: the enwiki stage shares the host CPU with them (launch-bound
 # steps slow down; results/bench/README.md says which 2026-11-26 numbers that affected).
 #   enwiki=ROWS:BUDGET   in the background on GPUs 1.. (all but GPU 0): python -m scripts.sweep enwiki
@@ -44,7 +58,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out-gpu}
 WORK=${WORK:-out-gpu-session}
 mkdir -p "$OUT" "$WORK/bench"
-pack() { tar -czf "$OUT/session.tar.gz" -C "$(dirname "$WORK")" "$(basename "$WORK")"; }
+pack() {  # the session's logs and tables, and the multi-GPU run folders without checkpoints
+    tar -czf "$OUT/session.tar.gz" -C "$(dirname "$WORK")" "$(basename "$WORK")"
+    [[ -d out-multigpu ]] && tar -czf "$OUT/multigpu.tar.gz" --exclude='*.pt' --exclude='*.tmp.*' out-multigpu
+    return 0
+}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if ! python3 -c "import pytest" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -64,6 +82,12 @@ stage() {  # name command...: run on GPU 0, log to $OUT/<name>.log, report the t
     tail -n 40 "$WORK/$name.log" | grep -v "^\s*$" | tail -n 25
     pack
 }
+
+ensure_enwiki() {  # data/enwiki/{train,val}.bin from the carried pack (kept on a warm machine)
+    [[ -s data/enwiki/train.bin && -s data/enwiki/val.bin ]] && return 0
+    python3 -m data.enwiki.prepare --unpack .carry/enwiki > "$WORK/enwiki_unpack.log" 2>&1 || { tail "$WORK/enwiki_unpack.log"; return 1; }
+}
+until_dl() { local l=$(($1 - $(date +%s))); echo $((l > 0 ? l : -1)); }  # seconds left (-1: none; 0 would mean no limit)
 
 CONVERT_RUNS="mha-rope_off-s1337 mha-rope_on-s1337 tucker_8_64_64-rope_off-s1337"
 convert_train() {  # gpus deadline(epoch s): the checkpointed enwiki runs the conversion study reads
@@ -116,6 +140,38 @@ for st in "$@"; do
             --tucker out-enwiki/runs/tucker_8_64_64-rope_off-s1337 --data_dir data/enwiki --work_dir out-convert \
             --results_dir "$WORK/convert" --spectra_dir "$WORK/spectra" --gpus "$cg" --time_budget $left
         [[ -d out-convert ]] && tar -czf "$OUT/convert_runs.tar.gz" --exclude='*.pt' --exclude='*.tmp.*' out-convert ;;
+    enwiki_convert=*)
+        dl=$(($(date +%s) + ${st#enwiki_convert=}))
+        ensure_enwiki || continue
+        mkdir -p out-enwiki/runs && cp -rn results/enwiki/runs/. out-enwiki/runs/
+        SW=(python3 -m scripts.sweep enwiki --results_dir out-enwiki/runs)
+        STAGE_GPUS=0,1,2,3 stage enwiki_seed2 "${SW[@]}" --rows mha,tucker_8_64_64 --rope both --seeds 2 --jobs 4 \
+            --gpus 0,1,2,3 --save-checkpoints --time_budget $(until_dl $dl)
+        ( "${SW[@]}" --rows mha,tucker_8_64_64 --rope on --seeds 1 --jobs 2 --gpus 2,3 --time_budget $(until_dl $dl)
+          "${SW[@]}" --rows gqa4,mla_gqa2_equiv,mla_gqa2_equiv_latent,mla_shared_latent128 --rope both --jobs 2 --gpus 2,3 \
+              --time_budget $(until_dl $dl) ) > "$WORK/enwiki_rest.log" 2>&1 &
+        rest=$!
+        left=$(until_dl $dl); [[ $left -gt 0 ]] || left=1  # 1: only the tables from what exists
+        STAGE_GPUS=0,1 stage convert python3 -m scripts.convert_study \
+            --mha out-enwiki/runs/mha-rope_off-s2 out-enwiki/runs/mha-rope_on-s2 \
+            --tucker out-enwiki/runs/tucker_8_64_64-rope_off-s2 --data_dir data/enwiki --work_dir out-convert \
+            --results_dir "$WORK/convert" --spectra_dir "$WORK/spectra" --gpus 0,1 --time_budget $left
+        wait $rest; echo "== enwiki_rest: exit $? at $(($(date +%s) - t0))s"; grep -v "^\s*$" "$WORK/enwiki_rest.log" | tail -n 20
+        tar -czf "$OUT/enwiki_runs.tar.gz" -C out-enwiki --exclude='*.pt' --exclude='*.tmp.*' runs
+        [[ -d out-convert ]] && tar -czf "$OUT/convert_runs.tar.gz" --exclude='*.pt' --exclude='*.tmp.*' out-convert ;;
+    mg_scaling) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_scaling python3 -m scripts.bench_multigpu scaling \
+            --configs config/enwiki_mha.py,config/enwiki_tucker_8_64_64.py --nprocs 1,2,4 --batch_size 12 \
+            --global_batch 480 --iters 16 --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/scaling -- --data_dir=data/enwiki ;;
+    mg_resume) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_resume python3 -m scripts.bench_multigpu resume --configs config/enwiki_mha.py \
+            --from_nproc 4 --nprocs 4,2,1 --batch_size 12 --global_batch 480 --split_iter 8 --iters 16 \
+            --reference out-multigpu/scaling/enwiki_mha-ddp-4 --out_dir out-multigpu/resume -- --data_dir=data/enwiki ;;
+    mg_kill) ensure_enwiki || continue; STAGE_GPUS=0,1 stage mg_kill python3 -m scripts.bench_multigpu kill --configs config/enwiki_mha.py --nprocs 2 \
+            --batch_size 12 --global_batch 48 --ckpt_every 4 --kill_after_iter 6 --timeout 240 \
+            --out_dir out-multigpu/kill -- --data_dir=data/enwiki ;;
+    mg_fsdp) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_fsdp python3 -m scripts.bench_multigpu scaling \
+            --configs config/owt2_llama1b_gqa8.py,config/owt2_llama1b_tucker_32_64_64.py --modes ddp,fsdp --nprocs 4 \
+            --batch_size 2 --global_batch 32 --iters 12 --skip 5 --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/fsdp \
+            -- --data_dir=data/enwiki --warmup_iters=2 ;;
     enwiki=*)
         spec=${st#enwiki=}; rows=${spec%%:*}; budget=${spec##*:}
         if [[ $NGPU -lt 2 ]]; then echo "enwiki: needs a machine with GPUs beyond GPU 0"; continue; fi

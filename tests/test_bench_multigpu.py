@@ -1,0 +1,94 @@
+"""scripts/bench_multigpu.py on CPU with gloo (what the GPU sitting runs with NCCL): the scaling table's
+runs agree with one process on the same global batch, a 2-process checkpoint continues on 1 process
+exactly as the uninterrupted 2-process run, and a SIGKILLed rank ends the job promptly with the last
+checkpoint intact and resumable."""
+import json
+
+import numpy as np
+import pytest
+
+from scripts import bench_multigpu as bm
+
+TINY = """n_layer = 1
+n_head = 2
+n_embd = 16
+block_size = 16
+vocab_size = 64
+bias = False
+device = 'cpu'
+compile = False
+dtype = 'float32'
+dropout = 0.0
+warmup_iters = 0
+lr_decay_iters = 100
+learning_rate = 1e-3
+"""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multigpu")
+    (root / "data").mkdir()
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        rng.integers(0, 64, 6000).astype(np.uint16).tofile(root / "data" / f"{split}.bin")
+    (root / "tiny.py").write_text(TINY)
+    common = ["--configs", str(root / "tiny.py"), "--batch_size", "2", "--global_batch", "4"]
+    return root, common, ["--", f"--data_dir={root / 'data'}"]
+
+
+@pytest.fixture(scope="module")
+def scaling(setup, monkeypatch_module):
+    root, common, extra = setup
+    return bm.main(["scaling", *common, "--nprocs", "1,2", "--iters", "8", "--skip", "2",
+                    "--out_dir", str(root / "scaling"), *extra])
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OMP_NUM_THREADS", "1")  # two processes on two CI cores
+    yield mp
+    mp.undo()
+
+
+def test_scaling_rows_agree_with_one_process(scaling, setup):
+    root = setup[0]
+    one, two = scaling["rows"]
+    assert (one["nproc"], two["nproc"]) == (1, 2) and one["finished"] and two["finished"]
+    assert two["ranks"] == 2 and two["ranks_identical"]
+    assert sorted(two["losses"]) == list(range(1, 9))
+    assert two["max_loss_diff_vs_first"] < 1e-5 and two["loss_iters_compared"] == 8  # float32: reduction order only
+    assert one["efficiency"] == pytest.approx(1.0)
+    assert two["efficiency"] == pytest.approx(two["tokens_per_s"] / (2 * one["tokens_per_s"]))
+    assert json.loads((root / "scaling" / "scaling.json").read_text())["rows"][1]["nproc"] == 2
+    assert "| tiny | ddp | 2 |" in (root / "scaling" / "scaling.md").read_text()
+
+
+def test_two_process_checkpoint_continues_on_one_process(scaling, setup):
+    root, common, extra = setup
+    res = bm.main(["resume", *common, "--from_nproc", "2", "--nprocs", "1", "--split_iter", "4", "--iters", "8",
+                   "--reference", str(root / "scaling" / "tiny-ddp-2"), "--out_dir", str(root / "resume"), *extra])
+    source, cont = res["runs"]
+    assert source["finished"] and cont["finished"] and cont["nproc"] == 1
+    assert sorted(cont["losses"]) == [5, 6, 7, 8]
+    assert cont["max_loss_diff_vs_uninterrupted"] < 1e-5  # the same curve as the run that was never stopped
+
+
+def test_killed_rank_ends_the_job_with_the_checkpoint_intact(setup, monkeypatch_module):
+    root, common, extra = setup
+    res = bm.main(["kill", *common, "--nprocs", "2", "--ckpt_every", "3", "--kill_after_iter", "4",
+                   "--timeout", "120", "--out_dir", str(root / "kill"), *extra])
+    assert res["exit_code"] not in (0, None)  # torchrun reports the failure ...
+    assert res["seconds_to_exit"] < 60 and res["workers_left"] == []  # ... promptly, no rank left hanging
+    assert res["checkpoint_loads"] and res["checkpoint_iter"] >= 3 and res["checkpoint_iter"] % 3 == 0
+    assert res["temp_files_left"] == []
+    assert res["resume_exit_code"] == 0 and res["resumed_iters"] == res["checkpoint_iter"] + 3
+
+
+def test_bad_batch_split_is_one_line_error(setup):
+    root, common, extra = setup
+    with pytest.raises(SystemExit) as e:
+        bm.main(["scaling", "--configs", str(root / "tiny.py"), "--batch_size", "2", "--global_batch", "6",
+                 "--nprocs", "4", "--out_dir", str(root / "bad"), *extra])
+    assert "do not divide over 4 processes" in str(e.value.code)
