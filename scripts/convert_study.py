@@ -392,6 +392,15 @@ def fmt(x, nd=3):
     return "not run" if x is None else f"{x:.{nd}f}"
 
 
+def scratch_of(target: str, rope: str, scratch_dir, seed: int):
+    """The from-scratch run of a target in the table's runs (RoPE MLA: the latent-RoPE row first), or None."""
+    for row in scratch_rows(target, rope):
+        s = read_json(Path(scratch_dir) / f"{row}-rope_{rope}-s{seed}" / "summary.json")
+        if s and s.get("final_val_loss") is not None:
+            return dict(row=row, final_val_loss=s["final_val_loss"], iters=s.get("iters"), finished=s.get("finished"))
+    return None
+
+
 def collect(study: Study, sources: list, targets: list) -> list:
     a = study.args
     rows = []
@@ -401,13 +410,6 @@ def collect(study: Study, sources: list, targets: list) -> list:
             ev = read_json(tdir / "convert" / "eval.json")
             curve = val_curve(tdir / "finetune")
             ft_summary = read_json(tdir / "finetune" / "summary.json") or {}
-            scratch = None
-            for row in scratch_rows(target, src["rope"]):
-                s = read_json(Path(a.scratch_dir) / f"{row}-rope_{src['rope']}-s{a.scratch_seed}" / "summary.json")
-                if s and s.get("final_val_loss") is not None:
-                    scratch = dict(row=row, final_val_loss=s["final_val_loss"], iters=s.get("iters"),
-                                   finished=s.get("finished"))
-                    break
             rows.append(dict(
                 positions=src["tag"], target=target, source=src["path"],
                 source_val_loss=src["summary"]["final_val_loss"], source_val_loss_reevaluated=src["val_loss_reevaluated"],
@@ -416,7 +418,7 @@ def collect(study: Study, sources: list, targets: list) -> list:
                 finetuned_val_loss={str(n): curve.get(n) for n in study.lengths if n > 0},
                 finetune_curve={str(k): v for k, v in sorted(curve.items())},
                 finetune_finished=bool(ft_summary.get("finished")), finetune_wall_time_s=ft_summary.get("wall_time_s"),
-                scratch=scratch,
+                scratch=scratch_of(target, src["rope"], a.scratch_dir, a.scratch_seed),
                 logit_rel_err=ev and ev["logit_rel_err"], attn_out_rel_err_mean=ev and ev["attn_out_rel_err_mean"],
                 attn_out_rel_err_layers=ev and ev["attn_out_rel_err_layers"],
                 W_rel_err_mean=ev and sum(ev["W_rel_err_layers"]) / len(ev["W_rel_err_layers"]),
@@ -443,41 +445,52 @@ def write_tables(study: Study, sources: list, rows: list):
                  device=str(study.device), gpus=study.gpus, torch_version=torch.__version__,
                  cuda_device=torch.cuda.get_device_name(0) if study.device.type == "cuda" else "cpu",
                  val_loss="the whole val split in order (train.py eval_full_val), bf16 autocast on GPU")
-    (out / "table.json").write_text(json.dumps(dict(setup=setup, rows=rows), indent=1) + "\n")
+    write_saved(dict(setup=setup, rows=rows), out)
 
-    lines = [f"Trained MHA converted into other attentions; val loss on the whole val split of `{a.data_dir}`. "
-             f"Fine-tune: constant lr {lr:g}, fresh AdamW state. Rel. errors: W, W~ = |T - T_conv| / |T| "
-             f"(mean over layers); logits and attention outputs (each layer fed the source's residual stream, mean "
-             f"over layers) on the first {a.err_windows} val windows, float32.", ""]
+
+def write_saved(saved: dict, out: Path):
+    """table.json, table.md (from table.json's contents alone) and finetune.png."""
+    (out / "table.json").write_text(json.dumps(saved, indent=1) + "\n")
+    md = table_markdown(saved)
+    (out / "table.md").write_text(md)
+    print(md)
+    try:
+        plot_finetune(saved["rows"], out / "finetune.png")
+    except ImportError as e:  # a GPU machine without matplotlib: --plot_only draws it from table.json later
+        print(f"warning: no finetune.png ({e}); draw it later with --plot_only", file=sys.stderr)
+
+
+def table_markdown(saved: dict) -> str:
+    setup, rows = saved["setup"], saved["rows"]
+    positive = setup["finetune"]["iters"]
+    lines = [f"Trained MHA converted into other attentions; val loss on the whole val split of `{setup['data_dir']}`. "
+             f"Fine-tune: constant lr {setup['finetune']['lr']:g}, fresh AdamW state. Rel. errors: W, W~ = "
+             f"|T - T_conv| / |T| (mean over layers); logits and attention outputs (each layer fed the source's "
+             f"residual stream, mean over layers) on the first {setup['err_windows']} val windows, float32. From "
+             f"scratch: `{setup['scratch_dir']}`, seed {setup['scratch_seed']}.", ""]
     ft_cols = [f"+{n} it" for n in positive]
-    for src in sources:
-        s = src["summary"]
-        lines += [f"**{'RoPE' if src['tag'] == 'rope' else 'learned positions'}**: source `{src['path']}`, "
+    for tag, s in setup["sources"].items():
+        lines += [f"**{'RoPE' if tag == 'rope' else 'learned positions'}**: source `{s['path']}`, "
                   f"{s.get('iters')} iterations, final val loss {fmt(s.get('final_val_loss'), 4)} "
-                  f"(re-evaluated here: {fmt(src['val_loss_reevaluated'], 4)}), {s.get('attn_params') or 0:,} attn params.", "",
+                  f"(re-evaluated here: {fmt(s.get('val_loss_reevaluated'), 4)}), {s.get('attn_params') or 0:,} attn params.", "",
                   "| target | attn params | KV/token/layer | converted | " + " | ".join(ft_cols) +
                   (" | " if ft_cols else "") + "from scratch | rel. err W | rel. err W~ | logit rel. err | attn-out rel. err |",
                   "| --- | ---: | ---: | ---: | " + "".join("---: | " for _ in ft_cols) + "---: | ---: | ---: | ---: | ---: |"]
         for r in rows:
-            if r["positions"] != src["tag"]:
+            if r["positions"] != tag:
                 continue
             sc = r["scratch"]
             scratch = "n/a" if r["target"] == FULL else ("not run" if sc is None else
                                                         f"{sc['final_val_loss']:.3f} ({sc['iters']} it"
                                                         f"{'' if sc['row'] == r['target'] else ', ' + sc['row']})")
-            fts = ["n/a" if r["target"] == FULL else fmt(r["finetuned_val_loss"][str(n)]) for n in positive]
+            fts = ["n/a" if r["target"] == FULL else fmt(r["finetuned_val_loss"].get(str(n))) for n in positive]
             e = lambda x: "not run" if x is None else f"{x:.3g}"  # noqa: E731
             lines.append(f"| {r['target']} | {r['attn_params'] or 0:,} | {r['kv_values_per_token_per_layer'] or '-'} | "
                          f"{fmt(r['converted_val_loss'])} | " + "".join(f"{v} | " for v in fts) +
                          f"{scratch} | {e(r['W_rel_err_mean'])} | {e(r['Wt_rel_err_mean'])} | "
                          f"{e(r['logit_rel_err'])} | {e(r['attn_out_rel_err_mean'])} |")
         lines.append("")
-    (out / "table.md").write_text("\n".join(lines))
-    print("\n".join(lines))
-    try:
-        plot_finetune(rows, out / "finetune.png")
-    except ImportError as e:  # a GPU machine without matplotlib: --plot_only draws it from table.json later
-        print(f"warning: no finetune.png ({e}); draw it later with --plot_only", file=sys.stderr)
+    return "\n".join(lines)
 
 
 def plot_finetune(rows: list, path: Path):
@@ -513,12 +526,21 @@ def plot_finetune(rows: list, path: Path):
     plt.close(fig)
 
 
-def plot_only(results_dir: str, spectra_dir: str):
+def plot_only(results_dir: str, spectra_dir: str, scratch_dir: str = ""):
     """Redraw finetune.png and the spectra figures from table.json and spectrum.json (a GPU machine
-    without matplotlib leaves only those)."""
+    without matplotlib leaves only those); with scratch_dir, first refresh the from-scratch column from
+    the runs there (table runs that finished after the study) and rewrite table.json and table.md."""
     saved = read_json(Path(results_dir) / "table.json")
     if saved:
-        plot_finetune(saved["rows"], Path(results_dir) / "finetune.png")
+        if scratch_dir:
+            setup = saved["setup"]
+            setup["scratch_dir"] = scratch_dir
+            for r in saved["rows"]:
+                rope = "on" if r["positions"] == "rope" else "off"
+                r["scratch"] = scratch_of(r["target"], rope, scratch_dir, setup["scratch_seed"])
+            write_saved(saved, Path(results_dir))
+        else:
+            plot_finetune(saved["rows"], Path(results_dir) / "finetune.png")
         print(f"wrote {results_dir}/finetune.png")
     if spectra_dir and (Path(spectra_dir) / "spectrum.json").exists():
         print("wrote " + ", ".join(spectrum.plot(spectrum.load_results(str(Path(spectra_dir) / "spectrum.json")), spectra_dir)))
@@ -532,8 +554,9 @@ def main(argv=None):
         ap.add_argument("--plot_only", action="store_true")
         ap.add_argument("--results_dir", default="results/convert")
         ap.add_argument("--spectra_dir", default="results/spectra")
+        ap.add_argument("--scratch_dir", default="", help="refresh the from-scratch column from these runs first")
         a = ap.parse_args(argv)
-        return plot_only(a.results_dir, a.spectra_dir)
+        return plot_only(a.results_dir, a.spectra_dir, a.scratch_dir)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mha", nargs="+", required=True, help="trained MHA run folders (with ckpt.pt), learned and/or RoPE")
     ap.add_argument("--tucker", help="a trained Tucker run folder, for the spectra")

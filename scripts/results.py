@@ -215,7 +215,7 @@ def markdown(table_name, recs, runs_dir) -> str:
     lines = [
         f"# {table_name}: ours vs the paper ({t.paper_label})",
         "",
-        f"GPT-2 124M, N={t.seq_len}. Runs from `{runs_dir}`. Val loss = best validation loss of a run, "
+        f"GPT-2 124M, N={t.seq_len}. Runs from `{shown_path(runs_dir)}`. Val loss = best validation loss of a run, "
         "mean ± sample std over seeds (n = number of seeds). Attn params in MB of bf16 (all layers); "
         f"KV cache for batch 1 and N={t.seq_len} in {u}. Δ = ours − paper. Gap to MHA = "
         "100·(loss / MHA's loss with the same RoPE setting − 1), positive = worse than MHA. "
@@ -403,7 +403,16 @@ def _d(d, band):
     return f"{d:+.3f}" + (f" (noise band ±{band:.3f})" if band is not None else "")
 
 
+def shown_path(p) -> str:
+    """A path as the tables print it: relative to the repository when inside it (no machine-specific prefix)."""
+    try:
+        return str(Path(p).resolve().relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
 def enwiki_markdown(recs, runs_dir, sigma, n_pooled) -> str:
+    runs_dir = shown_path(runs_dir)
     runs = [r for r in recs if r["n_seeds"]]
     walls = [w for r in runs for w in r["wall_time_s"] if w]
     devices = sorted({d for r in runs for d in r["devices"]})
