@@ -18,6 +18,8 @@ measured is what users run; this script only launches, reads summary.json / log.
     python -m scripts.bench_multigpu kill --configs config/enwiki_mha.py --nprocs 2 --batch_size 12 \\
         --global_batch 48 --out_dir out-multigpu/kill -- --data_dir=data/enwiki
 
+`python -m scripts.bench_multigpu render DIR ...` rewrites the .md tables from the .json files.
+
 Arguments after `--` go to every train.py run (last, so they win). Each subcommand writes
 <out_dir>/<subcommand>.json and .md (the table, the commands, the GPU) and keeps every run folder.
 
@@ -182,7 +184,7 @@ def scaling_md(res: dict) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in res["rows"]:
         diff = "-" if r.get("max_loss_diff_vs_first") is None else \
-            f"{r['max_loss_diff_vs_first']:.4f} ({r['loss_iters_compared']})"
+            f"{r['max_loss_diff_vs_first']:.1e} ({r['loss_iters_compared']})"
         lines.append(f"| {Path(r['config']).stem} | {r['mode']} | {r['nproc']} | {fmt(r['ms_per_iter'])} | "
                      f"{fmt(r['tokens_per_s'], ',.0f')} | {fmt(r.get('efficiency'), '.1%')} | "
                      f"{fmt(r['fwd_ms'])} / {fmt(r['bwd_ms'])} / {fmt(r['opt_ms'])} | {fmt(r['peak_memory_gib'], '.2f')} | "
@@ -353,8 +355,31 @@ def kill_md(res: dict) -> str:
         f"{res.get('resumed_iters')} ({'finished' if res.get('resumed_finished') else 'not finished'}) |"])
 
 
+RENDER = {"scaling": scaling_md, "resume": resume_md, "kill": kill_md}
+
+
+def footer(res: dict) -> str:
+    return f"\n\n{res['gpu']} (x{res['gpus_visible']} visible), torch {res['torch_version']}, {res['date']}.\n"
+
+
+def render(out_dir: str) -> list:
+    """Rewrite <kind>.md from <kind>.json in out_dir (after a change to the tables' format)."""
+    done = []
+    for kind, fn in RENDER.items():
+        path = Path(out_dir) / f"{kind}.json"
+        if path.exists():
+            res = json.loads(path.read_text())
+            (Path(out_dir) / f"{kind}.md").write_text(fn(res) + footer(res))
+            done.append(str(Path(out_dir) / f"{kind}.md"))
+    return done
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["render"]:  # python -m scripts.bench_multigpu render DIR [DIR ...]
+        for d in argv[1:]:
+            print("wrote " + ", ".join(render(d)))
+        return None
     extra = []
     if "--" in argv:
         i = argv.index("--")
@@ -403,8 +428,7 @@ def main(argv=None):
     import torch
     res.update(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", gpus_visible=torch.cuda.device_count(),
                torch_version=torch.__version__, extra_args=extra, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    md = {"scaling": scaling_md, "resume": resume_md, "kill": kill_md}[args.kind](res)
-    md += f"\n\n{res['gpu']} (x{res['gpus_visible']} visible), torch {res['torch_version']}, {res['date']}.\n"
+    md = RENDER[args.kind](res) + footer(res)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.kind}.json").write_text(json.dumps(res, indent=1, default=str))

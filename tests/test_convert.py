@@ -362,6 +362,17 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
     convert_study.main(["--plot_only", f"--results_dir={tmp_path / 'convert'}", f"--spectra_dir={tmp_path / 'spectra'}"])
     assert (tmp_path / "convert" / "finetune.png").stat().st_size > 1000  # redrawn from the JSON files
     assert (tmp_path / "spectra" / "spectrum_pre.png").stat().st_size > 1000
+    # a from-scratch run that finished after the study: --scratch_dir refreshes that column from table.json alone
+    (scratch / "gqa2-rope_on-s1337").mkdir()
+    (scratch / "gqa2-rope_on-s1337" / "summary.json").write_text(json.dumps({"final_val_loss": 4.125, "iters": 1300}))
+    convert_study.main(["--plot_only", f"--results_dir={tmp_path / 'convert'}", f"--spectra_dir={tmp_path / 'spectra'}",
+                        f"--scratch_dir={scratch}"])
+    refreshed = json.loads((tmp_path / "convert" / "table.json").read_text())
+    assert {(r["positions"], r["target"]): r for r in refreshed["rows"]}[("rope", "gqa2")]["scratch"]["final_val_loss"] == 4.125
+    assert [r["converted_val_loss"] for r in refreshed["rows"]] == [r["converted_val_loss"] for r in saved["rows"]]
+    table2 = (tmp_path / "convert" / "table.md").read_text()
+    assert "4.125 (1300 it)" in table2 and table2.count("not run") == 3
+    assert table2.replace("4.125 (1300 it)", "not run") == table  # the rest of the table is rebuilt exactly
     capsys.readouterr()
     convert_study.main(argv)  # resumable: nothing converted, fine-tuned or recomputed again
     out = capsys.readouterr().out
