@@ -334,11 +334,20 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
         torch.manual_seed(cfg["seed"] + 1000 * env.rank + state.iter_num)
     raw_model = model
     if cfg["compile"]:
-        model = torch.compile(model, mode=cfg["compile_mode"])
+        model = compile_model(model, cfg, env)
     if env.ddp and not env.fsdp:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda"
                                                           else None)
     return Run(cfg, env, model, raw_model, optimizer, scaler, batches, state, resumed=checkpoint is not None)
+
+
+def compile_model(model: GPT, cfg: dict, env: Env):
+    """torch.compile(model, mode=compile_mode); under DDP, with Dynamo's graph split at the gradient
+    buckets or without it (ddp_split_graph). Dynamo reads that flag when it compiles, at the first call."""
+    if env.ddp and not env.fsdp:
+        from torch import _dynamo
+        _dynamo.config.optimize_ddp = bool(cfg["ddp_split_graph"])
+    return torch.compile(model, mode=cfg["compile_mode"])
 
 
 # ----------------------------------------------------------------------------------------

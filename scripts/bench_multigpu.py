@@ -172,23 +172,39 @@ def scaling(args) -> dict:
                     row["efficiency"] = row["tokens_per_s"] / (k / base["nproc"] * base["tokens_per_s"])
                     row["max_loss_diff_vs_first"], row["loss_iters_compared"] = max_loss_diff(base["losses"], st["losses"])
                 rows.append(row)
-    return dict(kind="scaling", global_batch=args.global_batch, batch_size=args.batch_size, block_size=args.block_size,
-                iters=args.iters, skip=args.skip, rows=rows)
+    return add_ratios(dict(kind="scaling", global_batch=args.global_batch, batch_size=args.batch_size, block_size=args.block_size,
+                iters=args.iters, skip=args.skip, rows=rows))
+
+
+def add_ratios(res: dict) -> dict:
+    """Each row's iteration time against the first config's at the same mode and GPU count."""
+    rows = res["rows"]
+    first = Path(rows[0]["config"]).stem if rows else None
+    res["first_config"] = first
+    for row in rows:
+        ref = next((r for r in rows if Path(r["config"]).stem == first and r["mode"] == row["mode"]
+                    and r["nproc"] == row["nproc"] and r["ms_per_iter"]), None)
+        row["ms_vs_first_config"] = row["ms_per_iter"] / ref["ms_per_iter"] if ref and row["ms_per_iter"] else None
+    return res
 
 
 def scaling_md(res: dict) -> str:
+    add_ratios(res)
     lines = [f"Global batch {res['global_batch']} x {res['block_size']} tokens (micro-batch {res['batch_size']}), "
              f"{res['iters']} iterations, ms/iter = median wall time of iterations > {res['skip']}.", "",
-             "| config | mode | GPUs | ms/iter | tokens/s | scaling eff. | fwd / bwd / opt ms (rank 0) | peak GiB/GPU "
-             "| ranks' weights identical | max abs loss diff vs first row (iters) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"| config | mode | GPUs | ms/iter | vs {res.get('first_config', 'first config')} | tokens/s | scaling eff. "
+             "| fwd / bwd / opt ms (rank 0) | peak GiB/GPU | ranks' weights identical | max abs loss diff vs first row (iters) "
+             "| loss first → last iter |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in res["rows"]:
         diff = "-" if r.get("max_loss_diff_vs_first") is None else \
             f"{r['max_loss_diff_vs_first']:.1e} ({r['loss_iters_compared']})"
+        its = sorted(r["losses"], key=int)
+        curve = f"{r['losses'][its[0]]:.3f} → {r['losses'][its[-1]]:.3f}" if its else "-"
         lines.append(f"| {Path(r['config']).stem} | {r['mode']} | {r['nproc']} | {fmt(r['ms_per_iter'])} | "
-                     f"{fmt(r['tokens_per_s'], ',.0f')} | {fmt(r.get('efficiency'), '.1%')} | "
+                     f"{fmt(r.get('ms_vs_first_config'), '.3f')} | {fmt(r['tokens_per_s'], ',.0f')} | {fmt(r.get('efficiency'), '.1%')} | "
                      f"{fmt(r['fwd_ms'])} / {fmt(r['bwd_ms'])} / {fmt(r['opt_ms'])} | {fmt(r['peak_memory_gib'], '.2f')} | "
-                     f"{'yes' if r['ranks_identical'] else 'NO'} ({r['ranks']}) | {diff} |")
+                     f"{'yes' if r['ranks_identical'] else 'NO'} ({r['ranks']}) | {diff} | {curve} |")
     return "\n".join(lines)
 
 

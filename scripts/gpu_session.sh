@@ -39,6 +39,10 @@
 #                 DEADLINE seconds from the stage's start (a started run finishes, ~2 min); resumable:
 #                 the same stage on the warm machine continues. $OUT/enwiki_runs.tar.gz, convert_runs.tar.gz.
 #   mg_scaling    bench_multigpu scaling: GPT-2 124M MHA and Tucker [8,64,64] at 480 x 1024, 1/2/4 GPUs (DDP)
+#                 (MG_NAME=scaling_nosplit MG_EXTRA=--ddp_split_graph=False: the same without Dynamo's DDP graph split)
+#   mg_llama_table  bench_multigpu scaling over every LLaMA-3 1B row on all GPUs at 128 x 4096 (tab:owt2_llama1b_timing's
+#                 training columns; LLAMA_MODE=ddp|fsdp, LLAMA_BATCH=2 per micro-step), 8 iterations, compiled;
+#                 resumable with MG_BUDGET (no run starts after it; finished rows are skipped on the warm machine)
 #   mg_resume     bench_multigpu resume: MHA on 4 GPUs to iteration 8, continued on 4, 2 and 1 (after mg_scaling:
 #                 its uninterrupted 4-GPU run is the reference)
 #   mg_kill       bench_multigpu kill: SIGKILL one rank of a 2-GPU MHA run; time to exit, checkpoint intact
@@ -159,9 +163,17 @@ for st in "$@"; do
         wait $rest; echo "== enwiki_rest: exit $? at $(($(date +%s) - t0))s"; grep -v "^\s*$" "$WORK/enwiki_rest.log" | tail -n 20
         tar -czf "$OUT/enwiki_runs.tar.gz" -C out-enwiki --exclude='*.pt' --exclude='*.tmp.*' runs
         [[ -d out-convert ]] && tar -czf "$OUT/convert_runs.tar.gz" --exclude='*.pt' --exclude='*.tmp.*' out-convert ;;
-    mg_scaling) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_scaling python3 -m scripts.bench_multigpu scaling \
-            --configs config/enwiki_mha.py,config/enwiki_tucker_8_64_64.py --nprocs 1,2,4 --batch_size 12 \
-            --global_batch 480 --iters 16 --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/scaling -- --data_dir=data/enwiki ;;
+    mg_scaling) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_${MG_NAME:-scaling} python3 -m scripts.bench_multigpu scaling \
+            --configs ${MG_CONFIGS:-config/enwiki_mha.py,config/enwiki_tucker_8_64_64.py} --nprocs 1,2,4 --batch_size 12 \
+            --global_batch 480 --iters 16 --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/${MG_NAME:-scaling} \
+            -- --data_dir=data/enwiki ${MG_EXTRA:-} ;;
+    mg_llama_table) ensure_enwiki || continue
+        # every LLaMA-3 1B row, GQA-8 (the paper's baseline) first, at the paper's global batch
+        cfgs=$(printf '%s\n' config/owt2_llama1b_gqa8.py config/owt2_llama1b_tucker_32_64_64.py config/owt2_llama1b_mha.py \
+               config/owt2_llama1b_*.py | grep -v _base | awk '!seen[$0]++' | paste -sd,)
+        STAGE_GPUS=0,1,2,3 stage mg_llama_table python3 -m scripts.bench_multigpu scaling --configs "$cfgs" \
+            --modes ${LLAMA_MODE:-ddp} --nprocs $NGPU --batch_size ${LLAMA_BATCH:-2} --global_batch 128 --iters 8 --skip 5 \
+            --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/llama_table -- --data_dir=data/enwiki --compile=True ;;
     mg_resume) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_resume python3 -m scripts.bench_multigpu resume --configs config/enwiki_mha.py \
             --from_nproc 4 --nprocs 4,2,1 --batch_size 12 --global_batch 480 --split_iter 8 --iters 16 \
             --reference out-multigpu/scaling/enwiki_mha-ddp-4 --out_dir out-multigpu/resume -- --data_dir=data/enwiki ;;

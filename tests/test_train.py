@@ -1,5 +1,6 @@
 """train.py and sample.py end to end on CPU: learning, exact resume after a kill, DDP (gloo),
 clear errors, sampling with the cache."""
+import dataclasses
 import json
 import os
 import signal
@@ -433,3 +434,29 @@ def test_torchrun_resume_with_dropout_is_exact(small_data, tmp_path):
     assert a["iter_num"] == b["iter_num"] == 6 and len(b["rng_states"]) == 2
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert train_losses(ref) == train_losses(part)
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_ddp_split_graph_reaches_dynamo(split):
+    """ddp_split_graph is what Dynamo's DDP optimizer sees when a DDP run compiles (and only a DDP run)."""
+    import torch._dynamo
+    import train
+    from model import GPT, GPTConfig
+    before = torch._dynamo.config.optimize_ddp
+    try:
+        model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+        cfg = {**train.DEFAULTS, "ddp_split_graph": split}
+        env = train.Env(ddp=True, rank=0, local_rank=0, world=2, device=torch.device("cpu"), dtype="float32",
+                        autocast=None, data_dir="", out_dir="")
+        compiled = train.compile_model(model, cfg, env)
+        assert torch._dynamo.config.optimize_ddp is split and compiled is not model
+        torch._dynamo.config.optimize_ddp = before
+        train.compile_model(model, cfg, dataclasses.replace(env, ddp=False))  # one process: left alone
+        assert torch._dynamo.config.optimize_ddp == before
+    finally:
+        torch._dynamo.config.optimize_ddp = before
+
+
+def test_ddp_split_graph_must_be_bool(small_data, tmp_path, capsys):
+    err = train_error([f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--ddp_split_graph=maybe"], capsys)
+    assert "ddp_split_graph" in err
