@@ -9,7 +9,9 @@
 # DATA: dataset 'openwebtext2' has no data/openwebtext2/prepare.py in the repo yet. It must
 # tokenize OpenWebText2 with tiktoken's cl100k_base (100,277 tokens); those ids do not fit the
 # uint16 token files train.py reads today (np.uint16 memmaps, ids < 65,536): the data prep
-# and train.py's loader need uint32 for this table.
+# and train.py's loader need uint32 for this table. Until then the enwiki tokens (GPT-2 ids, all
+# below this vocab) stand in for timing and short runs: --data_dir=data/enwiki (what
+# scripts/bench_multigpu.py and gpu_session.sh's mg_fsdp / mg_llama_table stages pass).
 
 out_dir = 'out-owt2-llama1b'
 eval_interval = 500       # paper: validation every 500 iterations ...

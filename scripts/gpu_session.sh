@@ -147,7 +147,7 @@ for st in "$@"; do
     enwiki_convert=*)
         dl=$(($(date +%s) + ${st#enwiki_convert=}))
         ensure_enwiki || continue
-        mkdir -p out-enwiki/runs && cp -rn results/enwiki/runs/. out-enwiki/runs/
+        mkdir -p out-enwiki/runs && cp -rn results/enwiki/runs/. out-enwiki/runs/ 2>/dev/null  # never overwrites
         SW=(python3 -m scripts.sweep enwiki --results_dir out-enwiki/runs)
         STAGE_GPUS=0,1,2,3 stage enwiki_seed2 "${SW[@]}" --rows mha,tucker_8_64_64 --rope both --seeds 2 --jobs 4 \
             --gpus 0,1,2,3 --save-checkpoints --time_budget $(until_dl $dl)
