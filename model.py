@@ -96,6 +96,11 @@ class GPTConfig:
     # recompute each block's activations in the backward instead of storing them (training only):
     # less memory for long sequences / big models (the LLaMA-3 1B rows at N=4096), ~1/3 more compute
     activation_checkpointing: bool = False
+    # the loss head (lm_head + cross-entropy) in chunks of this many tokens, its gradients computed in
+    # the forward (ChunkedLinearCrossEntropy), so that float32 logits exist for one chunk at a time,
+    # never for the whole (B*T, vocab); forward then returns logits=None with the loss. 0: one
+    # F.cross_entropy over all logits. Same loss and gradients up to float rounding (tested in float64)
+    loss_chunk_tokens: int = 0
 
     def __post_init__(self):
         # Tuples arrive as lists from JSON checkpoints and as strings from nowhere: normalize.
@@ -122,6 +127,7 @@ class GPTConfig:
 
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
             need_int(name, getattr(self, name), 1)
+        need_int("loss_chunk_tokens", self.loss_chunk_tokens, 0)
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
         if not (0.0 <= self.dropout < 1.0):
@@ -367,6 +373,57 @@ def tucker_decode_attention(q_lat, G, k, v, G_post, length, *, scale, rope=None,
     q_lat (B, r2), G (nH, r2, r3), k (B, 1, L, r3), v (B, 1, L, r~3), G_post (nH, r~2, r~3) -> (B, r~2)."""
     from decode_attention import tucker_decode_attention as dispatch
     return dispatch(q_lat, G, k, v, G_post, length, scale=scale, rope=rope, q_pos=q_pos)
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """Mean over non-ignored rows of cross_entropy(h @ weight^T, targets) (ignore_index -1), chunk by
+    chunk of `chunk` rows. The loss is the graph's last op, so its gradients are known in the forward:
+    each chunk's logits (at least float32) give grad_logits = (softmax - onehot) / n, then grad_h and
+    grad_weight, and are freed. Saved for the backward: grad_h (M, d) and grad_weight (V, d), never
+    the (M, V) logits. Under autocast the matmuls run in its dtype, as the plain lm_head's do."""
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, chunk):  # h (M, d), weight (V, d), targets (M,)
+        acc = torch.promote_types(h.dtype, torch.float32)  # float32, or float64 for a float64 model
+        autocast = torch.is_autocast_enabled(h.device.type)
+        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        valid_all = targets != -1
+        n = valid_all.sum().to(acc)  # F.cross_entropy's mean; no valid row: 0/0 = nan, as it gives
+        grad_h = torch.empty_like(h) if want_h else None  # (M, d)
+        grad_w = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
+                             device=weight.device) if want_w else None  # (V, d)
+        total = torch.zeros((), dtype=acc, device=h.device)
+        for a in range(0, h.size(0), chunk):
+            h_c, t_c, valid = h[a:a + chunk], targets[a:a + chunk], valid_all[a:a + chunk]  # (c, d), (c,), (c,)
+            logits = (h_c @ weight.t()).to(acc)  # (c, V): the only logits alive
+            safe = t_c.clamp(min=0)  # ignored rows pick any class; masked out below
+            lse = torch.logsumexp(logits, dim=-1)  # (c,)
+            total = total + ((lse - logits.gather(1, safe[:, None]).squeeze(1)) * valid).sum()
+            if want_h or want_w:
+                grad_logits = torch.softmax(logits, dim=-1)  # (c, V)
+                del logits
+                grad_logits[torch.arange(t_c.size(0), device=t_c.device), safe] -= 1.0
+                grad_logits *= (valid.to(acc) / n)[:, None]
+                g = grad_logits if autocast else grad_logits.to(h.dtype)  # autocast casts for the matmuls
+                if want_h:
+                    grad_h[a:a + chunk] = g @ weight  # (c, d)
+                if want_w:
+                    grad_w += g.t() @ h_c  # (V, d)
+        ctx.weight_dtype = weight.dtype
+        ctx.save_for_backward(grad_h, grad_w)
+        return total / n
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_h, grad_w = ctx.saved_tensors
+        return (None if grad_h is None else grad_h * grad_loss.to(grad_h.dtype),
+                None if grad_w is None else (grad_w * grad_loss).to(ctx.weight_dtype), None, None)
+
+
+def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Mean cross-entropy of h (M, d) @ weight (V, d)^T against targets (M,) (ignore_index -1), the
+    logits of at most `chunk` rows at a time (GPTConfig.loss_chunk_tokens)."""
+    return ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk)
 
 
 def _normal_(t: torch.Tensor, std: float) -> None:
@@ -1185,6 +1242,9 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if last_only:  # a slice, not a list index: a list builds a host tensor (breaks graph capture)
             return self.lm_head(x[:, -1:, :]), None
+        if targets is not None and self.config.loss_chunk_tokens > 0:  # no (B, T, vocab) logits at all
+            return None, chunked_cross_entropy(x.view(-1, x.size(-1)), self.lm_head.weight, targets.view(-1),
+                                               self.config.loss_chunk_tokens)
         logits = self.lm_head(x)  # (B, T, vocab)
         loss = None
         if targets is not None:

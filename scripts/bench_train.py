@@ -183,6 +183,8 @@ def row_config(variant: Variant, args, rope: bool, seq_len: int) -> GPTConfig:
         cfg = model_config(variant, tiny=args.tiny, rope=rope, block_size=seq_len)
     if getattr(args, "act_ckpt", False):
         cfg = dataclasses.replace(cfg, activation_checkpointing=True)
+    if getattr(args, "loss_chunk", 0):
+        cfg = dataclasses.replace(cfg, loss_chunk_tokens=args.loss_chunk)
     return cfg
 
 
@@ -699,7 +701,8 @@ def run_line(info) -> str:
     return (f"{info['date']} on {info['gpu'] or info['device']}, torch {info['torch']}, "
             f"compile={a['compile']}{' (' + a['compile_scope'] + pre + ')' if a['compile'] else ''}, "
             f"bf16 autocast, fused AdamW{accum}, SDPA backend {a['sdpa_backend']}"
-            f"{', activation checkpointing' if a.get('act_ckpt') else ''}; "
+            f"{', activation checkpointing' if a.get('act_ckpt') else ''}"
+            f"{', loss head in chunks of %d tokens' % a['loss_chunk'] if a.get('loss_chunk') else ''}; "
             f"median of {a['iters']} iterations after {a['warmup']} warm-up; "
             f"MFU against {a['peak_tflops']:g} TFLOP/s.")
 
@@ -843,6 +846,8 @@ def build_parser():
     p.add_argument("--grad_accum", type=int, default=1,
                    help="micro-steps (forward + backward) per iteration, one optimizer step (train.py's "
                         "gradient_accumulation_steps)")
+    p.add_argument("--loss_chunk", type=int, default=0, metavar="N",
+                   help="the loss head in chunks of N tokens (GPTConfig.loss_chunk_tokens: no full float32 logits)")
     p.add_argument("--act_ckpt", action="store_true",
                    help="activation checkpointing (GPTConfig.activation_checkpointing) for rows that would not fit")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,

@@ -16,6 +16,8 @@
 #                 without RoPE, with a profile of MHA and Tucker [8,64,64]
 #   train_graphs  bench_train with compile_mode='reduce-overhead' (CUDA graphs: the launch-bound Tucker step)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
+#   train_loss_chunk  the same for GQA-8 and Tucker [32,64,64] with the loss head in chunks of 4096 tokens
+#                 (GPTConfig.loss_chunk_tokens: peak memory and ms against train_llama's rows)
 #   convert       the conversion study (issue 17; results/convert/README.md), on the GPUs of CONVERT_GPUS
 #                 (default: all, or GPU 0 alone while an enwiki stage runs): unpacks .carry/enwiki, trains
 #                 with checkpoints whatever of out-enwiki/runs/{mha-rope_off,mha-rope_on,tucker_8_64_64-rope_off}-s1337
@@ -131,6 +133,8 @@ for st in "$@"; do
     train_graphs) stage train_graphs python3 -m scripts.bench_train --shapes 12x1024,64x256 --rope both \
             --variants mha,tucker_8_64_64,tucker_shared_8_64_64 --compile_mode reduce-overhead \
             --precompile 3 --time_budget 330 --out_dir "$WORK/bench" --name train_gpt2_cudagraphs ;;
+    train_loss_chunk) stage train_loss_chunk python3 -m scripts.bench_train --suite llama1b --variants gqa8,tucker_32_64_64 \
+            --loss_chunk 4096 --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b_loss_chunk ;;
     train_llama) stage train_llama python3 -m scripts.bench_train --suite llama1b --variants gqa8,tucker_32_64_64,mha \
             --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b ;;
     convert)

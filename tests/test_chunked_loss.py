@@ -1,0 +1,108 @@
+"""GPTConfig.loss_chunk_tokens: the loss head (lm_head + cross-entropy) in chunks, its gradients
+computed in the forward. The same loss and gradients as F.cross_entropy over all logits (float64:
+to rounding; a model in float32 and train.py's loss curve: to 1e-5), and no (tokens x vocab) tensor
+kept for the backward."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import GPT, GPTConfig, chunked_cross_entropy
+from test_train import SMALL, small_data, train_losses  # noqa: F401 (small_data: a fixture)
+
+
+def problem(M=37, d=8, V=50, dtype=torch.float64, ignored=(3, 20)):
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(M, d, dtype=dtype, generator=g, requires_grad=True)
+    w = torch.randn(V, d, dtype=dtype, generator=g, requires_grad=True)
+    t = torch.randint(0, V, (M,), generator=g)
+    t[list(ignored)] = -1
+    return h, w, t
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16, 37, 100])
+def test_equals_cross_entropy_in_float64(chunk):
+    h, w, t = problem()
+    ref = F.cross_entropy(h @ w.t(), t, ignore_index=-1)
+    gh, gw = torch.autograd.grad(3.0 * ref, (h, w))
+    loss = chunked_cross_entropy(h, w, t, chunk)
+    ch, cw = torch.autograd.grad(3.0 * loss, (h, w))  # the incoming gradient scales both
+    torch.testing.assert_close(loss, ref, rtol=1e-13, atol=0)
+    torch.testing.assert_close(ch, gh, rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(cw, gw, rtol=1e-12, atol=1e-15)
+    assert ch[3].abs().max() == 0 and ch[20].abs().max() == 0  # ignored rows get no gradient
+
+
+def test_without_grad_and_only_some_inputs():
+    h, w, t = problem()
+    ref = F.cross_entropy(h @ w.t(), t, ignore_index=-1)
+    with torch.no_grad():
+        torch.testing.assert_close(chunked_cross_entropy(h, w, t, 7), ref.detach(), rtol=1e-13, atol=0)
+    w_frozen = w.detach()
+    (gh,) = torch.autograd.grad(chunked_cross_entropy(h, w_frozen, t, 7), (h,))
+    torch.testing.assert_close(gh, torch.autograd.grad(F.cross_entropy(h @ w_frozen.t(), t, ignore_index=-1), (h,))[0])
+
+
+def test_all_rows_ignored_is_nan_like_cross_entropy():
+    h, w, t = problem()
+    t[:] = -1
+    assert torch.isnan(chunked_cross_entropy(h, w, t, 7)) and torch.isnan(F.cross_entropy(h @ w.t(), t, ignore_index=-1))
+
+
+def saved_numels(fn) -> list:
+    """numel of every tensor autograd saves for the backward while fn() runs."""
+    sizes = []
+
+    def pack(x):
+        sizes.append(x.numel())
+        return x
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        fn()
+    return sizes
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_model_same_loss_and_gradients_and_no_full_logits(tie):
+    kw = dict(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=96, bias=False, tie_embeddings=tie)
+    torch.manual_seed(0)
+    plain = GPT(GPTConfig(**kw))
+    chunked = GPT(GPTConfig(**kw, loss_chunk_tokens=10))
+    chunked.load_state_dict(plain.state_dict())
+    x = torch.randint(0, 96, (3, 16))
+    y = torch.randint(0, 96, (3, 16))
+    y[0, :5] = -1
+    out = {}
+    for name, m in (("plain", plain), ("chunked", chunked)):
+        res = {}
+        res["sizes"] = saved_numels(lambda: res.setdefault("fwd", m(x, y)))
+        logits, loss = res["fwd"]
+        loss.backward()
+        res["loss"], res["logits"] = loss.detach(), logits
+        res["grads"] = {n: p.grad.clone() for n, p in m.named_parameters()}
+        out[name] = res
+    assert out["chunked"]["logits"] is None and out["plain"]["logits"].shape == (3, 16, 96)
+    torch.testing.assert_close(out["chunked"]["loss"], out["plain"]["loss"], rtol=1e-6, atol=0)
+    for n, g in out["plain"]["grads"].items():
+        torch.testing.assert_close(out["chunked"]["grads"][n], g, rtol=1e-5, atol=1e-7, msg=n)
+    full_logits = 3 * 16 * 96
+    assert max(out["plain"]["sizes"]) >= full_logits  # the plain head keeps (B*T, V) for its backward
+    assert max(out["chunked"]["sizes"]) < full_logits  # the chunked head: grad_h (B*T, d) and grad_w (V, d)
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "8"])
+def test_loss_chunk_tokens_is_validated(value):
+    with pytest.raises(ValueError, match="loss_chunk_tokens"):
+        GPTConfig(loss_chunk_tokens=value)
+
+
+def test_train_loss_curve_matches_the_plain_head(small_data, tmp_path):
+    """train.py with the chunked head follows the plain head's loss curve (float32, 12 iterations; the
+    model key reaches the model through the command line like any other)."""
+    import train
+    args = [*SMALL, f"--data_dir={small_data}", "--max_iters=12", "--eval_interval=6", "--dtype=float32",
+            "--save_checkpoint=False"]
+    train.main([*args, f"--out_dir={tmp_path / 'plain'}"])
+    train.main([*args, f"--out_dir={tmp_path / 'chunked'}", "--loss_chunk_tokens=5"])
+    a, b = train_losses(tmp_path / "plain"), train_losses(tmp_path / "chunked")
+    assert sorted(a) == sorted(b) == list(range(1, 13))
+    for i in a:
+        assert b[i] == pytest.approx(a[i], rel=1e-5), (i, a[i], b[i])
