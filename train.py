@@ -413,10 +413,13 @@ def evaluate(run: Run) -> dict:
     """Mean loss on train (eval_iters random batches from a fixed generator: the same batches at
     every evaluation) and val (the same, or the whole split in order), over all ranks."""
     cfg, env = run.cfg, run.env
-    return {split: split_loss(run.model, os.path.join(env.data_dir, f"{split}.bin"), run.raw_model.config.block_size,
-                              cfg["batch_size"], cfg["eval_iters"], split == "val" and cfg["eval_full_val"], env.device,
-                              env.autocast, seed=cfg["seed"] + 1, rank=env.rank, world=env.world, even=env.fsdp)
-            for split in ("train", "val")}
+    losses = {split: split_loss(run.model, os.path.join(env.data_dir, f"{split}.bin"), run.raw_model.config.block_size,
+                                cfg["batch_size"], cfg["eval_iters"], split == "val" and cfg["eval_full_val"], env.device,
+                                env.autocast, seed=cfg["seed"] + 1, rank=env.rank, world=env.world, even=env.fsdp)
+              for split in ("train", "val")}
+    if env.fsdp:  # a no-grad forward leaves the root group (embeddings, final norm) gathered: shard it again
+        run.raw_model.reshard()
+    return losses
 
 
 def train_step(run: Run, timer: PhaseTimer, timed: bool) -> torch.Tensor:

@@ -110,3 +110,19 @@ def test_fsdp_key_is_validated(arg, message, tmp_path, capsys):
     err = train_error([f"--data_dir={tmp_path}", f"--out_dir={tmp_path / 'never'}", "--fsdp=True", arg], capsys)
     assert message in err, err
     assert not (tmp_path / "never").exists()
+
+
+def test_fsdp_without_checkpoints_and_with_the_chunked_loss_head(runs, tmp_path):
+    """No checkpoint written (a benchmark's settings): the evaluations' no-grad forwards must not leave
+    the root group gathered (the final weight checksums read DTensor shards); and the chunked loss head
+    (gradients computed in the forward) trains the same under FSDP."""
+    args, single, _ = runs
+    out = tmp_path / "fsdp_nockpt"
+    run([*TORCHRUN, *args, f"--out_dir={out}", "--max_iters=3", "--fsdp=True", "--save_checkpoint=False",
+         "--loss_chunk_tokens=5"])
+    s = json.loads((out / "summary.json").read_text())
+    assert s["finished"] and not (out / "ckpt.pt").exists()
+    c0, c1 = s["rank_weight_checksums"]
+    assert c0 == c1
+    assert_close(train_losses(single), train_losses(out), [1, 2, 3])
+    assert_close(val_losses(single), val_losses(out), [0, 3])
