@@ -378,18 +378,20 @@ def tucker_decode_attention(q_lat, G, k, v, G_post, length, *, scale, rope=None,
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """Mean over non-ignored rows of cross_entropy(h @ weight^T, targets) (ignore_index -1), chunk by
     chunk of `chunk` rows. The loss is the graph's last op, so its gradients are known in the forward:
-    each chunk's logits (at least float32) give grad_logits = (softmax - onehot) / n, then grad_h and
-    grad_weight, and are freed. Saved for the backward: grad_h (M, d) and grad_weight (V, d), never
-    the (M, V) logits. Under autocast the matmuls run in its dtype, as the plain lm_head's do."""
+    each chunk's logits (at least float32) give softmax - onehot, then grad_h and grad_weight, and are
+    freed. Saved for the backward: grad_h (M, d) and grad_weight (V, d), never the (M, V) logits.
+    Under autocast the matmuls run in its dtype, as the plain lm_head's do; the 1/n of the mean is
+    applied after them, in float32 (at n = 12k tokens, (p - onehot)/n would underflow in float16)."""
 
     @staticmethod
-    def forward(ctx, h, weight, targets, chunk):  # h (M, d), weight (V, d), targets (M,)
+    def forward(ctx, h, weight, targets, chunk, grad_enabled):  # h (M, d), weight (V, d), targets (M,)
         acc = torch.promote_types(h.dtype, torch.float32)  # float32, or float64 for a float64 model
         autocast = torch.is_autocast_enabled(h.device.type)
-        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        # needs_input_grad says requires_grad even under no_grad (evaluation): ask grad mode too
+        want_h, want_w = (grad_enabled and ctx.needs_input_grad[0]), (grad_enabled and ctx.needs_input_grad[1])
         valid_all = targets != -1
         n = valid_all.sum().to(acc)  # F.cross_entropy's mean; no valid row: 0/0 = nan, as it gives
-        grad_h = torch.empty_like(h) if want_h else None  # (M, d)
+        grad_h = torch.empty(h.shape, dtype=acc, device=h.device) if want_h else None  # (M, d)
         grad_w = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
                              device=weight.device) if want_w else None  # (V, d)
         total = torch.zeros((), dtype=acc, device=h.device)
@@ -403,27 +405,30 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 grad_logits = torch.softmax(logits, dim=-1)  # (c, V)
                 del logits
                 grad_logits[torch.arange(t_c.size(0), device=t_c.device), safe] -= 1.0
-                grad_logits *= (valid.to(acc) / n)[:, None]
+                grad_logits *= valid.to(acc)[:, None]  # softmax - onehot, ignored rows 0; 1/n comes later
                 g = grad_logits if autocast else grad_logits.to(h.dtype)  # autocast casts for the matmuls
                 if want_h:
-                    grad_h[a:a + chunk] = g @ weight  # (c, d)
+                    grad_h[a:a + chunk] = (g @ weight).to(acc) / n  # (c, d)
                 if want_w:
                     grad_w += g.t() @ h_c  # (V, d)
-        ctx.weight_dtype = weight.dtype
+        if want_w:
+            grad_w /= n
+        ctx.dtypes = (h.dtype, weight.dtype)
         ctx.save_for_backward(grad_h, grad_w)
         return total / n
 
     @staticmethod
     def backward(ctx, grad_loss):
         grad_h, grad_w = ctx.saved_tensors
-        return (None if grad_h is None else grad_h * grad_loss.to(grad_h.dtype),
-                None if grad_w is None else (grad_w * grad_loss).to(ctx.weight_dtype), None, None)
+        h_dtype, w_dtype = ctx.dtypes
+        return (None if grad_h is None else (grad_h * grad_loss).to(h_dtype),
+                None if grad_w is None else (grad_w * grad_loss).to(w_dtype), None, None, None)
 
 
 def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
     """Mean cross-entropy of h (M, d) @ weight (V, d)^T against targets (M,) (ignore_index -1), the
     logits of at most `chunk` rows at a time (GPTConfig.loss_chunk_tokens)."""
-    return ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk)
+    return ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk, torch.is_grad_enabled())
 
 
 def _normal_(t: torch.Tensor, std: float) -> None:

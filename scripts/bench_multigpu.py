@@ -51,10 +51,38 @@ if not __package__:  # run as a file, the repository's modules are not importabl
 
 
 def read_log(out_dir: Path) -> list:
+    """log.jsonl's records; a line rank 0 is still writing (no valid JSON yet) is left out."""
     path = Path(out_dir) / "log.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pass
+    return records
+
+
+ARGV_FILE = "bench_argv.json"
+
+
+def is_done(out_dir: Path, argv: list) -> bool:
+    """A finished run of exactly this command (a folder made by other arguments is run again)."""
+    try:
+        same = json.loads((Path(out_dir) / ARGV_FILE).read_text()) == argv[1:]  # the interpreter's path aside
+    except (OSError, ValueError):
+        return False
+    return same and bool((read_summary(out_dir) or {}).get("finished"))
+
+
+def fresh_copy(src: Path, dst: Path) -> None:
+    """dst = a copy of the run folder src to continue from its checkpoint: its summary and bench
+    record removed, so only the continued run can mark dst finished."""
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    for name in ("summary.json", ARGV_FILE):
+        (dst / name).unlink(missing_ok=True)
 
 
 def train_losses(out_dir: Path) -> dict:
@@ -104,6 +132,7 @@ def run_train(argv: list, out_dir: Path, log_name: str = "train.log", timeout: f
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if "torch.distributed.run" in argv and not env.get("OMP_NUM_THREADS"):
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // 2 // max(1, _nproc_of(argv))))
+    (out_dir / ARGV_FILE).write_text(json.dumps(argv[1:]))
     t0 = time.time()
     with open(out_dir / log_name, "w") as log:
         try:
@@ -158,7 +187,7 @@ def scaling(args) -> dict:
             for k in args.nprocs:
                 out = Path(args.out_dir) / f"{name}-{mode}-{k}"
                 argv = train_argv(config, k, args, out, mode)
-                if not (read_summary(out) or {}).get("finished"):
+                if not is_done(out, argv):
                     shutil.rmtree(out, ignore_errors=True)
                     if args.deadline and time.time() > args.deadline:
                         print(f"time budget spent: {out.name} not started", flush=True)
@@ -168,7 +197,7 @@ def scaling(args) -> dict:
                 row = dict(config=config, mode=mode, nproc=k, command=show(argv), out_dir=str(out), **st)
                 if base is None and st["finished"]:
                     base = row
-                if base is not None and row["tokens_per_s"] and base["tokens_per_s"]:
+                if base is not None and st["finished"] and row["tokens_per_s"] and base["tokens_per_s"]:
                     row["efficiency"] = row["tokens_per_s"] / (k / base["nproc"] * base["tokens_per_s"])
                     row["max_loss_diff_vs_first"], row["loss_iters_compared"] = max_loss_diff(base["losses"], st["losses"])
                 rows.append(row)
@@ -192,16 +221,18 @@ def scaling_md(res: dict) -> str:
     add_ratios(res)
     lines = [f"Global batch {res['global_batch']} x {res['block_size']} tokens (micro-batch {res['batch_size']}), "
              f"{res['iters']} iterations, ms/iter = median wall time of iterations > {res['skip']}.", "",
-             f"| config | mode | GPUs | ms/iter | vs {res.get('first_config', 'first config')} | tokens/s | scaling eff. "
+             "Scaling efficiency is against the first finished row of the same config and mode.", "",
+             f"| config | mode | GPUs | finished | ms/iter | vs {res.get('first_config', 'first config')} | tokens/s | scaling eff. "
              "| fwd / bwd / opt ms (rank 0) | peak GiB/GPU | ranks' weights identical | max abs loss diff vs first row (iters) "
              "| loss first → last iter |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in res["rows"]:
         diff = "-" if r.get("max_loss_diff_vs_first") is None else \
             f"{r['max_loss_diff_vs_first']:.1e} ({r['loss_iters_compared']})"
         its = sorted(r["losses"], key=int)
         curve = f"{r['losses'][its[0]]:.3f} → {r['losses'][its[-1]]:.3f}" if its else "-"
-        lines.append(f"| {Path(r['config']).stem} | {r['mode']} | {r['nproc']} | {fmt(r['ms_per_iter'])} | "
+        lines.append(f"| {Path(r['config']).stem} | {r['mode']} | {r['nproc']} | {'yes' if r['finished'] else 'NO'} | "
+                     f"{fmt(r['ms_per_iter'])} | "
                      f"{fmt(r.get('ms_vs_first_config'), '.3f')} | {fmt(r['tokens_per_s'], ',.0f')} | {fmt(r.get('efficiency'), '.1%')} | "
                      f"{fmt(r['fwd_ms'])} / {fmt(r['bwd_ms'])} / {fmt(r['opt_ms'])} | {fmt(r['peak_memory_gib'], '.2f')} | "
                      f"{'yes' if r['ranks_identical'] else 'NO'} ({r['ranks']}) | {diff} | {curve} |")
@@ -217,18 +248,18 @@ def resume(args) -> dict:
     root = Path(args.out_dir)
     src = root / f"{name}-{args.from_nproc}-to{args.split_iter}"
     runs = []
-    if not (src / "ckpt.pt").exists() or not (read_summary(src) or {}).get("finished"):
+    src_argv = train_argv(config, args.from_nproc, args, src, iters=args.split_iter, save=True)
+    if not (src / "ckpt.pt").exists() or not is_done(src, src_argv):
         shutil.rmtree(src, ignore_errors=True)
-        run_train(train_argv(config, args.from_nproc, args, src, iters=args.split_iter, save=True), src)
+        run_train(src_argv, src)
     runs.append(dict(role="source", nproc=args.from_nproc, out_dir=str(src), finished=bool((read_summary(src) or {}).get("finished")),
                      command=show(train_argv(config, args.from_nproc, args, src, iters=args.split_iter, save=True))))
     conts = {}
     for k in args.nprocs:
         dst = root / f"{name}-{args.from_nproc}-to{args.split_iter}-then-{k}"
         argv = train_argv(config, k, args, dst, iters=args.iters, eval_interval=args.split_iter, resume=True)
-        if not (read_summary(dst) or {}).get("finished") and (src / "ckpt.pt").exists():
-            shutil.rmtree(dst, ignore_errors=True)
-            shutil.copytree(src, dst)
+        if not is_done(dst, argv) and (src / "ckpt.pt").exists():
+            fresh_copy(src, dst)
             run_train(argv, dst, log_name="train_resumed.log")
         losses = {i: v for i, v in train_losses(dst).items() if i > args.split_iter}
         conts[k] = losses
@@ -288,57 +319,74 @@ def _local_rank(pid: int):
     return None
 
 
+def _alive(pid: int) -> bool:
+    """pid exists and is not a zombie."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _stop(proc: subprocess.Popen, workers: list) -> None:
+    """Kill a torchrun launcher and the workers it started (by pid: orphans are no longer its children)."""
+    for pid in set(workers) | set(_children(proc.pid)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def kill(args) -> dict:
     """A torchrun job with a checkpoint every --ckpt_every iterations; once the log passes
-    --kill_after_iter, SIGKILL the worker of local rank --victim. Measures the seconds until torchrun
-    exits, then loads the checkpoint and continues it for --ckpt_every iterations on the same
-    process count."""
+    --kill_after_iter (at an iteration that writes no checkpoint, so none is being written), SIGKILL
+    the worker of local rank --victim. Measures the seconds until torchrun exits and which workers
+    are left alive, then loads the checkpoint and continues it for --ckpt_every iterations on the
+    same process count (the same learning-rate schedule)."""
     config, k = args.configs[0], args.nprocs[0]
     if k < 2:
         raise ValueError("--nprocs: kill needs a job of at least 2 processes")
     out = Path(args.out_dir) / f"{Path(config).stem}-{k}-killed"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    argv = train_argv(config, k, args, out, iters=10_000, eval_interval=args.ckpt_every, save=True)
-    argv = [a for a in argv if not a.startswith("--max_iters")] + ["--max_iters=10000", "--lr_decay_iters=10000"]
+    schedule = ["--lr_decay_iters=10000"]  # the killed run's and the continuation's
+    argv = train_argv(config, k, args, out, iters=10_000, eval_interval=args.ckpt_every, save=True) + schedule
     print(f"$ {show(argv)}", flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    log = open(out / "train.log", "w")
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     res = dict(kind="kill", config=config, nproc=k, command=show(argv), victim_local_rank=args.victim)
-    t_start = time.time()
-    killed_at = None
-    while proc.poll() is None and time.time() - t_start < args.timeout:
-        its = [r["iter"] for r in read_log(out) if "loss" in r]
-        if its and its[-1] >= args.kill_after_iter and (out / "ckpt.pt").exists():
-            victims = [p for p in _children(proc.pid) if _local_rank(p) == args.victim]
-            if victims:
-                os.kill(victims[0], signal.SIGKILL)
-                killed_at = time.time()
-                res.update(killed_pid=victims[0], killed_after_iter=its[-1])
-                break
-        time.sleep(0.05)
-    if killed_at is None:
-        proc.kill()
-        proc.wait()
-        log.close()
-        raise RuntimeError(f"the job never reached iteration {args.kill_after_iter} with a checkpoint; see {out}/train.log")
-    try:
-        rc = proc.wait(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        rc = None  # not ended promptly: clean up by hand (the table says so)
-        for pid in _children(proc.pid):
+    workers, killed_at = [], None
+    with open(out / "train.log", "w") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            t_start = time.time()
+            while proc.poll() is None and time.time() - t_start < args.timeout:
+                its = [r["iter"] for r in read_log(out) if "loss" in r]
+                if (its and its[-1] >= args.kill_after_iter and its[-1] % args.ckpt_every != 0
+                        and (out / "ckpt.pt").exists()):
+                    workers = _children(proc.pid)
+                    victims = [p for p in workers if _local_rank(p) == args.victim]
+                    if victims:
+                        os.kill(victims[0], signal.SIGKILL)
+                        killed_at = time.time()
+                        res.update(killed_pid=victims[0], killed_after_iter=its[-1],
+                                   expected_checkpoint_iter=its[-1] // args.ckpt_every * args.ckpt_every)
+                        break
+                time.sleep(0.05)
+            if killed_at is None:
+                raise RuntimeError(f"the job never reached iteration {args.kill_after_iter} with a checkpoint; "
+                                   f"see {out}/train.log")
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.kill()
-        proc.wait()
-    res["seconds_to_exit"] = time.time() - killed_at
-    res["exit_code"] = rc
-    log.close()
-    time.sleep(1)
-    res["workers_left"] = [p for p in _children(proc.pid)]
+                rc = proc.wait(timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                rc = None  # not ended promptly (the table says so); cleaned up below
+            res["seconds_to_exit"] = time.time() - killed_at
+            res["exit_code"] = rc
+            time.sleep(1)
+            res["workers_left"] = [p for p in workers if _alive(p)]  # before the clean-up below
+        finally:
+            _stop(proc, workers)
     from checkpoint import TRAINING_KEYS, read_checkpoint
     try:
         ck = read_checkpoint(str(out / "ckpt.pt"), TRAINING_KEYS)
@@ -349,10 +397,9 @@ def kill(args) -> dict:
     res["temp_files_left"] = sorted(p.name for p in out.iterdir() if ".tmp" in p.name)
     if res.get("checkpoint_loads"):  # the checkpoint continues
         cont = Path(args.out_dir) / f"{Path(config).stem}-{k}-killed-resumed"
-        shutil.rmtree(cont, ignore_errors=True)
-        shutil.copytree(out, cont)
+        fresh_copy(out, cont)
         until = res["checkpoint_iter"] + args.ckpt_every
-        argv2 = train_argv(config, k, args, cont, iters=until, eval_interval=args.ckpt_every, resume=True)
+        argv2 = train_argv(config, k, args, cont, iters=until, eval_interval=args.ckpt_every, resume=True) + schedule
         rc2 = run_train(argv2, cont, log_name="train_resumed.log")
         s = read_summary(cont) or {}
         res.update(resume_command=show(argv2), resume_exit_code=rc2, resumed_finished=bool(s.get("finished")),
@@ -364,10 +411,10 @@ def kill_md(res: dict) -> str:
     return "\n".join([
         f"{Path(res['config']).stem} on {res['nproc']} processes, SIGKILL to local rank {res['victim_local_rank']} "
         f"after iteration {res.get('killed_after_iter')}:", "",
-        "| seconds until torchrun exited | exit code | workers left | checkpoint loads | its iteration | temp files left | "
-        "resumed on the same count to |", "| --- | --- | --- | --- | --- | --- | --- |",
+        "| seconds until torchrun exited | exit code | workers left alive | checkpoint loads | its iteration "
+        "(expected) | temp files left | resumed on the same count to |", "| --- | --- | --- | --- | --- | --- | --- |",
         f"| {res['seconds_to_exit']:.1f} | {res['exit_code']} | {len(res['workers_left'])} | {res.get('checkpoint_loads')} | "
-        f"{res.get('checkpoint_iter')} | {len(res['temp_files_left'])} | "
+        f"{res.get('checkpoint_iter')} ({res.get('expected_checkpoint_iter', '-')}) | {len(res['temp_files_left'])} | "
         f"{res.get('resumed_iters')} ({'finished' if res.get('resumed_finished') else 'not finished'}) |"])
 
 

@@ -448,16 +448,18 @@ def write_tables(study: Study, sources: list, rows: list):
     write_saved(dict(setup=setup, rows=rows), out)
 
 
-def write_saved(saved: dict, out: Path):
-    """table.json, table.md (from table.json's contents alone) and finetune.png."""
+def write_saved(saved: dict, out: Path) -> bool:
+    """table.json, table.md (from table.json's contents alone) and finetune.png (True if drawn)."""
     (out / "table.json").write_text(json.dumps(saved, indent=1) + "\n")
     md = table_markdown(saved)
     (out / "table.md").write_text(md)
     print(md)
     try:
         plot_finetune(saved["rows"], out / "finetune.png")
+        return True
     except ImportError as e:  # a GPU machine without matplotlib: --plot_only draws it from table.json later
         print(f"warning: no finetune.png ({e}); draw it later with --plot_only", file=sys.stderr)
+        return False
 
 
 def table_markdown(saved: dict) -> str:
@@ -538,10 +540,11 @@ def plot_only(results_dir: str, spectra_dir: str, scratch_dir: str = ""):
             for r in saved["rows"]:
                 rope = "on" if r["positions"] == "rope" else "off"
                 r["scratch"] = scratch_of(r["target"], rope, scratch_dir, setup["scratch_seed"])
-            write_saved(saved, Path(results_dir))
+            drawn = write_saved(saved, Path(results_dir))
+            print(f"wrote {results_dir}/table.json, table.md{', finetune.png' if drawn else ''}")
         else:
             plot_finetune(saved["rows"], Path(results_dir) / "finetune.png")
-        print(f"wrote {results_dir}/finetune.png")
+            print(f"wrote {results_dir}/finetune.png")
     if spectra_dir and (Path(spectra_dir) / "spectrum.json").exists():
         print("wrote " + ", ".join(spectrum.plot(spectrum.load_results(str(Path(spectra_dir) / "spectrum.json")), spectra_dir)))
 

@@ -65,6 +65,18 @@ def test_scaling_rows_agree_with_one_process(scaling, setup):
     assert "| tiny | ddp | 2 |" in (root / "scaling" / "scaling.md").read_text()
 
 
+def test_scaling_reuses_only_the_same_command(scaling, setup, capsys):
+    """A finished run folder is reused by the same command only: other train.py arguments run it again."""
+    root, common, extra = setup
+    argv = ["scaling", *common, "--nprocs", "1", "--iters", "8", "--skip", "2", "--out_dir", str(root / "scaling")]
+    capsys.readouterr()
+    again = bm.main([*argv, *extra])
+    assert "$ " not in capsys.readouterr().out  # nothing launched
+    assert again["rows"][0]["losses"] == scaling["rows"][0]["losses"]
+    other = bm.main([*argv, *extra, "--learning_rate=2e-3"])
+    assert "$ " in capsys.readouterr().out and other["rows"][0]["losses"] != scaling["rows"][0]["losses"]
+
+
 def test_two_process_checkpoint_continues_on_one_process(scaling, setup):
     root, common, extra = setup
     res = bm.main(["resume", *common, "--from_nproc", "2", "--nprocs", "1", "--split_iter", "4", "--iters", "8",
@@ -81,7 +93,9 @@ def test_killed_rank_ends_the_job_with_the_checkpoint_intact(setup, monkeypatch_
                    "--timeout", "120", "--out_dir", str(root / "kill"), *extra])
     assert res["exit_code"] not in (0, None)  # torchrun reports the failure ...
     assert res["seconds_to_exit"] < 60 and res["workers_left"] == []  # ... promptly, no rank left hanging
-    assert res["checkpoint_loads"] and res["checkpoint_iter"] >= 3 and res["checkpoint_iter"] % 3 == 0
+    # killed at an iteration that writes no checkpoint: the last one is known, and it is intact
+    assert res["killed_after_iter"] % 3 != 0 and res["checkpoint_iter"] == res["expected_checkpoint_iter"] >= 3
+    assert res["checkpoint_loads"]
     assert res["temp_files_left"] == []
     assert res["resume_exit_code"] == 0 and res["resumed_iters"] == res["checkpoint_iter"] + 3
 
