@@ -73,8 +73,10 @@ def test_scaling_reuses_only_the_same_command(scaling, setup, capsys):
     again = bm.main([*argv, *extra])
     assert "$ " not in capsys.readouterr().out  # nothing launched
     assert again["rows"][0]["losses"] == scaling["rows"][0]["losses"]
-    other = bm.main([*argv, *extra, "--learning_rate=2e-3"])
-    assert "$ " in capsys.readouterr().out and other["rows"][0]["losses"] != scaling["rows"][0]["losses"]
+    out = root / "scaling" / "tiny-ddp-1"
+    ran = json.loads((out / bm.ARGV_FILE).read_text())
+    assert bm.is_done(out, ["python", *ran])
+    assert not bm.is_done(out, ["python", *ran, "--learning_rate=2e-3"])  # another command: run again
 
 
 def test_two_process_checkpoint_continues_on_one_process(scaling, setup):
