@@ -437,6 +437,14 @@ class Bench:
             self.say(f"FAIL tucker fused vs composed {tag} {repr(ex)[:300]}")
 
 
+# the knob sweeps: group -> [(decode_attention knob, label in the case name ('' = the value alone), args field)]
+KNOB_GRIDS = {
+    "rope": [("ROPE_MODE", "", "rope_modes"), ("ROPE_FP32", "fp32", "rope_fp32"), ("NUM_WARPS", "warps", "warps")],
+    "tiles": [("NUM_WARPS", "warps", "warps"), ("BLOCK_N", "BLOCK_N", "block_n"), ("NUM_STAGES", "stages", "stages")],
+    "splits": [("CTAS_PER_SM", "CTAS", "ctas"), ("MIN_SPLIT_TOKENS", "MIN_SPLIT", "min_split")],
+}
+
+
 def sweep(b: Bench, args, after_group=None):
     """The selected groups, in order; after_group() after each (main rewrites the files there)."""
     sel = list(args.cases)
@@ -452,24 +460,14 @@ def sweep(b: Bench, args, after_group=None):
             with no_launch("_combine_kernel"):
                 for key in in_group(group):
                     b.run(group, key, "SPLIT ONLY", settings={"combine": "no-op"})
-        elif group == "rope":
+        elif group in KNOB_GRIDS:
+            axes = [(knob, label, getattr(args, arg)) for knob, label, arg in KNOB_GRIDS[group]]
             for key in in_group(group):
-                for mode, f32, nw in itertools.product(args.rope_modes, args.rope_fp32, args.warps):
-                    kn = dict(ROPE_MODE=mode, ROPE_FP32=f32, NUM_WARPS=nw)
+                for values in itertools.product(*(vals for _, _, vals in axes)):
+                    kn = {knob: v for (knob, _, _), v in zip(axes, values)}
                     with knobs(**kn):
-                        b.run(group, key, f"{mode} fp32={f32} warps={nw}", settings=kn)
-        elif group == "tiles":
-            for key in in_group(group):
-                for nw, bn, st in itertools.product(args.warps, args.block_n, args.stages):
-                    kn = dict(NUM_WARPS=nw, BLOCK_N=bn, NUM_STAGES=st)
-                    with knobs(**kn):
-                        b.run(group, key, f"warps={nw} BLOCK_N={bn} stages={st}", settings=kn)
-        elif group == "splits":
-            for key in in_group(group):
-                for ctas, ms in itertools.product(args.ctas, args.min_split):
-                    kn = dict(CTAS_PER_SM=ctas, MIN_SPLIT_TOKENS=ms)
-                    with knobs(**kn):
-                        b.run(group, key, f"CTAS={ctas} MIN_SPLIT={ms}", settings=kn)
+                        b.run(group, key, " ".join(f"{label}={v}" if label else str(v)
+                                                   for (_, label, _), v in zip(axes, values)), settings=kn)
         elif group == "tucker":
             for cfg in args.tucker:
                 b.tucker(*cfg)

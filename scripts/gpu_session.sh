@@ -18,20 +18,6 @@
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
 #   train_loss_chunk  the same for GQA-8 and Tucker [32,64,64] with the loss head in chunks of 4096 tokens
 #                 (GPTConfig.loss_chunk_tokens: peak memory and ms against train_llama's rows)
-#   convert       the conversion study (issue 17; results/convert/README.md), on the GPUs of CONVERT_GPUS
-#                 (default: all, or GPU 0 alone while an enwiki stage runs): unpacks .carry/enwiki, trains
-#                 with checkpoints whatever of out-enwiki/runs/{mha-rope_off,mha-rope_on,tucker_8_64_64-rope_off}-s1337
-#                 lacks ckpt.pt or did not finish (scripts.sweep --save-checkpoints; such a folder is
-#                 cleared first), then python -m scripts.convert_study on them (work folder out-convert,
-#                 results into $WORK/convert and $WORK/spectra, fine-tune logs into $OUT/convert_runs.tar.gz).
-#                 No training, conversion or fine-tune starts after CONVERT_BUDGET seconds (default 400)
-#                 from the stage's start (a started one finishes: the stage ends up to ~3 min later, so
-#                 give the call budget + 200 s); everything is resumable, so the same call on the warm
-#                 machine continues. Wall time (estimates from the enwiki runs: 140-190 s per training on an H200,
-#                 ~60 ms/iteration compiled; conversions ~10 s each on the CPU; a 300-iteration uncompiled
-#                 fine-tune with 4 whole-val evaluations ~60-90 s): on 4 GPUs ~3.5 min of training (3 runs
-#                 at once) + ~5 min of study (14 conversions overlapping 12 fine-tunes, 4 at a time) = ~9 min,
-#                 one or two calls; on 1 GPU ~10 min of training + ~17 min of study: 3-4 calls.
 #   enwiki_convert=DEADLINE  the rest of the enwiki table and the conversion study in one sitting on 4 GPUs
 #                 (out-enwiki/runs starts as a copy of results/enwiki/runs: finished runs are skipped):
 #                 first the checkpointed seed-2 runs of MHA and Tucker [8,64,64] (both RoPE settings: the
@@ -95,27 +81,6 @@ ensure_enwiki() {  # data/enwiki/{train,val}.bin from the carried pack (kept on 
 }
 until_dl() { local l=$(($1 - $(date +%s))); echo $((l > 0 ? l : -1)); }  # seconds left (-1: none; 0 would mean no limit)
 
-CONVERT_RUNS="mha-rope_off-s1337 mha-rope_on-s1337 tucker_8_64_64-rope_off-s1337"
-convert_train() {  # gpus deadline(epoch s): the checkpointed enwiki runs the conversion study reads
-    local gpus=$1 deadline=$2 r; local -a g=(${gpus//,/ })
-    local -a sw=(python3 -m scripts.sweep enwiki --seeds 1337 --results_dir out-enwiki/runs --save-checkpoints)
-    for r in $CONVERT_RUNS; do  # a summary without its checkpoint (copied results) would be skipped by sweep;
-        # an unfinished run restarts clean (as in enwiki_gpu.sh)
-        [[ -f out-enwiki/runs/$r/ckpt.pt ]] && grep -q '"finished": *true' "out-enwiki/runs/$r/summary.json" 2>/dev/null \
-            || rm -rf "out-enwiki/runs/$r"
-    done
-    if [[ ${#g[@]} -ge 3 ]]; then
-        "${sw[@]}" --rows mha --rope both --jobs 2 --gpus "${g[0]},${g[1]}" --time_budget $((deadline - $(date +%s))) &
-        local a=$!
-        "${sw[@]}" --rows tucker_8_64_64 --rope off --jobs 1 --gpus "${g[2]}" --time_budget $((deadline - $(date +%s)))
-        local rc=$?; wait $a; return $((rc | $?))
-    fi
-    "${sw[@]}" --rows mha --rope both --jobs ${#g[@]} --gpus "$gpus" --time_budget $((deadline - $(date +%s)))
-    local left=$((deadline - $(date +%s)))
-    [[ $left -gt 0 ]] || { echo "time budget spent: tucker_8_64_64-rope_off not started"; return 0; }
-    "${sw[@]}" --rows tucker_8_64_64 --rope off --jobs 1 --gpus "${g[0]}" --time_budget $left
-}
-
 for st in "$@"; do
     case $st in
     tests) stage tests python3 -m pytest -q -rs tests/test_decode_attention.py tests/test_decode.py ;;
@@ -137,17 +102,6 @@ for st in "$@"; do
             --loss_chunk 4096 --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b_loss_chunk ;;
     train_llama) stage train_llama python3 -m scripts.bench_train --suite llama1b --variants gqa8,tucker_32_64_64,mha \
             --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b ;;
-    convert)
-        python3 -m data.enwiki.prepare --unpack .carry/enwiki > "$WORK/enwiki_unpack.log" 2>&1 || { tail "$WORK/enwiki_unpack.log"; continue; }
-        cg=${CONVERT_GPUS:-$([[ -n $ENWIKI_PID ]] && echo 0 || seq -s, 0 $((NGPU - 1)))}
-        deadline=$(($(date +%s) + ${CONVERT_BUDGET:-400}))
-        STAGE_GPUS=$cg stage convert_train convert_train "$cg" $deadline
-        left=$((deadline - $(date +%s))); [[ $left -gt 0 ]] || left=1  # 1: only the tables from what exists
-        STAGE_GPUS=$cg stage convert python3 -m scripts.convert_study \
-            --mha out-enwiki/runs/mha-rope_off-s1337 out-enwiki/runs/mha-rope_on-s1337 \
-            --tucker out-enwiki/runs/tucker_8_64_64-rope_off-s1337 --data_dir data/enwiki --work_dir out-convert \
-            --results_dir "$WORK/convert" --spectra_dir "$WORK/spectra" --gpus "$cg" --time_budget $left
-        [[ -d out-convert ]] && tar -czf "$OUT/convert_runs.tar.gz" --exclude='*.pt' --exclude='*.tmp.*' out-convert ;;
     enwiki_convert=*)
         dl=$(($(date +%s) + ${st#enwiki_convert=}))
         ensure_enwiki || continue
@@ -192,7 +146,7 @@ for st in "$@"; do
         spec=${st#enwiki=}; rows=${spec%%:*}; budget=${spec##*:}
         if [[ $NGPU -lt 2 ]]; then echo "enwiki: needs a machine with GPUs beyond GPU 0"; continue; fi
         gpus=$(seq -s, 1 $((NGPU - 1)))
-        python3 -m data.enwiki.prepare --unpack .carry/enwiki > "$WORK/enwiki_unpack.log" 2>&1 || { tail "$WORK/enwiki_unpack.log"; continue; }
+        ensure_enwiki || continue
         echo "== [$(($(date +%s) - t0))s] enwiki: rows $rows on GPUs $gpus, budget ${budget}s (background)"
         python3 -m scripts.sweep enwiki --rows "$rows" --rope both --seeds "${SEEDS:-1337}" --jobs $((NGPU - 1)) \
             --gpus "$gpus" --results_dir out-enwiki/runs --time_budget "$budget" --save-checkpoints \

@@ -144,3 +144,30 @@ def test_exits_without_cuda():
 def test_refuses_to_run_as_file():
     p = _run(["scripts/bench_decode_kernel.py", "--quick"])
     assert p.returncode == 1 and "python -m scripts.bench_decode_kernel" in p.stderr
+
+
+def test_knob_sweeps_set_each_combination_and_name_it():
+    """The rope / tiles / splits groups run every combination of their options, each with its knobs set
+    while it runs (and restored after), under the case names of the committed sweeps."""
+    args = bk.parse_args(["--groups", "rope,tiles,splits", "--cases", "T64r,T64,MQA", "--warps", "2,4",
+                          "--rope_fp32", "true", "--block_n", "32", "--stages", "2", "--ctas", "1,2",
+                          "--min_split", "64"])
+    before = {k: getattr(bk.da, k) for k in ("ROPE_MODE", "NUM_WARPS", "BLOCK_N", "CTAS_PER_SM")}
+
+    class Recorder:
+        runs = []
+
+        def run(self, group, key, name, settings=None, **kw):
+            assert all(getattr(bk.da, k) == v for k, v in settings.items())  # set while the case runs
+            self.runs.append((group, key, name))
+    bk.sweep(Recorder(), args)
+    names = {(g, n) for g, _, n in Recorder.runs}
+    mode = args.rope_modes[0]
+    assert {("rope", f"{mode} fp32=True warps=2"), ("rope", f"{mode} fp32=True warps=4"),
+            ("tiles", "warps=2 BLOCK_N=32 stages=2"), ("splits", "CTAS=1 MIN_SPLIT=64"),
+            ("splits", "CTAS=2 MIN_SPLIT=64")} <= names
+    per_case = {g: len(args.rope_modes) * 2 if g == "rope" else 2 for g in ("rope", "tiles", "splits")}
+    for g, n in per_case.items():
+        keys = [k for k in ("T64r", "T64", "MQA") if k in bk.GROUP_CASES[g]]
+        assert sum(1 for gg, _, _ in Recorder.runs if gg == g) == n * len(keys)
+    assert {k: getattr(bk.da, k) for k in before} == before
