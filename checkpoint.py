@@ -100,14 +100,18 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """A process `pid` exists and has not exited (a zombie, exited but not yet reaped, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, someone else's
+        pass
+    try:  # Linux: state Z = exited
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
         return True
-    return True
 
 
 def remove_stale_temps(path: str) -> list:
@@ -115,7 +119,7 @@ def remove_stale_temps(path: str) -> list:
     removed = []
     for tmp in glob.glob(glob.escape(path) + ".tmp.*"):
         pid = tmp.rsplit(".", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             try:
                 os.remove(tmp)
                 removed.append(tmp)
@@ -148,6 +152,31 @@ def write_json(path: str, obj) -> None:
         with open(tmp, "w") as f:
             f.write(text + "\n")
     atomic_write(path, write)
+
+
+def read_json(path):
+    """A JSON file's contents, or None when it is missing or not (yet) valid JSON."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_log(run_dir) -> list:
+    """A run's log.jsonl records in order; a line cut by a kill (or still being written) is left out."""
+    records = []
+    try:
+        with open(os.path.join(run_dir, "log.jsonl")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return records
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pass
+    return records
 
 
 def git_commit() -> str:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import statistics
@@ -49,19 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 if not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.bench_multigpu ...")
 
-
-def read_log(out_dir: Path) -> list:
-    """log.jsonl's records; a line rank 0 is still writing (no valid JSON yet) is left out."""
-    path = Path(out_dir) / "log.jsonl"
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            pass
-    return records
+from checkpoint import TRAINING_KEYS, pid_alive, read_checkpoint, read_json, read_log  # noqa: E402
 
 
 ARGV_FILE = "bench_argv.json"
@@ -69,10 +58,7 @@ ARGV_FILE = "bench_argv.json"
 
 def is_done(out_dir: Path, argv: list) -> bool:
     """A finished run of exactly this command (a folder made by other arguments is run again)."""
-    try:
-        same = json.loads((Path(out_dir) / ARGV_FILE).read_text()) == argv[1:]  # the interpreter's path aside
-    except (OSError, ValueError):
-        return False
+    same = read_json(Path(out_dir) / ARGV_FILE) == argv[1:]  # the interpreter's path aside
     return same and bool((read_summary(out_dir) or {}).get("finished"))
 
 
@@ -90,18 +76,14 @@ def train_losses(out_dir: Path) -> dict:
 
 
 def read_summary(out_dir: Path):
-    try:
-        return json.loads((Path(out_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
+    return read_json(Path(out_dir) / "summary.json")
 
 
-def launcher(nproc: int, port: int | None = None) -> list:
+def launcher(nproc: int) -> list:
+    """python train.py for one process, torchrun (one node) for several."""
     if nproc == 1:
         return [sys.executable, "train.py"]
-    rdzv = ["--standalone"] if port is None else ["--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{port}",
-                                                  "--nnodes=1"]
-    return [sys.executable, "-m", "torch.distributed.run", *rdzv, f"--nproc_per_node={nproc}", "train.py"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
 
 
 def train_argv(config: str, nproc: int, args, out_dir: Path, mode: str = "ddp", iters: int | None = None,
@@ -122,7 +104,7 @@ def train_argv(config: str, nproc: int, args, out_dir: Path, mode: str = "ddp", 
 
 
 def show(argv) -> str:
-    return " ".join(a if a and all(c.isalnum() or c in "-_=./,:" for c in a) else repr(a) for a in argv)
+    return shlex.join(argv)
 
 
 def run_train(argv: list, out_dir: Path, log_name: str = "train.log", timeout: float | None = None) -> int:
@@ -319,14 +301,6 @@ def _local_rank(pid: int):
     return None
 
 
-def _alive(pid: int) -> bool:
-    """pid exists and is not a zombie."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _stop(proc: subprocess.Popen, workers: list) -> None:
     """Kill a torchrun launcher and the workers it started (by pid: orphans are no longer its children)."""
     for pid in set(workers) | set(_children(proc.pid)):
@@ -384,10 +358,9 @@ def kill(args) -> dict:
             res["seconds_to_exit"] = time.time() - killed_at
             res["exit_code"] = rc
             time.sleep(1)
-            res["workers_left"] = [p for p in workers if _alive(p)]  # before the clean-up below
+            res["workers_left"] = [p for p in workers if pid_alive(p)]  # before the clean-up below
         finally:
             _stop(proc, workers)
-    from checkpoint import TRAINING_KEYS, read_checkpoint
     try:
         ck = read_checkpoint(str(out / "ckpt.pt"), TRAINING_KEYS)
         res.update(checkpoint_loads=True, checkpoint_iter=ck["iter_num"])

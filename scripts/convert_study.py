@@ -70,7 +70,7 @@ REPO = Path(__file__).resolve().parents[1]
 if not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.convert_study ...")
 
-from checkpoint import load_checkpoint  # noqa: E402
+from checkpoint import load_checkpoint, read_json, read_log  # noqa: E402
 from evaluate import Batches, split_loss  # noqa: E402
 from model import GPT  # noqa: E402
 from scripts import convert as cv  # noqa: E402
@@ -115,13 +115,6 @@ def show(cmd: list) -> str:
     return " ".join(["python", *cmd[1:]] if cmd[0] == sys.executable else cmd)
 
 
-def read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def finished(run_dir: Path) -> bool:
     s = read_json(run_dir / "summary.json")
     return bool(s and s.get("finished"))
@@ -129,19 +122,7 @@ def finished(run_dir: Path) -> bool:
 
 def val_curve(run_dir: Path) -> dict:
     """{iteration: whole-split val loss} from train.py's log.jsonl."""
-    curve = {}
-    try:
-        lines = (run_dir / "log.jsonl").read_text().splitlines()
-    except OSError:
-        return curve
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("val_loss") is not None:
-            curve[int(rec["iter"])] = rec["val_loss"]
-    return curve
+    return {int(r["iter"]): r["val_loss"] for r in read_log(run_dir) if r.get("val_loss") is not None}
 
 
 def autocast_for(device: torch.device, dtype: str):

@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 if not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.results ...")
 
+from checkpoint import read_log  # noqa: E402
 from scripts.paper_tables import ENWIKI_SEED_ROWS, OWT_COLUMNS, ROPE_SETTINGS, TABLES  # noqa: E402
 
 RUN_DIR_RE = re.compile(r"^(?P<row>.+)-rope_(?P<rope>off|on)-s(?P<seed>-?\d+)$")
@@ -108,7 +109,7 @@ def _summary_from_log(d: Path):
     log, cfg = d / "log.jsonl", d / "config.json"
     if not (log.is_file() and cfg.is_file()):
         return None
-    evals = [r for r in map(json.loads, log.read_text().splitlines()) if "val_loss" in r]
+    evals = [r for r in read_log(d) if "val_loss" in r]  # an interrupted run's last line may be cut
     if not evals:
         return None
     best = min(evals, key=lambda r: r["val_loss"])
@@ -355,11 +356,7 @@ def load_logs(runs_dir: Path):
         if not m or not (d / "log.jsonl").is_file():
             continue
         evals, train = {}, {}
-        for line in (d / "log.jsonl").read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a kill
+        for r in read_log(d):  # a line cut by a kill is left out
             if "val_loss" in r:
                 evals[r["iter"]] = (r["iter"], r["val_loss"], r.get("train_loss"))
             elif "loss" in r:

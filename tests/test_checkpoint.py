@@ -120,3 +120,30 @@ def test_saved_rng_state_per_rank():
     assert ck.saved_rng_state({"rng_states": states}, 2) is None  # resumed on more ranks: reseeded
     old = {"torch_rng_state": states[0]["torch"], "cuda_rng_state": None}  # the earlier layout (rank 0 only)
     assert torch.equal(ck.saved_rng_state(old, 0)["torch"], states[0]["torch"]) and ck.saved_rng_state(old, 1) is None
+
+
+def test_read_log_and_read_json_tolerate_cut_files(tmp_path):
+    """What a killed run leaves: log.jsonl's last line cut, a summary.json half written or missing."""
+    from checkpoint import read_json, read_log
+    (tmp_path / "log.jsonl").write_text('{"iter": 1, "loss": 2.5}\n{"iter": 2, "loss": 2.4}\n{"iter": 3, "lo')
+    assert read_log(tmp_path) == [{"iter": 1, "loss": 2.5}, {"iter": 2, "loss": 2.4}]
+    assert read_log(tmp_path / "missing") == []
+    (tmp_path / "summary.json").write_text('{"finished": tr')
+    assert read_json(tmp_path / "summary.json") is None and read_json(tmp_path / "none.json") is None
+    (tmp_path / "summary.json").write_text('{"finished": true}')
+    assert read_json(tmp_path / "summary.json") == {"finished": True}
+
+
+def test_pid_alive_counts_an_exited_unreaped_process_as_gone():
+    import sys
+    import time
+    from checkpoint import pid_alive
+    assert pid_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    for _ in range(200):  # exited but not waited for: a zombie
+        if not pid_alive(child.pid):
+            break
+        time.sleep(0.05)
+    assert not pid_alive(child.pid)
+    child.wait()
+    assert not pid_alive(child.pid)

@@ -54,9 +54,10 @@ def train_losses(out_dir):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_each_family_learns(family, data_dir, tmp_path):
+    import train  # train.py's main in this process: no interpreter start per family
     out = tmp_path / family
-    run(["train.py", *TINY, *FAMILIES[family], f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=80",
-         "--lr_decay_iters=80", "--eval_interval=40", "--save_checkpoint=False"])
+    train.main([*TINY, *FAMILIES[family], f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=80",
+                "--lr_decay_iters=80", "--eval_interval=40", "--save_checkpoint=False"])
     summary = json.loads((out / "summary.json").read_text())
     evals = [r for r in read_log(out) if "val_loss" in r]
     assert summary["finished"] and summary["iters"] == 80 and summary["tokens"] == 80 * 4 * 32
@@ -76,9 +77,10 @@ def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
     small.mkdir()
     shutil.copy(data_dir / "train.bin", small / "train.bin")
     np.fromfile(data_dir / "val.bin", dtype=np.uint16)[:5000].tofile(small / "val.bin")
+    import train
     out = tmp_path / "eval"
-    run(["train.py", *TINY, *FAMILIES["tucker"], "--block_size=64", "--batch_size=16", f"--data_dir={small}",
-         f"--out_dir={out}", "--max_iters=2", "--eval_interval=2", "--eval_full_val=True", "--eval_iters=1"])
+    train.main([*TINY, *FAMILIES["tucker"], "--block_size=64", "--batch_size=16", f"--data_dir={small}",
+                f"--out_dir={out}", "--max_iters=2", "--eval_interval=2", "--eval_full_val=True", "--eval_iters=1"])
     ckpt = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)
     model = GPT(GPTConfig(**ckpt["model_config"])).eval()
     model.load_state_dict(ckpt["model"])
@@ -201,21 +203,31 @@ def test_eval_only_on_a_resumed_checkpoint_evaluates(data_dir, tmp_path):
     assert after[-1]["val_loss"] == before[-1]["val_loss"]  # same weights, same evaluation batches
 
 
-def test_sample_from_trained_checkpoint(data_dir, tmp_path, gpt2_ranks_file):
+def test_sample_from_trained_checkpoint(data_dir, tmp_path, gpt2_ranks_file, capsys):
+    """sample.py on what train.py wrote (both run in this process: no interpreter start per command)."""
+    import sample
+    import train
     out = tmp_path / "run"
-    run(["train.py", *TINY, *FAMILIES["mla"], f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=10",
-         "--eval_interval=10"])
-    common = ["sample.py", f"--out_dir={out}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}", "--num_samples=1",
+    train.main([*TINY, *FAMILIES["mla"], f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=10",
+                "--eval_interval=10"])
+
+    def sample_out(args):
+        capsys.readouterr()
+        sample.main(args)
+        return capsys.readouterr().out
+    common = [f"--out_dir={out}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}", "--num_samples=1",
               "--max_new_tokens=20", "--temperature=0", "--start=ROMEO:"]
-    cached = run([*common, "--use_cache=True"]).stdout
-    uncached = run([*common, "--use_cache=False"]).stdout
+    cached = sample_out([*common, "--use_cache=True"])
+    uncached = sample_out([*common, "--use_cache=False"])
     assert cached == uncached and cached.startswith("ROMEO:") and len(cached) > len("ROMEO:")
-    sampled = run(["sample.py", f"--out_dir={out}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}",
-                   "--num_samples=2", "--max_new_tokens=10", "--temperature=1.0", "--seed=7"]).stdout
+    sampled = sample_out([f"--out_dir={out}", "--device=cpu", f"--tokenizer={gpt2_ranks_file}",
+                          "--num_samples=2", "--max_new_tokens=10", "--temperature=1.0", "--seed=7"])
     assert sampled.count("---------------") == 2
     # a clear error for a prompt longer than the context (bad keys and checkpoints: tests/test_sample.py)
-    proc = run([*common, "--start=" + "word " * 40], check=False)
-    assert proc.returncode == 2 and "block_size" in proc.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        sample.main([*common, "--start=" + "word " * 40])
+    assert e.value.code == 2 and "block_size" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------
