@@ -30,10 +30,13 @@
 #                 (MG_NAME=scaling_nosplit MG_EXTRA=--ddp_split_graph=False: the same without Dynamo's DDP graph split)
 #   mg_llama_table  bench_multigpu scaling over every LLaMA-3 1B row on all GPUs at 128 x 4096 (tab:owt2_llama1b_timing's
 #                 training columns; LLAMA_MODE=ddp|fsdp, LLAMA_BATCH=2 per micro-step), 8 iterations, compiled;
-#                 resumable with MG_BUDGET (no run starts after it; finished rows are skipped on the warm machine)
+#                 resumable with MG_BUDGET (no run starts after it; finished rows are skipped on the warm machine);
+#                 LLAMA_COMPILE=False LLAMA_NAME=_eager: eager rows (no compile: ~1 min a row instead of ~2.5),
+#                 LLAMA_ITERS / LLAMA_SKIP: iterations run / left out of the median
 #   mg_resume     bench_multigpu resume: MHA on 4 GPUs to iteration 8, continued on 4, 2 and 1 (after mg_scaling:
 #                 its uninterrupted 4-GPU run is the reference)
 #   mg_kill       bench_multigpu kill: SIGKILL one rank of a 2-GPU MHA run; time to exit, checkpoint intact
+#                 (KILL_COMPILE=False: without torch.compile, which the test does not need)
 #   mg_fsdp       bench_multigpu scaling --modes ddp,fsdp: LLaMA-3 1B GQA-8 and Tucker [32,64,64] on 4 GPUs at
 #                 32 x 4096 (micro-batch 2), enwiki tokens, 12 iterations (warm-up 2: the loss visibly falls), not compiled
 # Timing stages are best run alone: the enwiki stage shares the host CPU with them (launch-bound
@@ -130,14 +133,15 @@ for st in "$@"; do
         cfgs=$(printf '%s\n' config/owt2_llama1b_gqa8.py config/owt2_llama1b_tucker_32_64_64.py config/owt2_llama1b_mha.py \
                config/owt2_llama1b_*.py | grep -v _base | awk '!seen[$0]++' | paste -sd,)
         STAGE_GPUS=0,1,2,3 stage mg_llama_table python3 -m scripts.bench_multigpu scaling --configs "$cfgs" \
-            --modes ${LLAMA_MODE:-ddp} --nprocs $NGPU --batch_size ${LLAMA_BATCH:-2} --global_batch 128 --iters 8 --skip 5 \
-            --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/llama_table -- --data_dir=data/enwiki --compile=True ;;
+            --modes ${LLAMA_MODE:-ddp} --nprocs $NGPU --batch_size ${LLAMA_BATCH:-2} --global_batch 128 --iters ${LLAMA_ITERS:-8} \
+            --skip ${LLAMA_SKIP:-5} --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/llama_table${LLAMA_NAME:-} \
+            -- --data_dir=data/enwiki --compile=${LLAMA_COMPILE:-True} --warmup_iters=2 ;;
     mg_resume) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_resume python3 -m scripts.bench_multigpu resume --configs config/enwiki_mha.py \
             --from_nproc 4 --nprocs 4,2,1 --batch_size 12 --global_batch 480 --split_iter 8 --iters 16 \
             --reference out-multigpu/scaling/enwiki_mha-ddp-4 --out_dir out-multigpu/resume -- --data_dir=data/enwiki ;;
     mg_kill) ensure_enwiki || continue; STAGE_GPUS=0,1 stage mg_kill python3 -m scripts.bench_multigpu kill --configs config/enwiki_mha.py --nprocs 2 \
             --batch_size 12 --global_batch 48 --ckpt_every 4 --kill_after_iter 6 --timeout 240 \
-            --out_dir out-multigpu/kill -- --data_dir=data/enwiki ;;
+            --out_dir out-multigpu/kill -- --data_dir=data/enwiki --compile=${KILL_COMPILE:-True} ;;
     mg_fsdp) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_fsdp python3 -m scripts.bench_multigpu scaling \
             --configs config/owt2_llama1b_gqa8.py,config/owt2_llama1b_tucker_32_64_64.py --modes ddp,fsdp --nprocs 4 \
             --batch_size 2 --global_batch 32 --iters 12 --skip 5 --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/fsdp \
