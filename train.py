@@ -336,8 +336,11 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
     if cfg["compile"]:
         model = compile_model(model, cfg, env)
     if env.ddp and not env.fsdp:
+        # broadcast_buffers=False: the only buffers are the RoPE tables, constants equal on every rank. DDP would
+        # otherwise broadcast them in a forward (the first after a synced step), a collective that a rank with
+        # no evaluation batch never joins: the job hung at its first evaluation (eval_iters < world size)
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda"
-                                                          else None)
+                                                          else None, broadcast_buffers=False)
     return Run(cfg, env, model, raw_model, optimizer, scaler, batches, state, resumed=checkpoint is not None)
 
 
