@@ -218,7 +218,69 @@ def scaling_md(res: dict) -> str:
                      f"{fmt(r.get('ms_vs_first_config'), '.3f')} | {fmt(r['tokens_per_s'], ',.0f')} | {fmt(r.get('efficiency'), '.1%')} | "
                      f"{fmt(r['fwd_ms'])} / {fmt(r['bwd_ms'])} / {fmt(r['opt_ms'])} | {fmt(r['peak_memory_gib'], '.2f')} | "
                      f"{'yes' if r['ranks_identical'] else 'NO'} ({r['ranks']}) | {diff} | {curve} |")
-    return "\n".join(lines)
+    paper = paper_comparison_md(res)
+    return "\n".join(lines + ([""] + paper if paper else []))
+
+
+def paper_comparison(res: dict) -> list:
+    """Rows whose config file is a row of the paper's LLaMA-3 1B timing table (scripts/paper_tables.py),
+    at the same mode and GPU count as its GQA-8 row: our iteration, forward and backward times over
+    GQA-8's and over MHA's beside the paper's (its ms are not comparable: 4 H100s, GPT-NeoX)."""
+    from scripts.paper_tables import TABLES
+    by_config = {row.config: row for row in TABLES["llama1b"].rows}
+    ours = [(by_config[r["config"]], r) for r in res["rows"] if r["config"] in by_config and r["ms_per_iter"]]
+    if not ours:
+        return []
+    flops = {row.id: llama_flops_per_token(row, res["block_size"]) for row in TABLES["llama1b"].rows}
+    out = []
+    for row, r in ours:
+        refs = {ref_row.id: ref for ref_row, ref in ours if ref["mode"] == r["mode"] and ref["nproc"] == r["nproc"]}
+        item = dict(id=row.id, label=row.label, mode=r["mode"], nproc=r["nproc"], ms_per_iter=r["ms_per_iter"],
+                    flops_per_token=flops[row.id], flops_vs_gqa8=flops[row.id] / flops["gqa8"])
+        for base in ("gqa8", "mha"):
+            ref = refs.get(base)
+            p, pb = row.paper["on"], next(x for x in TABLES["llama1b"].rows if x.id == base).paper["on"]
+            item[f"iter_vs_{base}"] = r["ms_per_iter"] / ref["ms_per_iter"] if ref else None
+            item[f"paper_iter_vs_{base}"] = p["train_iter_ms"] / pb["train_iter_ms"]
+            for phase in ("fwd", "bwd"):
+                ok = ref and r.get(f"{phase}_ms") and ref.get(f"{phase}_ms")
+                item[f"{phase}_vs_{base}"] = r[f"{phase}_ms"] / ref[f"{phase}_ms"] if ok else None
+                item[f"paper_{phase}_vs_{base}"] = p[f"{phase}_ms"] / pb[f"{phase}_ms"]
+        out.append(item)
+    return out
+
+
+def llama_flops_per_token(row, block_size: int) -> int:
+    """Training FLOPs per token (forward + backward) of a paper row's model (its config as train.py
+    resolves it) at block_size, by model.flops_per_token: built on the meta device, no weights allocated."""
+    import dataclasses
+    import torch
+    from model import GPT, GPTConfig
+    from scripts.paper_tables import build_config
+    keys = {f.name for f in dataclasses.fields(GPTConfig)}
+    cfg = {k: v for k, v in build_config(row, "on").items() if k in keys}
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**{**cfg, "block_size": block_size}))
+    return model.flops_per_token(block_size)
+
+
+def paper_comparison_md(res: dict) -> list:
+    items = paper_comparison(res)
+    if not items:
+        return []
+    lines = ["The paper's tab:owt2_llama1b_timing beside these rows (ratios at the same mode and GPU count; the "
+             "paper: 128 x 4096 tokens per iteration on 2 nodes x 2 H100, GPT-NeoX). FLOPs ×GQA-8: this "
+             "model's training FLOPs per token at the run's sequence length (model.flops_per_token) over GQA-8's.", "",
+             "| method | mode | GPUs | ms/iter | FLOPs ×GQA-8 | iter ×GQA-8 | paper | fwd ×GQA-8 | paper | bwd ×GQA-8 "
+             "| paper | iter ×MHA | paper |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for it in items:
+        lines.append(f"| {it['label']} | {it['mode']} | {it['nproc']} | {fmt(it['ms_per_iter'])} | "
+                     f"{it['flops_vs_gqa8']:.3f} | {fmt(it['iter_vs_gqa8'], '.3f')} | {it['paper_iter_vs_gqa8']:.3f} | "
+                     f"{fmt(it['fwd_vs_gqa8'], '.3f')} | {it['paper_fwd_vs_gqa8']:.3f} | "
+                     f"{fmt(it['bwd_vs_gqa8'], '.3f')} | {it['paper_bwd_vs_gqa8']:.3f} | "
+                     f"{fmt(it['iter_vs_mha'], '.3f')} | {it['paper_iter_vs_mha']:.3f} |")
+    return lines
 
 
 def resume(args) -> dict:

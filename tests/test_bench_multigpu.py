@@ -108,3 +108,30 @@ def test_bad_batch_split_is_one_line_error(setup):
         bm.main(["scaling", "--configs", str(root / "tiny.py"), "--batch_size", "2", "--global_batch", "6",
                  "--nprocs", "4", "--out_dir", str(root / "bad"), *extra])
     assert "do not divide over 4 processes" in str(e.value.code)
+
+
+def test_llama_rows_beside_the_paper():
+    """Rows whose configs are the paper's LLaMA-1B rows get the paper's ratios (its train-iteration,
+    forward and backward times over GQA-8's and MHA's) beside ours, and each model's FLOP count; MHA's
+    extra FLOPs over GQA-8 are exactly its extra key/value projections."""
+    def row(name, ms, fwd, bwd, mode="ddp"):
+        return dict(config=f"config/owt2_llama1b_{name}.py", mode=mode, nproc=4, ms_per_iter=ms, fwd_ms=fwd, bwd_ms=bwd)
+    res = dict(block_size=4096, rows=[row("gqa8", 2000.0, 600.0, 1300.0), row("tucker_32_64_64", 1800.0, 540.0, 1200.0),
+                                      row("mha", 2200.0, 700.0, 1450.0), row("mha", 2100.0, 650.0, 1400.0, mode="fsdp"),
+                                      dict(row("mqa", None, None, None))])
+    items = {(it["id"], it["mode"]): it for it in bm.paper_comparison(res)}
+    assert set(items) == {("gqa8", "ddp"), ("tucker_32_64_64", "ddp"), ("mha", "ddp"), ("mha", "fsdp")}  # no ms: left out
+    t = items["tucker_32_64_64", "ddp"]
+    assert t["iter_vs_gqa8"] == pytest.approx(0.9) and t["fwd_vs_gqa8"] == pytest.approx(0.9)
+    assert t["iter_vs_mha"] == pytest.approx(1800 / 2200)
+    assert t["paper_iter_vs_gqa8"] == pytest.approx(4.05 / 4.87) and t["paper_iter_vs_mha"] == pytest.approx(4.05 / 5.19)
+    assert t["paper_bwd_vs_gqa8"] == pytest.approx(2.70 / 3.30)
+    m = items["mha", "fsdp"]  # no GQA-8 row at its mode: our ratios are missing, the paper's are not
+    assert m["iter_vs_gqa8"] is None and m["iter_vs_mha"] == 1.0 and m["paper_iter_vs_gqa8"] == pytest.approx(5.19 / 4.87)
+    L, d, nH, nG, dH = 16, 2048, 32, 8, 64
+    extra = 3 * 2 * L * d * 2 * (nH - nG) * dH  # forward + backward FLOPs of the larger K and V projections
+    mha, gqa8 = items["mha", "ddp"]["flops_per_token"], items["gqa8", "ddp"]["flops_per_token"]
+    assert mha - gqa8 == extra
+    md = "\n".join(bm.paper_comparison_md(res))
+    assert "| Tucker [32,64,64] | ddp | 4 | 1800.0 |" in md and f"{4.05 / 4.87:.3f}" in md
+    assert bm.paper_comparison(dict(block_size=1024, rows=[dict(row("x", 1.0, 1.0, 1.0), config="config/enwiki_mha.py")])) == []
