@@ -867,8 +867,8 @@ def build_parser():
                    help="a copy of nanoGPT (../shared/peers/nanogpt) outside the project: run its bench.py at each "
                         "shape before and after our rows and report our tokens/s over its (gpt2 suite, CUDA)")
     p.add_argument("--profile", default=None, metavar="VARIANTS",
-                   help="comma-separated variant ids: profile 5 more iterations of their rows (learned positions "
-                        "unless --rope on) and report the top-15 CUDA kernels")
+                   help="comma-separated variant ids: profile 5 more iterations of their rows (every shape and "
+                        "positions setting) and report the top-15 CUDA kernels")
     p.add_argument("--time_budget", type=float, default=None, metavar="S",
                    help="seconds for the whole run: a row that would not fit (judged by the slowest of the last "
                         "three rows, keeping time for nanoGPT's second run) is reported as skipped")
@@ -993,7 +993,7 @@ def main(argv=None):
                "seq_len": seq_len, "grad_accum": args.grad_accum}
         if len(positions) > 1 or not llama:
             row["pos"] = "rope" if rope else "learned"
-        profile = v.id in profiled and (rope == positions[0])
+        profile = v.id in profiled  # every positions setting: the RoPE rows too (RoPE cost is a target)
         # what the next row will take: the slowest of the last three measured (rows found in the
         # precompiled caches are much faster than cold ones; the order of rows is the run order)
         expected = max((r["wall_s"] for r in done[-3:]), default=0.0)

@@ -65,18 +65,34 @@ def test_samples_and_speed_on_stderr(out_dir, gpt2_ranks_file, capsys):
     assert "sampled 10 tokens in" in captured.err and "tokens/s" in captured.err
 
 
-def test_decode_key_reaches_generate(out_dir, gpt2_ranks_file, monkeypatch):
+def test_decode_keys_reach_generate(out_dir, gpt2_ranks_file, monkeypatch):
     calls = []
     real = GPT.generate
 
-    def spy(self, *args, decode="auto", **kwargs):
-        calls.append(decode)
-        return real(self, *args, decode=decode, **kwargs)
+    def spy(self, *args, decode="auto", compile=False, **kwargs):
+        calls.append((decode, compile))
+        return real(self, *args, decode=decode, **kwargs)  # compiled: test_compiled_decode_step_same_tokens
 
     monkeypatch.setattr(GPT, "generate", spy)
     sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1"))
-    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=auto", "--num_samples=1"))
-    assert calls == ["eager", "auto"]
+    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=auto", "--num_samples=1", "--compile=True"))
+    assert calls == [("eager", False), ("auto", True)]
+
+
+def test_compile_needs_the_cache(out_dir, gpt2_ranks_file, capsys):
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, "--compile=True", "--use_cache=False"), capsys)
+    assert "compile" in err and "use_cache" in err
+
+
+def test_compiled_decode_step_same_tokens():
+    """GPT.generate(compile=True) (what sample.py --compile=True runs): the torch.compiled decode step
+    gives the greedy tokens of the plain one (Tucker with latent RoPE, whose step has the most pieces)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False, vocab_size=64, attn="tucker",
+                          tucker_ranks=(2, 8, 8), pos_emb="rope")).eval()
+    x = torch.randint(0, 64, (2, 4))
+    compiled = model.generate(x, 6, temperature=0, decode="eager", compile=True)
+    assert torch.equal(compiled, model.generate(x, 6, temperature=0, decode="eager"))
 
 
 def test_greedy_text_same_with_and_without_the_cache(out_dir, gpt2_ranks_file):
