@@ -27,7 +27,8 @@
 #                 DEADLINE seconds from the stage's start (a started run finishes, ~2 min); resumable:
 #                 the same stage on the warm machine continues. $OUT/enwiki_runs.tar.gz, convert_runs.tar.gz.
 #   mg_scaling    bench_multigpu scaling: GPT-2 124M MHA and Tucker [8,64,64] at 480 x 1024, 1/2/4 GPUs (DDP)
-#                 (MG_NAME=scaling_nosplit MG_EXTRA=--ddp_split_graph=False: the same without Dynamo's DDP graph split)
+#                 (train.py's default since session 4: no Dynamo DDP graph split; MG_NAME=scaling_split
+#                 MG_EXTRA=--ddp_split_graph=True: with it, as results/multigpu/scaling/ was measured)
 #   mg_llama_table  bench_multigpu scaling over every LLaMA-3 1B row on all GPUs at 128 x 4096 (tab:owt2_llama1b_timing's
 #                 training columns; LLAMA_MODE=ddp|fsdp, LLAMA_BATCH=2 per micro-step), 8 iterations, compiled;
 #                 resumable with MG_BUDGET (no run starts after it; finished rows are skipped on the warm machine);

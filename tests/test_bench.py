@@ -245,14 +245,14 @@ def test_rope_both_and_profile(tmp_path):
         assert learned["rope_cost"] is None
         # ratios against MHA with the same positions
         assert rope["total_ms_vs_mha"] == pytest.approx(rope["total_ms"] / by[("mha", "rope")]["total_ms"])
-    # one profile: MHA with learned positions
-    assert [(r["variant"], r["pos"]) for r in rows if r.get("profile")] == [("mha", "learned")]
+    # profiles: MHA with each positions setting (the RoPE cost is a target)
+    assert [(r["variant"], r["pos"]) for r in rows if r.get("profile")] == [("mha", "learned"), ("mha", "rope")]
     prof = by[("mha", "learned")]["profile"]
     assert prof["source"] == "cpu" and prof["n_steps"] == bench_train.PROFILE_STEPS and 0 < len(prof["top"]) <= 15
     assert prof["step_ms"] == by[("mha", "learned")]["total_ms"]
     md = (tmp_path / "bench_train.md").read_text()
     assert "| variant | shape | pos | fwd ms |" in md and "| RoPE cost % |" in md
-    assert "### Where the time goes: MHA at 1x8 (learned)" in md
+    assert "### Where the time goes: MHA at 1x8 (learned)" in md and "### Where the time goes: MHA at 1x8 (rope)" in md
     assert "| # | kernel | category | calls | ms | % of step |" in md
     out = json.loads((tmp_path / "bench_train.json").read_text())
     assert out["args"]["rope"] == "both" and len(out["rows"]) == 4
