@@ -224,28 +224,38 @@ def render(rows, info) -> str:
     return head + markdown_table(headers, body)
 
 
+GENERATE_MODES = {  # --generate_modes: name -> GPT.generate's (decode, compile), i.e. sample.py's --decode, --compile
+    "eager": ("eager", False), "graph": ("graph", False), "graph_compiled": ("graph", True),
+    "eager_compiled": ("eager", True),
+}
+
+
 @torch.no_grad()
 def bench_generate(model, args, device: torch.device) -> list:
     """What sample.py does, end to end: model.generate at batch 1 from a 16-token prompt, greedy
-    (temperature 0), max_new_tokens = --generate, once per decode mode (eager, graph on CUDA).
-    Tokens/s counts new tokens over the wall time of the whole call (prefill, capture and sampling
-    included); the greedy tokens of every mode must equal the eager mode's."""
+    (temperature 0), max_new_tokens = --generate, once per --generate_modes entry (decode mode and
+    torch.compile of the step, as sample.py's --decode and --compile). Tokens/s counts new tokens over
+    the wall time of the whole call (prefill, capture and sampling included; the one-time compile and
+    capture happen in a warm-up call before); the greedy tokens of every mode must equal the first
+    mode's (same_tokens_as_first; earlier JSON files, whose first mode was always eager, call it
+    same_tokens_as_eager)."""
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.randint(model.config.vocab_size, (1, 16), device=device, generator=gen)
     rows, reference = [], None
-    for mode in (["eager", "graph"] if device.type == "cuda" else ["eager"]):
-        model.generate(prompt, 8, temperature=0, decode=mode)  # warm-up: kernels compiled, cuBLAS ready
+    for mode in args.generate_modes:
+        decode, compile = GENERATE_MODES[mode]
+        model.generate(prompt, 8, temperature=0, decode=decode, compile=compile)  # warm-up: compile, capture
         for _ in range(2):  # the second call is the one reported (the first may still warm caches)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = model.generate(prompt, args.generate, temperature=0, decode=mode)
+            out = model.generate(prompt, args.generate, temperature=0, decode=decode, compile=compile)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
         reference = out if reference is None else reference
         rows.append(dict(generate_mode=mode, new_tokens=args.generate, seconds=seconds,
-                         tokens_per_s=args.generate / seconds, same_tokens_as_eager=bool(torch.equal(out, reference))))
+                         tokens_per_s=args.generate / seconds, same_tokens_as_first=bool(torch.equal(out, reference))))
     return rows
 
 
@@ -272,6 +282,9 @@ def main(argv=None):
                    help="comma-separated of " + ", ".join(MODES) + " (default: all on cuda, forward,step on cpu)")
     p.add_argument("--generate", type=int, default=0,
                    help="also time model.generate end to end (sample.py's loop) for this many new tokens at batch 1")
+    p.add_argument("--generate_modes", default=None,
+                   help="comma-separated of " + ", ".join(GENERATE_MODES) + " (default eager,graph on cuda, eager on cpu; "
+                        "*_compiled: the step torch.compiled, sample.py --compile=True)")
     p.add_argument("--iters", type=int, default=None, help="timed steps / replays (default 100; --tiny: 3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up replays (default 10; --tiny: 1)")
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
@@ -288,6 +301,13 @@ def main(argv=None):
             raise SystemExit(f"unknown mode {m!r}: allowed {', '.join(MODES)}")
         if m.startswith("graph") and device.type != "cuda":
             raise SystemExit(f"mode {m!r} captures a CUDA graph: it needs --device=cuda")
+    args.generate_modes = [m.strip() for m in (args.generate_modes or
+                                               ("eager,graph" if device.type == "cuda" else "eager")).split(",")]
+    for m in args.generate_modes:
+        if m not in GENERATE_MODES:
+            raise SystemExit(f"unknown --generate_modes entry {m!r}: allowed {', '.join(GENERATE_MODES)}")
+        if GENERATE_MODES[m][0] == "graph" and device.type != "cuda":
+            raise SystemExit(f"--generate_modes {m!r} captures a CUDA graph: it needs --device=cuda")
     llama = args.suite == "llama1b"
     args.iters = args.iters or (3 if args.tiny else 100)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 10)
@@ -334,7 +354,7 @@ def main(argv=None):
                 g.update(variant=vid, label=label)
                 generated.append(g)
                 print(f"[generate {g['generate_mode']:5s}] {vid:24s} {g['tokens_per_s']:,.0f} tokens/s "
-                      f"(same tokens as eager: {g['same_tokens_as_eager']})", flush=True)
+                      f"(same tokens as {args.generate_modes[0]}: {g['same_tokens_as_first']})", flush=True)
         for mode in modes:
             for batch_size in batches:
                 for context in contexts:
@@ -367,9 +387,9 @@ def main(argv=None):
         markdown = render(rows, info)
         if generated:
             markdown += "\n\n## model.generate end to end (batch 1, greedy, 16-token prompt)\n\n" + markdown_table(
-                ["variant", "mode", "new tokens", "s", "tokens/s", "same tokens as eager"],
+                ["variant", "mode", "new tokens", "s", "tokens/s", f"same tokens as {args.generate_modes[0]}"],
                 [[g["label"], g["generate_mode"], g["new_tokens"], fmt(g["seconds"], ".3f"),
-                  fmt(g["tokens_per_s"], ",.0f"), g["same_tokens_as_eager"]] for g in generated])
+                  fmt(g["tokens_per_s"], ",.0f"), g["same_tokens_as_first"]] for g in generated])
         write_report(args.out_dir, args.name, markdown, {**info, "rows": rows, "generate": generated})
         del model
         release(device)

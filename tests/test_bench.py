@@ -151,6 +151,32 @@ def test_bench_decode_tiny(tmp_path):
         assert r["latency_ms_vs_mha"] == pytest.approx(r["latency_ms"] / mha["latency_ms"])
 
 
+def test_generate_end_to_end_modes(tmp_path, monkeypatch):
+    """--generate times model.generate per --generate_modes entry with that entry's (decode, compile),
+    and checks every mode's greedy tokens against the first's; a graph mode on the CPU is refused."""
+    from model import GPT
+    calls = []
+    real = GPT.generate
+
+    def spy(self, *args, decode="auto", compile=False, **kwargs):
+        calls.append((decode, compile))
+        return real(self, *args, decode=decode, **kwargs)  # the compiled step itself: test_sample.py
+
+    monkeypatch.setattr(GPT, "generate", spy)
+    bench_decode.main(["--device=cpu", "--tiny", "--variants", "tucker_8_64_64", "--modes", "forward", "--batches", "1",
+                       "--contexts", "8", "--iters", "1", "--generate", "4", "--generate_modes", "eager,eager_compiled",
+                       "--out_dir", str(tmp_path)])
+    assert calls == [("eager", False)] * 3 + [("eager", True)] * 3  # a warm-up call and two timed, per mode
+    out = json.loads((tmp_path / "bench_decode.json").read_text())
+    assert [(g["generate_mode"], g["new_tokens"], g["same_tokens_as_first"]) for g in out["generate"]] == [
+        ("eager", 4, True), ("eager_compiled", 4, True)]
+    assert all(g["tokens_per_s"] == pytest.approx(4 / g["seconds"]) for g in out["generate"])
+    assert "| same tokens as eager |" in (tmp_path / "bench_decode.md").read_text()
+    for bad, message in (("graph_compiled", "needs --device=cuda"), ("fast", "allowed eager")):
+        with pytest.raises(SystemExit, match=message):
+            bench_decode.main(["--device=cpu", "--tiny", "--generate", "4", "--generate_modes", bad, "--out_dir", str(tmp_path)])
+
+
 def test_floor_by_hand():
     # GQA with one KV head, RoPE (no wpe), d=8, nH=2 (dH=4), one layer, vocab 16, no biases:
     #   wte = lm_head (tied, read once by the lm_head)       16*8        = 128
