@@ -16,6 +16,8 @@
 #   train         bench_train, GPT-2 124M variants beside nanoGPT's bench.py (.carry/nanogpt), with and
 #                 without RoPE, with a profile of MHA and Tucker [8,64,64]
 #   train_graphs  bench_train with compile_mode='reduce-overhead' (CUDA graphs: the launch-bound Tucker step)
+#   train_gpt2_loss_chunk  MHA and Tucker [8,64,64] with the loss head in chunks of 4096 tokens (no float32
+#                 logits of the whole batch: 2.5 GB at 12 x 1024 x 50304), against train's rows of the same call
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
 #   train_loss_chunk  the same for GQA-8 and Tucker [32,64,64] with the loss head in chunks of 4096 tokens
 #                 (GPTConfig.loss_chunk_tokens: peak memory and ms against train_llama's rows)
@@ -105,6 +107,9 @@ for st in "$@"; do
             --precompile 3 --time_budget 330 --out_dir "$WORK/bench" --name train_gpt2_cudagraphs ;;
     train_loss_chunk) stage train_loss_chunk python3 -m scripts.bench_train --suite llama1b --variants gqa8,tucker_32_64_64 \
             --loss_chunk 4096 --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b_loss_chunk ;;
+    train_gpt2_loss_chunk) stage train_gpt2_loss_chunk python3 -m scripts.bench_train --shapes 12x1024,64x256 \
+            --variants mha,tucker_8_64_64 --loss_chunk 4096 --precompile 4 --time_budget 240 --out_dir "$WORK/bench" \
+            --name train_gpt2_loss_chunk ;;
     train_llama) stage train_llama python3 -m scripts.bench_train --suite llama1b --variants gqa8,tucker_32_64_64,mha \
             --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b ;;
     enwiki_convert=*)
