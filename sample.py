@@ -36,8 +36,8 @@ DEFAULTS = dict(
     # cached step; 'graph' = force the static step (CUDA only)
     decode="auto",
     # torch.compile the cached decode step first (norms, residual adds, RoPE, GELU fused into few kernels):
-    # on an H200 13-18% less time per token at batch 1 (results/bench/), after a one-time compile of
-    # tens of seconds, so worth it for long samples; the same tokens at temperature 0
+    # on an H200 12-18% less time per token at batch 1 (results/bench/), after a one-time compile of
+    # tens of seconds, so worth it for long samples (the same greedy tokens: tested on CPU in float32)
     compile=False,
     tokenizer="",  # GPT-2 ranks file for offline use (else env TUCKER_GPT2_TIKTOKEN, else tiktoken 'gpt2')
 )

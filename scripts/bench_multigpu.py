@@ -227,11 +227,13 @@ def paper_comparison(res: dict) -> list:
     at the same mode and GPU count as its GQA-8 row: our iteration, forward and backward times over
     GQA-8's and over MHA's beside the paper's (its ms are not comparable: 4 H100s, GPT-NeoX)."""
     from scripts.paper_tables import TABLES
-    by_config = {row.config: row for row in TABLES["llama1b"].rows}
-    ours = [(by_config[r["config"]], r) for r in res["rows"] if r["config"] in by_config and r["ms_per_iter"]]
+    by_name = {Path(row.config).name: row for row in TABLES["llama1b"].rows}  # config/x.py, ./config/x.py, ...
+    ours = [(by_name[Path(r["config"]).name], r) for r in res["rows"]
+            if Path(r["config"]).name in by_name and r.get("finished", True) and r.get("ms_per_iter")]
     if not ours:
         return []
-    flops = {row.id: llama_flops_per_token(row, res["block_size"]) for row in TABLES["llama1b"].rows}
+    needed = {row.id for row, _ in ours} | {"gqa8"}
+    flops = {row.id: llama_flops_per_token(row, res["block_size"]) for row in TABLES["llama1b"].rows if row.id in needed}
     out = []
     for row, r in ours:
         refs = {ref_row.id: ref for ref_row, ref in ours if ref["mode"] == r["mode"] and ref["nproc"] == r["nproc"]}

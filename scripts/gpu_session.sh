@@ -37,8 +37,8 @@
 #                 resumable with MG_BUDGET (no run starts after it; finished rows are skipped on the warm machine);
 #                 LLAMA_COMPILE=False LLAMA_NAME=_eager: eager rows (no compile: ~1 min a row instead of ~2.5),
 #                 LLAMA_ITERS / LLAMA_SKIP: iterations run / left out of the median
-#   mg_resume     bench_multigpu resume: MHA on 4 GPUs to iteration 8, continued on 4, 2 and 1 (after mg_scaling:
-#                 its uninterrupted 4-GPU run is the reference)
+#   mg_resume     bench_multigpu resume: MHA on 4 GPUs to iteration 8, continued on 4, 2 and 1 (after mg_scaling
+#                 with the same MG_NAME / MG_EXTRA: its uninterrupted 4-GPU run is the reference)
 #   mg_kill       bench_multigpu kill: SIGKILL one rank of a 2-GPU MHA run; time to exit, checkpoint intact
 #                 (KILL_COMPILE=False: without torch.compile, which the test does not need)
 #   mg_fsdp       bench_multigpu scaling --modes ddp,fsdp: LLaMA-3 1B GQA-8 and Tucker [32,64,64] on 4 GPUs at
@@ -145,7 +145,8 @@ for st in "$@"; do
             -- --data_dir=data/enwiki --compile=${LLAMA_COMPILE:-True} --warmup_iters=2 ;;
     mg_resume) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_resume python3 -m scripts.bench_multigpu resume --configs config/enwiki_mha.py \
             --from_nproc 4 --nprocs 4,2,1 --batch_size 12 --global_batch 480 --split_iter 8 --iters 16 \
-            --reference out-multigpu/scaling/enwiki_mha-ddp-4 --out_dir out-multigpu/resume -- --data_dir=data/enwiki ;;
+            --reference out-multigpu/${MG_NAME:-scaling}/enwiki_mha-ddp-4 --out_dir out-multigpu/resume -- --data_dir=data/enwiki \
+            ${MG_EXTRA:-} ;;
     mg_kill) ensure_enwiki || continue; STAGE_GPUS=0,1 stage mg_kill python3 -m scripts.bench_multigpu kill --configs config/enwiki_mha.py --nprocs 2 \
             --batch_size 12 --global_batch 48 --ckpt_every 4 --kill_after_iter 6 --timeout 240 \
             --out_dir out-multigpu/kill -- --data_dir=data/enwiki --compile=${KILL_COMPILE:-True} ;;

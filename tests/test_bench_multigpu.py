@@ -118,9 +118,12 @@ def test_llama_rows_beside_the_paper():
         return dict(config=f"config/owt2_llama1b_{name}.py", mode=mode, nproc=4, ms_per_iter=ms, fwd_ms=fwd, bwd_ms=bwd)
     res = dict(block_size=4096, rows=[row("gqa8", 2000.0, 600.0, 1300.0), row("tucker_32_64_64", 1800.0, 540.0, 1200.0),
                                       row("mha", 2200.0, 700.0, 1450.0), row("mha", 2100.0, 650.0, 1400.0, mode="fsdp"),
-                                      dict(row("mqa", None, None, None))])
+                                      row("mqa", None, None, None),  # no time: left out
+                                      dict(row("gqa2", 1900.0, 600.0, 1200.0), finished=False)])  # cut short: left out
     items = {(it["id"], it["mode"]): it for it in bm.paper_comparison(res)}
-    assert set(items) == {("gqa8", "ddp"), ("tucker_32_64_64", "ddp"), ("mha", "ddp"), ("mha", "fsdp")}  # no ms: left out
+    assert set(items) == {("gqa8", "ddp"), ("tucker_32_64_64", "ddp"), ("mha", "ddp"), ("mha", "fsdp")}
+    res["rows"][1]["config"] = "./config/owt2_llama1b_tucker_32_64_64.py"  # the same file, however it was named
+    assert bm.paper_comparison(res)[1]["id"] == "tucker_32_64_64"
     t = items["tucker_32_64_64", "ddp"]
     assert t["iter_vs_gqa8"] == pytest.approx(0.9) and t["fwd_vs_gqa8"] == pytest.approx(0.9)
     assert t["iter_vs_mha"] == pytest.approx(1800 / 2200)
