@@ -824,8 +824,13 @@ class TuckerAttention(InferenceForm, nn.Module):
         self.rope = config.pos_emb == "rope"
         # decode through decode_attention.tucker_decode_attention (the per-head cores inside the
         # kernel; with RoPE only for shared KV, whose cache holds unrotated keys). An inference
-        # switch, not a model key: off until the fused kernel's GPU timing beats the unfused step
+        # switch, not a model key: off, as the GPU timing of the whole step found it slower
         self.fused_decode = False
+        # decode with the query core merged into the down-projection, [U2 G_q | U3 | U~3] (d, nH r3 + r3
+        # (+ r~3)), and the output core into U~2, G_o U~2^T (nH r~3, d): two matmuls per layer instead of
+        # four, for more weight bytes (MHA's W_Q and W_O sizes). A decode step is bound by its kernel
+        # count at small batch (results/bench/README.md). An inference switch: off until GPU-timed
+        self.merged_decode = False
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:
@@ -929,6 +934,25 @@ class TuckerAttention(InferenceForm, nn.Module):
                 "G_o": G_post.transpose(1, 2).reshape(nH * p3, p2).contiguous(),  # (nH r~3, r~2)
                 "U_out": self.U2_post.t().contiguous()}  # (r~2, d)
 
+    @torch.compiler.disable  # host-side bookkeeping, as inference_form
+    def merged_form(self) -> Dict[str, torch.Tensor]:
+        """The inference form with the merged matrices for merged_decode, added on first use (they
+        live as long as the form: rebuilt with it when a weight changes), products taken in float32:
+        W_qkv = [U2 G_q | U3 (| U~3)] (d, nH r3 + r3 (+ r~3)); W_out = G_o U~2^T (nH r~3, d)."""
+        form = self.inference_form()
+        if "W_qkv" not in form:
+            with torch.no_grad():
+                self._add_merged(form)
+        return form
+
+    def _add_merged(self, form: Dict[str, torch.Tensor]) -> None:
+        r2 = self.ranks[1]
+        W_down, dtype = form["W_down"], form["W_down"].dtype
+        acc = torch.promote_types(dtype, torch.float32)  # bf16 weights: the products in float32 (float64 stays)
+        W_q = W_down[:, :r2].to(acc) @ form["G_q"].to(acc)  # (d, nH r3)
+        form["W_qkv"] = torch.cat([W_q.to(dtype), W_down[:, r2:]], dim=1).contiguous()  # (d, nH r3 + r3 (+ r~3))
+        form["W_out"] = (form["G_o"].to(acc) @ form["U_out"].to(acc)).to(form["U_out"].dtype).contiguous()  # (nH r~3, d)
+
     def cached_kv(self, cache: LayerCache) -> Tuple[torch.Tensor, torch.Tensor]:
         """The whole cache buffers as (key (B, 1, L, r3), value (B, 1, L, r~3)) views."""
         if self.shared_kv:
@@ -938,13 +962,21 @@ class TuckerAttention(InferenceForm, nn.Module):
     def decode(self, x, at: DecodePosition, cache: LayerCache):
         """Static decode step (see GroupedQueryAttention.decode) in the inference form: one down-
         projection matmul, the query core, attention to the ONE latent key/value head, the output
-        core and U~2. With shared KV and RoPE the latent is cached unrotated and rotated as read."""
+        core and U~2 (merged_decode: the query core inside the projection and the output core inside
+        U~2, two matmuls). With shared KV and RoPE the latent is cached unrotated and rotated as read."""
         B = x.size(0)
         nH, (_, r2, r3), (_, _, p3) = self.n_head, self.ranks, self.ranks_post
-        form = self.inference_form()
-        down = x.view(B, -1) @ form["W_down"]  # (B, r2 + r3 (+ r~3))
-        q_lat, k = down[:, :r2], down[:, r2:r2 + r3]  # (B, r2), (B, r3)
-        v = k if self.shared_kv else down[:, r2 + r3:]  # (B, r~3)
+        merged = self.merged_decode and not self.fused_decode
+        form = self.merged_form() if merged else self.inference_form()
+        if merged:  # the query core inside the one projection: q for every head, k (and v) in one matmul
+            qkv = x.view(B, -1) @ form["W_qkv"]  # (B, nH r3 + r3 (+ r~3))
+            q = qkv[:, :nH * r3].view(B, nH, r3)  # (B, nH, r3)
+            k = qkv[:, nH * r3:nH * r3 + r3]  # (B, r3)
+            v = k if self.shared_kv else qkv[:, nH * r3 + r3:]  # (B, r~3)
+        else:
+            down = x.view(B, -1) @ form["W_down"]  # (B, r2 + r3 (+ r~3))
+            q_lat, k = down[:, :r2], down[:, r2:r2 + r3]  # (B, r2), (B, r3)
+            v = k if self.shared_kv else down[:, r2 + r3:]  # (B, r~3)
         if self.fused_decode and (self.shared_kv or not self.rope):
             # the fused kernel applies G_i to q_lat, rotates q_i (and the cached keys, stored unrotated),
             # attends, and applies G~_i: y_lat = sum_i o_i G~_i^T (B, r~2) in one call
@@ -956,7 +988,8 @@ class TuckerAttention(InferenceForm, nn.Module):
                                             rope=at.tables if self.rope else None, q_pos=at.pos)
             y = y_lat @ form["U_out"]  # (B, d)
             return (y if self.bias is None else y + self.bias).view(B, 1, -1)
-        q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
+        if not merged:
+            q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
         key_rope = None
         if self.rope:  # at.cos, at.sin: (1, r3/2)
             q = apply_rope(q, at.cos, at.sin)
@@ -971,7 +1004,10 @@ class TuckerAttention(InferenceForm, nn.Module):
         k_all, v_all = self.cached_kv(cache)
         o = decode_attention(q, k_all, v_all, at.length, scale=1.0 / math.sqrt(self.head_dim),
                              rope=key_rope)  # (B, nH, r~3)
-        y = (o.reshape(B, nH * p3) @ form["G_o"]) @ form["U_out"]  # (B, d)
+        if merged:
+            y = o.reshape(B, nH * p3) @ form["W_out"]  # (B, d)
+        else:
+            y = (o.reshape(B, nH * p3) @ form["G_o"]) @ form["U_out"]  # (B, d)
         if self.bias is not None:
             y = y + self.bias
         return y.view(B, 1, -1)
@@ -1285,7 +1321,8 @@ class GPT(nn.Module):
         reused by later generate calls (its caches, and its captured graph: capture and, the first time,
         the Triton compile cost more than a short sample). A new one is made when any weight changed
         since it was built (the graph holds the old inference forms) or the activation dtype differs."""
-        fused = tuple(getattr(block.attn, "fused_decode", False) for block in self.transformer.h)  # a graph holds its path
+        fused = tuple((getattr(block.attn, "fused_decode", False), getattr(block.attn, "merged_decode", False))
+                      for block in self.transformer.h)  # a captured graph holds its path
         key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile, fused)
         weights = tuple((p.data_ptr(), p._version) for p in self.parameters())
         decoders = self.__dict__.setdefault("_static_decoders", {})  # plain attribute: not a module or buffer

@@ -93,7 +93,8 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
         return GPT(cfg).to(torch.bfloat16).eval()
 
 
-MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused")
+MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused", "graph_merged",
+         "graph_merged_compiled")
 MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
@@ -102,6 +103,9 @@ MODE_NOTES = {
     "graph_compiled": "as graph, the step torch.compiled first (fused elementwise kernels)",
     "graph_fused": "as graph, Tucker layers through the fused-core kernel (TuckerAttention.fused_decode; "
                    "other variants as graph)",
+    "graph_merged": "as graph, Tucker layers with the query core merged into the down-projection and the output "
+                    "core into U~2 (TuckerAttention.merged_decode: 2 matmuls per layer, not 4; others as graph)",
+    "graph_merged_compiled": "as graph_merged, the step torch.compiled first",
 }
 
 
@@ -132,7 +136,8 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             cache.pos = context
         return model(decoder.tokens, caches=decoder.caches, last_only=True)[0][:, -1]
 
-    step_fn = torch.compile(model.decode_step, dynamic=False) if mode == "graph_compiled" else model.decode_step
+    compiled = mode.endswith("_compiled")
+    step_fn = torch.compile(model.decode_step, dynamic=False) if compiled else model.decode_step
 
     def static_step():  # the position stays at `context`: the same work as a real step there
         return step_fn(decoder.tokens, decoder.caches, decoder.position)
@@ -141,8 +146,9 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     backend = "sdpa" if mode == "graph_sdpa" else "auto"
     stamps = []  # (start, end) of each timed step
     fused = [block.attn for block in model.transformer.h if hasattr(block.attn, "fused_decode")]
-    for attn in fused:
+    for attn in fused:  # Tucker layers: the decode path this mode times
         attn.fused_decode = mode == "graph_fused"
+        attn.merged_decode = mode.startswith("graph_merged")
     with attention_backend(backend):
         if mode.startswith("graph"):
             side = torch.cuda.Stream()
@@ -166,7 +172,7 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
         clock.sync()  # events can be read only once the device has passed them
         out = (logits if mode.startswith("graph") else step()).float().clone()
     for attn in fused:
-        attn.fused_decode = False
+        attn.fused_decode = attn.merged_decode = False
     # every mode computes what the plain forward computes at that position (bf16 rounding apart)
     ref = forward_step().float()
     check = ((out - ref).norm() / ref.norm()).item()

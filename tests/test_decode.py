@@ -196,3 +196,31 @@ def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb):
     got = decode_logits(model, idx, prompt=4)
     ref = model(idx)[0][:, 3:13]
     assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+
+
+@pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned"),
+                                             ("tucker_shared", "learned")])
+def test_merged_tucker_decode_equals_uncached_forward(variant, pos_emb):
+    """TuckerAttention.merged_decode: the query core merged into the down-projection and the output core
+    into U~2 (two matmuls per layer, not four) gives the forward's logits; the merged matrices follow the
+    weights, and a model switched to it gets a new decoder (a captured graph holds the old path)."""
+    model = build(variant, pos_emb, None)
+    idx = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(8))
+    before = model.static_decoder(3, idx.device, use_graph=False)
+    for block in model.transformer.h:
+        block.attn.merged_decode = True
+    assert model.static_decoder(3, idx.device, use_graph=False) is not before
+    got = decode_logits(model, idx, prompt=4)
+    ref = model(idx)[0][:, 3:13]
+    assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+    attn = model.transformer.h[0].attn
+    nH, (_, _, r3), (_, _, p3) = attn.n_head, attn.ranks, attn.ranks_post
+    form = attn.merged_form()
+    assert form["W_qkv"].shape == (32, nH * r3 + r3 + (0 if attn.shared_kv else p3))
+    assert form["W_out"].shape == (nH * p3, 32)
+    other = build(variant, pos_emb, None, seed=3)  # new weights: new merged matrices, the new model's logits
+    model.load_state_dict(other.state_dict())
+    assert "W_qkv" not in attn.inference_form()
+    got = decode_logits(model, idx, prompt=4)
+    ref = other(idx)[0][:, 3:13]
+    assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
