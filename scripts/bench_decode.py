@@ -94,7 +94,7 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
 
 
 MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused", "graph_merged",
-         "graph_merged_compiled")
+         "graph_merged_compiled", "graph_autotune", "graph_merged_autotune")
 MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
@@ -106,6 +106,9 @@ MODE_NOTES = {
     "graph_merged": "as graph, Tucker layers with the query core merged into the down-projection and the output "
                     "core into U~2 (TuckerAttention.merged_decode: 2 matmuls per layer, not 4; others as graph)",
     "graph_merged_compiled": "as graph_merged, the step torch.compiled first",
+    "graph_autotune": "as graph_compiled with mode='max-autotune-no-cudagraphs' (Triton GEMM templates: "
+                      "elementwise work fused into the matmuls' epilogues; minutes of autotuning)",
+    "graph_merged_autotune": "as graph_merged, compiled as graph_autotune",
 }
 
 
@@ -136,8 +139,11 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             cache.pos = context
         return model(decoder.tokens, caches=decoder.caches, last_only=True)[0][:, -1]
 
-    compiled = mode.endswith("_compiled")
-    step_fn = torch.compile(model.decode_step, dynamic=False) if compiled else model.decode_step
+    if mode.endswith("_compiled") or mode.endswith("_autotune"):
+        compile_mode = "max-autotune-no-cudagraphs" if mode.endswith("_autotune") else None  # graphs: captured below
+        step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)
+    else:
+        step_fn = model.decode_step
 
     def static_step():  # the position stays at `context`: the same work as a real step there
         return step_fn(decoder.tokens, decoder.caches, decoder.position)

@@ -13,6 +13,8 @@
 #                 (TuckerAttention.merged_decode: 2 matmuls per Tucker layer, not 4) modes beside graph, batch 1
 #                 and 32, 4k and 16k, and model.generate end to end with and without the compiled step
 #                 (sample.py --compile=True: its tokens/s)
+#   decode_autotune  graph_compiled against the step compiled with max-autotune (Triton GEMMs with fused
+#                 epilogues: fewer kernels per layer), plain and merged Tucker, batch 1 and 32, 4k and 16k
 #   decode_llama  bench_decode, the paper's LLaMA-3 1B rows, batch 1, 4k cached (graph mode)
 #   train         bench_train, GPT-2 124M variants beside nanoGPT's bench.py (.carry/nanogpt), with and
 #                 without RoPE, with a profile of MHA and Tucker [8,64,64]
@@ -98,6 +100,9 @@ for st in "$@"; do
     decode_compiled) stage decode_compiled python3 -m scripts.bench_decode --variants mha,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
             --modes graph,graph_compiled,graph_merged,graph_merged_compiled --batches 1,32 --contexts 4096,16384 \
             --out_dir "$WORK/bench" --generate 500 --generate_modes graph,graph_compiled --name decode_gpt2_compiled ;;
+    decode_autotune) stage decode_autotune python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,tucker_shared_8_64_64 \
+            --modes graph_compiled,graph_autotune,graph_merged_autotune --batches 1,32 --contexts 4096,16384 \
+            --out_dir "$WORK/bench" --name decode_gpt2_autotune ;;
     decode_llama) stage decode_llama python3 -m scripts.bench_decode --suite llama1b --modes graph_sdpa,graph \
             --batches 1 --contexts 4096 --out_dir "$WORK/bench" --name decode_llama1b ;;
     train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
