@@ -32,6 +32,9 @@
 #                 MLA) and convert_study on GPUs 0,1 from the seed-2 checkpoints. Nothing starts after
 #                 DEADLINE seconds from the stage's start (a started run finishes, ~2 min); resumable:
 #                 the same stage on the warm machine continues. $OUT/enwiki_runs.tar.gz, convert_runs.tar.gz.
+#   fastpath_curve  train.py, GPT-2 124M MHA and Tucker [8,64,64] on Shakespeare (carried: .carry/shakespeare), 200
+#                 iterations each plain (eager), compiled, and fast (compiled with CUDA graphs and the chunked loss
+#                 head), on all GPUs at once; scripts/compare_runs.py compares the loss curves with the plain run's
 #   mg_scaling    bench_multigpu scaling: GPT-2 124M MHA and Tucker [8,64,64] at 480 x 1024, 1/2/4 GPUs (DDP)
 #                 (train.py's default since session 4: no Dynamo DDP graph split; MG_NAME=scaling_split
 #                 MG_EXTRA=--ddp_split_graph=True: with it, as results/multigpu/scaling/ was measured)
@@ -54,7 +57,9 @@
 # Everything is logged under $WORK (one log per stage, the benchmarks' .md/.json in $WORK/bench) and packed
 # into $OUT/session.tar.gz after every stage (the device tool returns at most 8 files), so a call cut off
 # at its time limit still returns what was done.
-# Carry: .whl (pytest wheels, when the machine has no pytest), .carry/nanogpt, .carry/enwiki.
+# Carry: .whl (pytest wheels, when the machine has no pytest), .carry/nanogpt, .carry/enwiki, .carry/shakespeare
+# (python -m data.shakespeare.prepare --input ../shared/data/tinyshakespeare/input.txt
+#  --tokenizer ../shared/tokenizers/gpt2.tiktoken --out_dir .carry/shakespeare).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out-gpu}
@@ -137,6 +142,30 @@ for st in "$@"; do
         wait $rest; echo "== enwiki_rest: exit $? at $(($(date +%s) - t0))s"; grep -v "^\s*$" "$WORK/enwiki_rest.log" | tail -n 20
         tar -czf "$OUT/enwiki_runs.tar.gz" -C out-enwiki --exclude='*.pt' --exclude='*.tmp.*' runs
         [[ -d out-convert ]] && tar -czf "$OUT/convert_runs.tar.gz" --exclude='*.pt' --exclude='*.tmp.*' out-convert ;;
+    fastpath_curve)  # the fast training path's loss curve against the plain one (issue 14), GPT-2 124M on Shakespeare
+        mkdir -p data/shakespeare && cp -n .carry/shakespeare/* data/shakespeare/ 2>/dev/null
+        echo "== [$(($(date +%s) - t0))s] fastpath_curve: 200 iterations x {plain, compiled, fast} x {mha, tucker_8_64_64}"
+        pids=(); i=0
+        for v in mha tucker_8_64_64; do
+            for m in plain compiled fast; do
+                case $m in
+                plain) ex=(--compile=False) ;;
+                compiled) ex=(--compile=True) ;;
+                fast) ex=(--compile=True --compile_mode=reduce-overhead --loss_chunk_tokens=4096) ;;
+                esac
+                CUDA_VISIBLE_DEVICES=$((i % NGPU)) python3 train.py config/shakespeare_$v.py --max_iters=200 --eval_interval=100 \
+                    --log_interval=1 --save_checkpoint=False --out_dir=out-curve/$v-$m "${ex[@]}" > "$WORK/curve_$v-$m.log" 2>&1 &
+                pids+=($!); i=$((i + 1))
+                if (( ${#pids[@]} >= NGPU )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+            done
+        done
+        wait
+        for v in mha tucker_8_64_64; do
+            python3 -m scripts.compare_runs out-curve/$v-plain out-curve/$v-compiled out-curve/$v-fast \
+                --out "$WORK/fastpath_curve" --name $v --title "GPT-2 124M $v on Shakespeare, 64 x 256, bf16: plain vs fast" \
+                2>&1 | tail -n 8
+        done
+        tar -czf "$OUT/curve_runs.tar.gz" --exclude='*.pt' out-curve; pack ;;
     mg_scaling) ensure_enwiki || continue; STAGE_GPUS=0,1,2,3 stage mg_${MG_NAME:-scaling} python3 -m scripts.bench_multigpu scaling \
             --configs ${MG_CONFIGS:-config/enwiki_mha.py,config/enwiki_tucker_8_64_64.py} --nprocs 1,2,4 --batch_size 12 \
             --global_batch 480 --iters 16 --time_budget ${MG_BUDGET:-400} --out_dir out-multigpu/${MG_NAME:-scaling} \

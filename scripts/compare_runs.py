@@ -1,0 +1,137 @@
+"""
+Do train.py runs that differ only in how they compute follow the same loss curve? (issue 14: the
+fast training path, torch.compile with CUDA graphs and the chunked loss head, against the plain one.)
+
+    python -m scripts.compare_runs out-curve/tucker-plain out-curve/tucker-compiled out-curve/tucker-fast \
+        --out results/bench/fastpath_curve --name tucker
+
+Reads each run folder's log.jsonl (train.py's per-iteration "loss" records and its evaluations) and
+compares every run with the first: the largest and the mean absolute difference of the training
+loss over the iterations both logged, the same relative to the loss, and the final val losses.
+Writes <name>.json, <name>.md and <name>.png (the curves and their differences) into --out.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from checkpoint import read_json, read_log  # noqa: E402
+
+
+def curves(run_dir) -> dict:
+    """{'train': {iter: loss}, 'val': {iter: val_loss}} of one run folder."""
+    train, val = {}, {}
+    for r in read_log(run_dir):
+        if "loss" in r:
+            train[int(r["iter"])] = float(r["loss"])
+        if "val_loss" in r:
+            val[int(r["iter"])] = float(r["val_loss"])
+    return {"train": train, "val": val}
+
+
+def compare(runs: list) -> dict:
+    """Every run against the first (the reference): differences over the iterations both logged."""
+    if len(runs) < 2:
+        raise ValueError(f"compare needs at least two runs, got {len(runs)}")
+    data = {str(r): curves(r) for r in runs}
+    ref_name = str(runs[0])
+    ref = data[ref_name]
+    if not ref["train"]:
+        raise ValueError(f"{ref_name}: no training losses in log.jsonl (a train.py run folder?)")
+    rows = []
+    for name, c in data.items():
+        common = sorted(set(ref["train"]) & set(c["train"]))
+        diffs = [abs(c["train"][i] - ref["train"][i]) for i in common]
+        rel = [abs(c["train"][i] - ref["train"][i]) / abs(ref["train"][i]) for i in common if ref["train"][i]]
+        summary = read_json(os.path.join(name, "summary.json")) or {}
+        last_val = c["val"][max(c["val"])] if c["val"] else None
+        rows.append(dict(
+            run=name, iters_compared=len(common), last_iter=max(c["train"]) if c["train"] else None,
+            max_abs_diff=max(diffs) if diffs else None, mean_abs_diff=sum(diffs) / len(diffs) if diffs else None,
+            max_rel_diff=max(rel) if rel else None,
+            iter_of_max=common[diffs.index(max(diffs))] if diffs else None,
+            final_train_loss=c["train"][max(c["train"])] if c["train"] else None, final_val_loss=last_val,
+            final_val_diff=None if last_val is None or not ref["val"] else last_val - ref["val"][max(ref["val"])],
+            config={k: summary.get("config", {}).get(k) for k in ("compile", "compile_mode", "dtype", "seed")}
+            | {"loss_chunk_tokens": summary.get("model_config", {}).get("loss_chunk_tokens")},
+        ))
+    return {"reference": ref_name, "rows": rows, "curves": {n: {k: {str(i): v for i, v in c[k].items()} for k in c}
+                                                            for n, c in data.items()}}
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def markdown(res: dict, title: str) -> str:
+    lines = [f"# {title}", "",
+             f"Every run against `{res['reference']}`: training loss per iteration (train.py's log), final val loss.",
+             "", "| run | compile | mode | loss chunk | iterations compared | max abs diff (iter) | mean abs diff "
+             "| max rel diff | final train loss | final val loss | val diff |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in res["rows"]:
+        c = r["config"]
+        lines.append(f"| {Path(r['run']).name} | {c.get('compile')} | {c.get('compile_mode')} | "
+                     f"{c.get('loss_chunk_tokens')} | {r['iters_compared']} | "
+                     f"{fmt(r['max_abs_diff'], '.2e')} ({r['iter_of_max']}) | {fmt(r['mean_abs_diff'], '.2e')} | "
+                     f"{fmt(r['max_rel_diff'], '.2e')} | {fmt(r['final_train_loss'], '.4f')} | "
+                     f"{fmt(r['final_val_loss'], '.4f')} | {fmt(r['final_val_diff'], '+.4f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(res: dict, path: Path, title: str) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    ref = {int(i): v for i, v in res["curves"][res["reference"]]["train"].items()}
+    for name, c in res["curves"].items():
+        train = {int(i): v for i, v in c["train"].items()}
+        its = sorted(train)
+        top.plot(its, [train[i] for i in its], label=Path(name).name, lw=1)
+        if name != res["reference"]:
+            common = [i for i in its if i in ref]
+            bottom.plot(common, [train[i] - ref[i] for i in common], label=Path(name).name, lw=1)
+    top.set_ylabel("training loss")
+    top.set_title(title)
+    top.legend()
+    bottom.axhline(0.0, color="gray", lw=0.5)
+    bottom.set_ylabel(f"minus {Path(res['reference']).name}")
+    bottom.set_xlabel("iteration")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="train.py run folders; the first is the reference")
+    ap.add_argument("--out", required=True, help="folder for <name>.json / .md / .png")
+    ap.add_argument("--name", default="compare", help="file name stem")
+    ap.add_argument("--title", default="", help="title of the table and plot (default: the name)")
+    args = ap.parse_args(argv)
+    try:
+        res = compare(args.runs)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    title = args.title or args.name
+    res["command"] = "python -m scripts.compare_runs " + " ".join(argv if argv is not None else sys.argv[1:])
+    (out / f"{args.name}.json").write_text(json.dumps(res, indent=1))
+    md = markdown(res, title)
+    (out / f"{args.name}.md").write_text(md + f"\n`{res['command']}`\n")
+    plotted = plot(res, out / f"{args.name}.png", title)
+    print(md + (f"plot: {out / (args.name + '.png')}" if plotted else "(no matplotlib: no plot)"))
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""scripts/compare_runs.py: loss curves of train.py runs against a reference run, from their log.jsonl."""
+import json
+
+import pytest
+
+from scripts import compare_runs
+
+
+def write_run(folder, losses, vals, config=None):
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"iter": i, "train_loss": v + 0.1, "val_loss": v}) for i, v in vals.items()]
+    lines += [json.dumps({"iter": i, "loss": v, "lr": 1e-3}) for i, v in losses.items()]
+    (folder / "log.jsonl").write_text("\n".join(lines) + "\n" + '{"iter": 99, "lo')  # a line cut by a kill
+    if config:
+        (folder / "summary.json").write_text(json.dumps({"config": config, "model_config": {"loss_chunk_tokens": 64}}))
+    return folder
+
+
+def test_differences_against_the_first_run(tmp_path):
+    ref = write_run(tmp_path / "plain", {1: 4.0, 2: 3.0, 3: 2.5, 4: 2.0}, {0: 4.1, 4: 2.2})
+    fast = write_run(tmp_path / "fast", {1: 4.0, 2: 3.01, 3: 2.47, 5: 1.0}, {0: 4.1, 5: 2.25},
+                     config={"compile": True, "compile_mode": "reduce-overhead", "dtype": "bfloat16", "seed": 1})
+    res = compare_runs.main([str(ref), str(fast), "--out", str(tmp_path / "out"), "--name", "t"])
+    a, b = res["rows"]
+    assert a["max_abs_diff"] == 0.0 and a["iters_compared"] == 4 and a["final_val_diff"] == 0.0
+    assert b["iters_compared"] == 3  # iterations 1-3: iteration 4 and 5 are each in one run only
+    assert b["max_abs_diff"] == pytest.approx(0.03) and b["iter_of_max"] == 3
+    assert b["mean_abs_diff"] == pytest.approx((0.0 + 0.01 + 0.03) / 3)
+    assert b["max_rel_diff"] == pytest.approx(0.03 / 2.5)
+    assert b["final_val_loss"] == 2.25 and b["final_val_diff"] == pytest.approx(0.05)
+    assert b["final_train_loss"] == 1.0 and b["last_iter"] == 5
+    assert b["config"] == {"compile": True, "compile_mode": "reduce-overhead", "dtype": "bfloat16", "seed": 1,
+                           "loss_chunk_tokens": 64}
+    out = tmp_path / "out"
+    saved = json.loads((out / "t.json").read_text())
+    assert saved["reference"] == str(ref) and saved["rows"][1]["max_abs_diff"] == pytest.approx(0.03)
+    md = (out / "t.md").read_text()
+    assert "| fast | True | reduce-overhead | 64 | 3 | 3.00e-02 (3) |" in md
+    assert (out / "t.png").stat().st_size > 0
+
+
+def test_bad_input_is_one_line(tmp_path):
+    ref = write_run(tmp_path / "a", {1: 1.0}, {})
+    with pytest.raises(SystemExit, match="at least two runs"):
+        compare_runs.main([str(ref), "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="no training losses"):
+        compare_runs.main([str(tmp_path / "missing"), str(ref), "--out", str(tmp_path / "o")])
