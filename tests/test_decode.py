@@ -181,21 +181,27 @@ def test_generate_reuses_its_decoder_until_the_weights_change():
                        other.generate(idx, 10, temperature=0, decode="eager"))
 
 
+def switched_decode_equals_forward(model: GPT, switch: str, seed: int) -> torch.Tensor:
+    """Turn on a TuckerAttention decode switch in every layer: the model gets a new decoder (a captured
+    graph holds the old path) and its decode logits equal the uncached forward's. Returns the tokens."""
+    idx = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(seed))
+    before = model.static_decoder(3, idx.device, use_graph=False)
+    for block in model.transformer.h:
+        setattr(block.attn, switch, True)
+    assert model.static_decoder(3, idx.device, use_graph=False) is not before
+    got = decode_logits(model, idx, prompt=4)
+    ref = model(idx)[0][:, 3:13]
+    assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+    return idx
+
+
 @pytest.mark.parametrize("variant,pos_emb", [("tucker_shared", "rope"), ("tucker_shared", "learned"),
                                              ("tucker", "learned"), ("tucker_post", "learned")])
 def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb):
     """TuckerAttention.fused_decode: the per-head query and output cores inside
     decode_attention.tucker_decode_attention (its torch composition on the CPU) give the forward's
     logits; a model switched to it gets a new decoder (a captured graph holds the old path)."""
-    model = build(variant, pos_emb, None)
-    idx = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(6))
-    before = model.static_decoder(3, idx.device, use_graph=False)
-    for block in model.transformer.h:
-        block.attn.fused_decode = True
-    assert model.static_decoder(3, idx.device, use_graph=False) is not before
-    got = decode_logits(model, idx, prompt=4)
-    ref = model(idx)[0][:, 3:13]
-    assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+    switched_decode_equals_forward(build(variant, pos_emb, None), "fused_decode", seed=6)
 
 
 @pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned"),
@@ -205,14 +211,7 @@ def test_merged_tucker_decode_equals_uncached_forward(variant, pos_emb):
     into U~2 (two matmuls per layer, not four) gives the forward's logits; the merged matrices follow the
     weights, and a model switched to it gets a new decoder (a captured graph holds the old path)."""
     model = build(variant, pos_emb, None)
-    idx = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(8))
-    before = model.static_decoder(3, idx.device, use_graph=False)
-    for block in model.transformer.h:
-        block.attn.merged_decode = True
-    assert model.static_decoder(3, idx.device, use_graph=False) is not before
-    got = decode_logits(model, idx, prompt=4)
-    ref = model(idx)[0][:, 3:13]
-    assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+    idx = switched_decode_equals_forward(model, "merged_decode", seed=8)
     attn = model.transformer.h[0].attn
     nH, (_, _, r3), (_, _, p3) = attn.n_head, attn.ranks, attn.ranks_post
     form = attn.merged_form()
