@@ -156,10 +156,15 @@ def test_torchrun_two_processes_match_single_process(data_dir, tmp_path):
     (["--attn=tucker"], "tucker_ranks"),
     (["--init_from=gpt2"], "init_from"),
 ])
-def test_clear_errors_before_any_model(args, message, data_dir, tmp_path):
-    proc = run(["train.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *args], check=False)
-    assert proc.returncode == 2
-    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+def test_clear_errors_before_any_model(args, message, data_dir, tmp_path, capsys):
+    """In process (the command line's exit code and stderr: test_missing_data_says_how_to_prepare)."""
+    import train
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.main([*TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path}", *args])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2
+    assert message in err and err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "log.jsonl").exists()
 
 
