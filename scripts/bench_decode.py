@@ -55,9 +55,10 @@ if __name__ == "__main__" and not __package__:  # run as a file, the repository'
 
 from model import GPT, GPTConfig, StaticDecoder  # noqa: E402
 # bench_train holds the variant list and the helpers both benchmarks share
-from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, markdown_table,  # noqa: E402
-                                 model_config, parse_ints, peak_memory_gib, release, reset_peak_memory, run_info,
-                                 sdpa_context, select_variants, short_error, write_report)
+from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
+                                 markdown_table, model_config, parse_ints, peak_memory_gib, profile_iterations,
+                                 release, reset_peak_memory, run_info, sdpa_context, select_variants, short_error,
+                                 write_report)
 
 BYTES_BF16 = 2
 
@@ -268,7 +269,24 @@ def bench_generate(model, args, device: torch.device) -> list:
         reference = out if reference is None else reference
         rows.append(dict(generate_mode=mode, new_tokens=args.generate, seconds=seconds,
                          tokens_per_s=args.generate / seconds, same_tokens_as_first=bool(torch.equal(out, reference))))
+        if args.generate_profile:
+            rows[-1]["profile"] = profile_generate(model, prompt, decode, compile, args.generate_profile, device)
     return rows
+
+
+def profile_generate(model, prompt, decode: str, compile: bool, n_tokens: int, device: torch.device) -> dict:
+    """Where a generated token's time goes: one generate call of n_tokens under torch.profiler, as the
+    kernels per token (calls_per_step), kernel time per token, and busy_pct = kernel time / wall time
+    per token of an unprofiled call (below 100: the GPU waited for the host)."""
+    clock = Clock(device)
+    clock.sync()
+    t0 = time.perf_counter()
+    model.generate(prompt, n_tokens, temperature=0, decode=decode, compile=compile)
+    clock.sync()
+    ms_per_token = (time.perf_counter() - t0) * 1e3 / n_tokens
+    pairs, source = profile_iterations(
+        lambda i: model.generate(prompt, n_tokens, temperature=0, decode=decode, compile=compile), 1, device, clock)
+    return {**kernel_table(pairs, n_tokens, ms_per_token), "source": source, "tokens": n_tokens}
 
 
 def llama_variants():
@@ -297,6 +315,9 @@ def main(argv=None):
     p.add_argument("--generate_modes", default=None,
                    help="comma-separated of " + ", ".join(GENERATE_MODES) + " (default eager,graph on cuda, eager on cpu; "
                         "*_compiled: the step torch.compiled, sample.py --compile=True)")
+    p.add_argument("--generate_profile", type=int, default=0, metavar="N",
+                   help="with --generate: also profile one generate call of N tokens per mode (kernels per token, "
+                        "kernel time per token, how busy the GPU is)")
     p.add_argument("--iters", type=int, default=None, help="timed steps / replays (default 100; --tiny: 3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up replays (default 10; --tiny: 1)")
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
@@ -399,9 +420,13 @@ def main(argv=None):
         markdown = render(rows, info)
         if generated:
             markdown += "\n\n## model.generate end to end (batch 1, greedy, 16-token prompt)\n\n" + markdown_table(
-                ["variant", "mode", "new tokens", "s", "tokens/s", f"same tokens as {args.generate_modes[0]}"],
+                ["variant", "mode", "new tokens", "s", "tokens/s", f"same tokens as {args.generate_modes[0]}",
+                 "kernels / token", "kernel ms / token", "busy %"],
                 [[g["label"], g["generate_mode"], g["new_tokens"], fmt(g["seconds"], ".3f"),
-                  fmt(g["tokens_per_s"], ",.0f"), g["same_tokens_as_first"]] for g in generated])
+                  fmt(g["tokens_per_s"], ",.0f"), g["same_tokens_as_first"],
+                  fmt(g.get("profile", {}).get("calls_per_step"), ".0f"),
+                  fmt(g.get("profile", {}).get("kernel_ms_per_step"), ".3f"),
+                  fmt(g.get("profile", {}).get("busy_pct"), ".0f")] for g in generated])
         write_report(args.out_dir, args.name, markdown, {**info, "rows": rows, "generate": generated})
         del model
         release(device)

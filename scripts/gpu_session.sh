@@ -12,7 +12,7 @@
 #   decode_compiled  bench_decode's graph_compiled (torch.compile before capture) and graph_merged[_compiled]
 #                 (TuckerAttention.merged_decode: 2 matmuls per Tucker layer, not 4) modes beside graph, batch 1
 #                 and 32, 4k and 16k, and model.generate end to end with and without the compiled step
-#                 (sample.py --compile=True: its tokens/s)
+#                 (sample.py --compile=True: its tokens/s; a profile of 64 tokens: kernels per token, GPU busy %)
 #   decode_autotune  graph_compiled against the step compiled with max-autotune (Triton GEMMs with fused
 #                 epilogues: fewer kernels per layer), plain and merged Tucker, batch 1 and 32, 4k and 16k
 #   decode_llama  bench_decode, the paper's LLaMA-3 1B rows, batch 1, 4k cached (graph mode)
@@ -104,7 +104,8 @@ for st in "$@"; do
             --out_dir "$WORK/bench" --name decode_gpt2 ;;
     decode_compiled) stage decode_compiled python3 -m scripts.bench_decode --variants mha,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
             --modes graph,graph_compiled,graph_merged,graph_merged_compiled --batches 1,32 --contexts 4096,16384 \
-            --out_dir "$WORK/bench" --generate 500 --generate_modes graph,graph_compiled --name decode_gpt2_compiled ;;
+            --out_dir "$WORK/bench" --generate 500 --generate_modes graph,graph_compiled --generate_profile 64 \
+            --name decode_gpt2_compiled ;;
     decode_autotune) stage decode_autotune python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,tucker_shared_8_64_64 \
             --modes graph_compiled,graph_autotune,graph_merged_autotune --batches 1,32 --contexts 4096,16384 \
             --out_dir "$WORK/bench" --name decode_gpt2_autotune ;;

@@ -172,9 +172,28 @@ def test_generate_end_to_end_modes(tmp_path, monkeypatch):
         ("eager", 4, True), ("eager_compiled", 4, True)]
     assert all(g["tokens_per_s"] == pytest.approx(4 / g["seconds"]) for g in out["generate"])
     assert "| same tokens as eager |" in (tmp_path / "bench_decode.md").read_text()
+    md = (tmp_path / "bench_decode.md").read_text()
+    assert "| kernels / token | kernel ms / token | busy % |" in md and "profile" not in out["generate"][0]
     for bad, message in (("graph_compiled", "needs --device=cuda"), ("fast", "allowed eager")):
         with pytest.raises(SystemExit, match=message):
             bench_decode.main(["--device=cpu", "--tiny", "--generate", "4", "--generate_modes", bad, "--out_dir", str(tmp_path)])
+
+
+def test_generate_profile_counts_per_token(tmp_path, monkeypatch):
+    """--generate_profile N: one profiled generate call of N tokens per mode; its operators (kernels on
+    a GPU) per token grow with the model's depth: a step runs every layer once."""
+    per_token = {}
+    for n_layer in (1, 3):
+        monkeypatch.setattr(bench_train, "TINY", dict(bench_train.TINY, n_layer=n_layer))
+        bench_decode.main(["--device=cpu", "--tiny", "--variants", "mha", "--modes", "forward", "--batches", "1",
+                           "--contexts", "8", "--iters", "1", "--generate", "6", "--generate_profile", "6",
+                           "--out_dir", str(tmp_path / str(n_layer))])
+        g = json.loads((tmp_path / str(n_layer) / "bench_decode.json").read_text())["generate"][0]
+        prof = g["profile"]
+        assert prof["source"] == "cpu" and prof["tokens"] == 6 and prof["n_steps"] == 6
+        assert prof["kernel_ms_per_step"] > 0 and prof["busy_pct"] is not None
+        per_token[n_layer] = prof["calls_per_step"]
+    assert per_token[3] > per_token[1] > 0
 
 
 def test_floor_by_hand():
