@@ -545,11 +545,12 @@ class GroupedQueryAttention(nn.Module):
         (c_attn is already one fused projection), the cache holds rotated keys."""
         B = x.size(0)
         nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v = self.c_attn(x.view(B, -1)).split([nH * dH, nG * dH, nG * dH], dim=1)
-        q, k, v = q.view(B, nH, dH), k.view(B, nG, 1, dH), v.view(B, nG, 1, dH)
-        if self.rope:  # at.cos, at.sin: (1, dH/2)
-            q, k = apply_rope(q, at.cos, at.sin), apply_rope(k, at.cos, at.sin)
-        cache.write_at(at.pos, k=k, v=v)
+        qk, v = self.c_attn(x.view(B, -1)).split([(nH + nG) * dH, nG * dH], dim=1)
+        qk = qk.view(B, nH + nG, dH)  # the query heads, then the key heads
+        if self.rope:  # at.cos, at.sin: (1, dH/2); q and k rotated in one call (half the kernels of an eager step)
+            qk = apply_rope(qk, at.cos, at.sin)
+        q, k = qk[:, :nH], qk[:, nH:].unsqueeze(2)  # (B, nH, dH), (B, nG, 1, dH)
+        cache.write_at(at.pos, k=k, v=v.view(B, nG, 1, dH))
         y = decode_attention(q, cache.store["k"], cache.store["v"], at.length,
                              scale=1.0 / math.sqrt(dH))  # (B, nH, dH)
         return self.c_proj(y.reshape(B, 1, nH * dH))
@@ -991,7 +992,10 @@ class TuckerAttention(InferenceForm, nn.Module):
         if not merged:
             q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
         key_rope = None
-        if self.rope:  # at.cos, at.sin: (1, r3/2)
+        if self.rope and merged and not self.shared_kv:  # q and k adjacent in qkv: rotated in one call
+            qk = apply_rope(qkv[:, :(nH + 1) * r3].view(B, nH + 1, r3), at.cos, at.sin)  # (B, nH + 1, r3)
+            q, k = qk[:, :nH], qk[:, nH]
+        elif self.rope:  # at.cos, at.sin: (1, r3/2)
             q = apply_rope(q, at.cos, at.sin)
             if self.shared_kv:
                 key_rope = at.tables  # one latent is both key (rotated as read) and value (unrotated)
