@@ -179,6 +179,13 @@ def read_log(run_dir) -> list:
     return records
 
 
+def log_losses(run_dir) -> tuple:
+    """A run's logged training losses {iter: loss} and evaluations {iter: val_loss}, from log.jsonl."""
+    records = read_log(run_dir)
+    return ({r["iter"]: r["loss"] for r in records if "loss" in r},
+            {r["iter"]: r["val_loss"] for r in records if "val_loss" in r})
+
+
 def git_commit() -> str:
     """HEAD of the repository holding this file, '-dirty' if tracked files changed; 'unknown' without git."""
     try:

@@ -943,16 +943,12 @@ class TuckerAttention(InferenceForm, nn.Module):
         form = self.inference_form()
         if "W_qkv" not in form:
             with torch.no_grad():
-                self._add_merged(form)
+                r2, W_down, dtype = self.ranks[1], form["W_down"], form["W_down"].dtype
+                acc = torch.promote_types(dtype, torch.float32)  # bf16 weights: products in float32 (float64 stays)
+                W_q = W_down[:, :r2].to(acc) @ form["G_q"].to(acc)  # (d, nH r3)
+                form["W_qkv"] = torch.cat([W_q.to(dtype), W_down[:, r2:]], dim=1).contiguous()  # (d, nH r3 + r3 (+ r~3))
+                form["W_out"] = (form["G_o"].to(acc) @ form["U_out"].to(acc)).to(dtype).contiguous()  # (nH r~3, d)
         return form
-
-    def _add_merged(self, form: Dict[str, torch.Tensor]) -> None:
-        r2 = self.ranks[1]
-        W_down, dtype = form["W_down"], form["W_down"].dtype
-        acc = torch.promote_types(dtype, torch.float32)  # bf16 weights: the products in float32 (float64 stays)
-        W_q = W_down[:, :r2].to(acc) @ form["G_q"].to(acc)  # (d, nH r3)
-        form["W_qkv"] = torch.cat([W_q.to(dtype), W_down[:, r2:]], dim=1).contiguous()  # (d, nH r3 + r3 (+ r~3))
-        form["W_out"] = (form["G_o"].to(acc) @ form["U_out"].to(acc)).to(form["U_out"].dtype).contiguous()  # (nH r~3, d)
 
     def cached_kv(self, cache: LayerCache) -> Tuple[torch.Tensor, torch.Tensor]:
         """The whole cache buffers as (key (B, 1, L, r3), value (B, 1, L, r~3)) views."""
@@ -971,31 +967,26 @@ class TuckerAttention(InferenceForm, nn.Module):
         form = self.merged_form() if merged else self.inference_form()
         if merged:  # the query core inside the one projection: q for every head, k (and v) in one matmul
             qkv = x.view(B, -1) @ form["W_qkv"]  # (B, nH r3 + r3 (+ r~3))
-            q = qkv[:, :nH * r3].view(B, nH, r3)  # (B, nH, r3)
-            k = qkv[:, nH * r3:nH * r3 + r3]  # (B, r3)
+            q, k = qkv[:, :nH * r3].view(B, nH, r3), qkv[:, nH * r3:nH * r3 + r3]  # (B, nH, r3), (B, r3)
             v = k if self.shared_kv else qkv[:, nH * r3 + r3:]  # (B, r~3)
         else:
             down = x.view(B, -1) @ form["W_down"]  # (B, r2 + r3 (+ r~3))
             q_lat, k = down[:, :r2], down[:, r2:r2 + r3]  # (B, r2), (B, r3)
             v = k if self.shared_kv else down[:, r2 + r3:]  # (B, r~3)
-        if self.fused_decode and (self.shared_kv or not self.rope):
-            # the fused kernel applies G_i to q_lat, rotates q_i (and the cached keys, stored unrotated),
-            # attends, and applies G~_i: y_lat = sum_i o_i G~_i^T (B, r~2) in one call
-            cache.write_at(at.pos, **({"kv": k.view(B, 1, 1, r3)} if self.shared_kv else
-                                      {"k": k.view(B, 1, 1, r3), "v": v.view(B, 1, 1, p3)}))
-            k_all, v_all = self.cached_kv(cache)
-            y_lat = tucker_decode_attention(q_lat, form["G"], k_all, v_all, form["G_post"], at.length,
-                                            scale=1.0 / math.sqrt(self.head_dim),
-                                            rope=at.tables if self.rope else None, q_pos=at.pos)
-            y = y_lat @ form["U_out"]  # (B, d)
-            return (y if self.bias is None else y + self.bias).view(B, 1, -1)
-        if not merged:
+            if self.fused_decode and (self.shared_kv or not self.rope):
+                # the fused kernel applies G_i to q_lat, rotates q_i (and the cached keys, stored unrotated),
+                # attends, and applies G~_i: y_lat = sum_i o_i G~_i^T (B, r~2) in one call
+                cache.write_at(at.pos, **({"kv": k.view(B, 1, 1, r3)} if self.shared_kv else
+                                          {"k": k.view(B, 1, 1, r3), "v": v.view(B, 1, 1, p3)}))
+                k_all, v_all = self.cached_kv(cache)
+                y_lat = tucker_decode_attention(q_lat, form["G"], k_all, v_all, form["G_post"], at.length,
+                                                scale=1.0 / math.sqrt(self.head_dim),
+                                                rope=at.tables if self.rope else None, q_pos=at.pos)
+                y = y_lat @ form["U_out"]  # (B, d)
+                return (y if self.bias is None else y + self.bias).view(B, 1, -1)
             q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
         key_rope = None
-        if self.rope and merged and not self.shared_kv:  # q and k adjacent in qkv: rotated in one call
-            qk = apply_rope(qkv[:, :(nH + 1) * r3].view(B, nH + 1, r3), at.cos, at.sin)  # (B, nH + 1, r3)
-            q, k = qk[:, :nH], qk[:, nH]
-        elif self.rope:  # at.cos, at.sin: (1, r3/2)
+        if self.rope:  # at.cos, at.sin: (1, r3/2)
             q = apply_rope(q, at.cos, at.sin)
             if self.shared_kv:
                 key_rope = at.tables  # one latent is both key (rotated as read) and value (unrotated)
@@ -1325,9 +1316,9 @@ class GPT(nn.Module):
         reused by later generate calls (its caches, and its captured graph: capture and, the first time,
         the Triton compile cost more than a short sample). A new one is made when any weight changed
         since it was built (the graph holds the old inference forms) or the activation dtype differs."""
-        fused = tuple((getattr(block.attn, "fused_decode", False), getattr(block.attn, "merged_decode", False))
-                      for block in self.transformer.h)  # a captured graph holds its path
-        key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile, fused)
+        paths = tuple((getattr(block.attn, "fused_decode", False), getattr(block.attn, "merged_decode", False))
+                      for block in self.transformer.h)  # a captured graph holds its layers' decode paths
+        key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile, paths)
         weights = tuple((p.data_ptr(), p._version) for p in self.parameters())
         decoders = self.__dict__.setdefault("_static_decoders", {})  # plain attribute: not a module or buffer
         entry = decoders.get(key)

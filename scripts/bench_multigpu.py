@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 if not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.bench_multigpu ...")
 
-from checkpoint import TRAINING_KEYS, pid_alive, read_checkpoint, read_json, read_log  # noqa: E402
+from checkpoint import TRAINING_KEYS, log_losses, pid_alive, read_checkpoint, read_json, read_log  # noqa: E402
 
 
 ARGV_FILE = "bench_argv.json"
@@ -72,7 +72,7 @@ def fresh_copy(src: Path, dst: Path) -> None:
 
 
 def train_losses(out_dir: Path) -> dict:
-    return {r["iter"]: r["loss"] for r in read_log(out_dir) if "loss" in r}
+    return log_losses(out_dir)[0]
 
 
 def read_summary(out_dir: Path):

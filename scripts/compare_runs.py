@@ -18,17 +18,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from checkpoint import read_json, read_log  # noqa: E402
+from checkpoint import log_losses, read_json  # noqa: E402
+from scripts.bench_multigpu import fmt  # noqa: E402
 
 
 def curves(run_dir) -> dict:
     """{'train': {iter: loss}, 'val': {iter: val_loss}} of one run folder."""
-    train, val = {}, {}
-    for r in read_log(run_dir):
-        if "loss" in r:
-            train[int(r["iter"])] = float(r["loss"])
-        if "val_loss" in r:
-            val[int(r["iter"])] = float(r["val_loss"])
+    train, val = log_losses(run_dir)
     return {"train": train, "val": val}
 
 
@@ -60,10 +56,6 @@ def compare(runs: list) -> dict:
         ))
     return {"reference": ref_name, "rows": rows, "curves": {n: {k: {str(i): v for i, v in c[k].items()} for k in c}
                                                             for n, c in data.items()}}
-
-
-def fmt(v, spec):
-    return "-" if v is None else format(v, spec)
 
 
 def markdown(res: dict, title: str) -> str:
