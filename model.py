@@ -523,13 +523,16 @@ class GroupedQueryAttention(nn.Module):
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
         B, T, d = x.size()
         nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v = self.c_attn(x).split([nH * dH, nG * dH, nG * dH], dim=2)
-        q, k = q.view(B, T, nH, dH), k.view(B, T, nG, dH)  # (B, T, heads, dH)
+        qk, v = self.c_attn(x).split([(nH + nG) * dH, nG * dH], dim=2)
+        qk = qk.view(B, T, nH + nG, dH)  # (B, T, heads, dH): the query heads, then the key heads
         q_start = cache.pos if cache is not None else 0
         if self.rope:  # rotated before the head transpose: (T, 1, dH/2) tables broadcast over heads
             cos, sin = rope_at(rope, q_start, T)
-            q, k = apply_rope(q, cos[:, None], sin[:, None]), apply_rope(k, cos[:, None], sin[:, None])
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nH, T, dH), (B, nG, T, dH)
+            # q and k in ONE call: its backward writes one gradient block beside v's. Two calls made
+            # inductor assemble c_attn's gradient with a 4x slower kernel (MHA's RoPE: +11% of the
+            # GPT-2 step, now ~3%; scripts/bench_rope.py, results/bench/README.md)
+            qk = apply_rope(qk, cos[:, None], sin[:, None])
+        q, k = qk[:, :, :nH].transpose(1, 2), qk[:, :, nH:].transpose(1, 2)  # (B, nH, T, dH), (B, nG, T, dH)
         v = v.view(B, T, nG, dH).transpose(1, 2)  # (B, nG, T, dH)
         if cache is not None:
             kv = cache.append(k=k, v=v)
@@ -830,8 +833,9 @@ class TuckerAttention(InferenceForm, nn.Module):
         # decode with the query core merged into the down-projection, [U2 G_q | U3 | U~3] (d, nH r3 + r3
         # (+ r~3)), and the output core into U~2, G_o U~2^T (nH r~3, d): two matmuls per layer instead of
         # four, for more weight bytes (MHA's W_Q and W_O sizes). A decode step is bound by its kernel
-        # count at small batch (results/bench/README.md). An inference switch: off until GPU-timed
-        self.merged_decode = False
+        # count at small batch: on an H200 merged steps take 6-11% less time (results/bench/README.md).
+        # An inference switch (False: the factored form, fewer weight bytes), not a model key
+        self.merged_decode = True
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:

@@ -153,7 +153,8 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     backend = "sdpa" if mode == "graph_sdpa" else "auto"
     stamps = []  # (start, end) of each timed step
     fused = [block.attn for block in model.transformer.h if hasattr(block.attn, "fused_decode")]
-    for attn in fused:  # Tucker layers: the decode path this mode times
+    defaults = [(attn.fused_decode, attn.merged_decode) for attn in fused]  # put back after this mode
+    for attn in fused:  # Tucker layers: the decode path this mode times (graph: factored; graph_merged: merged)
         attn.fused_decode = mode == "graph_fused"
         attn.merged_decode = mode.startswith("graph_merged")
     with attention_backend(backend):
@@ -178,8 +179,8 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             stamps.append((a, clock.stamp()))
         clock.sync()  # events can be read only once the device has passed them
         out = (logits if mode.startswith("graph") else step()).float().clone()
-    for attn in fused:
-        attn.fused_decode = attn.merged_decode = False
+    for attn, (fused_default, merged_default) in zip(fused, defaults):
+        attn.fused_decode, attn.merged_decode = fused_default, merged_default
     # every mode computes what the plain forward computes at that position (bf16 rounding apart)
     ref = forward_step().float()
     check = ((out - ref).norm() / ref.norm()).item()

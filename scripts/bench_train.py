@@ -356,7 +356,13 @@ def kernel_times(events):
     the source: 'cuda'. Without device events (a CPU run) the CPU operators' self times instead,
     source 'cpu' (the profiler's step markers left out)."""
     from torch.autograd import DeviceType
-    kernels = [(e.name, e.time_range.elapsed_us()) for e in events if e.device_type == DeviceType.CUDA]
+    # The device timeline also carries the host's ranges (ProfilerStep#N, Optimizer.step#AdamW.step)
+    # as GPU user annotations spanning the kernels they launched: counted as kernels they doubled the
+    # kernel time (busy % above 100). Inductor's Triton kernels do have a host event of the same name
+    # (their launch), so the annotations are told apart by their flag and their names (no kernel has '#').
+    kernels = [(e.name, e.time_range.elapsed_us()) for e in events if e.device_type == DeviceType.CUDA
+               and not getattr(e, "is_user_annotation", False)
+               and not e.name.startswith("ProfilerStep") and "#" not in e.name]
     if kernels:
         return kernels, "cuda"
     return [(e.name, e.self_cpu_time_total) for e in events

@@ -83,18 +83,20 @@ def plot(res: dict, path: Path, title: str) -> bool:
         return False
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     ref = {int(i): v for i, v in res["curves"][res["reference"]]["train"].items()}
-    for name, c in res["curves"].items():
+    for k, (name, c) in enumerate(res["curves"].items()):
         train = {int(i): v for i, v in c["train"].items()}
         its = sorted(train)
-        top.plot(its, [train[i] for i in its], label=Path(name).name, lw=1)
+        color = f"C{k % 10}"  # a run's color in both panels (the lower one has no reference line)
+        top.plot(its, [train[i] for i in its], label=Path(name).name, lw=1, color=color)
         if name != res["reference"]:
             common = [i for i in its if i in ref]
-            bottom.plot(common, [train[i] - ref[i] for i in common], label=Path(name).name, lw=1)
+            bottom.plot(common, [train[i] - ref[i] for i in common], label=Path(name).name, lw=1, color=color)
     top.set_ylabel("training loss")
     top.set_title(title)
     top.legend()
     bottom.axhline(0.0, color="gray", lw=0.5)
     bottom.set_ylabel(f"minus {Path(res['reference']).name}")
+    bottom.legend(fontsize="small")
     bottom.set_xlabel("iteration")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -318,6 +319,18 @@ def test_kernel_table():
         {"matmul": 0.6, "attention": 0.2, "fused (triton)": 0.1, "optimizer": 0.05, "memory": 0.05})
     # inductor names a kernel after what it fuses: a transpose feeding SDPA is still a Triton kernel
     assert bench_train.kernel_category("triton_poi_fused__scaled_dot_product_flash_attention_2") == "fused (triton)"
+    # the device timeline's user annotations (the profiler's step, the optimizer's range) are not kernels
+    from torch.autograd import DeviceType
+    Ev = lambda name, device, us, annotation=False: types.SimpleNamespace(  # noqa: E731
+        name=name, device_type=device, time_range=types.SimpleNamespace(elapsed_us=lambda: us),
+        is_user_annotation=annotation, self_cpu_time_total=us)
+    events = [Ev("ProfilerStep#3", DeviceType.CPU, 900.0), Ev("ProfilerStep#3", DeviceType.CUDA, 800.0, True),
+              Ev("Optimizer.step#AdamW.step", DeviceType.CPU, 90.0), Ev("Optimizer.step#AdamW.step", DeviceType.CUDA, 80.0),
+              Ev("ProfilerStep*", DeviceType.CUDA, 800.0), Ev("aten::mm", DeviceType.CPU, 20.0),
+              Ev("nvjet_sm90_tst_64x8", DeviceType.CUDA, 30.0), Ev("multi_tensor_apply_kernel", DeviceType.CUDA, 40.0),
+              Ev("triton_poi_fused_cat_1", DeviceType.CPU, 5.0), Ev("triton_poi_fused_cat_1", DeviceType.CUDA, 50.0)]
+    assert bench_train.kernel_times(events) == (  # inductor's kernels have a host launch event of their name: kept
+        [("nvjet_sm90_tst_64x8", 30.0), ("multi_tensor_apply_kernel", 40.0), ("triton_poi_fused_cat_1", 50.0)], "cuda")
     # a real (CPU) profile: operators with their self time
     x = torch.randn(32, 32, requires_grad=True)
     clock = bench_train.Clock(torch.device("cpu"))

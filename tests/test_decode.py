@@ -181,13 +181,16 @@ def test_generate_reuses_its_decoder_until_the_weights_change():
                        other.generate(idx, 10, temperature=0, decode="eager"))
 
 
-def switched_decode_equals_forward(model: GPT, switch: str, seed: int) -> torch.Tensor:
-    """Turn on a TuckerAttention decode switch in every layer: the model gets a new decoder (a captured
-    graph holds the old path) and its decode logits equal the uncached forward's. Returns the tokens."""
+def switched_decode_equals_forward(model: GPT, switch: str, seed: int, value: bool = True) -> torch.Tensor:
+    """Set a TuckerAttention decode switch to `value` in every layer (from the other value): the model
+    gets a new decoder (a captured graph holds the old path) and its decode logits equal the uncached
+    forward's. Returns the tokens."""
     idx = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(seed))
+    for block in model.transformer.h:
+        setattr(block.attn, switch, not value)
     before = model.static_decoder(3, idx.device, use_graph=False)
     for block in model.transformer.h:
-        setattr(block.attn, switch, True)
+        setattr(block.attn, switch, value)
     assert model.static_decoder(3, idx.device, use_graph=False) is not before
     got = decode_logits(model, idx, prompt=4)
     ref = model(idx)[0][:, 3:13]
@@ -202,6 +205,14 @@ def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb):
     decode_attention.tucker_decode_attention (its torch composition on the CPU) give the forward's
     logits; a model switched to it gets a new decoder (a captured graph holds the old path)."""
     switched_decode_equals_forward(build(variant, pos_emb, None), "fused_decode", seed=6)
+
+
+@pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned")])
+def test_factored_tucker_decode_equals_uncached_forward(variant, pos_emb):
+    """merged_decode=False (the default is True since the H200 timing): the factored inference form, the
+    query core and the output core as their own matmuls, also gives the forward's logits."""
+    assert all(block.attn.merged_decode for block in build(variant, pos_emb, None).transformer.h)
+    switched_decode_equals_forward(build(variant, pos_emb, None), "merged_decode", seed=9, value=False)
 
 
 @pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned"),
