@@ -611,6 +611,11 @@ class LatentAttention(InferenceForm, nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.fused = self.latent_rope  # latent RoPE only exists in the absorbed form
         self.scale = 1.0 / math.sqrt(dH + self.rope_head_dim)
+        # decode with everything x feeds merged into one matrix, x -> [q_i W_UK,i^T for every head | q^R |
+        # c_K (| c_V) (| k^R)] (d, nH dcK + ...), and W_UV with W_O into one (nH dcK, d): two matmuls per
+        # layer instead of five, as MHA, for more weight bytes (nH dcK columns where MHA has nH dH). An
+        # inference switch, not a model key: off until GPU-timed (bench_decode's graph_merged modes)
+        self.merged_decode = False
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:
@@ -735,43 +740,98 @@ class LatentAttention(InferenceForm, nn.Module):
         form = {"W1": W1, "b1": b1, "split1": [lin.out_features for lin in first],
                 "W_UK": self.k_up.weight.view(nH, dH, dc),  # (nH, dH, dcK)
                 "W_UV": self.v_up.weight.view(nH, dH, dc).transpose(1, 2).contiguous(),  # (nH, dcK, dH)
-                "b_UV": None if self.v_up.bias is None else self.v_up.bias.view(nH, 1, dH)}
+                "b_UV": None if self.v_up.bias is None else self.v_up.bias.view(nH, 1, dH),
+                "W_O": self.c_proj.weight, "b_O": self.c_proj.bias}  # (d, nH dH), (d) or None
         if self.q_down is not None:
             second = [self.q_up] + ([self.q_rope] if self.decoupled else [])
             form["W2"], form["b2"] = _cat_linear(second)
         return form
 
-    def decode(self, x, at: DecodePosition, cache: LayerCache):
-        """Static decode step (see GroupedQueryAttention.decode), absorbed: all heads attend MQA-style
-        to the one cached latent key [c_K | k^R] and value c_V."""
-        B = x.size(0)
-        nH, dH, dc, dR = self.n_head, self.head_dim, self.kv_rank, self.rope_head_dim
-        form = self.inference_form()
-        parts = list(F.linear(x.view(B, -1), form["W1"], form["b1"]).split(form["split1"], dim=1))
+    def _absorbed_inputs(self, x2d: torch.Tensor, form: Dict[str, torch.Tensor]):
+        """What a decode step computes from x (B, d) in the absorbed form, before RoPE: q_lat = q_i W_UK,i^T
+        (B, nH, dcK), the rotary query q^R (B, nH dR) or None, c_K (B, dcK), c_V (B, dcK), k^R (B, dR) or None."""
+        B = x2d.size(0)
+        nH, dH, dc = self.n_head, self.head_dim, self.kv_rank
+        parts = list(F.linear(x2d, form["W1"], form["b1"]).split(form["split1"], dim=1))
         c_q, c_k = parts[0], parts[1]  # (B, dcQ or nH dH), (B, dcK)
         c_v = c_k if self.shared_kv else parts[2]
         if self.q_down is not None:  # low-rank query: q and its rotary dims from c_Q in one matmul
             q_all = F.linear(c_q, form["W2"], form["b2"])  # (B, nH dH (+ nH dR))
-            q, q_r = q_all[:, :nH * dH], q_all[:, nH * dH:]
+            q, q_r = q_all[:, :nH * dH], (q_all[:, nH * dH:] if self.decoupled else None)
+            k_r = parts[-1] if self.decoupled else None
         else:  # full query: c_q is q itself, its rotary dims came with the first matmul
             q, q_r = c_q, (parts[-1] if self.decoupled else None)
+            k_r = parts[-2] if self.decoupled else None
         q_lat = (q.view(B, nH, 1, dH) @ form["W_UK"]).view(B, nH, dc)  # (B, nH, dcK)
+        return q_lat, q_r, c_k, c_v, k_r
+
+    def _absorbed_output(self, o_lat: torch.Tensor, form: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """y (B, d) from the attended latents o_lat (B, nH, dcK): W_UV,i per head (+ b_UV), then W_O."""
+        B, (nH, dH, dc) = o_lat.size(0), (self.n_head, self.head_dim, self.kv_rank)
+        y = o_lat.reshape(B, nH, 1, dc) @ form["W_UV"]  # (B, nH, 1, dH)
+        if form["b_UV"] is not None:
+            y = y + form["b_UV"]  # rows of softmax sum to one
+        return F.linear(y.reshape(B, nH * dH), form["W_O"], form["b_O"])
+
+    @torch.compiler.disable  # host-side bookkeeping, as inference_form
+    def merged_form(self) -> Dict[str, torch.Tensor]:
+        """The inference form with the merged matrices for merged_decode, added on first use (rebuilt with
+        the form when a weight changes). Both maps are affine, so each is read off its action on the unit
+        vectors, in float32 (float64 stays): W_in (nH dcK + nH dR + dcK (+ dcK) + dR, d) and b_in map x to
+        [q_lat | q^R | c_K (| c_V) (| k^R)]; W_out (d, nH dcK) and b_out map o_lat to y."""
+        form = self.inference_form()
+        if "W_in" not in form:
+            with torch.no_grad():
+                dtype = form["W1"].dtype
+                acc = torch.promote_types(dtype, torch.float32)
+                wide = {k: (v.to(acc) if isinstance(v, torch.Tensor) else v) for k, v in form.items()}
+                d, nH, dc = self.c_proj.out_features, self.n_head, self.kv_rank
+                basis = torch.cat([torch.zeros(1, d), torch.eye(d)]).to(device=form["W1"].device, dtype=acc)
+                q_lat, q_r, c_k, c_v, k_r = self._absorbed_inputs(basis, wide)
+                pieces = [q_lat.reshape(d + 1, -1)] + ([q_r] if q_r is not None else []) + [c_k]
+                pieces += ([] if self.shared_kv else [c_v]) + ([k_r] if k_r is not None else [])
+                out = torch.cat(pieces, dim=1)  # (1 + d, width): the image of 0, then of each unit vector
+                form["b_in"] = out[0].to(dtype).contiguous()
+                form["W_in"] = (out[1:] - out[0]).t().to(dtype).contiguous()  # (width, d), F.linear layout
+                form["split_in"] = [piece.size(1) for piece in pieces]
+                lat = torch.cat([torch.zeros(1, nH * dc), torch.eye(nH * dc)]).to(basis)
+                y = self._absorbed_output(lat.view(-1, nH, dc), wide)  # (1 + nH dcK, d)
+                form["b_out"] = y[0].to(dtype).contiguous()
+                form["W_out"] = (y[1:] - y[0]).t().to(dtype).contiguous()  # (d, nH dcK)
+        return form
+
+    def decode(self, x, at: DecodePosition, cache: LayerCache):
+        """Static decode step (see GroupedQueryAttention.decode), absorbed: all heads attend MQA-style
+        to the one cached latent key [c_K | k^R] and value c_V (merged_decode: one matmul in, one out)."""
+        B = x.size(0)
+        nH, dc, dR = self.n_head, self.kv_rank, self.rope_head_dim
+        if self.merged_decode:
+            form = self.merged_form()
+            parts = F.linear(x.view(B, -1), form["W_in"], form["b_in"]).split(form["split_in"], dim=1)
+            q_lat = parts[0].view(B, nH, dc)  # (B, nH, dcK)
+            q_r = parts[1] if self.decoupled else None  # (B, nH dR)
+            c_k = parts[2 if self.decoupled else 1]  # (B, dcK)
+            c_v = c_k if self.shared_kv else parts[3 if self.decoupled else 2]
+            k_r = parts[-1] if self.decoupled else None  # (B, dR)
+        else:
+            form = self.inference_form()
+            q_lat, q_r, c_k, c_v, k_r = self._absorbed_inputs(x.view(B, -1), form)
         key, key_rope = c_k, None
         if self.latent_rope:
             q_lat = apply_rope(q_lat, at.cos, at.sin)
             key_rope = at.tables  # the latent is cached unrotated: rotated as read
         if self.decoupled:
             q_lat = torch.cat((q_lat, apply_rope(q_r.view(B, nH, dR), at.cos, at.sin)), dim=-1)  # (B, nH, dcK + dR)
-            k_r = parts[-1] if self.q_down is not None else parts[-2]  # (B, dR)
             key = torch.cat((c_k, apply_rope(k_r, at.cos, at.sin)), dim=-1)  # (B, dcK + dR)
         new = {"kv": key.view(B, 1, 1, -1)} if self.shared_kv else {"k": key.view(B, 1, 1, -1), "v": c_v.view(B, 1, 1, dc)}
         cache.write_at(at.pos, **new)
         k_all, v_all = self.cached_kv(cache)
         o_lat = decode_attention(q_lat, k_all, v_all, at.length, scale=self.scale, rope=key_rope)  # (B, nH, dcK)
-        y = o_lat.view(B, nH, 1, dc) @ form["W_UV"]  # (B, nH, 1, dH)
-        if form["b_UV"] is not None:
-            y = y + form["b_UV"]  # rows of softmax sum to one
-        return self.c_proj(y.reshape(B, 1, nH * dH))
+        if self.merged_decode:
+            y = F.linear(o_lat.reshape(B, nH * dc), form["W_out"], form["b_out"])  # (B, d)
+        else:
+            y = self._absorbed_output(o_lat, form)  # (B, d)
+        return y.view(B, 1, -1)
 
     def flops_per_token(self, ctx: int) -> int:
         d, nH, dH, dc = self.c_proj.out_features, self.n_head, self.head_dim, self.kv_rank
@@ -832,10 +892,11 @@ class TuckerAttention(InferenceForm, nn.Module):
         self.fused_decode = False
         # decode with the query core merged into the down-projection, [U2 G_q | U3 | U~3] (d, nH r3 + r3
         # (+ r~3)), and the output core into U~2, G_o U~2^T (nH r~3, d): two matmuls per layer instead of
-        # four, for more weight bytes (MHA's W_Q and W_O sizes). A decode step is bound by its kernel
-        # count at small batch: on an H200 merged steps take 6-11% less time (results/bench/README.md).
+        # four, for more weight bytes. A decode step is bound by its kernel count at small batch: on an
+        # H200 merged GPT-2 steps take 6-11% less time (results/bench/README.md). On by default where the
+        # merged matrices are no larger than MHA's W_Q and W_O (r3, r~3 <= dH), which MHA reads every step.
         # An inference switch (False: the factored form, fewer weight bytes), not a model key
-        self.merged_decode = True
+        self.merged_decode = nH * r3 <= d and nH * p3 <= d
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:

@@ -100,12 +100,15 @@ MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
     "graph_sdpa": "decode_step in one CUDA graph, attention through the SDPA fallback",
-    "graph": "decode_step in one CUDA graph, decode_attention's auto backend (Triton on CUDA)",
+    "graph": "decode_step in one CUDA graph, decode_attention's auto backend (Triton on CUDA); Tucker and MLA "
+             "unmerged (merged_decode=False in this and every mode but graph_merged*, whatever the model's default)",
     "graph_compiled": "as graph, the step torch.compiled first (fused elementwise kernels)",
     "graph_fused": "as graph, Tucker layers through the fused-core kernel (TuckerAttention.fused_decode; "
                    "other variants as graph)",
     "graph_merged": "as graph, Tucker layers with the query core merged into the down-projection and the output "
-                    "core into U~2 (TuckerAttention.merged_decode: 2 matmuls per layer, not 4; others as graph)",
+                    "core into U~2 (TuckerAttention.merged_decode: 2 matmuls per layer, not 4), MLA layers with "
+                    "everything x feeds in one matrix and W_UV W_O in another (LatentAttention.merged_decode: 2, "
+                    "not 5); others as graph",
     "graph_merged_compiled": "as graph_merged, the step torch.compiled first",
     "graph_autotune": "as graph_compiled with mode='max-autotune-no-cudagraphs' (Triton GEMM templates: "
                       "elementwise work fused into the matmuls' epilogues; minutes of autotuning)",
@@ -152,10 +155,11 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     step = forward_step if mode == "forward" else static_step
     backend = "sdpa" if mode == "graph_sdpa" else "auto"
     stamps = []  # (start, end) of each timed step
-    fused = [block.attn for block in model.transformer.h if hasattr(block.attn, "fused_decode")]
-    defaults = [(attn.fused_decode, attn.merged_decode) for attn in fused]  # put back after this mode
-    for attn in fused:  # Tucker layers: the decode path this mode times (graph: factored; graph_merged: merged)
-        attn.fused_decode = mode == "graph_fused"
+    switchable = [block.attn for block in model.transformer.h if hasattr(block.attn, "merged_decode")]
+    defaults = [(getattr(attn, "fused_decode", None), attn.merged_decode) for attn in switchable]  # put back after
+    for attn in switchable:  # Tucker and MLA layers: the decode path this mode times (graph: unmerged)
+        if hasattr(attn, "fused_decode"):  # Tucker only
+            attn.fused_decode = mode == "graph_fused"
         attn.merged_decode = mode.startswith("graph_merged")
     with attention_backend(backend):
         if mode.startswith("graph"):
@@ -179,8 +183,10 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             stamps.append((a, clock.stamp()))
         clock.sync()  # events can be read only once the device has passed them
         out = (logits if mode.startswith("graph") else step()).float().clone()
-    for attn, (fused_default, merged_default) in zip(fused, defaults):
-        attn.fused_decode, attn.merged_decode = fused_default, merged_default
+    for attn, (fused_default, merged_default) in zip(switchable, defaults):
+        if fused_default is not None:
+            attn.fused_decode = fused_default
+        attn.merged_decode = merged_default
     # every mode computes what the plain forward computes at that position (bf16 rounding apart)
     ref = forward_step().float()
     check = ((out - ref).norm() / ref.norm()).item()

@@ -408,8 +408,7 @@ def kill(args) -> dict:
                     if victims:
                         os.kill(victims[0], signal.SIGKILL)
                         killed_at = time.time()
-                        res.update(killed_pid=victims[0], killed_after_iter=its[-1],
-                                   expected_checkpoint_iter=its[-1] // args.ckpt_every * args.ckpt_every)
+                        res.update(killed_pid=victims[0], killed_after_iter=its[-1])
                         break
                 time.sleep(0.05)
             if killed_at is None:
@@ -425,6 +424,13 @@ def kill(args) -> dict:
             res["workers_left"] = [p for p in workers if pid_alive(p)]  # before the clean-up below
         finally:
             _stop(proc, workers)
+    # What the checkpoint must hold, from the log as the job left it (not from the iteration the kill was
+    # decided at: on a loaded host the job can pass another evaluation before the signal lands): train.py
+    # saves at an evaluation that improved, so the last evaluation's best_iter, written atomically.
+    records = read_log(out)
+    evals = [r for r in records if "val_loss" in r]
+    res["last_logged_iter"] = max((r["iter"] for r in records if "iter" in r), default=None)
+    res["expected_checkpoint_iter"] = evals[-1]["best_iter"] if evals else None
     try:
         ck = read_checkpoint(str(out / "ckpt.pt"), TRAINING_KEYS)
         res.update(checkpoint_loads=True, checkpoint_iter=ck["iter_num"])

@@ -207,6 +207,36 @@ def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb):
     switched_decode_equals_forward(build(variant, pos_emb, None), "fused_decode", seed=6)
 
 
+@pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
+@pytest.mark.parametrize("variant", ["mla_q", "mla_fullq", "mla_shared"])
+def test_merged_mla_decode_equals_uncached_forward(variant, pos_emb, mla_rope):
+    """LatentAttention.merged_decode: everything x feeds (q_i W_UK,i^T for every head, the rotary query, the
+    latents, the rotary key) from one matrix, W_UV and W_O as one: the forward's logits, with every bias and
+    RoPE setting; the merged matrices follow the weights."""
+    model = build(variant, pos_emb, mla_rope)
+    attn = model.transformer.h[0].attn
+    assert not attn.merged_decode  # off by default until timed
+    idx = switched_decode_equals_forward(model, "merged_decode", seed=10)
+    nH, dc, dR = attn.n_head, attn.kv_rank, attn.rope_head_dim
+    form = attn.merged_form()
+    width = nH * dc + nH * dR + dc * (1 if attn.shared_kv else 2) + dR
+    assert form["W_in"].shape == (width, 32) and form["W_out"].shape == (32, nH * dc)
+    other = build(variant, pos_emb, mla_rope, seed=3)  # new weights: new merged matrices
+    model.load_state_dict(other.state_dict())
+    assert "W_in" not in attn.inference_form()
+    got = decode_logits(model, idx, prompt=4)
+    ref = other(idx)[0][:, 3:13]
+    assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+
+
+def test_tucker_merged_by_default_only_within_mha_sizes():
+    """merged_decode starts on where the merged matrices are no larger than MHA's W_Q and W_O (r3, r~3 <= dH)."""
+    base = dict(attn="tucker", n_layer=1, n_head=4, n_embd=32, block_size=8, vocab_size=50)  # dH = 8
+    assert GPT(GPTConfig(**base, tucker_ranks=(2, 16, 8))).transformer.h[0].attn.merged_decode
+    assert not GPT(GPTConfig(**base, tucker_ranks=(2, 16, 16))).transformer.h[0].attn.merged_decode
+    assert not GPT(GPTConfig(**base, tucker_ranks=(2, 16, 8), tucker_ranks_post=(2, 8, 12))).transformer.h[0].attn.merged_decode
+
+
 @pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned")])
 def test_factored_tucker_decode_equals_uncached_forward(variant, pos_emb):
     """merged_decode=False (the default is True since the H200 timing): the factored inference form, the
