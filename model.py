@@ -613,9 +613,10 @@ class LatentAttention(InferenceForm, nn.Module):
         self.scale = 1.0 / math.sqrt(dH + self.rope_head_dim)
         # decode with everything x feeds merged into one matrix, x -> [q_i W_UK,i^T for every head | q^R |
         # c_K (| c_V) (| k^R)] (d, nH dcK + ...), and W_UV with W_O into one (nH dcK, d): two matmuls per
-        # layer instead of five, as MHA, for more weight bytes (nH dcK columns where MHA has nH dH). An
-        # inference switch, not a model key: off until GPU-timed (bench_decode's graph_merged modes)
-        self.merged_decode = False
+        # layer instead of five, as MHA, for more weight bytes (nH dcK columns where MHA has nH dH). On an
+        # H200 the GPT-2 MLA [128] step (nH dcK = 2d) takes 10-13% less time at batch 1, 27-34% at batch 32
+        # (results/bench/README.md): on by default up to that size, nH dcK <= 2d. An inference switch
+        self.merged_decode = nH * self.kv_rank <= 2 * d
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:
