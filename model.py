@@ -257,13 +257,24 @@ class DecodePosition:
     cos: Optional[torch.Tensor] = None  # (1, R/2) RoPE rows at pos in the activation dtype (None: no RoPE)
     sin: Optional[torch.Tensor] = None
     tables: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # the full (cos, sin) tables: keys rotated as read
+    cos2: Optional[torch.Tensor] = None  # (1, R): [cos | cos] and [-sin | sin], for rotate()
+    sin2: Optional[torch.Tensor] = None
 
     @classmethod
     def at(cls, pos: torch.Tensor, rope: Optional[Tuple[torch.Tensor, torch.Tensor]], dtype) -> "DecodePosition":
         if rope is None:
             return cls(pos=pos, length=pos + 1)
         cos, sin = (t.index_select(0, pos).to(dtype) for t in rope)
-        return cls(pos=pos, length=pos + 1, cos=cos, sin=sin, tables=rope)
+        return cls(pos=pos, length=pos + 1, cos=cos, sin=sin, tables=rope,
+                   cos2=torch.cat((cos, cos), dim=-1), sin2=torch.cat((-sin, sin), dim=-1))
+
+    def rotate(self, x: torch.Tensor) -> torch.Tensor:
+        """apply_rope(x, cos, sin) at this position for x (..., R), in three kernels where apply_rope's
+        chunk/cat form launches about seven when not compiled (the default graph-mode step: sample.py,
+        the LLaMA-1B decode rows): x cos2 + swap(x) sin2 with swap(x) = [x2 | x1], i.e. the pairs
+        (x1 cos - x2 sin, x2 cos + x1 sin), the same products and sums."""
+        swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2 | x1]
+        return torch.addcmul(x * self.cos2, swapped, self.sin2)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -550,8 +561,8 @@ class GroupedQueryAttention(nn.Module):
         nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
         qk, v = self.c_attn(x.view(B, -1)).split([(nH + nG) * dH, nG * dH], dim=1)
         qk = qk.view(B, nH + nG, dH)  # the query heads, then the key heads
-        if self.rope:  # at.cos, at.sin: (1, dH/2); q and k rotated in one call (half the kernels of an eager step)
-            qk = apply_rope(qk, at.cos, at.sin)
+        if self.rope:  # q and k rotated in one call (half the kernels of an eager step)
+            qk = at.rotate(qk)
         q, k = qk[:, :nH], qk[:, nH:].unsqueeze(2)  # (B, nH, dH), (B, nG, 1, dH)
         cache.write_at(at.pos, k=k, v=v.view(B, nG, 1, dH))
         y = decode_attention(q, cache.store["k"], cache.store["v"], at.length,
@@ -819,11 +830,11 @@ class LatentAttention(InferenceForm, nn.Module):
             q_lat, q_r, c_k, c_v, k_r = self._absorbed_inputs(x.view(B, -1), form)
         key, key_rope = c_k, None
         if self.latent_rope:
-            q_lat = apply_rope(q_lat, at.cos, at.sin)
+            q_lat = at.rotate(q_lat)
             key_rope = at.tables  # the latent is cached unrotated: rotated as read
         if self.decoupled:
-            q_lat = torch.cat((q_lat, apply_rope(q_r.view(B, nH, dR), at.cos, at.sin)), dim=-1)  # (B, nH, dcK + dR)
-            key = torch.cat((c_k, apply_rope(k_r, at.cos, at.sin)), dim=-1)  # (B, dcK + dR)
+            q_lat = torch.cat((q_lat, at.rotate(q_r.view(B, nH, dR))), dim=-1)  # (B, nH, dcK + dR)
+            key = torch.cat((c_k, at.rotate(k_r)), dim=-1)  # (B, dcK + dR)
         new = {"kv": key.view(B, 1, 1, -1)} if self.shared_kv else {"k": key.view(B, 1, 1, -1), "v": c_v.view(B, 1, 1, dc)}
         cache.write_at(at.pos, **new)
         k_all, v_all = self.cached_kv(cache)
@@ -1052,12 +1063,12 @@ class TuckerAttention(InferenceForm, nn.Module):
                 return (y if self.bias is None else y + self.bias).view(B, 1, -1)
             q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
         key_rope = None
-        if self.rope:  # at.cos, at.sin: (1, r3/2)
-            q = apply_rope(q, at.cos, at.sin)
+        if self.rope:
+            q = at.rotate(q)
             if self.shared_kv:
                 key_rope = at.tables  # one latent is both key (rotated as read) and value (unrotated)
             else:
-                k = apply_rope(k, at.cos, at.sin)
+                k = at.rotate(k)
         if self.shared_kv:
             cache.write_at(at.pos, kv=k.view(B, 1, 1, r3))
         else:

@@ -215,7 +215,7 @@ def test_merged_mla_decode_equals_uncached_forward(variant, pos_emb, mla_rope):
     RoPE setting; the merged matrices follow the weights."""
     model = build(variant, pos_emb, mla_rope)
     attn = model.transformer.h[0].attn
-    assert not attn.merged_decode  # off by default until timed
+    assert attn.merged_decode == (attn.n_head * attn.kv_rank <= 2 * 32)  # the default: up to nH dcK = 2d
     idx = switched_decode_equals_forward(model, "merged_decode", seed=10)
     nH, dc, dR = attn.n_head, attn.kv_rank, attn.rope_head_dim
     form = attn.merged_form()
@@ -227,6 +227,12 @@ def test_merged_mla_decode_equals_uncached_forward(variant, pos_emb, mla_rope):
     got = decode_logits(model, idx, prompt=4)
     ref = other(idx)[0][:, 3:13]
     assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+
+
+@pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
+def test_unmerged_mla_decode_equals_uncached_forward(pos_emb, mla_rope):
+    """merged_decode=False: the absorbed MLA step with its five matmuls also gives the forward's logits."""
+    switched_decode_equals_forward(build("mla_q", pos_emb, mla_rope), "merged_decode", seed=11, value=False)
 
 
 def test_tucker_merged_by_default_only_within_mha_sizes():
