@@ -1196,6 +1196,11 @@ class Block(nn.Module):
 
 
 DECODE_CHOICES = ("auto", "eager", "graph")
+# torch.compile modes of the decode step (GPT.generate's compile_mode -> torch.compile's mode): the step is
+# captured in our own CUDA graph, so inductor must not add its own ('-no-cudagraphs'). max-autotune lets
+# inductor pick Triton GEMMs with the elementwise work fused into their epilogues: fewer kernels per step
+# (an H200 step of GPT-2 0.04-0.08 ms faster at batch 1, results/bench/README.md), after minutes of tuning
+DECODE_COMPILE_MODES = {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}
 
 
 def activation_dtype(weight: torch.Tensor) -> torch.dtype:
@@ -1231,11 +1236,14 @@ class StaticDecoder:
     prompt) into the same cache buffers; step(tokens (B, 1)) -> logits: one token per sequence."""
 
     def __init__(self, model: "GPT", batch_size: int, device=None, use_graph: bool = False,
-                 max_len: Optional[int] = None, compile: bool = False):
+                 max_len: Optional[int] = None, compile: bool = False, compile_mode: str = "default"):
         self.model, self.use_graph = model, use_graph
         # compile: torch.compile the step (fuses the norms, residual adds, RoPE and GELU into few
         # kernels; attention and the inference form stay opaque calls), then capture it as usual
-        self.step_fn = torch.compile(model.decode_step, dynamic=False) if compile else model.decode_step
+        if compile_mode not in DECODE_COMPILE_MODES:
+            raise ValueError(f"compile_mode={compile_mode!r} is unknown: allowed {tuple(DECODE_COMPILE_MODES)}")
+        self.step_fn = (torch.compile(model.decode_step, dynamic=False, mode=DECODE_COMPILE_MODES[compile_mode])
+                        if compile else model.decode_step)
         # the cache holds what the layers compute: under autocast that is autocast's dtype (bf16), not the
         # weights' (fp32): one dtype for q and the cache, as the Triton kernel wants, and half the bytes
         self.caches = model.new_caches(batch_size, max_len, device=device,
@@ -1388,44 +1396,51 @@ class GPT(nn.Module):
             x = block.decode(x, at, cache)
         return self.lm_head(self.transformer.ln_f(x)).view(idx.size(0), -1)  # (B, vocab)
 
-    def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False) -> "StaticDecoder":
+    def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False,
+                       compile_mode: str = "default") -> "StaticDecoder":
         """The StaticDecoder for this batch size, device, activation dtype and mode, kept on the model and
         reused by later generate calls (its caches, and its captured graph: capture and, the first time,
         the Triton compile cost more than a short sample). A new one is made when any weight changed
         since it was built (the graph holds the old inference forms) or the activation dtype differs."""
         paths = tuple((getattr(block.attn, "fused_decode", False), getattr(block.attn, "merged_decode", False))
                       for block in self.transformer.h)  # a captured graph holds its layers' decode paths
-        key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile, paths)
+        key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile,
+               compile_mode if compile else "default", paths)
         weights = tuple((p.data_ptr(), p._version) for p in self.parameters())
         decoders = self.__dict__.setdefault("_static_decoders", {})  # plain attribute: not a module or buffer
         entry = decoders.get(key)
         if entry is None or entry[0] != weights:
             decoders.clear()  # at most one set of caches alive: a new key (or new weights) replaces them
-            entry = (weights, StaticDecoder(self, batch_size, device=device, use_graph=use_graph, compile=compile))
+            entry = (weights, StaticDecoder(self, batch_size, device=device, use_graph=use_graph, compile=compile,
+                                            compile_mode=compile_mode))
             decoders[key] = entry
         return entry[1]
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  use_cache: bool = True, generator: Optional[torch.Generator] = None, decode: str = "auto",
-                 compile: bool = False):
+                 compile: bool = False, compile_mode: str = "default"):
         """Append max_new_tokens tokens to idx (B, T). temperature 0 means greedy (argmax).
 
         With the cache: the prompt is prefilled once (flash SDPA over the prompt), then one token
         per step through decode_step. decode='graph' captures that step in a CUDA graph and replays
         it (CUDA only), 'eager' runs it op by op, 'auto' is 'graph' on CUDA and 'eager' elsewhere;
         both run the same kernels, so they give the same tokens. compile=True torch.compiles the
-        step first (fewer, fused kernels; a one-time compile of tens of seconds). When the context reaches
+        step first (fewer, fused kernels; a one-time compile of tens of seconds), with torch.compile's
+        compile_mode ('default' or 'max-autotune': fewer kernels still, minutes of tuning). When the context reaches
         block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
         crops the context each step instead, as nanoGPT does)."""
         if decode not in DECODE_CHOICES:
             raise ValueError(f"decode={decode!r} is unknown: allowed {DECODE_CHOICES}")
         if decode == "graph" and idx.device.type != "cuda":
             raise ValueError(f"decode='graph' needs a CUDA device, got {idx.device}; use 'eager' or 'auto'")
+        if compile_mode not in DECODE_COMPILE_MODES:
+            raise ValueError(f"compile_mode={compile_mode!r} is unknown: allowed {tuple(DECODE_COMPILE_MODES)}")
         decoder = None
         if use_cache:
             graph = decode == "graph" or (decode == "auto" and idx.device.type == "cuda")
-            decoder = self.static_decoder(idx.size(0), idx.device, use_graph=graph, compile=compile)
+            decoder = self.static_decoder(idx.size(0), idx.device, use_graph=graph, compile=compile,
+                                          compile_mode=compile_mode)
             decoder.pos = None  # a reused decoder starts over: the first token prefills the prompt
         out = torch.empty(idx.size(0), idx.size(1) + max_new_tokens, dtype=idx.dtype, device=idx.device)
         out[:, :idx.size(1)] = idx

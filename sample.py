@@ -18,6 +18,7 @@ import torch
 
 from checkpoint import load_model
 from configurator import check_device, parse_config
+from model import DECODE_CHOICES, DECODE_COMPILE_MODES
 from tokenizer import get_gpt2_encoding
 
 DEFAULTS = dict(
@@ -39,10 +40,12 @@ DEFAULTS = dict(
     # on an H200 12-18% less time per token at batch 1 (results/bench/), after a one-time compile of
     # tens of seconds, so worth it for long samples (the same greedy tokens: tested on CPU in float32)
     compile=False,
+    # with compile=True: 'default', or 'max-autotune' (Triton GEMMs with the elementwise work fused in: on an H200
+    # another 0.04-0.08 ms off a GPT-2 step at batch 1, after minutes of tuning the first time)
+    compile_mode="default",
     tokenizer="",  # GPT-2 ranks file for offline use (else env TUCKER_GPT2_TIKTOKEN, else tiktoken 'gpt2')
 )
 DTYPE_CHOICES = ("float32", "bfloat16", "float16")
-DECODE_CHOICES = ("auto", "eager", "graph")
 
 
 def fail(msg: str):
@@ -66,6 +69,11 @@ def validate(cfg: dict) -> torch.device:
     device = torch.device(check_device(cfg["device"]))
     if cfg["compile"] and not cfg["use_cache"]:
         raise ValueError("compile=True compiles the cached decode step: it needs use_cache=True")
+    if cfg["compile_mode"] not in DECODE_COMPILE_MODES:
+        raise ValueError(f"compile_mode={cfg['compile_mode']!r} is unknown: allowed "
+                         f"{', '.join(map(repr, DECODE_COMPILE_MODES))}")
+    if cfg["compile_mode"] != "default" and not cfg["compile"]:
+        raise ValueError(f"compile_mode={cfg['compile_mode']!r} is a mode of the compiled step: it needs compile=True")
     if cfg["decode"] == "graph" and device.type != "cuda":
         raise ValueError(f"decode='graph' needs a CUDA device, got device={str(device)!r}: use 'auto' or 'eager'")
     return device
@@ -119,7 +127,7 @@ def main(argv):
             t0 = time.perf_counter()
             y = model.generate(x, cfg["max_new_tokens"], temperature=cfg["temperature"], top_k=cfg["top_k"] or None,
                                use_cache=cfg["use_cache"], generator=gen, decode=cfg["decode"],
-                               compile=cfg["compile"])
+                               compile=cfg["compile"], compile_mode=cfg["compile_mode"])
             sync()
             times.append(time.perf_counter() - t0)
             text = enc.decode(y[0].tolist())
@@ -127,7 +135,8 @@ def main(argv):
             print(text)
             print("---------------")
     n, seconds = cfg["num_samples"] * cfg["max_new_tokens"], sum(times)
-    mode = f"decode={cfg['decode']}{', compiled' if cfg['compile'] else ''}" if cfg["use_cache"] else "uncached"
+    compiled = f", compiled ({cfg['compile_mode']})" if cfg["compile"] else ""
+    mode = f"decode={cfg['decode']}{compiled}" if cfg["use_cache"] else "uncached"
     print(f"sampled {n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):,.1f} tokens/s ({mode}, {device} {dtype})",
           file=sys.stderr)
     if len(times) > 1:  # the first sample also pays the one-time kernel compile and graph capture

@@ -53,7 +53,7 @@ import torch
 if __name__ == "__main__" and not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.bench_decode ...")
 
-from model import GPT, GPTConfig, StaticDecoder  # noqa: E402
+from model import DECODE_COMPILE_MODES, GPT, GPTConfig, StaticDecoder  # noqa: E402
 # bench_train holds the variant list and the helpers both benchmarks share
 from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
                                  markdown_table, model_config, parse_ints, peak_memory_gib, profile_iterations,
@@ -144,8 +144,8 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
         return model(decoder.tokens, caches=decoder.caches, last_only=True)[0][:, -1]
 
     if mode.endswith("_compiled") or mode.endswith("_autotune"):
-        compile_mode = "max-autotune-no-cudagraphs" if mode.endswith("_autotune") else None  # graphs: captured below
-        step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)
+        compile_mode = DECODE_COMPILE_MODES["max-autotune" if mode.endswith("_autotune") else "default"]
+        step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)  # graphs: captured below
     else:
         step_fn = model.decode_step
 
@@ -244,9 +244,10 @@ def render(rows, info) -> str:
     return head + markdown_table(headers, body)
 
 
-GENERATE_MODES = {  # --generate_modes: name -> GPT.generate's (decode, compile), i.e. sample.py's --decode, --compile
-    "eager": ("eager", False), "graph": ("graph", False), "graph_compiled": ("graph", True),
-    "eager_compiled": ("eager", True),
+GENERATE_MODES = {  # --generate_modes: name -> GPT.generate's (decode, compile, compile_mode), i.e. sample.py's keys
+    "eager": ("eager", False, "default"), "graph": ("graph", False, "default"),
+    "graph_compiled": ("graph", True, "default"), "eager_compiled": ("eager", True, "default"),
+    "graph_autotune": ("graph", True, "max-autotune"),
 }
 
 
@@ -263,13 +264,14 @@ def bench_generate(model, args, device: torch.device) -> list:
     prompt = torch.randint(model.config.vocab_size, (1, 16), device=device, generator=gen)
     rows, reference = [], None
     for mode in args.generate_modes:
-        decode, compile = GENERATE_MODES[mode]
-        model.generate(prompt, 8, temperature=0, decode=decode, compile=compile)  # warm-up: compile, capture
+        decode, compile, compile_mode = GENERATE_MODES[mode]
+        kw = dict(temperature=0, decode=decode, compile=compile, compile_mode=compile_mode)
+        model.generate(prompt, 8, **kw)  # warm-up: compile, capture
         for _ in range(2):  # the second call is the one reported (the first may still warm caches)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = model.generate(prompt, args.generate, temperature=0, decode=decode, compile=compile)
+            out = model.generate(prompt, args.generate, **kw)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
@@ -277,22 +279,22 @@ def bench_generate(model, args, device: torch.device) -> list:
         rows.append(dict(generate_mode=mode, new_tokens=args.generate, seconds=seconds,
                          tokens_per_s=args.generate / seconds, same_tokens_as_first=bool(torch.equal(out, reference))))
         if args.generate_profile:
-            rows[-1]["profile"] = profile_generate(model, prompt, decode, compile, args.generate_profile, device)
+            rows[-1]["profile"] = profile_generate(model, prompt, kw, args.generate_profile, device)
     return rows
 
 
-def profile_generate(model, prompt, decode: str, compile: bool, n_tokens: int, device: torch.device) -> dict:
+def profile_generate(model, prompt, kw: dict, n_tokens: int, device: torch.device) -> dict:
     """Where a generated token's time goes: one generate call of n_tokens under torch.profiler, as the
     kernels per token (calls_per_step), kernel time per token, and busy_pct = kernel time / wall time
     per token of an unprofiled call (below 100: the GPU waited for the host)."""
     clock = Clock(device)
     clock.sync()
     t0 = time.perf_counter()
-    model.generate(prompt, n_tokens, temperature=0, decode=decode, compile=compile)
+    model.generate(prompt, n_tokens, **kw)
     clock.sync()
     ms_per_token = (time.perf_counter() - t0) * 1e3 / n_tokens
     pairs, source = profile_iterations(
-        lambda i: model.generate(prompt, n_tokens, temperature=0, decode=decode, compile=compile), 1, device, clock)
+        lambda i: model.generate(prompt, n_tokens, **kw), 1, device, clock)
     return {**kernel_table(pairs, n_tokens, ms_per_token), "source": source, "tokens": n_tokens}
 
 

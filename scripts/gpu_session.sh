@@ -15,7 +15,11 @@
 #                 (sample.py --compile=True: its tokens/s; a profile of 64 tokens: kernels per token, GPU busy %)
 #   decode_autotune  graph_compiled against the step compiled with max-autotune (Triton GEMMs with fused
 #                 epilogues: fewer kernels per layer), plain and merged Tucker, batch 1 and 32, 4k and 16k
-#   decode_llama  bench_decode, the paper's LLaMA-3 1B rows, batch 1, 4k cached (graph mode)
+#   decode_llama  bench_decode, the paper's LLaMA-3 1B rows, batch 1, 4k cached (graph_sdpa, graph, graph_merged:
+#                 the defaults merge Tucker [32,64,64], [32,128,64] and the MLA rows)
+#   decode_generate  model.generate end to end (sample.py) for every variant family, plain graph, compiled and
+#                 max-autotuned step (sample.py --compile=True [--compile_mode=max-autotune]), with a profile
+#   rope          bench_rope: RoPE's cost per formulation in one compiled MHA attention sublayer (kernel time)
 #   train         bench_train, GPT-2 124M variants beside nanoGPT's bench.py (.carry/nanogpt), with and
 #                 without RoPE, with a profile of MHA and Tucker [8,64,64]
 #   train_graphs  bench_train with compile_mode='reduce-overhead' (CUDA graphs: the launch-bound Tucker step)
@@ -109,8 +113,13 @@ for st in "$@"; do
     decode_autotune) stage decode_autotune python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,tucker_shared_8_64_64 \
             --modes graph_compiled,graph_autotune,graph_merged_autotune --batches 1,32 --contexts 4096,16384 \
             --out_dir "$WORK/bench" --name decode_gpt2_autotune ;;
-    decode_llama) stage decode_llama python3 -m scripts.bench_decode --suite llama1b --modes graph_sdpa,graph \
+    decode_llama) stage decode_llama python3 -m scripts.bench_decode --suite llama1b --modes graph_sdpa,graph,graph_merged \
             --batches 1 --contexts 4096 --out_dir "$WORK/bench" --name decode_llama1b ;;
+    decode_generate) stage decode_generate python3 -m scripts.bench_decode \
+            --variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 --modes graph_merged --batches 1 \
+            --contexts 4096 --generate 500 --generate_modes graph,graph_compiled,graph_autotune --generate_profile 64 \
+            --out_dir "$WORK/bench" --name decode_gpt2_generate ;;
+    rope) stage rope python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile --out_dir "$WORK/bench" ;;
     train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
             --variants mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4 --profile mha,tucker_8_64_64 \
             --precompile 4 --time_budget 330 --out_dir "$WORK/bench" --name train_gpt2 ;;

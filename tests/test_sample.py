@@ -69,19 +69,50 @@ def test_decode_keys_reach_generate(out_dir, gpt2_ranks_file, monkeypatch):
     calls = []
     real = GPT.generate
 
-    def spy(self, *args, decode="auto", compile=False, **kwargs):
-        calls.append((decode, compile))
+    def spy(self, *args, decode="auto", compile=False, compile_mode="default", **kwargs):
+        calls.append((decode, compile, compile_mode))
         return real(self, *args, decode=decode, **kwargs)  # compiled: test_compiled_decode_step_same_tokens
 
     monkeypatch.setattr(GPT, "generate", spy)
     sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1"))
     sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=auto", "--num_samples=1", "--compile=True"))
-    assert calls == [("eager", False), ("auto", True)]
+    sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1", "--compile=True",
+                            "--compile_mode=max-autotune"))
+    assert calls == [("eager", False, "default"), ("auto", True, "default"), ("eager", True, "max-autotune")]
 
 
 def test_compile_needs_the_cache(out_dir, gpt2_ranks_file, capsys):
     err = sample_error(sample_args(out_dir, gpt2_ranks_file, "--compile=True", "--use_cache=False"), capsys)
     assert "compile" in err and "use_cache" in err
+
+
+def test_compile_mode_errors(out_dir, gpt2_ranks_file, capsys):
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, "--compile=True", "--compile_mode=fastest"), capsys)
+    assert "compile_mode='fastest'" in err and "'max-autotune'" in err and "'default'" in err
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, "--compile_mode=max-autotune"), capsys)
+    assert "compile_mode" in err and "compile=True" in err
+
+
+def test_compile_mode_reaches_torch_compile(monkeypatch):
+    """The decode step is compiled with inductor's own CUDA graphs off (it is captured in ours); a new mode
+    is a new decoder, and an unknown mode is a ValueError before anything is built."""
+    seen = []
+
+    def fake_compile(fn, **kwargs):
+        seen.append(kwargs)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False, vocab_size=64)).eval()
+    x = torch.randint(0, 64, (1, 4))
+    plain = model.generate(x, 3, temperature=0, decode="eager")
+    tuned = model.generate(x, 3, temperature=0, decode="eager", compile=True, compile_mode="max-autotune")
+    default = model.generate(x, 3, temperature=0, decode="eager", compile=True)
+    assert torch.equal(plain, tuned) and torch.equal(plain, default)
+    assert seen == [dict(dynamic=False, mode="max-autotune-no-cudagraphs"), dict(dynamic=False, mode=None)]
+    with pytest.raises(ValueError, match="compile_mode='reduce-overhead' is unknown"):
+        model.generate(x, 3, decode="eager", compile=True, compile_mode="reduce-overhead")
 
 
 def test_compiled_decode_step_same_tokens():
