@@ -328,6 +328,13 @@ class LayerCache:
         return sum(buf.size(1) * buf.size(3) for buf in self.store.values())
 
 
+def exact_math(device: torch.device):
+    """Autocast off on `device`: the inference forms (and their merged matrices) are products of the weights
+    in the weights' own precision (float32 for bf16 ones), whatever context first asks for them; they are
+    cached, and a form built under autocast would carry bf16 rounding into every later decode."""
+    return torch.autocast(device.type, enabled=False)
+
+
 class InferenceForm:
     """Mixin: an attention's inference form (fused/absorbed weights), built once from the current
     weights and rebuilt when any of them changes (an optimizer step, load_state_dict, .to()):
@@ -338,7 +345,7 @@ class InferenceForm:
         key = tuple((p.data_ptr(), p._version, p.dtype) for p in self.parameters())
         cached = self.__dict__.get("_inference_form")
         if cached is None or cached[0] != key:
-            with torch.no_grad():
+            with torch.no_grad(), exact_math(next(self.parameters()).device):
                 cached = (key, self.build_inference_form())
             self.__dict__["_inference_form"] = cached
         return cached[1]
@@ -793,7 +800,7 @@ class LatentAttention(InferenceForm, nn.Module):
         [q_lat | q^R | c_K (| c_V) (| k^R)]; W_out (d, nH dcK) and b_out map o_lat to y."""
         form = self.inference_form()
         if "W_in" not in form:
-            with torch.no_grad():
+            with torch.no_grad(), exact_math(form["W1"].device):
                 dtype = form["W1"].dtype
                 acc = torch.promote_types(dtype, torch.float32)
                 wide = {k: (v.to(acc) if isinstance(v, torch.Tensor) else v) for k, v in form.items()}
@@ -1019,7 +1026,7 @@ class TuckerAttention(InferenceForm, nn.Module):
         W_qkv = [U2 G_q | U3 (| U~3)] (d, nH r3 + r3 (+ r~3)); W_out = G_o U~2^T (nH r~3, d)."""
         form = self.inference_form()
         if "W_qkv" not in form:
-            with torch.no_grad():
+            with torch.no_grad(), exact_math(form["W_down"].device):
                 r2, W_down, dtype = self.ranks[1], form["W_down"], form["W_down"].dtype
                 acc = torch.promote_types(dtype, torch.float32)  # bf16 weights: products in float32 (float64 stays)
                 W_q = W_down[:, :r2].to(acc) @ form["G_q"].to(acc)  # (d, nH r3)

@@ -522,10 +522,12 @@ def after_eval(run: Run, losses: dict, lr: float, elapsed: float, start_iter: in
     if run.env.master:
         print(f"step {s.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} "
               f"(best {s.best_val:.4f} @ {s.best_iter})")
-    log(run, {"iter": s.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
-              "best_val_loss": s.best_val, "best_iter": s.best_iter, "elapsed_s": elapsed})
+    # the checkpoint first, then the record: a logged evaluation's checkpoint is on disk (a job killed
+    # in between leaves the previous checkpoint and no record of this one)
     if cfg["save_checkpoint"] and s.iter_num > start_iter and (improved or cfg["always_save_checkpoint"]):
         save(run)
+    log(run, {"iter": s.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
+              "best_val_loss": s.best_val, "best_iter": s.best_iter, "elapsed_s": elapsed})
     if cfg["patience"] and s.bad_evals >= cfg["patience"]:
         return f"early stop: no val improvement in {cfg['patience']} evaluations"
     return None

@@ -161,32 +161,34 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
         if hasattr(attn, "fused_decode"):  # Tucker only
             attn.fused_decode = mode == "graph_fused"
         attn.merged_decode = mode.startswith("graph_merged")
-    with attention_backend(backend):
-        if mode.startswith("graph"):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the default stream (Triton compiles here)
-                for _ in range(3):
-                    step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                logits = step()
-            run = graph.replay
-        else:
-            run = step
-        for _ in range(args.warmup):
-            run()
-        for _ in range(args.iters):
-            a = clock.stamp()
-            run()
-            stamps.append((a, clock.stamp()))
-        clock.sync()  # events can be read only once the device has passed them
-        out = (logits if mode.startswith("graph") else step()).float().clone()
-    for attn, (fused_default, merged_default) in zip(switchable, defaults):
-        if fused_default is not None:
-            attn.fused_decode = fused_default
-        attn.merged_decode = merged_default
+    try:
+        with attention_backend(backend):
+            if mode.startswith("graph"):
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):  # warm-up off the default stream (Triton compiles here)
+                    for _ in range(3):
+                        step()
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    logits = step()
+                run = graph.replay
+            else:
+                run = step
+            for _ in range(args.warmup):
+                run()
+            for _ in range(args.iters):
+                a = clock.stamp()
+                run()
+                stamps.append((a, clock.stamp()))
+            clock.sync()  # events can be read only once the device has passed them
+            out = (logits if mode.startswith("graph") else step()).float().clone()
+    finally:  # the model's own paths again, also when this mode failed (the caller goes on to the next)
+        for attn, (fused_default, merged_default) in zip(switchable, defaults):
+            if fused_default is not None:
+                attn.fused_decode = fused_default
+            attn.merged_decode = merged_default
     # every mode computes what the plain forward computes at that position (bf16 rounding apart)
     ref = forward_step().float()
     check = ((out - ref).norm() / ref.norm()).item()

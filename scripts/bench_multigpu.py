@@ -426,11 +426,12 @@ def kill(args) -> dict:
             _stop(proc, workers)
     # What the checkpoint must hold, from the log as the job left it (not from the iteration the kill was
     # decided at: on a loaded host the job can pass another evaluation before the signal lands): train.py
-    # saves at an evaluation that improved, so the last evaluation's best_iter, written atomically.
+    # saves, atomically, at every evaluation (always_save_checkpoint) or at those that improved.
     records = read_log(out)
-    evals = [r for r in records if "val_loss" in r]
+    always = json.loads((out / "config.json").read_text()).get("always_save_checkpoint", True)
+    saves = [r["iter"] for r in records if "val_loss" in r and r["iter"] > 0 and (always or r["best_iter"] == r["iter"])]
     res["last_logged_iter"] = max((r["iter"] for r in records if "iter" in r), default=None)
-    res["expected_checkpoint_iter"] = evals[-1]["best_iter"] if evals else None
+    res["expected_checkpoint_iter"] = saves[-1] if saves else None
     try:
         ck = read_checkpoint(str(out / "ckpt.pt"), TRAINING_KEYS)
         res.update(checkpoint_loads=True, checkpoint_iter=ck["iter_num"])

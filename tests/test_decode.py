@@ -235,6 +235,23 @@ def test_unmerged_mla_decode_equals_uncached_forward(pos_emb, mla_rope):
     switched_decode_equals_forward(build("mla_q", pos_emb, mla_rope), "merged_decode", seed=11, value=False)
 
 
+@pytest.mark.parametrize("variant,merged", [("mla_q", True), ("mla_shared", True), ("tucker", True),
+                                            ("tucker_post", False), ("mla_q", False)])
+def test_inference_form_first_built_under_autocast_stays_exact(variant, merged):
+    """The forms are cached: one first asked for inside autocast (sample.py --dtype=float16 over float32
+    weights) must still be the float32 products, or every later float32 decode would carry bf16 rounding."""
+    model = build(variant, "rope", None).float()
+    for block in model.transformer.h:
+        block.attn.merged_decode = merged
+    attn = model.transformer.h[0].attn
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        attn.merged_form() if merged else attn.inference_form()
+    idx = torch.randint(0, 50, (3, 14), generator=torch.Generator().manual_seed(8))
+    got = decode_logits(model, idx, prompt=4)
+    ref = model(idx)[0][:, 3:13]
+    assert (got - ref).abs().max().item() < 1e-5 * ref.abs().max().item()  # bf16-built forms: ~1e-2
+
+
 def test_tucker_merged_by_default_only_within_mha_sizes():
     """merged_decode starts on where the merged matrices are no larger than MHA's W_Q and W_O (r3, r~3 <= dH)."""
     base = dict(attn="tucker", n_layer=1, n_head=4, n_embd=32, block_size=8, vocab_size=50)  # dH = 8
