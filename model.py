@@ -269,12 +269,8 @@ class DecodePosition:
                    cos2=torch.cat((cos, cos), dim=-1), sin2=torch.cat((-sin, sin), dim=-1))
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """apply_rope(x, cos, sin) at this position for x (..., R), in three kernels where apply_rope's
-        chunk/cat form launches about seven when not compiled (the default graph-mode step: sample.py,
-        the LLaMA-1B decode rows): x cos2 + swap(x) sin2 with swap(x) = [x2 | x1], i.e. the pairs
-        (x1 cos - x2 sin, x2 cos + x1 sin), the same products and sums."""
-        swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2 | x1]
-        return torch.addcmul(x * self.cos2, swapped, self.sin2)
+        """apply_rope(x, cos, sin) at this position, x (..., R): apply_rope_wide with this step's rows."""
+        return apply_rope_wide(x, self.cos2, self.sin2)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -288,6 +284,16 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def apply_rope_wide(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+    """apply_rope with full-width rows cos2 = [cos | cos], sin2 = [-sin | sin] (..., D) built beforehand:
+    x cos2 + [x2 | x1] sin2 = (x1 cos - x2 sin, x2 cos + x1 sin), the same products and sums. Three kernels
+    where apply_rope launches about seven when not compiled, so the decode step uses it, with the rows built
+    once per step (DecodePosition); compiled training keeps apply_rope, whose backward inductor fuses better
+    (scripts/bench_rope.py: this form, "halfsign", costs twice its RoPE time there)."""
+    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2 | x1]
+    return torch.addcmul(x * cos2, swapped, sin2)
 
 
 # ----------------------------------------------------------------------------------------
