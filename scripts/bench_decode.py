@@ -53,6 +53,9 @@ import torch
 if __name__ == "__main__" and not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.bench_decode ...")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+
 from model import DECODE_COMPILE_MODES, GPT, GPTConfig, StaticDecoder  # noqa: E402
 # bench_train holds the variant list and the helpers both benchmarks share
 from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
@@ -63,15 +66,50 @@ from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, f
 BYTES_BF16 = 2
 
 
-def weight_bytes_per_step(model) -> int:
-    """Bytes of weights one decode step reads: every (unique) parameter in bf16, except tables
-    that are only indexed (wpe; wte when it is not tied to the lm_head)."""
-    lookups = set()
-    if model.transformer.wpe is not None:
-        lookups.add(id(model.transformer.wpe.weight))
-    if model.transformer.wte.weight is not model.lm_head.weight:
-        lookups.add(id(model.transformer.wte.weight))
-    return BYTES_BF16 * sum(p.numel() for p in model.parameters() if id(p) not in lookups)
+class _StoragesRead(TorchDispatchMode):
+    """Records the storage of every tensor an aten op reads, except the table of a lookup (embedding,
+    index_select: a few rows of it are read, not the table)."""
+
+    LOOKUPS = (torch.ops.aten.embedding.default, torch.ops.aten.index_select.default)
+
+    def __init__(self):
+        super().__init__()
+        self.reads = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        read = (args[1:], kwargs) if func in self.LOOKUPS else (args, kwargs)
+        for t in tree_leaves(read):
+            if isinstance(t, torch.Tensor):
+                self.reads.add(t.untyped_storage().data_ptr())
+        return func(*args, **kwargs)
+
+
+@torch.no_grad()
+def weight_bytes_per_step(model, step=None) -> int:
+    """Bytes of weights one decode step reads, in bf16, found by running one: an eager step at batch 1 (the
+    SDPA attention path, so that a fused Tucker step's cores are aten reads too) after a first one that builds
+    the inference forms; every weight it reads counts whole: parameters and the layers' inference forms
+    (merged matrices included, and not the factors they replace), less tables that are only indexed (wpe,
+    wte when not tied to the lm_head, RoPE rows). `step`: an eager callable to trace instead (the cached
+    forward of bench mode 'forward')."""
+    if step is None:
+        decoder = StaticDecoder(model, 1, device=next(model.parameters()).device, max_len=4)
+        step = lambda: model.decode_step(decoder.tokens, decoder.caches, decoder.position)  # noqa: E731
+    with attention_backend("sdpa"):
+        step()  # builds the forms
+        with _StoragesRead() as mode:
+            step()
+    weights = {}  # storage -> elements: a form tensor that is a view of a parameter counts once
+    tensors = list(model.parameters())
+    for module in model.modules():
+        form = module.__dict__.get("_inference_form")
+        if form is not None:
+            tensors += [t for t in form[1].values() if isinstance(t, torch.Tensor)]
+    for t in tensors:
+        storage = t.untyped_storage()
+        weights[storage.data_ptr()] = storage.nbytes() // t.element_size()
+    return BYTES_BF16 * sum(n for ptr, n in weights.items() if ptr in mode.reads)
 
 
 def memory_floor_ms(weight_bytes: int, kv_bytes: int, hbm_tbps: float) -> float:
@@ -118,15 +156,18 @@ MODE_NOTES = {
 
 @contextmanager
 def attention_backend(name: str):
-    """Force decode_attention's backend for the model's decode steps ('auto' leaves it alone)."""
+    """Force decode_attention's backend (and the fused Tucker kernel's) for the model's decode steps
+    ('auto' leaves them alone)."""
     import decode_attention as module
-    original = module.decode_attention
+    originals = {f: getattr(module, f) for f in ("decode_attention", "tucker_decode_attention")}
     if name != "auto":
-        module.decode_attention = functools.partial(original, backend=name)
+        for f, fn in originals.items():
+            setattr(module, f, functools.partial(fn, backend=name))
     try:
         yield
     finally:
-        module.decode_attention = original
+        for f, fn in originals.items():
+            setattr(module, f, fn)
 
 
 @torch.no_grad()
@@ -162,6 +203,7 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             attn.fused_decode = mode == "graph_fused"
         attn.merged_decode = mode.startswith("graph_merged")
     try:
+        w_bytes = weight_bytes_per_step(model, forward_step if mode == "forward" else None)  # this mode's path
         with attention_backend(backend):
             if mode.startswith("graph"):
                 side = torch.cuda.Stream()
@@ -198,7 +240,6 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     times = [clock.ms(a, b) for a, b in stamps]
     latency = statistics.median(times)
     kv_bytes = model.kv_cache_bytes(context, batch_size)
-    w_bytes = weight_bytes_per_step(model)
     floor = memory_floor_ms(w_bytes, kv_bytes, args.hbm_tbps)
     return dict(latency_ms=latency, latency_ms_min=min(times), latency_ms_max=max(times),
                 tokens_per_s=batch_size / (latency / 1e3), kv_cache_bytes=kv_bytes, kv_cache_mb=kv_bytes / 1e6,

@@ -108,14 +108,19 @@ def test_bench_train_tiny(tmp_path):
         assert r["tokens_per_s_vs_mha"] == pytest.approx(r["tokens_per_s"] / mha["tokens_per_s"])
 
 
-def tiny_weight_bytes(variant: str) -> int:
+def tiny_weight_bytes(variant: str, mode: str) -> int:
     """bf16 bytes of the --tiny model's weights one decode step reads, counted by hand: the tied
-    wte / lm_head once, per layer the attention (Table 1), a 4d MLP (8 d^2) and two LayerNorm weights,
-    the final LayerNorm; the learned position table is only indexed, not read."""
+    wte / lm_head once, per layer the attention, a 4d MLP (8 d^2) and two LayerNorm weights, the final
+    LayerNorm; the learned position table is only indexed, not read. The attention: its parameters
+    (Table 1) in the cached forward; in mode 'step' Tucker [8,64,64]'s inference form (merged_decode off
+    outside the graph_merged modes): [U2 | U3 | U~3] (d x 192), G_q (64 x nH 64), G_o (nH 64 x 64), U~2^T (64 x d)."""
     t = bench_train.TINY
-    d, L, V = t["n_embd"], t["n_layer"], t["vocab_size"]
+    d, L, V, nH = t["n_embd"], t["n_layer"], t["vocab_size"], t["n_head"]
     cfg = {**t, "attn": variant.split("_")[0], "shared_kv": False, "tucker_ranks": (8, 64, 64), "tucker_ranks_post": None}
-    return 2 * (V * d + L * (table1_attn_params(cfg) + 8 * d * d + 2 * d) + d)
+    attn = table1_attn_params(cfg)
+    if cfg["attn"] == "tucker" and mode == "step":
+        attn = d * 192 + 64 * nH * 64 + nH * 64 * 64 + 64 * d
+    return 2 * (V * d + L * (attn + 8 * d * d + 2 * d) + d)
 
 
 def test_bench_decode_tiny(tmp_path):
@@ -142,7 +147,7 @@ def test_bench_decode_tiny(tmp_path):
             assert r[key] > 0, key
         kv_bytes = kv_values[r["variant"]] * L * r["context"] * r["batch_size"] * 2  # bf16
         assert r["kv_cache_bytes"] == kv_bytes
-        assert r["weight_bytes"] == tiny_weight_bytes(r["variant"])
+        assert r["weight_bytes"] == tiny_weight_bytes(r["variant"], r["mode"])
         # one step reads every weight and every cached value once, at hbm bytes per second
         assert r["floor_ms"] == pytest.approx((r["weight_bytes"] + kv_bytes) / hbm * 1e3)
         assert r["floor_fraction"] == pytest.approx(r["floor_ms"] / r["latency_ms"])
@@ -218,6 +223,26 @@ def test_floor_by_hand():
     learned = GPT(GPTConfig(**{**cfg.to_dict(), "pos_emb": "learned"}))
     assert sum(p.numel() for p in learned.parameters()) == 856 + 64
     assert bench_decode.weight_bytes_per_step(learned) == 1712
+
+
+def test_weight_bytes_follow_the_decode_path():
+    """The bytes a step reads are traced, so they follow the layer's decode path: Tucker [2,2,4] merged reads
+    W_qkv (8 x 16) and W_out (8 x 8), unmerged W_down (8 x 10), G_q (2 x 8), G_o (8 x 2), U~2^T (2 x 8), never the
+    factors the forms were built from (core, U1: 136 parameters in all); MLA merged reads its two matrices.
+    Outside attention: wte = lm_head 128, norms 24, MLP 512 = 664 values."""
+    base = dict(n_layer=1, n_head=2, n_embd=8, vocab_size=16, block_size=8, bias=False, pos_emb="rope")
+    tucker = GPT(GPTConfig(**base, attn="tucker", tucker_ranks=(2, 2, 4))).to(torch.bfloat16)
+    attn = tucker.transformer.h[0].attn
+    assert attn.merged_decode  # the default: r3 = dH
+    assert bench_decode.weight_bytes_per_step(tucker) == 2 * (664 + 128 + 64)
+    attn.merged_decode = False
+    assert bench_decode.weight_bytes_per_step(tucker) == 2 * (664 + 80 + 16 + 16 + 16)
+    attn.fused_decode = True  # the fused kernel's path reads G and G~ in place of G_q and G_o (as many values)
+    assert bench_decode.weight_bytes_per_step(tucker) == 2 * (664 + 80 + 16 + 16 + 16)
+    mla = GPT(GPTConfig(**base, attn="mla", kv_rank=4, q_rank=4, mla_rope="latent")).to(torch.bfloat16)
+    form = mla.transformer.h[0].attn.merged_form()
+    merged = sum(form[k].numel() for k in ("W_in", "b_in", "W_out", "b_out"))
+    assert bench_decode.weight_bytes_per_step(mla) == 2 * (664 + merged)
 
 
 def test_failures_are_reported_and_the_rest_runs(tmp_path, monkeypatch):
