@@ -254,18 +254,16 @@ class DecodePosition:
     Everything lives on the device, so a captured CUDA graph replays it for any position."""
     pos: torch.Tensor  # (1,) long: the position of the new token (its cache slot)
     length: torch.Tensor  # (1,) long: pos + 1, the cached positions the new token attends to
-    cos: Optional[torch.Tensor] = None  # (1, R/2) RoPE rows at pos in the activation dtype (None: no RoPE)
-    sin: Optional[torch.Tensor] = None
     tables: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # the full (cos, sin) tables: keys rotated as read
-    cos2: Optional[torch.Tensor] = None  # (1, R): [cos | cos] and [-sin | sin], for rotate()
-    sin2: Optional[torch.Tensor] = None
+    cos2: Optional[torch.Tensor] = None  # (1, R) rows at pos in the activation dtype: [cos | cos] and [-sin | sin],
+    sin2: Optional[torch.Tensor] = None  # for rotate() (None: no RoPE)
 
     @classmethod
     def at(cls, pos: torch.Tensor, rope: Optional[Tuple[torch.Tensor, torch.Tensor]], dtype) -> "DecodePosition":
         if rope is None:
             return cls(pos=pos, length=pos + 1)
-        cos, sin = (t.index_select(0, pos).to(dtype) for t in rope)
-        return cls(pos=pos, length=pos + 1, cos=cos, sin=sin, tables=rope,
+        cos, sin = (t.index_select(0, pos).to(dtype) for t in rope)  # (1, R/2)
+        return cls(pos=pos, length=pos + 1, tables=rope,
                    cos2=torch.cat((cos, cos), dim=-1), sin2=torch.cat((-sin, sin), dim=-1))
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
@@ -355,6 +353,16 @@ class InferenceForm:
                 cached = (key, self.build_inference_form())
             self.__dict__["_inference_form"] = cached
         return cached[1]
+
+    @torch.compiler.disable  # host-side bookkeeping, as inference_form
+    def merged_form(self) -> Dict[str, torch.Tensor]:
+        """The inference form with the merged matrices of merged_decode (build_merged_form) added on first
+        use: they live as long as the form, rebuilt with it when a weight changes."""
+        form = self.inference_form()
+        if "merged" not in form:
+            with torch.no_grad(), exact_math(next(self.parameters()).device):
+                form.update(self.build_merged_form(form), merged=True)
+        return form
 
 
 def _cat_linear(layers) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -798,32 +806,26 @@ class LatentAttention(InferenceForm, nn.Module):
             y = y + form["b_UV"]  # rows of softmax sum to one
         return F.linear(y.reshape(B, nH * dH), form["W_O"], form["b_O"])
 
-    @torch.compiler.disable  # host-side bookkeeping, as inference_form
-    def merged_form(self) -> Dict[str, torch.Tensor]:
-        """The inference form with the merged matrices for merged_decode, added on first use (rebuilt with
-        the form when a weight changes). Both maps are affine, so each is read off its action on the unit
-        vectors, in float32 (float64 stays): W_in (nH dcK + nH dR + dcK (+ dcK) + dR, d) and b_in map x to
-        [q_lat | q^R | c_K (| c_V) (| k^R)]; W_out (d, nH dcK) and b_out map o_lat to y."""
-        form = self.inference_form()
-        if "W_in" not in form:
-            with torch.no_grad(), exact_math(form["W1"].device):
-                dtype = form["W1"].dtype
-                acc = torch.promote_types(dtype, torch.float32)
-                wide = {k: (v.to(acc) if isinstance(v, torch.Tensor) else v) for k, v in form.items()}
-                d, nH, dc = self.c_proj.out_features, self.n_head, self.kv_rank
-                basis = torch.cat([torch.zeros(1, d), torch.eye(d)]).to(device=form["W1"].device, dtype=acc)
-                q_lat, q_r, c_k, c_v, k_r = self._absorbed_inputs(basis, wide)
-                pieces = [q_lat.reshape(d + 1, -1)] + ([q_r] if q_r is not None else []) + [c_k]
-                pieces += ([] if self.shared_kv else [c_v]) + ([k_r] if k_r is not None else [])
-                out = torch.cat(pieces, dim=1)  # (1 + d, width): the image of 0, then of each unit vector
-                form["b_in"] = out[0].to(dtype).contiguous()
-                form["W_in"] = (out[1:] - out[0]).t().to(dtype).contiguous()  # (width, d), F.linear layout
-                form["split_in"] = [piece.size(1) for piece in pieces]
-                lat = torch.cat([torch.zeros(1, nH * dc), torch.eye(nH * dc)]).to(basis)
-                y = self._absorbed_output(lat.view(-1, nH, dc), wide)  # (1 + nH dcK, d)
-                form["b_out"] = y[0].to(dtype).contiguous()
-                form["W_out"] = (y[1:] - y[0]).t().to(dtype).contiguous()  # (d, nH dcK)
-        return form
+    def build_merged_form(self, form: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """merged_decode's matrices (InferenceForm.merged_form). Both maps are affine, so each is read off its
+        action on the unit vectors, in float32 (float64 stays): W_in (nH dcK + nH dR + dcK (+ dcK) + dR, d) and
+        b_in map x to [q_lat | q^R | c_K (| c_V) (| k^R)]; W_out (d, nH dcK) and b_out map o_lat to y."""
+        dtype = form["W1"].dtype
+        acc = torch.promote_types(dtype, torch.float32)
+        wide = {k: (v.to(acc) if isinstance(v, torch.Tensor) else v) for k, v in form.items()}
+        d, nH, dc = self.c_proj.out_features, self.n_head, self.kv_rank
+        basis = torch.cat([torch.zeros(1, d), torch.eye(d)]).to(device=form["W1"].device, dtype=acc)
+        q_lat, q_r, c_k, c_v, k_r = self._absorbed_inputs(basis, wide)
+        pieces = [q_lat.reshape(d + 1, -1)] + ([q_r] if q_r is not None else []) + [c_k]
+        pieces += ([] if self.shared_kv else [c_v]) + ([k_r] if k_r is not None else [])
+        out = torch.cat(pieces, dim=1)  # (1 + d, width): the image of 0, then of each unit vector
+        lat = torch.cat([torch.zeros(1, nH * dc), torch.eye(nH * dc)]).to(basis)
+        y = self._absorbed_output(lat.view(-1, nH, dc), wide)  # (1 + nH dcK, d)
+        return {"b_in": out[0].to(dtype).contiguous(),
+                "W_in": (out[1:] - out[0]).t().to(dtype).contiguous(),  # (width, d), F.linear layout
+                "split_in": [piece.size(1) for piece in pieces],
+                "b_out": y[0].to(dtype).contiguous(),
+                "W_out": (y[1:] - y[0]).t().to(dtype).contiguous()}  # (d, nH dcK)
 
     def decode(self, x, at: DecodePosition, cache: LayerCache):
         """Static decode step (see GroupedQueryAttention.decode), absorbed: all heads attend MQA-style
@@ -1025,20 +1027,14 @@ class TuckerAttention(InferenceForm, nn.Module):
                 "G_o": G_post.transpose(1, 2).reshape(nH * p3, p2).contiguous(),  # (nH r~3, r~2)
                 "U_out": self.U2_post.t().contiguous()}  # (r~2, d)
 
-    @torch.compiler.disable  # host-side bookkeeping, as inference_form
-    def merged_form(self) -> Dict[str, torch.Tensor]:
-        """The inference form with the merged matrices for merged_decode, added on first use (they
-        live as long as the form: rebuilt with it when a weight changes), products taken in float32:
+    def build_merged_form(self, form: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """merged_decode's matrices (InferenceForm.merged_form), products taken in float32:
         W_qkv = [U2 G_q | U3 (| U~3)] (d, nH r3 + r3 (+ r~3)); W_out = G_o U~2^T (nH r~3, d)."""
-        form = self.inference_form()
-        if "W_qkv" not in form:
-            with torch.no_grad(), exact_math(form["W_down"].device):
-                r2, W_down, dtype = self.ranks[1], form["W_down"], form["W_down"].dtype
-                acc = torch.promote_types(dtype, torch.float32)  # bf16 weights: products in float32 (float64 stays)
-                W_q = W_down[:, :r2].to(acc) @ form["G_q"].to(acc)  # (d, nH r3)
-                form["W_qkv"] = torch.cat([W_q.to(dtype), W_down[:, r2:]], dim=1).contiguous()  # (d, nH r3 + r3 (+ r~3))
-                form["W_out"] = (form["G_o"].to(acc) @ form["U_out"].to(acc)).to(dtype).contiguous()  # (nH r~3, d)
-        return form
+        r2, W_down, dtype = self.ranks[1], form["W_down"], form["W_down"].dtype
+        acc = torch.promote_types(dtype, torch.float32)  # bf16 weights: products in float32 (float64 stays)
+        W_q = W_down[:, :r2].to(acc) @ form["G_q"].to(acc)  # (d, nH r3)
+        return {"W_qkv": torch.cat([W_q.to(dtype), W_down[:, r2:]], dim=1).contiguous(),  # (d, nH r3 + r3 (+ r~3))
+                "W_out": (form["G_o"].to(acc) @ form["U_out"].to(acc)).to(dtype).contiguous()}  # (nH r~3, d)
 
     def cached_kv(self, cache: LayerCache) -> Tuple[torch.Tensor, torch.Tensor]:
         """The whole cache buffers as (key (B, 1, L, r3), value (B, 1, L, r~3)) views."""
@@ -1216,6 +1212,12 @@ DECODE_CHOICES = ("auto", "eager", "graph")
 DECODE_COMPILE_MODES = {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}
 
 
+def check_compile_mode(compile_mode: str) -> None:
+    if compile_mode not in DECODE_COMPILE_MODES:
+        raise ValueError(f"compile_mode={compile_mode!r} is unknown: allowed "
+                         f"{', '.join(map(repr, DECODE_COMPILE_MODES))}")
+
+
 def activation_dtype(weight: torch.Tensor) -> torch.dtype:
     """The dtype of linear-layer outputs: autocast's when it is on for the weight's device, else the weight's."""
     device = weight.device.type
@@ -1253,8 +1255,7 @@ class StaticDecoder:
         self.model, self.use_graph = model, use_graph
         # compile: torch.compile the step (fuses the norms, residual adds, RoPE and GELU into few
         # kernels; attention and the inference form stay opaque calls), then capture it as usual
-        if compile_mode not in DECODE_COMPILE_MODES:
-            raise ValueError(f"compile_mode={compile_mode!r} is unknown: allowed {tuple(DECODE_COMPILE_MODES)}")
+        check_compile_mode(compile_mode)
         self.step_fn = (torch.compile(model.decode_step, dynamic=False, mode=DECODE_COMPILE_MODES[compile_mode])
                         if compile else model.decode_step)
         # the cache holds what the layers compute: under autocast that is autocast's dtype (bf16), not the
@@ -1447,8 +1448,7 @@ class GPT(nn.Module):
             raise ValueError(f"decode={decode!r} is unknown: allowed {DECODE_CHOICES}")
         if decode == "graph" and idx.device.type != "cuda":
             raise ValueError(f"decode='graph' needs a CUDA device, got {idx.device}; use 'eager' or 'auto'")
-        if compile_mode not in DECODE_COMPILE_MODES:
-            raise ValueError(f"compile_mode={compile_mode!r} is unknown: allowed {tuple(DECODE_COMPILE_MODES)}")
+        check_compile_mode(compile_mode)  # before a kept decoder could be reused
         decoder = None
         if use_cache:
             graph = decode == "graph" or (decode == "auto" and idx.device.type == "cuda")

@@ -18,7 +18,7 @@ import torch
 
 from checkpoint import load_model
 from configurator import check_device, parse_config
-from model import DECODE_CHOICES, DECODE_COMPILE_MODES
+from model import DECODE_CHOICES, check_compile_mode
 from tokenizer import get_gpt2_encoding
 
 DEFAULTS = dict(
@@ -69,9 +69,7 @@ def validate(cfg: dict) -> torch.device:
     device = torch.device(check_device(cfg["device"]))
     if cfg["compile"] and not cfg["use_cache"]:
         raise ValueError("compile=True compiles the cached decode step: it needs use_cache=True")
-    if cfg["compile_mode"] not in DECODE_COMPILE_MODES:
-        raise ValueError(f"compile_mode={cfg['compile_mode']!r} is unknown: allowed "
-                         f"{', '.join(map(repr, DECODE_COMPILE_MODES))}")
+    check_compile_mode(cfg["compile_mode"])
     if cfg["compile_mode"] != "default" and not cfg["compile"]:
         raise ValueError(f"compile_mode={cfg['compile_mode']!r} is a mode of the compiled step: it needs compile=True")
     if cfg["decode"] == "graph" and device.type != "cuda":

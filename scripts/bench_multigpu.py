@@ -428,7 +428,7 @@ def kill(args) -> dict:
     # decided at: on a loaded host the job can pass another evaluation before the signal lands): train.py
     # saves, atomically, at every evaluation (always_save_checkpoint) or at those that improved.
     records = read_log(out)
-    always = json.loads((out / "config.json").read_text()).get("always_save_checkpoint", True)
+    always = (read_json(out / "config.json") or {}).get("always_save_checkpoint", True)
     saves = [r["iter"] for r in records if "val_loss" in r and r["iter"] > 0 and (always or r["best_iter"] == r["iter"])]
     res["last_logged_iter"] = max((r["iter"] for r in records if "iter" in r), default=None)
     res["expected_checkpoint_iter"] = saves[-1] if saves else None

@@ -15,11 +15,14 @@ costs between identical rows), else on the wall time. Every formulation computes
 CPU test checks each against the model's `apply_rope` in float64, values and gradients.
 
     none       no RoPE (the reference)
-    model      model.py as it is: the layer's own forward (GroupedQueryAttention)
-    separate   q and k rotated by two apply_rope calls before the head transpose (model.py before 2026-11-26's change)
-    joint      q and k rotated in one call on the (B, T, nH + nG, dH) view of c_attn's first columns (model.py now)
+    model      model.py as it is: the layer's own forward (GroupedQueryAttention), which rotates q and k in one
+               call on the (B, T, nH + nG, dH) view of c_attn's first columns (since 2026-11-26; the 'joint'
+               row of results/bench/session5/bench_rope.json)
+    separate   q and k rotated by two apply_rope calls before the head transpose (model.py before that change,
+               the earlier runs' 'model' row)
     after      q and k rotated after the head transpose, in SDPA's (B, heads, T, dH) layout
-    halfsign   x * cos2 + rotate_half(x) * sin2 with full-width tables (the HF LLaMA form, no chunk/cat pairing)
+    halfsign   model.apply_rope_wide: x [cos | cos] + [x2 | x1] [-sin | sin] with full-width tables (the decode
+               step's form; HF LLaMA's rotate-half form)
     function   an autograd.Function whose backward is the inverse rotation (g by -angle)
     contig_v   as separate, with v made contiguous (tests whether v's layout costs the backward)
     three_proj q, k, v from three matmuls on c_attn's weight slices: no (B, T, 3d) gradient to assemble
@@ -50,19 +53,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import GPTConfig, GroupedQueryAttention, apply_rope, rope_cache
+from model import GPTConfig, GroupedQueryAttention, apply_rope, apply_rope_wide, rope_cache
 from scripts.bench_train import (Clock, command_line, fmt, kernel_table, markdown_table, profile_iterations,
                                  run_info, write_report)
-
-
-def rotate_half_tables(cos: torch.Tensor, sin: torch.Tensor):
-    """(T, dH/2) tables -> (T, dH) tables for x * cos2 + rotate_half(x) * sin2."""
-    return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
-
-
-def rope_halfsign(x, cos2, sin2):
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos2.to(x.dtype) + torch.cat((-x2, x1), dim=-1) * sin2.to(x.dtype)
 
 
 class RopeFunction(torch.autograd.Function):
@@ -79,7 +72,7 @@ class RopeFunction(torch.autograd.Function):
         return apply_rope(g, cos, -sin), None, None
 
 
-FORMULATIONS = ("none", "model", "separate", "joint", "after", "halfsign", "function", "contig_v", "three_proj")
+FORMULATIONS = ("none", "model", "separate", "after", "halfsign", "function", "contig_v", "three_proj")
 CAT_LOWERINGS = ("pointwise", "concat")  # inductor's choice (pointwise for few simple inputs) / always ConcatKernel
 
 
@@ -107,9 +100,8 @@ class AttentionLayer(nn.Module):
         cos, sin = rope_cache(config.head_dim, config.block_size, config.rope_theta)
         self.register_buffer("cos", cos, persistent=False)  # (block, dH/2)
         self.register_buffer("sin", sin, persistent=False)
-        cos2, sin2 = rotate_half_tables(cos, sin)
-        self.register_buffer("cos2", cos2, persistent=False)  # (block, dH)
-        self.register_buffer("sin2", sin2, persistent=False)
+        self.register_buffer("cos2", torch.cat((cos, cos), dim=-1), persistent=False)  # (block, dH): [cos | cos]
+        self.register_buffer("sin2", torch.cat((-sin, sin), dim=-1), persistent=False)  # [-sin | sin]
 
     def forward(self, x):
         a, f = self.attn, self.formulation
@@ -126,23 +118,19 @@ class AttentionLayer(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True)  # (B, nH, T, dH)
             return a.c_proj(y.transpose(1, 2).reshape(B, T, d))
         qkv = a.c_attn(x)  # (B, T, 3d)
-        if f == "joint":
-            qk = apply_rope(qkv[..., :2 * d].view(B, T, 2 * nH, dH), cos, sin)  # (B, T, 2 nH, dH)
-            q, k = qk[:, :, :nH].transpose(1, 2), qk[:, :, nH:].transpose(1, 2)
+        q, k = qkv[..., :d].view(B, T, nH, dH), qkv[..., d:2 * d].view(B, T, nH, dH)
+        if f == "after":
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nH, T, dH)
+            q, k = apply_rope(q, cos[:, 0], sin[:, 0]), apply_rope(k, cos[:, 0], sin[:, 0])
         else:
-            q, k = qkv[..., :d].view(B, T, nH, dH), qkv[..., d:2 * d].view(B, T, nH, dH)
-            if f == "after":
-                q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nH, T, dH)
-                q, k = apply_rope(q, cos[:, 0], sin[:, 0]), apply_rope(k, cos[:, 0], sin[:, 0])
-            else:
-                if f in ("separate", "contig_v"):
-                    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-                elif f == "halfsign":
-                    c2, s2 = self.cos2[:T, None], self.sin2[:T, None]
-                    q, k = rope_halfsign(q, c2, s2), rope_halfsign(k, c2, s2)
-                elif f == "function":
-                    q, k = RopeFunction.apply(q, cos, sin), RopeFunction.apply(k, cos, sin)
-                q, k = q.transpose(1, 2), k.transpose(1, 2)
+            if f in ("separate", "contig_v"):
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            elif f == "halfsign":
+                c2, s2 = self.cos2[:T, None].to(q.dtype), self.sin2[:T, None].to(q.dtype)
+                q, k = apply_rope_wide(q, c2, s2), apply_rope_wide(k, c2, s2)
+            elif f == "function":
+                q, k = RopeFunction.apply(q, cos, sin), RopeFunction.apply(k, cos, sin)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = qkv[..., 2 * d:].view(B, T, nH, dH)
         if f == "contig_v":
             v = v.contiguous()

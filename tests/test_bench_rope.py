@@ -51,13 +51,13 @@ def test_model_layer_is_the_gpt_attention():
 
 
 def test_cli_on_cpu(tmp_path):
-    bench_rope.main(["--device", "cpu", "--tiny", "--iters", "1", "--warmup", "0", "--formulations", "none,joint",
+    bench_rope.main(["--device", "cpu", "--tiny", "--iters", "1", "--warmup", "0", "--formulations", "none,separate",
                      "--cat", "pointwise,concat", "--out_dir", str(tmp_path)])
     out = json.loads((tmp_path / "bench_rope.json").read_text())
     assert [(r["formulation"], r["cat"]) for r in out["rows"]] == [
-        ("none", "pointwise"), ("joint", "pointwise"), ("none", "concat"), ("joint", "concat")]
+        ("none", "pointwise"), ("separate", "pointwise"), ("none", "concat"), ("separate", "concat")]
     assert all(r["ms"] > 0 and "rope_cost_pct" in r for r in out["rows"])
-    assert "| 2x16 | concat | joint |" in (tmp_path / "bench_rope.md").read_text()
+    assert "| 2x16 | concat | separate |" in (tmp_path / "bench_rope.md").read_text()
     with pytest.raises(SystemExit, match="unknown"):
         bench_rope.main(["--device", "cpu", "--tiny", "--formulations", "rotary"])
     with pytest.raises(ValueError, match="allowed"):
