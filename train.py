@@ -23,9 +23,11 @@ The steps, in order: configure (keys, checkpoint, data checked) -> setup (DDP, d
 eval_interval, one train_step per iteration, a log line every log_interval) -> write_summary.
 """
 
+import faulthandler
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import time
@@ -651,6 +653,8 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
 
 
 def main(argv):
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>` prints every thread's stack: where a hung job waits
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     cfg, gptconf, checkpoint = configure(argv)
     env = setup(cfg)
     try:

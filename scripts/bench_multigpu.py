@@ -108,7 +108,9 @@ def show(argv) -> str:
 
 
 def run_train(argv: list, out_dir: Path, log_name: str = "train.log", timeout: float | None = None) -> int:
-    """Run train.py (its output into out_dir/log_name); returns the exit code."""
+    """Run train.py (its output into out_dir/log_name); returns the exit code, 124 if it ran past
+    timeout seconds. The job runs in its own process group, and whatever of it is left when this
+    returns (a timeout, an interrupt, a worker orphaned by its launcher) is killed with it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"$ {show(argv)}", flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -117,14 +119,33 @@ def run_train(argv: list, out_dir: Path, log_name: str = "train.log", timeout: f
     (out_dir / ARGV_FILE).write_text(json.dumps(argv[1:]))
     t0 = time.time()
     with open(out_dir / log_name, "w") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            rc = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             rc = 124
+            print(f"  ran past {timeout:.0f} s: stopped, with every process it started", flush=True)
+            for pid in _children(proc.pid) if "torch.distributed.run" in argv else [proc.pid]:
+                try:
+                    os.kill(pid, signal.SIGUSR1)  # train.py prints its stacks into the log: where it hung
+                except ProcessLookupError:
+                    pass
+            time.sleep(2)
+        finally:
+            _kill_group(proc)
     print(f"  exit {rc} after {time.time() - t0:.0f} s", flush=True)
     if rc != 0:
-        print("  " + "\n  ".join((out_dir / log_name).read_text().splitlines()[-15:]), flush=True)
+        print("  " + "\n  ".join((out_dir / log_name).read_text().splitlines()[-(60 if rc == 124 else 15):]), flush=True)
     return rc
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of a job started with start_new_session (the launcher and its workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # nothing of it left
+    proc.wait()
 
 
 def _nproc_of(argv) -> int:
@@ -174,7 +195,7 @@ def scaling(args) -> dict:
                     if args.deadline and time.time() > args.deadline:
                         print(f"time budget spent: {out.name} not started", flush=True)
                         continue
-                    run_train(argv, out)
+                    run_train(argv, out, timeout=args.run_timeout)
                 st = run_stats(out, args.skip, tokens)
                 row = dict(config=config, mode=mode, nproc=k, command=show(argv), out_dir=str(out), **st)
                 if base is None and st["finished"]:
@@ -297,7 +318,7 @@ def resume(args) -> dict:
     src_argv = train_argv(config, args.from_nproc, args, src, iters=args.split_iter, save=True)
     if not (src / "ckpt.pt").exists() or not is_done(src, src_argv):
         shutil.rmtree(src, ignore_errors=True)
-        run_train(src_argv, src)
+        run_train(src_argv, src, timeout=args.run_timeout)
     runs.append(dict(role="source", nproc=args.from_nproc, out_dir=str(src), finished=bool((read_summary(src) or {}).get("finished")),
                      command=show(train_argv(config, args.from_nproc, args, src, iters=args.split_iter, save=True))))
     conts = {}
@@ -306,7 +327,7 @@ def resume(args) -> dict:
         argv = train_argv(config, k, args, dst, iters=args.iters, eval_interval=args.split_iter, resume=True)
         if not is_done(dst, argv) and (src / "ckpt.pt").exists():
             fresh_copy(src, dst)
-            run_train(argv, dst, log_name="train_resumed.log")
+            run_train(argv, dst, log_name="train_resumed.log", timeout=args.run_timeout)
         losses = {i: v for i, v in train_losses(dst).items() if i > args.split_iter}
         conts[k] = losses
         s = read_summary(dst) or {}
@@ -366,15 +387,14 @@ def _local_rank(pid: int):
 
 
 def _stop(proc: subprocess.Popen, workers: list) -> None:
-    """Kill a torchrun launcher and the workers it started (by pid: orphans are no longer its children)."""
-    for pid in set(workers) | set(_children(proc.pid)):
+    """Kill a torchrun job: its process group (the launcher, and workers it may have orphaned) and,
+    by pid, the workers seen."""
+    for pid in set(workers):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    _kill_group(proc)
 
 
 def kill(args) -> dict:
@@ -396,7 +416,8 @@ def kill(args) -> dict:
     res = dict(kind="kill", config=config, nproc=k, command=show(argv), victim_local_rank=args.victim)
     workers, killed_at = [], None
     with open(out / "train.log", "w") as log:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
         try:
             t_start = time.time()
             while proc.poll() is None and time.time() - t_start < args.timeout:
@@ -444,7 +465,7 @@ def kill(args) -> dict:
         fresh_copy(out, cont)
         until = res["checkpoint_iter"] + args.ckpt_every
         argv2 = train_argv(config, k, args, cont, iters=until, eval_interval=args.ckpt_every, resume=True) + schedule
-        rc2 = run_train(argv2, cont, log_name="train_resumed.log")
+        rc2 = run_train(argv2, cont, log_name="train_resumed.log", timeout=args.timeout)
         s = read_summary(cont) or {}
         res.update(resume_command=show(argv2), resume_exit_code=rc2, resumed_finished=bool(s.get("finished")),
                    resumed_iters=s.get("iters"))
@@ -509,10 +530,14 @@ def main(argv=None):
     ap.add_argument("--kill_after_iter", type=int, default=6, help="kill: SIGKILL once the log passes this iteration")
     ap.add_argument("--victim", type=int, default=1, help="kill: local rank of the process to kill")
     ap.add_argument("--timeout", type=float, default=600, help="kill: seconds to wait for each phase")
+    ap.add_argument("--run_timeout", type=float, default=0,
+                    help="scaling, resume: seconds a train.py run may take (0: no limit); one past it is stopped, "
+                         "with every process it started")
     ap.add_argument("--time_budget", type=float, default=0, help="scaling: no run starts after this many seconds")
     ap.add_argument("--out_dir", required=True)
     args = ap.parse_args(argv)
     args.extra = extra
+    args.run_timeout = args.run_timeout or None
     args.configs = [c for c in args.configs.split(",") if c]
     args.nprocs = [int(k) for k in args.nprocs.split(",") if k]
     args.modes = [m for m in args.modes.split(",") if m]

@@ -27,3 +27,45 @@ def shakespeare_txt() -> Path:
     if not SHAKESPEARE_TXT.exists():
         pytest.fail(f"tiny Shakespeare missing: {SHAKESPEARE_TXT} (set TUCKER_SHAKESPEARE_TXT)")
     return SHAKESPEARE_TXT
+
+
+# A hung test must fail, not hold CI until its own time limit: each phase of a test (setup, call,
+# teardown) gets TUCKER_TEST_TIMEOUT seconds. Then every thread's stack is printed and the test fails
+# with TestTimeout (a subprocess.run it was waiting on kills its child); if the interpreter is stuck in
+# C code and cannot raise, faulthandler prints the stacks again and ends the whole run a minute later.
+TEST_TIMEOUT_S = int(os.environ.get("TUCKER_TEST_TIMEOUT", 300))
+
+
+class TestTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    import faulthandler
+    faulthandler.dump_traceback(all_threads=True)
+    raise TestTimeout(f"this test phase ran past {TEST_TIMEOUT_S} s (TUCKER_TEST_TIMEOUT): stacks above")
+
+
+def _guarded(phase):
+    @pytest.hookimpl(wrapper=True)
+    def hook(item):
+        import faulthandler
+        import signal
+        if TEST_TIMEOUT_S <= 0 or not hasattr(signal, "SIGALRM"):
+            return (yield)
+        previous = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.alarm(TEST_TIMEOUT_S)
+        faulthandler.dump_traceback_later(TEST_TIMEOUT_S + 60, exit=True)
+        try:
+            return (yield)
+        finally:
+            signal.alarm(0)
+            faulthandler.cancel_dump_traceback_later()
+            signal.signal(signal.SIGALRM, previous)
+    hook.__name__ = f"pytest_runtest_{phase}"
+    return hook
+
+
+pytest_runtest_setup = _guarded("setup")
+pytest_runtest_call = _guarded("call")
+pytest_runtest_teardown = _guarded("teardown")

@@ -3,6 +3,9 @@ runs agree with one process on the same global batch, a 2-process checkpoint con
 exactly as the uninterrupted 2-process run, and a SIGKILLed rank ends the job promptly with the last
 checkpoint intact and resumable."""
 import json
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,7 +36,8 @@ def setup(tmp_path_factory):
     for split in ("train", "val"):
         rng.integers(0, 64, 6000).astype(np.uint16).tofile(root / "data" / f"{split}.bin")
     (root / "tiny.py").write_text(TINY)
-    common = ["--configs", str(root / "tiny.py"), "--batch_size", "2", "--global_batch", "4"]
+    common = ["--configs", str(root / "tiny.py"), "--batch_size", "2", "--global_batch", "4",
+              "--run_timeout", "240"]  # a hung job fails its test; it cannot hold the suite
     return root, common, ["--", f"--data_dir={root / 'data'}"]
 
 
@@ -140,3 +144,27 @@ def test_llama_rows_beside_the_paper():
     md = "\n".join(bm.paper_comparison_md(res))
     assert "| Tucker [32,64,64] | ddp | 4 | 1800.0 |" in md and f"{4.05 / 4.87:.3f}" in md
     assert bm.paper_comparison(dict(block_size=1024, rows=[dict(row("x", 1.0, 1.0, 1.0), config="config/enwiki_mha.py")])) == []
+
+
+def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path):
+    """run_train stops a job that hangs (here a launcher and a worker it started, as torchrun's) after
+    --run_timeout: exit code 124, the worker's stacks in the log (train.py prints them on SIGUSR1), and
+    no process of it left (a hung torchrun job once held CI to its time limit)."""
+    marker = f"hung-{tmp_path.name}"
+    worker = "import faulthandler, signal, time; faulthandler.register(signal.SIGUSR1); time.sleep(300)"
+    job = [sys.executable, "-c", "import subprocess, sys, time; "
+           f"subprocess.Popen([sys.executable, '-c', {worker!r}, '{marker}']); time.sleep(300)", "torch.distributed.run"]
+    t0 = time.time()
+    assert bm.run_train(job, tmp_path / "run", timeout=2) == 124
+    assert time.time() - t0 < 30
+    assert 'File "<string>", line 1 in <module>' in (tmp_path / "run" / "train.log").read_text()
+    time.sleep(0.5)
+    left = [c for c in Path("/proc").glob("[0-9]*/cmdline") if marker.encode() in _read(c)]
+    assert left == []
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # a process that ended meanwhile
+        return b""
