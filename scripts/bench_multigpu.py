@@ -22,6 +22,8 @@ measured is what users run; this script only launches, reads summary.json / log.
 
 Arguments after `--` go to every train.py run (last, so they win). Each subcommand writes
 <out_dir>/<subcommand>.json and .md (the table, the commands, the GPU) and keeps every run folder.
+Each job runs in its own process group; `--run_timeout S` stops a run that takes longer than S seconds
+(its workers' stacks printed into its log first: train.py prints every thread's stack on SIGUSR1).
 
 Timing: ms per iteration is the median of log.jsonl's wall-clock ms_per_iter (log_interval=1: one
 host sync per iteration, as nanoGPT) over the iterations after the first --skip (compile, allocator
