@@ -3,7 +3,9 @@
 Both live in ../shared beside the checkout (never committed). The environment variables
 TUCKER_GPT2_TIKTOKEN and TUCKER_SHAKESPEARE_TXT override the locations.
 """
+import contextlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,12 +34,23 @@ def shakespeare_txt() -> Path:
 # A hung test must fail, not hold CI until its own time limit: each phase of a test (setup, call,
 # teardown) gets TUCKER_TEST_TIMEOUT seconds. Then every thread's stack is printed and the test fails
 # with TestTimeout (a subprocess.run it was waiting on kills its child); if the interpreter is stuck in
-# C code and cannot raise, faulthandler prints the stacks again and ends the whole run a minute later.
+# C code and cannot raise, faulthandler prints the stacks again and ends the whole run (exit 1) a fifth
+# of the limit later (at least 10 s).
 TEST_TIMEOUT_S = int(os.environ.get("TUCKER_TEST_TIMEOUT", 300))
+HARD_EXIT_S = TEST_TIMEOUT_S + max(10, TEST_TIMEOUT_S // 5)
 
 
 class TestTimeout(Exception):
     pass
+
+
+_TERMINAL = []  # a copy of the run's own stderr (not a test's captured one): the hard exit's stacks go there
+
+
+def pytest_configure(config):
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        _TERMINAL.append(os.fdopen(os.dup(2), "w"))
 
 
 def _on_alarm(signum, frame):
@@ -55,7 +68,7 @@ def _guarded(phase):
             return (yield)
         previous = signal.signal(signal.SIGALRM, _on_alarm)
         signal.alarm(TEST_TIMEOUT_S)
-        faulthandler.dump_traceback_later(TEST_TIMEOUT_S + 60, exit=True)
+        faulthandler.dump_traceback_later(HARD_EXIT_S, exit=True, file=_TERMINAL[0] if _TERMINAL else sys.stderr)
         try:
             return (yield)
         finally:

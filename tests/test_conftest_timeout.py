@@ -20,18 +20,34 @@ def test_after():
 '''
 
 
-def test_a_hung_test_fails_and_the_run_goes_on(tmp_path):
+STUCK = '''
+import signal, time
+
+def test_stuck():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as if stuck in C: the alarm cannot raise
+    time.sleep(600)
+
+def test_never_reached():
+    assert True
+'''
+
+
+def run_pytest(tmp_path, test_file: str):
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
-    (tmp_path / "test_hung.py").write_text(HUNG)
-    t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+    (tmp_path / "test_it.py").write_text(test_file)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "TUCKER_TEST_TIMEOUT": "2"})
+
+
+def test_a_hung_test_fails_and_the_run_goes_on(tmp_path):
+    t0 = time.time()
+    proc = run_pytest(tmp_path, HUNG)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "2 failed, 1 passed" in out, out
     assert out.count("ran past 2 s (TUCKER_TEST_TIMEOUT)") >= 2, out
-    assert "in test_sleeps" in out and "test_hung.py" in out  # the stacks name where it hung
+    assert "in test_sleeps" in out and "test_it.py" in out  # the stacks name where it hung
     assert time.time() - t0 < 60
     sleepers = [c for c in Path("/proc").glob("[0-9]*/cmdline") if _read(c) == b"sleep\x00600\x00"]
     assert sleepers == []  # the child it waited on is gone
@@ -42,3 +58,14 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:  # a process that ended meanwhile
         return b""
+
+
+def test_a_test_that_cannot_be_interrupted_ends_the_run(tmp_path):
+    """The alarm cannot raise in a test stuck in C (here: the signal blocked): faulthandler prints the
+    stacks to the run's own stderr and ends the run with exit code 1, TUCKER_TEST_TIMEOUT + 10 s on."""
+    t0 = time.time()
+    proc = run_pytest(tmp_path, STUCK)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Timeout" in proc.stderr and "in test_stuck" in proc.stderr, proc.stderr
+    assert "passed" not in proc.stdout  # the run ended there
+    assert time.time() - t0 < 60
