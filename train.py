@@ -653,8 +653,6 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
 
 
 def main(argv):
-    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>` prints every thread's stack: where a hung job waits
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
     cfg, gptconf, checkpoint = configure(argv)
     env = setup(cfg)
     try:
@@ -700,4 +698,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>` prints every thread's stack: where a hung job waits
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     main(sys.argv[1:])

@@ -134,15 +134,22 @@ def run_train(argv: list, out_dir: Path, log_name: str = "train.log", timeout: f
                     pass
             time.sleep(2)
         finally:
-            _kill_group(proc)
+            _kill_job(proc)
     print(f"  exit {rc} after {time.time() - t0:.0f} s", flush=True)
     if rc != 0:
         print("  " + "\n  ".join((out_dir / log_name).read_text().splitlines()[-(60 if rc == 124 else 15):]), flush=True)
     return rc
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process group of a job started with start_new_session (the launcher and its workers)."""
+def _kill_job(proc: subprocess.Popen) -> None:
+    """SIGKILL a job started with start_new_session: every process below the launcher (torchrun starts
+    each worker in a session of its own, outside the launcher's process group; found before the launcher
+    dies, while they are still its children), then the launcher's process group."""
+    for pid in _descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -364,17 +371,28 @@ def resume_md(res: dict) -> str:
     return "\n".join(lines)
 
 
-def _children(pid: int) -> list:
-    kids = []
+def _parents() -> dict:
+    """{pid: parent pid} of every process, from /proc."""
+    parents = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
-                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                kids.append(int(p.name))
-    return kids
+                parents[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # ended meanwhile
+    return parents
+
+
+def _children(pid: int) -> list:
+    return [p for p, parent in _parents().items() if parent == pid]
+
+
+def _descendants(pid: int) -> list:
+    parents, found, frontier = _parents(), [], {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier}
+        found += sorted(frontier)
+    return found
 
 
 def _local_rank(pid: int):
@@ -389,14 +407,14 @@ def _local_rank(pid: int):
 
 
 def _stop(proc: subprocess.Popen, workers: list) -> None:
-    """Kill a torchrun job: its process group (the launcher, and workers it may have orphaned) and,
-    by pid, the workers seen."""
+    """Kill a torchrun job: the workers seen (by pid: a killed launcher no longer lists them), then
+    everything left of the job."""
     for pid in set(workers):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _kill_group(proc)
+    _kill_job(proc)
 
 
 def kill(args) -> dict:

@@ -147,13 +147,13 @@ def test_llama_rows_beside_the_paper():
 
 
 def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path):
-    """run_train stops a job that hangs (here a launcher and a worker it started, as torchrun's) after
-    --run_timeout: exit code 124, the worker's stacks in the log (train.py prints them on SIGUSR1), and
-    no process of it left (a hung torchrun job once held CI to its time limit)."""
+    """run_train stops a job that hangs (here a launcher and a worker it started in a session of its own,
+    as torchrun does) after --run_timeout: exit code 124, the worker's stacks in the log (train.py prints
+    them on SIGUSR1), and no process of it left (a hung torchrun job once held CI to its time limit)."""
     marker = f"hung-{tmp_path.name}"
     worker = "import faulthandler, signal, time; faulthandler.register(signal.SIGUSR1); time.sleep(300)"
     job = [sys.executable, "-c", "import subprocess, sys, time; "
-           f"subprocess.Popen([sys.executable, '-c', {worker!r}, '{marker}']); time.sleep(300)", "torch.distributed.run"]
+           f"subprocess.Popen([sys.executable, '-c', {worker!r}, '{marker}'], start_new_session=True); time.sleep(300)", "torch.distributed.run"]
     t0 = time.time()
     assert bm.run_train(job, tmp_path / "run", timeout=2) == 124
     assert time.time() - t0 < 30

@@ -95,6 +95,27 @@ def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
     assert logged == pytest.approx(expected.item(), rel=1e-6)
 
 
+def test_sigusr1_prints_where_the_job_is(data_dir, tmp_path):
+    """`kill -USR1 <pid>` makes a running train.py print every thread's stack and go on (how a hung job
+    says where it waits; bench_multigpu asks a job past --run_timeout so before stopping it)."""
+    out = tmp_path / "usr1"
+    proc = subprocess.Popen([sys.executable, "train.py", *TINY, *FAMILIES["mha"], f"--data_dir={data_dir}",
+                             "--max_iters=100000", "--eval_interval=100000", "--save_checkpoint=False",
+                             f"--out_dir={out}"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((out / "log.jsonl").exists()
+                                               and (out / "log.jsonl").read_text().count("\n") >= 3):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        assert proc.poll() is None  # still training
+    finally:
+        proc.kill()
+        err = proc.communicate(timeout=60)[1]
+    assert "Current thread" in err and 'train.py", line' in err and "in main" in err, err[-3000:]
+
+
 def test_kill_and_resume_continues_exactly(data_dir, tmp_path):
     args = ["train.py", *TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", "--max_iters=40", "--lr_decay_iters=40",
             "--eval_interval=5", "--always_save_checkpoint=True", "--dropout=0.1"]
