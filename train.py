@@ -24,6 +24,7 @@ eval_interval, one train_step per iteration, a log line every log_interval) -> w
 """
 
 import faulthandler
+import gc
 import json
 import math
 import os
@@ -643,9 +644,15 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
     if run.wandb is not None:
         run.wandb.finish()
     if env.ddp:
-        # wait here (GIL released) until gloo has finished and freed the last gather's tensors: torn down
-        # at once, the process group's destructor (holding the GIL) can deadlock with that cleanup
+        # wait here (GIL released) until gloo has finished the last gather
         torch.distributed.barrier(device_ids=[env.local_rank] if env.device.type == "cuda" else None)
+        # DDP's reducer holds the process group from C++, and its destructor keeps the GIL. Were it the group's
+        # last holder (destroy_process_group drops only the registry's reference), the group would be torn down
+        # there, joining gloo's worker threads with the GIL held, and a worker that needs the GIL to free a tensor
+        # never ends: seen, a 2-process CPU job that printed its last line and hung at main's return. So the DDP
+        # wrapper goes first, and the registry's reference is the last, released without the GIL.
+        run.model = None
+        gc.collect()
         torch.distributed.destroy_process_group()
     if not finished:
         print(f"error: {reason}", file=sys.stderr)

@@ -19,6 +19,8 @@
 #                 the defaults merge Tucker [32,64,64], [32,128,64] and the MLA rows)
 #   decode_generate  model.generate end to end (sample.py) for every variant family, plain graph, compiled and
 #                 max-autotuned step (sample.py --compile=True [--compile_mode=max-autotune]), with a profile
+#   decode_profile_check  MHA and Tucker [8,64,64]: model.generate profiled eager and in a CUDA graph in one run
+#                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
 #   rope          bench_rope: RoPE's cost per formulation in one compiled MHA attention sublayer (kernel time)
 #   train         bench_train, GPT-2 124M variants beside nanoGPT's bench.py (.carry/nanogpt), with and
 #                 without RoPE, with a profile of MHA and Tucker [8,64,64]
@@ -119,6 +121,9 @@ for st in "$@"; do
             --variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 --modes graph_merged --batches 1 \
             --contexts 4096 --generate 500 --generate_modes graph,graph_compiled,graph_autotune --generate_profile 64 \
             --out_dir "$WORK/bench" --name decode_gpt2_generate ;;
+    decode_profile_check) stage decode_profile_check python3 -m scripts.bench_decode \
+            --variants mha,tucker_8_64_64 --modes graph_merged --batches 1 --contexts 4096 --generate 500 \
+            --generate_modes eager,graph --generate_profile 64 --out_dir "$WORK/bench" --name decode_gpt2_profile_check ;;
     rope) stage rope python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile --out_dir "$WORK/bench" ;;
     train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
             --variants mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4 --profile mha,tucker_8_64_64 \

@@ -503,3 +503,42 @@ def test_ddp_split_graph_reaches_dynamo(split):
 def test_ddp_split_graph_must_be_bool(small_data, tmp_path, capsys):
     err = train_error([f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--ddp_split_graph=maybe"], capsys)
     assert "ddp_split_graph" in err
+
+
+def test_ddp_wrapper_is_gone_before_the_process_group(small_data, tmp_path, monkeypatch):
+    """At the end of a DDP run nothing but the registry holds the process group when it is destroyed: DDP's
+    reducer holds it from C++ with a destructor that keeps the GIL, and a group torn down there can deadlock
+    with gloo's worker threads (a 2-process job hung at main's return). One rank of gloo, in process."""
+    import socket
+    import weakref
+
+    import train
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(k, v)
+    wrappers, alive_at_destroy = [], []
+
+    class RecordedDDP(torch.nn.parallel.DistributedDataParallel):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            wrappers.append(weakref.ref(self))
+
+    destroy = torch.distributed.destroy_process_group
+
+    def checked_destroy(*args, **kwargs):
+        alive_at_destroy.append(sum(r() is not None for r in wrappers))
+        return destroy(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", RecordedDDP)
+    monkeypatch.setattr(torch.distributed, "destroy_process_group", checked_destroy)
+    try:
+        train.main([*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'out'}", "--max_iters=2",
+                    "--eval_interval=2", "--save_checkpoint=False"])
+    finally:
+        if torch.distributed.is_initialized():
+            destroy()
+    assert len(wrappers) == 1  # the run was DDP
+    assert alive_at_destroy == [0]  # destroyed once, with no DDP wrapper (reducer) left
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["finished"]
