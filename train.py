@@ -25,6 +25,7 @@ eval_interval, one train_step per iteration, a log line every log_interval) -> w
 
 import faulthandler
 import gc
+import inspect
 import json
 import math
 import os
@@ -339,11 +340,14 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
     if cfg["compile"]:
         model = compile_model(model, cfg, env)
     if env.ddp and not env.fsdp:
-        # broadcast_buffers=False: the only buffers are the RoPE tables, constants equal on every rank. DDP would
+        # No buffer sync in forward: the only buffers are the RoPE tables, constants equal on every rank. DDP would
         # otherwise broadcast them in a forward (the first after a synced step), a collective that a rank with
-        # no evaluation batch never joins: the job hung at its first evaluation (eval_iters < world size)
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda"
-                                                          else None, broadcast_buffers=False)
+        # no evaluation batch never joins: the job hung at its first evaluation (eval_iters < world size).
+        # (torch 2.13 calls it forward_sync_buffers and deprecates broadcast_buffers; torch 2.11 has only the latter.)
+        ddp_class = torch.nn.parallel.DistributedDataParallel
+        no_forward_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(ddp_class).parameters
+                           else {"broadcast_buffers": False})
+        model = ddp_class(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None, **no_forward_sync)
     return Run(cfg, env, model, raw_model, optimizer, scaler, batches, state, resumed=checkpoint is not None)
 
 
