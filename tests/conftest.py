@@ -31,6 +31,22 @@ def shakespeare_txt() -> Path:
     return SHAKESPEARE_TXT
 
 
+@pytest.fixture
+def processes_running():
+    """processes_running(*words): the pids of live processes whose command line holds those words in a row."""
+    def find(*words: str) -> list:
+        wanted = "\x00".join(words).encode()
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if wanted in cmdline.read_bytes():
+                    found.append(int(cmdline.parent.name))
+            except OSError:  # ended meanwhile
+                continue
+        return found
+    return find
+
+
 # A hung test must fail, not hold CI until its own time limit: each phase of a test (setup, call,
 # teardown) gets TUCKER_TEST_TIMEOUT seconds. Then every thread's stack is printed and the test fails
 # with TestTimeout (a subprocess.run it was waiting on kills its child); if the interpreter is stuck in

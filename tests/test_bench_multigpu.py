@@ -5,7 +5,6 @@ checkpoint intact and resumable."""
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,7 +145,7 @@ def test_llama_rows_beside_the_paper():
     assert bm.paper_comparison(dict(block_size=1024, rows=[dict(row("x", 1.0, 1.0, 1.0), config="config/enwiki_mha.py")])) == []
 
 
-def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path):
+def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path, processes_running):
     """run_train stops a job that hangs (here a launcher and a worker it started in a session of its own,
     as torchrun does) after --run_timeout: exit code 124, the worker's stacks in the log (train.py prints
     them on SIGUSR1), and no process of it left (a hung torchrun job once held CI to its time limit)."""
@@ -159,12 +158,4 @@ def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path):
     assert time.time() - t0 < 30
     assert 'File "<string>", line 1 in <module>' in (tmp_path / "run" / "train.log").read_text()
     time.sleep(0.5)
-    left = [c for c in Path("/proc").glob("[0-9]*/cmdline") if marker.encode() in _read(c)]
-    assert left == []
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:  # a process that ended meanwhile
-        return b""
+    assert processes_running(marker) == []
