@@ -262,9 +262,8 @@ class DecodePosition:
     def at(cls, pos: torch.Tensor, rope: Optional[Tuple[torch.Tensor, torch.Tensor]], dtype) -> "DecodePosition":
         if rope is None:
             return cls(pos=pos, length=pos + 1)
-        cos, sin = (t.index_select(0, pos).to(dtype) for t in rope)  # (1, R/2)
-        return cls(pos=pos, length=pos + 1, tables=rope,
-                   cos2=torch.cat((cos, cos), dim=-1), sin2=torch.cat((-sin, sin), dim=-1))
+        cos2, sin2 = wide_rope_rows(*(t.index_select(0, pos).to(dtype) for t in rope))  # (1, R)
+        return cls(pos=pos, length=pos + 1, tables=rope, cos2=cos2, sin2=sin2)
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
         """apply_rope(x, cos, sin) at this position, x (..., R): apply_rope_wide with this step's rows."""
@@ -284,8 +283,13 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def wide_rope_rows(cos: torch.Tensor, sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(..., D/2) rows of cos/sin -> the (..., D) rows [cos | cos], [-sin | sin] that apply_rope_wide takes."""
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+
+
 def apply_rope_wide(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
-    """apply_rope with full-width rows cos2 = [cos | cos], sin2 = [-sin | sin] (..., D) built beforehand:
+    """apply_rope with full-width rows cos2 = [cos | cos], sin2 = [-sin | sin] (..., D) built beforehand (wide_rope_rows):
     x cos2 + [x2 | x1] sin2 = (x1 cos - x2 sin, x2 cos + x1 sin), the same products and sums. Three kernels
     where apply_rope launches about seven when not compiled, so the decode step uses it, with the rows built
     once per step (DecodePosition); compiled training keeps apply_rope, whose backward inductor fuses better

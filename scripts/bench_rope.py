@@ -53,7 +53,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import GPTConfig, GroupedQueryAttention, apply_rope, apply_rope_wide, rope_cache
+from model import GPTConfig, GroupedQueryAttention, apply_rope, apply_rope_wide, rope_cache, wide_rope_rows
 from scripts.bench_train import (Clock, command_line, fmt, kernel_table, markdown_table, profile_iterations,
                                  run_info, write_report)
 
@@ -100,8 +100,9 @@ class AttentionLayer(nn.Module):
         cos, sin = rope_cache(config.head_dim, config.block_size, config.rope_theta)
         self.register_buffer("cos", cos, persistent=False)  # (block, dH/2)
         self.register_buffer("sin", sin, persistent=False)
-        self.register_buffer("cos2", torch.cat((cos, cos), dim=-1), persistent=False)  # (block, dH): [cos | cos]
-        self.register_buffer("sin2", torch.cat((-sin, sin), dim=-1), persistent=False)  # [-sin | sin]
+        cos2, sin2 = wide_rope_rows(cos, sin)
+        self.register_buffer("cos2", cos2, persistent=False)  # (block, dH): [cos | cos]
+        self.register_buffer("sin2", sin2, persistent=False)  # [-sin | sin]
 
     def forward(self, x):
         a, f = self.attn, self.formulation

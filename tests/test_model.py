@@ -6,7 +6,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from model import ATTENTION, GPT, GPTConfig, LayerCache, apply_rope, apply_rope_wide, rope_cache
+from model import ATTENTION, GPT, GPTConfig, LayerCache, apply_rope, apply_rope_wide, rope_cache, wide_rope_rows
 from tensor_forms import attention_tensors, head_factors, to_tucker, tucker_config_of
 from tiny import TINY, make, rel_err, tokens  # noqa: E402
 
@@ -136,11 +136,11 @@ def test_wide_rope_is_apply_rope():
     """The decode step's form (full-width rows built once per step) rotates exactly as apply_rope: the
     same pairs (x_i, x_{i+D/2}), the same products; rotating back by -angle restores x."""
     cos, sin = rope_cache(8, 6, 10000.0, dtype=torch.float64)
-    cos2, sin2 = torch.cat((cos, cos), -1)[:, None], torch.cat((-sin, sin), -1)[:, None]  # (T, 1, D)
+    cos2, sin2 = (t[:, None] for t in wide_rope_rows(cos, sin))  # (T, 1, D)
     x = torch.randn(2, 6, 3, 8, dtype=torch.float64)
     y = apply_rope_wide(x, cos2, sin2)
     assert (y - apply_rope(x, cos[:, None], sin[:, None])).abs().max() < 1e-15
-    assert (apply_rope_wide(y, cos2, torch.cat((sin, -sin), -1)[:, None]) - x).abs().max() < 1e-14
+    assert (apply_rope_wide(y, cos2, wide_rope_rows(cos, -sin)[1][:, None]) - x).abs().max() < 1e-14
     assert (y - x).abs().max() > 1e-2  # positions 1.. do rotate
 
 
