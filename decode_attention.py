@@ -76,6 +76,8 @@ ROPE_FP32 = False  # rotate keys in fp32 (False: in the cache dtype, as model.ap
 #                    registers: on the H200, r3 = 128 spilled in fp32 and ran 35% slower)
 _ROPE_MODES = {"rows": 0, "k_angle": 1, "q_base": 2}
 COMBINE_TILE = 4096  # fp32 elements of one combine tile (splits x value columns)
+FUSED_COMBINE = False  # the split kernel's last program per (sequence, KV head) merges the splits (one launch, not
+#                        two; a ticket counter per (b, g) in global memory). Not for the fused Tucker kernel
 TUCKER_QCORE = "dot"  # Tucker query cores in the split kernel: 'dot' (a tensor-core product per head,
 #                       pipelined loop) or 'bcast' (broadcast-multiply-sum over r2 chunks, all heads at once)
 TUCKER_QCORE_TILE = 4096  # fp32 elements of one (heads x r2-chunk x r3) 'bcast' step
@@ -85,6 +87,7 @@ INTERPRET_SMS = 4  # SM count pretended under TRITON_INTERPRET=1 (CPU tests: sev
 MAX_HEAD_DIM = 256
 MAX_GROUP = 32  # query heads per KV head handled by one program (Tucker: all nH heads)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+ROPE_KEYS = ("as_read", "stored")  # decode_attention's rope_keys: how a cache holds its keys
 
 
 def _interpret() -> bool:
@@ -202,10 +205,32 @@ def _rotate(x, cos, sin):
     return apply_rope(x.to(dt), cos.to(dt), sin.to(dt)).to(x.dtype)
 
 
-def _sdpa_decode(q, k, v, length, scale, rope):
+def _at_positions(x, rope, pos):
+    """x (B, n, D) rotated, sequence b to position pos[b] (pos (B,)), as _rotate does."""
+    cos, sin = rope
+    return _rotate(x.unsqueeze(2), cos[pos][:, None, None], sin[pos][:, None, None]).squeeze(2)
+
+
+def _sdpa_decode(q, k, v, length, scale, rope, *, rope_keys="as_read", rotate_q=False, new_kv=None):
     B, nH, Dk = q.shape
     nG, L = k.size(1), k.size(2)
-    if rope is not None:
+    pos = (length.reshape(-1) - 1).expand(B)  # (B,) the new token's position in each sequence
+    if rotate_q:
+        q = _at_positions(q, rope, pos)
+    if new_kv is not None:  # the cache write the kernel does: row pos[b] of sequence b (index_put_: graph-safe)
+        k_new, v_new = new_kv
+        if rope is not None and rope_keys == "stored":
+            k_new = _at_positions(k_new, rope, pos)
+        if length.numel() == 1:  # one position for all: index_copy_ (cheaper on the CPU than an index_put_)
+            k.index_copy_(2, pos[:1].long(), k_new.unsqueeze(2))
+            if v_new is not None:
+                v.index_copy_(2, pos[:1].long(), v_new.unsqueeze(2))
+        else:
+            rows = torch.arange(B, device=q.device)
+            k[rows, :, pos] = k_new  # (B, nG, Dk) into k[b, :, pos[b]]
+            if v_new is not None:
+                v[rows, :, pos] = v_new
+    if rope is not None and rope_keys == "as_read":
         cos, sin = rope
         k = _rotate(k, cos[:L], sin[:L])  # (B, nG, L, Dk): key row p rotated by position p
     valid = torch.arange(L, device=q.device) < length.reshape(-1, 1)  # (B or 1, L)
@@ -224,12 +249,14 @@ if _triton_available():
 
     @triton.jit
     def _split_kernel(
-        Q, G, Gp, K, V, Len, QPos, Cos, Sin, Opart, Mpart, Lpart,
+        Q, G, Gp, K, V, Knew, Vnew, Len, QPos, Cos, Sin, Opart, Mpart, Lpart, Out, Counter,
         s_qb, s_qh, s_qd,  # q (B, nH, Dk); with QCORE: q_lat (B, r2) as (s_qb, -, s_qd)
         s_gh, s_gj, s_gd,  # G (nH, r2, r3), QCORE only
         s_gph, s_gpp, s_gpd,  # G~ (nH, P2, Dv), OUTCORE only
         s_kb, s_kg, s_kn,  # k (B, nG, L, Dk), unit last stride
         s_vb, s_vg, s_vn,  # v (B, nG, L, Dv), unit last stride
+        s_knb, s_kng, s_vnb, s_vng,  # NEW: the new token's k (B, nG, Dk) and v (B, nG, Dv), unit last stride
+        s_ob, s_oh,  # FUSE_COMBINE: the output (B, nH, Dv)
         s_len, s_qpos, s_rn, s_rd,  # length, query position: (B,) or () [stride 0]; cos/sin (rows, Dk/2)
         n_kv_heads, group, num_splits, n_rows, qk_scale,  # n_rows = L; qk_scale = scale * log2(e): base-2 softmax
         DK: tl.constexpr, DV: tl.constexpr, R2: tl.constexpr, P2: tl.constexpr, BLOCK_P2: tl.constexpr,
@@ -239,6 +266,11 @@ if _triton_available():
         HAS_KHI: tl.constexpr, HAS_VHI: tl.constexpr, VSPLIT: tl.constexpr,
         ROPE: tl.constexpr, ROPE_MODE: tl.constexpr, ROPE_F32: tl.constexpr, QCORE_DOT: tl.constexpr, V_FROM_K: tl.constexpr, QCORE: tl.constexpr, OUTCORE: tl.constexpr, QPOS_OFF: tl.constexpr,
         DOT_PREC: tl.constexpr,
+        NEW: tl.constexpr,  # the new token's key/value come in Knew/Vnew: written to cache row length - 1 here
+        ROT_Q: tl.constexpr,  # rotate the query tile to its position (QPos + QPOS_OFF) before use
+        ROT_NEW: tl.constexpr,  # rotate the new key to its position before it is stored (a cache of rotated keys)
+        FUSE_COMBINE: tl.constexpr,  # the last split of each (b, g) to finish merges them all into Out (no 2nd launch)
+        BLOCK_S: tl.constexpr, COMB_S: tl.constexpr,  # FUSE_COMBINE: splits padded, and merged per step
     ):
         pid_bg = tl.program_id(0)
         split = tl.program_id(1)
@@ -305,21 +337,23 @@ if _triton_available():
                     g_hi = tl.load(g_base + (KSPLIT + d_hi[None, None, :]) * s_gd,
                                    mask=m_hj & mask_khi[None, None, :], other=0.0).to(tl.float32)
                     q_hi += tl.sum(g_hi * x[None, :, None], axis=1)
-        if QCORE and ROPE:  # rotate the queries to the new token's position (length - 1 unless given)
-            pos = tl.maximum(tl.load(QPos + b * s_qpos).to(tl.int32) + QPOS_OFF, 0)
-            cq = tl.load(Cos + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
-            sq = tl.load(Sin + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
-            q_lo, q_hi = q_lo * cq[None, :] - q_hi * sq[None, :], q_lo * sq[None, :] + q_hi * cq[None, :]
-        if QCORE:
-            q_lo = q_lo.to(K.dtype.element_ty)
-            if HAS_KHI:
-                q_hi = q_hi.to(K.dtype.element_ty)
-        else:
+        if not QCORE:
             q_base = Q + b64 * s_qb + heads[:, None] * s_qh
             q_lo = tl.load(q_base + d_lo[None, :] * s_qd, mask=mask_h[:, None] & mask_klo[None, :], other=0.0)
             if HAS_KHI:
                 q_hi = tl.load(q_base + (KSPLIT + d_hi[None, :]) * s_qd,
                                mask=mask_h[:, None] & mask_khi[None, :], other=0.0)
+        if ROT_Q:  # rotate the queries to the new token's position (length - 1 unless given), in fp32
+            pos = tl.maximum(tl.load(QPos + b * s_qpos).to(tl.int32) + QPOS_OFF, 0)
+            cq = tl.load(Cos + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+            sq = tl.load(Sin + pos * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+            q32_lo, q32_hi = q_lo.to(tl.float32), q_hi.to(tl.float32)
+            q_lo = q32_lo * cq[None, :] - q32_hi * sq[None, :]
+            q_hi = q32_lo * sq[None, :] + q32_hi * cq[None, :]
+        if QCORE or ROT_Q:
+            q_lo = q_lo.to(K.dtype.element_ty)
+            if HAS_KHI:
+                q_hi = q_hi.to(K.dtype.element_ty)
 
         # value columns (unless they are the key tile's own columns)
         if not V_FROM_K:
@@ -352,10 +386,12 @@ if _triton_available():
         if ROPE and ROPE_MODE == 2:
             q32_lo = q_lo.to(tl.float32)  # (H, Dk/2) rotated back by each block's base position below
             q32_hi = q_hi.to(tl.float32)
-        # a split beyond `length` runs no iteration and writes the empty partial (m=-inf, l=0)
-        for n0 in range(start, end, BLOCK_N):
+        # a split beyond `length` runs no iteration and writes the empty partial (m=-inf, l=0).
+        # NEW: row length - 1 is the new token's, not yet in the cache: the loop stops before it
+        end_read = tl.minimum(end, length - 1) if NEW else end
+        for n0 in range(start, end_read, BLOCK_N):
             offs_n = n0 + offs_n0
-            mask_n = offs_n < end
+            mask_n = offs_n < end_read
             # a column mask only where the chunk is padded: a row-only mask keeps loads vectorized
             if BLOCK_KLO == KSPLIT:
                 mk_lo = mask_n[:, None]
@@ -435,6 +471,57 @@ if _triton_available():
             if HAS_VHI:
                 acc_hi = acc_hi * alpha[:, None] + tl.dot(p_v, v_hi, input_precision=DOT_PREC)
 
+        if NEW:
+            # the new token (row p = length - 1), in the one split whose rows hold p: its key and value come
+            # from Knew/Vnew (registers), are stored into the cache here (no separate cache-write kernel), and
+            # join the online softmax as one more column, scored against the query at its own rotation
+            p_new = length - 1
+            if (p_new >= start) & (p_new < end):
+                kn_base = Knew + b64 * s_knb + g * s_kng
+                kn_lo = tl.load(kn_base + d_lo, mask=mask_klo, other=0.0).to(K.dtype.element_ty)  # (Dlo,)
+                if HAS_KHI:
+                    kn_hi = tl.load(kn_base + KSPLIT + d_hi, mask=mask_khi, other=0.0).to(K.dtype.element_ty)
+                if ROPE or ROT_NEW:  # the key at position p: (lo, hi) -> (lo cos - hi sin, lo sin + hi cos), fp32
+                    cn = tl.load(Cos + p_new * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+                    sn = tl.load(Sin + p_new * s_rn + d_lo * s_rd, mask=mask_klo, other=0.0).to(tl.float32)
+                    lo32, hi32 = kn_lo.to(tl.float32), kn_hi.to(tl.float32)
+                    kr_lo = (lo32 * cn - hi32 * sn).to(K.dtype.element_ty)
+                    kr_hi = (lo32 * sn + hi32 * cn).to(K.dtype.element_ty)
+                    if ROT_NEW:  # a cache of rotated keys stores the rotated one
+                        kn_lo = kr_lo
+                        kn_hi = kr_hi
+                else:
+                    kr_lo = kn_lo
+                    if HAS_KHI:
+                        kr_hi = kn_hi
+                row_p = k_base + p_new.to(tl.int64) * s_kn
+                tl.store(row_p + d_lo, kn_lo, mask=mask_klo)
+                if HAS_KHI:
+                    tl.store(row_p + KSPLIT + d_hi, kn_hi, mask=mask_khi)
+                s_new = tl.sum(q_lo.to(tl.float32) * kr_lo.to(tl.float32)[None, :], axis=1)  # (H,)
+                if HAS_KHI:
+                    s_new += tl.sum(q_hi.to(tl.float32) * kr_hi.to(tl.float32)[None, :], axis=1)
+                s_new = s_new * qk_scale
+                m_new = tl.maximum(m_i, s_new)
+                alpha = tl.exp2(m_i - m_new)
+                p_n = tl.exp2(s_new - m_new)  # (H,)
+                l_i = l_i * alpha + p_n
+                m_i = m_new
+                if V_FROM_K:  # shared KV: the value is the stored (unrotated) key's columns
+                    acc_lo = acc_lo * alpha[:, None] + p_n[:, None] * kn_lo.to(tl.float32)[None, :]
+                    if HAS_VHI:
+                        acc_hi = acc_hi * alpha[:, None] + p_n[:, None] * kn_hi.to(tl.float32)[None, :]
+                else:
+                    vn_base = Vnew + b64 * s_vnb + g * s_vng
+                    vrow_p = v_base + p_new.to(tl.int64) * s_vn
+                    vn_lo = tl.load(vn_base + e_lo, mask=mask_vlo, other=0.0).to(V.dtype.element_ty)  # (Dvlo,)
+                    tl.store(vrow_p + e_lo, vn_lo, mask=mask_vlo)
+                    acc_lo = acc_lo * alpha[:, None] + p_n[:, None] * vn_lo.to(tl.float32)[None, :]
+                    if HAS_VHI:
+                        vn_hi = tl.load(vn_base + VSPLIT + e_hi, mask=mask_vhi, other=0.0).to(V.dtype.element_ty)
+                        tl.store(vrow_p + VSPLIT + e_hi, vn_hi, mask=mask_vhi)
+                        acc_hi = acc_hi * alpha[:, None] + p_n[:, None] * vn_hi.to(tl.float32)[None, :]
+
         # the value columns held in acc_lo / acc_hi
         if V_FROM_K:  # the key chunks' columns, cut at DV
             vc_lo = d_lo
@@ -480,6 +567,49 @@ if _triton_available():
             tl.store(o_base + vc_lo[None, :], acc_lo, mask=mask_h[:, None] & vm_lo[None, :])
             if HAS_VHI:
                 tl.store(o_base + vc_hi[None, :], acc_hi, mask=mask_h[:, None] & vm_hi[None, :])
+            if FUSE_COMBINE:
+                # Each split takes a ticket once its partials are stored; the one that draws the last ticket
+                # merges all num_splits partials of its heads (the _combine_kernel's math) and resets the
+                # counter for the next call. Release/acquire at GPU scope orders the partials before the
+                # ticket; the merge reads them through L2 (.cg), never from a stale L1 line.
+                tl.debug_barrier()  # every thread's partial stores are issued before the ticket is taken
+                ticket = tl.atomic_add(Counter + pid_bg, 1, sem="acq_rel", scope="gpu")
+                if ticket == num_splits - 1:
+                    tl.atomic_xchg(Counter + pid_bg, 0, sem="relaxed", scope="gpu")
+                    head_rows = (b64 * n_heads + heads) * num_splits  # (H,) first partial row of each head
+                    offs_s = tl.arange(0, BLOCK_S)
+                    mask_hs = mask_h[:, None] & (offs_s < num_splits)[None, :]
+                    m_all = tl.load(Mpart + head_rows[:, None] + offs_s[None, :], mask=mask_hs,
+                                    other=float("-inf"), cache_modifier=".cg")  # (H, S)
+                    l_all = tl.load(Lpart + head_rows[:, None] + offs_s[None, :], mask=mask_hs, other=0.0,
+                                    cache_modifier=".cg")
+                    m_max = tl.max(m_all, axis=1)
+                    m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # padded heads: all empty
+                    den = tl.sum(tl.exp2(m_all - m_max[:, None]) * l_all, axis=1)  # (H,)
+                    inv_den = 1.0 / tl.where(den > 0, den, 1.0)
+                    o_lo = tl.zeros((BLOCK_H, BLOCK_VLO), dtype=tl.float32)
+                    if HAS_VHI:
+                        o_hi = tl.zeros((BLOCK_H, BLOCK_VHI), dtype=tl.float32)
+                    for s0 in range(0, num_splits, COMB_S):
+                        offs_c = s0 + tl.arange(0, COMB_S)
+                        mask_hc = mask_h[:, None] & (offs_c < num_splits)[None, :]
+                        rows_hc = head_rows[:, None] + offs_c[None, :]  # (H, C)
+                        m_c = tl.load(Mpart + rows_hc, mask=mask_hc, other=float("-inf"), cache_modifier=".cg")
+                        w_c = tl.exp2(m_c - m_max[:, None])[:, :, None]  # (H, C, 1): empty splits weigh 0
+                        part = Opart + rows_hc[:, :, None] * DV
+                        o_c = tl.load(part + vc_lo[None, None, :], mask=mask_hc[:, :, None] & vm_lo[None, None, :],
+                                      other=0.0, cache_modifier=".cg")  # (H, C, Dvlo)
+                        o_lo += tl.sum(o_c * w_c, axis=1)
+                        if HAS_VHI:
+                            o_c = tl.load(part + vc_hi[None, None, :], mask=mask_hc[:, :, None] & vm_hi[None, None, :],
+                                          other=0.0, cache_modifier=".cg")
+                            o_hi += tl.sum(o_c * w_c, axis=1)
+                    out_base = Out + b64 * s_ob + heads[:, None] * s_oh
+                    tl.store(out_base + vc_lo[None, :], (o_lo * inv_den[:, None]).to(Out.dtype.element_ty),
+                             mask=mask_h[:, None] & vm_lo[None, :])
+                    if HAS_VHI:
+                        tl.store(out_base + vc_hi[None, :], (o_hi * inv_den[:, None]).to(Out.dtype.element_ty),
+                                 mask=mask_h[:, None] & vm_hi[None, :])
 
     @triton.jit
     def _combine_kernel(
@@ -561,6 +691,25 @@ def num_splits(B: int, nG: int, L: int, device, block_n: Optional[int] = None) -
     return max(1, _cdiv(blocks, _cdiv(blocks, s)))
 
 
+_COUNTERS = {}  # device -> [int32 buffers]: the fused combine's tickets, the newest last; every call leaves them 0
+
+
+def _counters(device: torch.device, n: int) -> Optional[torch.Tensor]:
+    """n zeroed ticket counters on `device` for FUSED_COMBINE (one per (sequence, KV head)), shared by every
+    call on the device: calls on one stream run one after another, and each leaves its counters at zero.
+    A buffer, once made, is never freed (a captured CUDA graph keeps its address). None while a CUDA graph
+    is being captured and no buffer is large enough (memory made during a capture belongs to that graph):
+    the call then takes the separate combine kernel."""
+    device = torch.device(device)
+    bufs = _COUNTERS.setdefault(device, [])
+    if bufs and bufs[-1].numel() >= n:
+        return bufs[-1]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None
+    bufs.append(torch.zeros(max(n, 4096), dtype=torch.int32, device=device))
+    return bufs[-1]
+
+
 def _layout(Dk: int, Dv: int, rope: bool, v_from_k: bool):
     """Column chunks of the key and value rows (see the module docstring)."""
     if rope:
@@ -583,16 +732,20 @@ def _v_is_k(k, v) -> bool:
     return (v.data_ptr() == k.data_ptr() and v.stride() == k.stride() and v.size(-1) <= k.size(-1))
 
 
-def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, out=None):
+def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, out=None,
+            tables=None, rotate_q=False, rotate_new=False, new_kv=None):
     """Split kernel + combine. Plain: q (B, nH, Dk) -> out (B, nH, Dv). Tucker (G given): q is
     q_lat (B, r2), nH = G.size(0), queries rotated to q_pos (None: length - 1), and the combine
-    applies G_post, writing y_lat (B, p2) into `out`."""
+    applies G_post, writing y_lat (B, p2) into `out`. rope: the tables when cached keys are rotated as
+    read; tables: the tables for rotate_q / rotate_new otherwise (decode_attention's arguments)."""
     B, nG, L, Dk = k.shape
     Dv = v.size(-1)
     nH = G.size(0) if G is not None else q.size(1)
     group = nH // nG
     v_from_k = _v_is_k(k, v)
-    lay = _layout(Dk, Dv, rope is not None, v_from_k)
+    tables = rope if rope is not None else tables
+    rotate_q = rotate_q or (G is not None and rope is not None)  # the fused Tucker kernel rotates its own queries
+    lay = _layout(Dk, Dv, tables is not None, v_from_k)
     block_n = BLOCK_N if lay["BLOCK_KLO"] + (lay["BLOCK_KHI"] if lay["HAS_KHI"] else 0) <= 128 else BLOCK_N_WIDE
     S = num_splits(B, nG, L, q.device, block_n)
     block_h = _pow2(group)
@@ -607,10 +760,15 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
     # the query's position: q_pos, or length - 1 read from the same tensor (no extra kernel)
     qpos, qpos_off = (length, -1) if q_pos is None else (q_pos.reshape(-1), 0)
     s_qpos = 0 if qpos.numel() == 1 else qpos.stride(0)
-    cos, sin = rope if rope is not None else (k, k)  # dummies when off (never read)
-    if rope is not None and cos.stride() != sin.stride():  # one set of strides serves both tables
+    cos, sin = tables if tables is not None else (k, k)  # dummies when off (never read)
+    if tables is not None and cos.stride() != sin.stride():  # one set of strides serves both tables
         cos, sin = cos.contiguous(), sin.contiguous()
-    s_rn, s_rd = (cos.stride(0), cos.stride(1)) if rope is not None else (0, 0)
+    s_rn, s_rd = (cos.stride(0), cos.stride(1)) if tables is not None else (0, 0)
+    k_new, v_new = new_kv if new_kv is not None else (k, None)  # dummies when off (never read)
+    if v_new is None:
+        v_new = k_new
+    kns = (k_new.stride(0), k_new.stride(1)) if new_kv is not None else (0, 0)
+    vns = (v_new.stride(0), v_new.stride(1)) if new_kv is not None else (0, 0)
     if G is not None:
         r2 = G.size(1)
         if TUCKER_QCORE == "dot":
@@ -625,21 +783,30 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         gs = (0, 0, 0)
     gps = G_post.stride() if G_post is not None else (0, 0, 0)
     num_warps = NUM_WARPS or (4 if block_h >= 32 else 2)
+    block_s = _pow2(S, 1)
+    counter = _counters(dev, B * nG) if FUSED_COMBINE and G_post is None else None
+    fuse = counter is not None
+    if G_post is None and out is None:
+        out = _empty((B, nH, Dv), dev, q.dtype)
+    comb_s = max(1, min(block_s, _pow2_floor(max(1, COMBINE_TILE // (block_h * (lay["BLOCK_VLO"] + (
+        lay["BLOCK_VHI"] if lay["HAS_VHI"] else 0)))))))
     last_launch["split"] = _split_kernel[(B * nG, S)](
-        q, G if G is not None else q, G_post if G_post is not None else q, k, v, length, qpos, cos, sin,
-        o_part, m_part, l_part,
-        *qs, *gs, *gps, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-        s_len, s_qpos, s_rn, s_rd, nG, group, S, L, scale * math.log2(math.e),
+        q, G if G is not None else q, G_post if G_post is not None else q, k, v, k_new, v_new, length, qpos, cos, sin,
+        o_part, m_part, l_part, out if fuse else o_part, counter if fuse else length,
+        *qs, *gs, *gps, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), *kns, *vns,
+        *((out.stride(0), out.stride(1)) if fuse else (0, 0)), s_len, s_qpos, s_rn, s_rd, nG, group, S, L, scale * math.log2(math.e),
         DK=Dk, DV=Dv, R2=r2, P2=P2, BLOCK_P2=_pow2(P2), BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_J=block_j,
         ROPE=rope is not None, ROPE_MODE=_ROPE_MODES[ROPE_MODE], ROPE_F32=ROPE_FP32, V_FROM_K=v_from_k,
         QCORE=G is not None, QCORE_DOT=TUCKER_QCORE == "dot", OUTCORE=G_post is not None, QPOS_OFF=qpos_off,
         DOT_PREC="ieee" if k.dtype == torch.float32 else "tf32",
+        NEW=new_kv is not None, ROT_Q=rotate_q, ROT_NEW=rotate_new and new_kv is not None,
+        FUSE_COMBINE=fuse, BLOCK_S=block_s, COMB_S=comb_s,
         num_warps=num_warps, num_stages=NUM_STAGES, **lay,
     )
-    block_s = _pow2(S, 1)
+    last_launch.pop("combine", None)
+    if fuse:
+        return out
     if G_post is None:
-        if out is None:
-            out = _empty((B, nH, Dv), dev, q.dtype)
         block_d = max(16, min(_pow2(Dv), _pow2_floor(max(1, COMBINE_TILE // block_s))))
         last_launch["combine"] = _combine_kernel[(B * nH, _cdiv(Dv, block_d))](
             o_part, m_part, l_part, out, out.stride(0), out.stride(1), nH, S,
@@ -657,26 +824,69 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
 # Public API
 
 
-def decode_attention(q, k, v, length, *, scale, rope=None, backend="auto") -> torch.Tensor:
+def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None,
+                     backend="auto") -> torch.Tensor:
     """One new token per sequence attends to its cache.
-    q: (B, nH, Dk) the new token's queries (already rotated when RoPE is on).
+    q: (B, nH, Dk) the new token's queries (already rotated when RoPE is on, unless rotate_q).
     k: (B, nG, L, Dk) key cache buffer of capacity L (last-dim stride 1, any other strides).
     v: (B, nG, L, Dv) value cache buffer (may be the same storage as k, or a view k[..., :Dv]).
-    length: int tensor on q's device, shape () or (B,): number of valid cached positions 0..length-1
-            (the new token's own key/value is already written at position length-1). Must be >= 1.
+    length: int tensor on q's device, shape () or (B,): number of valid cached positions 0..length-1,
+            the new token's at length-1 (written by the caller beforehand, or by this call: new_kv). Must be >= 1.
     scale: softmax scale.
     rope: None, or (cos, sin) tables of shape (>= L, Dk // 2) (rotate-half layout, as model.apply_rope:
-          pairs (x[i], x[i + Dk/2])): the cache is stored UNROTATED and key row p is rotated by position p as it is read.
-          (The kernel takes the tables as pure rotations, cos(p t_i) / sin(p t_i) as model.rope_cache builds them.)
+          pairs (x[i], x[i + Dk/2])), read as rotations cos(p t_i) / sin(p t_i) as model.rope_cache builds them.
+    rope_keys: how the cache holds keys when rope is given: 'as_read' (UNROTATED, key row p rotated by
+          position p as it is read: the shared latent of Tucker / MLA, which is also the value) or 'stored'
+          (rotated when written: only new_kv's key is rotated here, to position length-1, before it is stored).
+    rotate_q: q arrives unrotated and is rotated here to position length-1 (needs rope).
+    new_kv: None, or (k_new (B, nG, Dk), v_new (B, nG, Dv) or None): the new token's key and value, written
+          into row length-1 of k and v by this call (no separate cache write), which then reads rows
+          0..length-2 from the cache. v_new is None exactly when v is k's storage (shared KV: the value is
+          the stored key's columns; its keys are then rotated as read, never stored rotated).
     nH % nG == 0; query head h uses KV head h // (nH // nG).
     backend: 'auto' (Triton when q is on CUDA, triton imports and the shape is supported; else SDPA), 'triton', 'sdpa'.
     Returns (B, nH, Dv) in q's dtype.
     """
     length = _as_length(length, q)
     _check(q, k, v, length, rope)
+    new_kv = _check_new(q, k, v, rope, rope_keys, rotate_q, new_kv)
     if _resolve(backend, q, k, v) == "sdpa":
-        return _sdpa_decode(q, k, v, length, scale, rope)
-    return _launch(q, k, v, length, scale, rope)
+        return _sdpa_decode(q, k, v, length, scale, rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
+    as_read = rope is not None and rope_keys == "as_read"
+    return _launch(q, k, v, length, scale, rope if as_read else None, tables=rope, rotate_q=rotate_q,
+                   rotate_new=rope is not None and rope_keys == "stored", new_kv=new_kv)
+
+
+def _check_new(q, k, v, rope, rope_keys, rotate_q, new_kv):
+    """decode_attention's rope_keys / rotate_q / new_kv arguments; returns new_kv in the caches' dtype."""
+    if rope_keys not in ROPE_KEYS:
+        raise ValueError(f"rope_keys must be one of {ROPE_KEYS}, got {rope_keys!r}")
+    if rotate_q and rope is None:
+        raise ValueError("rotate_q=True needs the rope tables")
+    if new_kv is None:
+        return None
+    if not isinstance(new_kv, (tuple, list)) or len(new_kv) != 2:
+        raise ValueError("new_kv must be a pair (k_new, v_new), v_new None for a shared key/value cache")
+    k_new, v_new = new_kv
+    B, nG, Dk, Dv = k.size(0), k.size(1), k.size(3), v.size(3)
+    shared = _v_is_k(k, v)
+    if not torch.is_tensor(k_new) or tuple(k_new.shape) != (B, nG, Dk):
+        raise ValueError(f"new_kv's key must be (B, nG, Dk) = {(B, nG, Dk)}, got "
+                         f"{tuple(k_new.shape) if torch.is_tensor(k_new) else type(k_new).__name__}")
+    if shared != (v_new is None):
+        raise ValueError("new_kv's value must be None exactly when v is k's storage (shared KV)")
+    if v_new is not None and tuple(v_new.shape) != (B, nG, Dv):
+        raise ValueError(f"new_kv's value must be (B, nG, Dv) = {(B, nG, Dv)}, got {tuple(v_new.shape)}")
+    if shared and rope is not None and rope_keys == "stored":
+        raise ValueError("a shared key/value cache keeps its keys unrotated (they are the values): rope_keys='as_read'")
+    k_new = k_new.to(k.dtype)
+    if k_new.stride(-1) != 1:
+        k_new = k_new.contiguous()
+    if v_new is not None:
+        v_new = v_new.to(v.dtype)
+        if v_new.stride(-1) != 1:
+            v_new = v_new.contiguous()
+    return k_new, v_new
 
 
 def _tucker_unsupported(q_lat, G, k, v, G_post) -> Optional[str]:

@@ -254,20 +254,21 @@ class DecodePosition:
     Everything lives on the device, so a captured CUDA graph replays it for any position."""
     pos: torch.Tensor  # (1,) long: the position of the new token (its cache slot)
     length: torch.Tensor  # (1,) long: pos + 1, the cached positions the new token attends to
-    tables: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # the full (cos, sin) tables: keys rotated as read
-    cos2: Optional[torch.Tensor] = None  # (1, R) rows at pos in the activation dtype: [cos | cos] and [-sin | sin],
-    sin2: Optional[torch.Tensor] = None  # for rotate() (None: no RoPE)
+    tables: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # the full (cos, sin) tables (None: no RoPE); the
+    #   decode kernel rotates q, new keys and (a shared latent) cached keys from them at pos itself
+    dtype: Optional[torch.dtype] = None  # the activation dtype, of rotate()'s rows
+    rows: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # (1, R) [cos | cos], [-sin | sin] at pos, built on
+    #   rotate()'s first call (only MLA's decoupled RoPE rotates outside the kernel: other variants never build them)
 
     @classmethod
     def at(cls, pos: torch.Tensor, rope: Optional[Tuple[torch.Tensor, torch.Tensor]], dtype) -> "DecodePosition":
-        if rope is None:
-            return cls(pos=pos, length=pos + 1)
-        cos2, sin2 = wide_rope_rows(*(t.index_select(0, pos).to(dtype) for t in rope))  # (1, R)
-        return cls(pos=pos, length=pos + 1, tables=rope, cos2=cos2, sin2=sin2)
+        return cls(pos=pos, length=pos + 1, tables=rope, dtype=dtype)
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
         """apply_rope(x, cos, sin) at this position, x (..., R): apply_rope_wide with this step's rows."""
-        return apply_rope_wide(x, self.cos2, self.sin2)
+        if self.rows is None:
+            self.rows = wide_rope_rows(*(t.index_select(0, self.pos).to(self.dtype) for t in self.tables))  # (1, R)
+        return apply_rope_wide(x, *self.rows)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -395,12 +396,14 @@ def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.T
 
 
 @torch.compiler.disable  # an opaque call in a compiled decode step (a Triton launch, or SDPA)
-def decode_attention(q, k, v, length, *, scale, rope=None):
+def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None):
     """One new token per sequence attends to its whole cache buffer (positions 0 .. length - 1):
     decode_attention.decode_attention, the one dispatch point (Triton flash-decoding on CUDA,
-    SDPA elsewhere). q (B, nH, Dk), k (B, nG, L, Dk), v (B, nG, L, Dv) -> (B, nH, Dv)."""
+    SDPA elsewhere). q (B, nH, Dk), k (B, nG, L, Dk), v (B, nG, L, Dv) -> (B, nH, Dv). new_kv: the new
+    token's (key, value or None), written into row length - 1 by the same call; rotate_q / rope_keys: q and
+    the new key rotated there too (one launch for the cache write, the rotations and the attention)."""
     from decode_attention import decode_attention as dispatch  # imported on first use, not at import
-    return dispatch(q, k, v, length, scale=scale, rope=rope)
+    return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
 
 
 @torch.compiler.disable
@@ -586,12 +589,11 @@ class GroupedQueryAttention(nn.Module):
         nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
         qk, v = self.c_attn(x.view(B, -1)).split([(nH + nG) * dH, nG * dH], dim=1)
         qk = qk.view(B, nH + nG, dH)  # the query heads, then the key heads
-        if self.rope:  # q and k rotated in one call (half the kernels of an eager step)
-            qk = at.rotate(qk)
-        q, k = qk[:, :nH], qk[:, nH:].unsqueeze(2)  # (B, nH, dH), (B, nG, 1, dH)
-        cache.write_at(at.pos, k=k, v=v.view(B, nG, 1, dH))
-        y = decode_attention(q, cache.store["k"], cache.store["v"], at.length,
-                             scale=1.0 / math.sqrt(dH))  # (B, nH, dH)
+        # one call rotates q and the new key (RoPE: the cache holds rotated keys), writes the new key and value
+        # into the cache at at.pos (= length - 1) and attends: no separate rotation or cache-write kernels
+        y = decode_attention(qk[:, :nH], cache.store["k"], cache.store["v"], at.length, scale=1.0 / math.sqrt(dH),
+                             rope=at.tables if self.rope else None, rope_keys="stored", rotate_q=self.rope,
+                             new_kv=(qk[:, nH:], v.view(B, nG, dH)))  # (B, nH, dH)
         return self.c_proj(y.reshape(B, 1, nH * dH))
 
     def flops_per_token(self, ctx: int) -> int:
@@ -847,17 +849,16 @@ class LatentAttention(InferenceForm, nn.Module):
         else:
             form = self.inference_form()
             q_lat, q_r, c_k, c_v, k_r = self._absorbed_inputs(x.view(B, -1), form)
-        key, key_rope = c_k, None
-        if self.latent_rope:
-            q_lat = at.rotate(q_lat)
-            key_rope = at.tables  # the latent is cached unrotated: rotated as read
-        if self.decoupled:
+        key = c_k
+        if self.decoupled:  # only the last dR columns rotate: done here, the kernel rotates whole rows
             q_lat = torch.cat((q_lat, at.rotate(q_r.view(B, nH, dR))), dim=-1)  # (B, nH, dcK + dR)
             key = torch.cat((c_k, at.rotate(k_r)), dim=-1)  # (B, dcK + dR)
-        new = {"kv": key.view(B, 1, 1, -1)} if self.shared_kv else {"k": key.view(B, 1, 1, -1), "v": c_v.view(B, 1, 1, dc)}
-        cache.write_at(at.pos, **new)
         k_all, v_all = self.cached_kv(cache)
-        o_lat = decode_attention(q_lat, k_all, v_all, at.length, scale=self.scale, rope=key_rope)  # (B, nH, dcK)
+        # latent RoPE: the latent is cached unrotated and rotated as read, the query rotated in the same call,
+        # which also writes the new latent(s) into the cache at at.pos
+        o_lat = decode_attention(q_lat, k_all, v_all, at.length, scale=self.scale,
+                                 rope=at.tables if self.latent_rope else None, rotate_q=self.latent_rope,
+                                 new_kv=(key.view(B, 1, -1), None if self.shared_kv else c_v.view(B, 1, dc)))  # (B, nH, dcK)
         if self.merged_decode:
             y = F.linear(o_lat.reshape(B, nH * dc), form["W_out"], form["b_out"])  # (B, d)
         else:
@@ -1075,20 +1076,14 @@ class TuckerAttention(InferenceForm, nn.Module):
                 y = y_lat @ form["U_out"]  # (B, d)
                 return (y if self.bias is None else y + self.bias).view(B, 1, -1)
             q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
-        key_rope = None
-        if self.rope:
-            q = at.rotate(q)
-            if self.shared_kv:
-                key_rope = at.tables  # one latent is both key (rotated as read) and value (unrotated)
-            else:
-                k = at.rotate(k)
-        if self.shared_kv:
-            cache.write_at(at.pos, kv=k.view(B, 1, 1, r3))
-        else:
-            cache.write_at(at.pos, k=k.view(B, 1, 1, r3), v=v.view(B, 1, 1, p3))
         k_all, v_all = self.cached_kv(cache)
+        # one call: q rotated to at.pos, the new latent key (and value) written into the cache at at.pos, attention.
+        # With RoPE a shared latent is cached unrotated (it is also the value) and rotated as read; a separate
+        # latent key is rotated once, when it is stored
         o = decode_attention(q, k_all, v_all, at.length, scale=1.0 / math.sqrt(self.head_dim),
-                             rope=key_rope)  # (B, nH, r~3)
+                             rope=at.tables if self.rope else None, rope_keys="as_read" if self.shared_kv else "stored",
+                             rotate_q=self.rope,
+                             new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)))  # (B, nH, r~3)
         if merged:
             y = o.reshape(B, nH * p3) @ form["W_out"]  # (B, d)
         else:

@@ -154,6 +154,27 @@ MODE_NOTES = {
 }
 
 
+def set_knobs(pairs) -> dict:
+    """--knob NAME=VALUE: decode_attention's module constants (upper-case names it defines), values as
+    Python literals. An unknown name or a value that is not a literal is an error naming it."""
+    import ast
+    import decode_attention as module
+    done = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        if not sep or not name.isupper() or not hasattr(module, name):
+            known = sorted(n for n in vars(module) if n.isupper() and not n.startswith("_"))
+            raise SystemExit(f"--knob {pair!r}: expected NAME=VALUE with NAME one of {', '.join(known)}")
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"--knob {pair!r}: the value must be a Python literal (e.g. True, 4, 'q_base')")
+        setattr(module, name, value)
+        done[name] = value
+    return done
+
+
 @contextmanager
 def attention_backend(name: str):
     """Force decode_attention's backend (and the fused Tucker kernel's) for the model's decode steps
@@ -373,8 +394,12 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=None, help="timed steps / replays (default 100; --tiny: 3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up replays (default 10; --tiny: 1)")
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="set one of decode_attention's tuning knobs for the whole run (a Python literal; repeatable), "
+                        "e.g. --knob FUSED_COMBINE=True")
     add_common_args(p, name="bench_decode")
     args = p.parse_args(argv)
+    set_knobs(args.knob)
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

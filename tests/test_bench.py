@@ -472,3 +472,16 @@ def test_precompile_plumbing(tmp_path):
     results = bench_train.run_workers([[sys.executable, "-c", "import time; time.sleep(60)"],
                                        [sys.executable, "-c", "raise SystemExit(3)"]], deadline_s=3)
     assert results[0][0] is None and results[0][1] < 30 and results[1][0] == 3
+
+
+def test_bench_decode_knobs(monkeypatch):
+    """--knob NAME=VALUE sets decode_attention's constants (Python literals); anything else exits naming it."""
+    import decode_attention as da
+    monkeypatch.setattr(da, "FUSED_COMBINE", False)
+    monkeypatch.setattr(da, "ROPE_MODE", "q_base")
+    assert bench_decode.set_knobs(["FUSED_COMBINE=True", "ROPE_MODE='rows'"]) == {"FUSED_COMBINE": True,
+                                                                               "ROPE_MODE": "rows"}
+    assert da.FUSED_COMBINE is True and da.ROPE_MODE == "rows"
+    for bad in ("NO_SUCH_KNOB=1", "FUSED_COMBINE", "fused_combine=True", "BLOCK_N=sixty"):
+        with pytest.raises(SystemExit, match="--knob"):
+            bench_decode.set_knobs([bad])

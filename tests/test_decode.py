@@ -122,6 +122,25 @@ def test_cuda_graph_replays_the_eager_step(variant):
     assert torch.equal(eager, graph)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton decode kernel needs a GPU")
+@pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cuda_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope, monkeypatch):
+    """The decode step through the Triton kernel (cache writes, q and key rotations inside it) gives the
+    uncached forward's logits, in float32 (the CPU tests check the same through the SDPA fallback)."""
+    import decode_attention as da
+    launches = []
+    launch = da._launch
+    monkeypatch.setattr(da, "_launch", lambda *a, **kw: launches.append(1) or launch(*a, **kw))
+    model = build(variant, pos_emb, mla_rope, block_size=64).float().cuda()
+    idx = torch.randint(0, 50, (3, 60), generator=torch.Generator().manual_seed(1)).cuda()
+    with torch.no_grad():
+        full = model(idx)[0]  # (B, T, vocab)
+        got = decode_logits(model, idx, prompt=7)  # (B, T - 7, vocab): positions 6 .. 58
+    assert len(launches) == 52 * model.config.n_layer  # every step of every layer through the kernel
+    torch.testing.assert_close(got, full[:, 6:59], rtol=0, atol=2e-4)
+
+
 def test_cache_holds_the_autocast_dtype():
     """fp32 weights under bf16 autocast (how sample.py runs a trained checkpoint): the cache is bf16
     like the keys the layers compute (so the Triton kernel sees one dtype), and the step still

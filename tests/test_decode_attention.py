@@ -131,6 +131,85 @@ def err(out, ref):
     return (out.double() - ref).abs().max().item()
 
 
+def rotate_at(x, rope, pos):
+    """x (B, n, D) in float64, sequence b rotated to position pos[b] (rotate-half pairs)."""
+    D = x.size(-1)
+    cos, sin = (t.double()[pos][:, None, :] for t in rope)  # (B, 1, D/2)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def ref_append(q, k, v, length, scale, rope, rope_keys, rotate_q, k_new, v_new):
+    """decode_attention with new_kv in float64: the caches after the write (k, v at row length-1 of each
+    sequence) and the output. Returns (out, k_after, v_after)."""
+    B = q.size(0)
+    pos = torch.as_tensor(length).reshape(-1).expand(B) - 1
+    q, k_new = q.double(), k_new.double()
+    if rotate_q:
+        q = rotate_at(q, rope, pos)
+    if rope is not None and rope_keys == "stored":
+        k_new = rotate_at(k_new, rope, pos)
+    k, v = k.double().clone(), v.double().clone()
+    shared = v_new is None
+    for b in range(B):
+        k[b, :, pos[b]] = k_new[b]
+        if not shared:
+            v[b, :, pos[b]] = v_new[b].double()
+    if shared:
+        v = k[..., : v.size(-1)]
+    return ref_decode(q, k, v, length, scale, rope if rope_keys == "as_read" else None), k, v
+
+
+def make_append_case(B, nH, nG, L, Dk, Dv, *, rope, kv, lengths, dtype=torch.float32, device="cpu", seed=0):
+    """make_case plus the new token's k_new (B, nG, Dk) and v_new (B, nG, Dv) (None for a shared cache);
+    the caches hold garbage at each sequence's row length-1 (the call must overwrite it, never read it)."""
+    q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv, lengths=lengths, dtype=dtype,
+                                        device=device, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    k_new = torch.randn(B, nG, Dk, generator=g).to(device=device, dtype=dtype)
+    v_new = None if kv in ("same", "view") else torch.randn(B, nG, Dv, generator=g).to(device=device, dtype=dtype)
+    pos = length.reshape(-1).expand(B) - 1
+    for b in range(B):
+        k[b, :, pos[b]] = 1e4  # garbage where the new row goes
+        if v_new is not None:
+            v[b, :, pos[b]] = -1e4
+    return q, k, v, length, tables, k_new, v_new
+
+
+def check_append(out, k, v, expected, tol):
+    """The output and the whole caches after the call against ref_append's."""
+    ref, k_ref, v_ref = expected
+    assert err(out, ref) < tol
+    assert err(k, k_ref) < tol  # the new row written, every other row untouched
+    assert err(v, v_ref) < tol
+
+
+# rope: None, 'as_read' (cache unrotated, a shared latent) or 'stored' (cache of rotated keys); rotate_q with RoPE
+APPEND_CASES = [
+    # B, nH, nG, L, Dk, Dv, rope, kv, lengths
+    (2, 4, 4, 70, 16, 16, None, "separate", "random"),  # MHA, learned positions
+    (3, 8, 2, 90, 32, 24, "stored", "separate", "random"),  # GQA with RoPE, Dv != Dk
+    (2, 6, 1, 150, 160, 160, "as_read", "same", "random"),  # Tucker / MLA shared latent, RoPE, Dk = 160
+    (1, 32, 1, 40, 64, 48, None, "view", "one"),  # v = k[..., :48], length 1: only the new row
+    (2, 2, 1, 90, 144, 112, None, "strided", "scalar"),  # odd strides, one length for all
+    (2, 12, 1, 130, 64, 64, "stored", "separate", "full"),  # Tucker separate K/V with RoPE, full cache
+]
+
+
+@pytest.mark.parametrize("case", APPEND_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_fallback_appends_and_rotates(case, dtype):
+    """new_kv / rope_keys / rotate_q on the fallback: the cache write and the rotations the kernel does."""
+    B, nH, nG, L, Dk, Dv, rope, kv, lengths = case
+    q, k, v, length, tables, k_new, v_new = make_append_case(B, nH, nG, L, Dk, Dv, rope=rope is not None, kv=kv,
+                                                             lengths=lengths, dtype=dtype)
+    scale = 1.0 / math.sqrt(Dk)
+    expected = ref_append(q, k, v, length, scale, tables, rope, rope is not None, k_new, v_new)
+    out = da.decode_attention(q, k, v, length, scale=scale, rope=tables, rope_keys=rope or "as_read",
+                              rotate_q=rope is not None, new_kv=(k_new, v_new), backend="sdpa")
+    check_append(out, k, v, expected, 1e-5 if dtype == torch.float32 else 5e-2)
+
+
 # ----------------------------------------------------------------------------------------
 # CPU: the SDPA fallback, the dispatch, the argument checks
 
@@ -242,6 +321,31 @@ def test_argument_errors(bad):
         da.decode_attention(q, k, v, length, **kw)
 
 
+@pytest.mark.parametrize("bad", ["rope_keys", "rotate_without_rope", "key_shape", "value_for_shared",
+                                 "no_value", "shared_stored", "not_a_pair"])
+def test_append_argument_errors(bad):
+    q, k, v, length, tables, k_new, v_new = make_append_case(2, 4, 2, 10, 16, 16, rope=True, kv="separate",
+                                                             lengths="random")
+    kw = dict(scale=1.0, rope=tables, rope_keys="stored", rotate_q=True, new_kv=(k_new, v_new), backend="sdpa")
+    match = "new_kv"
+    if bad == "rope_keys":
+        kw["rope_keys"], match = "rotated", "rope_keys"
+    elif bad == "rotate_without_rope":
+        kw["rope"], match = None, "rotate_q"
+    elif bad == "key_shape":
+        kw["new_kv"] = (k_new[:, :1], v_new)
+    elif bad == "value_for_shared":
+        v = k
+    elif bad == "no_value":
+        kw["new_kv"] = (k_new, None)
+    elif bad == "shared_stored":
+        v, kw["new_kv"], match = k, (k_new, None), "as_read"
+    elif bad == "not_a_pair":
+        kw["new_kv"] = k_new
+    with pytest.raises(ValueError, match=match):
+        da.decode_attention(q, k, v, length, **kw)
+
+
 def test_num_splits_is_static():
     """The grid depends on B, nG, L and the SM count only, within [1, MAX_SPLITS]."""
     for B, nG, L in [(1, 1, 16384), (32, 1, 16384), (32, 8, 100), (1, 1, 1), (4096, 32, 16384)]:
@@ -320,6 +424,66 @@ def test_interp_one_split_and_many_splits(monkeypatch):
         assert err(da.decode_attention(q, k, v, length, scale=0.2, rope=tables, backend="triton"), ref) < 2e-5
 
 
+@needs_child
+@pytest.mark.parametrize("case", APPEND_CASES)
+def test_interp_kernel_appends_and_rotates(case, poisoned):
+    """new_kv written by the kernel into row length-1 (never read from the cache), q and the new key rotated
+    in it: the output and the caches against float64."""
+    B, nH, nG, L, Dk, Dv, rope, kv, lengths = case
+    q, k, v, length, tables, k_new, v_new = make_append_case(B, nH, nG, L, Dk, Dv, rope=rope is not None, kv=kv,
+                                                             lengths=lengths)
+    scale = 1.0 / math.sqrt(Dk)
+    expected = ref_append(q, k, v, length, scale, tables, rope, rope is not None, k_new, v_new)
+    out = da.decode_attention(q, k, v, length, scale=scale, rope=tables, rope_keys=rope or "as_read",
+                              rotate_q=rope is not None, new_kv=(k_new, v_new), backend="triton")
+    check_append(out, k, v, expected, 2e-5)
+
+
+@needs_child
+@pytest.mark.parametrize("rope", [None, "as_read", "stored"])
+def test_interp_append_at_split_and_block_edges(rope, monkeypatch):
+    """The new row at the first and last row of a block and of a split, with many splits (some empty)."""
+    monkeypatch.setattr(da, "INTERPRET_SMS", 64)
+    monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 16)
+    lens = [1, 2, 63, 64, 65, 66, 128, 129, 193, 200]
+    B, L = len(lens), 200
+    kv = "same" if rope == "as_read" else "separate"
+    q, k, v, length, tables, k_new, v_new = make_append_case(B, 4, 1, L, 32, 32, rope=rope is not None, kv=kv,
+                                                             lengths="full", seed=3)
+    length = torch.tensor(lens)
+    k_new = k_new.clone()
+    for b, n in enumerate(lens):  # the new row's position differs from make_append_case's: garbage there too
+        k[b, :, n - 1] = 1e4
+    expected = ref_append(q, k, v, length, 0.2, tables, rope, rope is not None, k_new, v_new)
+    out = da.decode_attention(q, k, v, length, scale=0.2, rope=tables, rope_keys=rope or "as_read",
+                              rotate_q=rope is not None, new_kv=(k_new, v_new), backend="triton")
+    check_append(out, k, v, expected, 2e-5)
+
+
+@needs_child
+@pytest.mark.parametrize("sms", [4, 64])
+def test_interp_fused_combine(sms, poisoned, monkeypatch):
+    """FUSED_COMBINE: the last split of each (sequence, KV head) merges all of them; the same answers as the
+    two-kernel path for plain calls and new_kv calls, one split or many, and every ticket counter back at 0."""
+    monkeypatch.setattr(da, "FUSED_COMBINE", True)
+    monkeypatch.setattr(da, "INTERPRET_SMS", sms)
+    monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 16)
+    monkeypatch.setattr(da, "_COUNTERS", {})
+    for B, nH, nG, L, Dk, Dv, rope, kv, lengths in INTERP_CASES:
+        q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv, lengths=lengths)
+        out = da.decode_attention(q, k, v, length, scale=0.3, rope=tables, backend="triton")
+        assert "combine" not in da.last_launch  # one launch
+        assert err(out, ref_decode(q, k, v, length, 0.3, tables)) < 2e-5
+    for B, nH, nG, L, Dk, Dv, rope, kv, lengths in APPEND_CASES:
+        q, k, v, length, tables, k_new, v_new = make_append_case(B, nH, nG, L, Dk, Dv, rope=rope is not None,
+                                                                 kv=kv, lengths=lengths)
+        expected = ref_append(q, k, v, length, 0.3, tables, rope, rope is not None, k_new, v_new)
+        out = da.decode_attention(q, k, v, length, scale=0.3, rope=tables, rope_keys=rope or "as_read",
+                                  rotate_q=rope is not None, new_kv=(k_new, v_new), backend="triton")
+        check_append(out, k, v, expected, 2e-5)
+    assert all(int(buf.abs().sum()) == 0 for bufs in da._COUNTERS.values() for buf in bufs)
+
+
 TUCKER_CASES = [
     # B, nH, r2, r3, p2, p3, L, rope, shared, q_pos
     (2, 4, 16, 32, 16, 32, 100, True, True, False),
@@ -372,9 +536,16 @@ def cuda_check(out, q, k, v, length, scale, tables):
     assert e_kernel <= 2 * e_sdpa + 2e-3, (e_kernel, e_sdpa)
 
 
+@pytest.fixture(params=["kernel", "fused"])
+def combine(request, monkeypatch):
+    """Both ways of merging the splits: the combine kernel, and FUSED_COMBINE (the last split merges)."""
+    monkeypatch.setattr(da, "FUSED_COMBINE", request.param == "fused")
+    return request.param
+
+
 @needs_cuda
 @pytest.mark.parametrize("case", CUDA_CASES)
-def test_cuda_kernel_matches_sdpa_and_float64(case, poisoned):
+def test_cuda_kernel_matches_sdpa_and_float64(case, poisoned, combine):
     B, nH, nG, L, Dk, Dv, rope, kv = case
     q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv, dtype=torch.bfloat16, device="cuda")
     assert da.decode_backend(q, k, v) == "triton"
@@ -382,6 +553,89 @@ def test_cuda_kernel_matches_sdpa_and_float64(case, poisoned):
     out = da.decode_attention(q, k, v, length, scale=scale, rope=tables)
     assert out.shape == (B, nH, Dv) and out.dtype == torch.bfloat16
     cuda_check(out, q, k, v, length, scale, tables)
+
+
+CUDA_APPEND_CASES = [
+    # B, nH, nG, L, Dk, Dv, rope, kv
+    (1, 12, 12, 4096, 64, 64, None, "separate"),  # GPT-2 MHA, batch 1
+    (32, 12, 1, 16384, 64, 64, "as_read", "same"),  # Tucker shared K/V, RoPE
+    (32, 12, 1, 16384, 64, 64, "stored", "separate"),  # Tucker separate K/V, RoPE
+    (4, 32, 8, 4096, 64, 64, "stored", "separate"),  # LLaMA-3 1B GQA-8
+    (32, 16, 1, 16384, 160, 128, None, "view"),  # absorbed MLA decoupled [128 | 32]
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", CUDA_APPEND_CASES)
+def test_cuda_kernel_appends_and_rotates(case, poisoned, combine):
+    """new_kv, rotate_q and rope_keys on the GPU: the output against float64 (within twice the SDPA
+    fallback's error) and the caches after the call against the fallback's."""
+    B, nH, nG, L, Dk, Dv, rope, kv = case
+    q, k, v, length, tables, k_new, v_new = make_append_case(B, nH, nG, L, Dk, Dv, rope=rope is not None, kv=kv,
+                                                             lengths="random", dtype=torch.bfloat16, device="cuda")
+    scale = 1.0 / math.sqrt(Dk)
+    expected = ref_append(q, k, v, length, scale, tables, rope, rope is not None, k_new, v_new)
+    k2 = k.clone()
+    v2 = k2 if kv == "same" else (k2[..., :Dv] if kv == "view" else v.clone())
+    kw = dict(scale=scale, rope=tables, rope_keys=rope or "as_read", rotate_q=rope is not None, new_kv=(k_new, v_new))
+    out = da.decode_attention(q, k, v, length, **kw)
+    sdpa = da.decode_attention(q, k2, v2, length, **kw, backend="sdpa")
+    e_kernel, e_sdpa = err(out, expected[0]), err(sdpa, expected[0])
+    assert e_kernel <= 2 * e_sdpa + 2e-3, (e_kernel, e_sdpa)
+    torch.testing.assert_close(k, k2, rtol=0, atol=0.02)  # the rotated key: fp32 products, one bf16 rounding
+    torch.testing.assert_close(v, v2, rtol=0, atol=0)
+
+
+@needs_cuda
+def test_cuda_graph_appends_step_after_step(combine):
+    """A captured call with new_kv replayed as a decode loop: each replay writes its own row (length - 1)."""
+    B, nH, L, D = 4, 12, 1024, 64
+    q, k, v, length, tables, k_new, _ = make_append_case(B, nH, 1, L, D, D, rope=True, kv="same", lengths="full",
+                                                         dtype=torch.bfloat16, device="cuda")
+    length = torch.full((B,), 100, device="cuda")
+    kw = dict(scale=0.125, rope=tables, rotate_q=True, new_kv=(k_new, None))
+    da.decode_attention(q, k, v, length, **kw)  # compile outside the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        da.decode_attention(q, k, v, length, **kw)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = da.decode_attention(q, k, v, length, **kw)
+    for n in (101, 102, 103, 700):
+        length.fill_(n)
+        q.normal_()
+        k_new.normal_()
+        expected = ref_append(q, k, k, length, 0.125, tables, "as_read", True, k_new, None)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert err(out, expected[0]) < 3e-2
+        assert err(k, expected[1]) < 2e-2  # row n - 1 written, rows before it as they were
+
+
+@needs_cuda
+@pytest.mark.parametrize("B,nH,nG,L,D", [(1, 12, 12, 4096, 64), (1, 12, 1, 16384, 64), (32, 32, 8, 2048, 64)])
+def test_cuda_fused_combine_under_load(B, nH, nG, L, D, monkeypatch):
+    """FUSED_COMBINE's ticket ordering, stressed: 64 back-to-back calls with different queries in one graph,
+    each against the two-kernel result. A merge that read a partial before it was written (or a counter
+    left non-zero) would show as a wrong row."""
+    monkeypatch.setattr(da, "FUSED_COMBINE", True)
+    q, k, v, length, _ = make_case(B, nH, nG, L, D, D, lengths="random", dtype=torch.bfloat16, device="cuda")
+    qs = torch.randn(64, *q.shape, device="cuda", dtype=q.dtype)
+    da.decode_attention(qs[0], k, v, length, scale=0.125)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [da.decode_attention(qs[i], k, v, length, scale=0.125) for i in range(64)]
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    monkeypatch.setattr(da, "FUSED_COMBINE", False)
+    for i in range(64):
+        ref = da.decode_attention(qs[i], k, v, length, scale=0.125)
+        torch.testing.assert_close(outs[i], ref, rtol=0, atol=1.6e-2)
+    assert all(int(buf.abs().sum()) == 0 for buf in da._COUNTERS[torch.device("cuda", 0)])
 
 
 @needs_cuda
