@@ -406,6 +406,13 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
     return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
 
 
+def add_norm(x, delta, norm):
+    """(x + delta, norm(x + delta)): fused_norm.add_norm, one kernel on CUDA (the residual add and the norm
+    after it), the two torch ops elsewhere and while torch.compile traces."""
+    from fused_norm import add_norm as dispatch  # imported on first use, not at import
+    return dispatch(x, delta, norm)
+
+
 @torch.compiler.disable
 def tucker_decode_attention(q_lat, G, k, v, G_post, length, *, scale, rope=None, q_pos=None):
     """Tucker's decode attention with the per-head cores fused (decode_attention.tucker_decode_attention):
@@ -1109,6 +1116,7 @@ ATTENTION = {"mha": GroupedQueryAttention, "gqa": GroupedQueryAttention, "mla": 
 
 class LayerNorm(nn.Module):
     """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1 semantics we rely on)."""
+    kind = "layernorm"  # for fused_norm.add_norm's kernel
 
     def __init__(self, ndim: int, bias: bool, eps: float = 1e-5):
         super().__init__()
@@ -1122,6 +1130,7 @@ class LayerNorm(nn.Module):
 
 class RMSNorm(nn.Module):
     """RMSNorm (LLaMA): y = x / sqrt(mean(x^2) + eps) * weight; a weight of d, no bias, no centering."""
+    kind = "rmsnorm"  # for fused_norm.add_norm's kernel
 
     def __init__(self, ndim: int, eps: float = 1e-5):
         super().__init__()
@@ -1198,9 +1207,13 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), rope, cache)
         return x + self.mlp(self.ln_2(x))
 
-    def decode(self, x, at: DecodePosition, cache: LayerCache):
-        x = x + self.attn.decode(self.ln_1(x), at, cache)
-        return x + self.mlp(self.ln_2(x))
+    def decode(self, x, h, at: DecodePosition, cache: LayerCache, next_norm: nn.Module):
+        """The decode step of this block: x (B, 1, d) the residual stream and h = ln_1(x) its normalized form
+        (computed by the previous block or the embedding). Returns (x', next_norm(x')), x' this block's output
+        and next_norm the next block's ln_1 (or ln_f): each residual add is fused with the norm that follows it
+        (fused_norm.add_norm, one kernel on CUDA instead of two)."""
+        x, h = add_norm(x, self.attn.decode(h, at, cache), self.ln_2)
+        return add_norm(x, self.mlp(h), next_norm)
 
 
 DECODE_CHOICES = ("auto", "eager", "graph")
@@ -1400,14 +1413,18 @@ class GPT(nn.Module):
         to positions 0 .. pos. Returns the logits (B, vocab). Every shape and address is fixed
         and no value goes to the host, so one captured CUDA graph serves every position
         (StaticDecoder). Attention runs through decode_attention (Triton on CUDA, SDPA elsewhere)."""
+        blocks = self.transformer.h
         x = self.transformer.wte(idx)  # (B, 1, d)
-        if self.transformer.wpe is not None:
-            x = x + self.transformer.wpe(pos)  # (1, d)
+        if self.transformer.wpe is not None:  # the position's embedding added and ln_1 taken in one kernel
+            x, h = add_norm(x, self.transformer.wpe(pos).expand_as(x), blocks[0].ln_1)
+        else:
+            h = blocks[0].ln_1(x)
         rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None
         at = DecodePosition.at(pos, rope, activation_dtype(self.lm_head.weight))  # once per step, not per layer
-        for block, cache in zip(self.transformer.h, caches):
-            x = block.decode(x, at, cache)
-        return self.lm_head(self.transformer.ln_f(x)).view(idx.size(0), -1)  # (B, vocab)
+        for i, (block, cache) in enumerate(zip(blocks, caches)):
+            next_norm = blocks[i + 1].ln_1 if i + 1 < len(blocks) else self.transformer.ln_f
+            x, h = block.decode(x, h, at, cache, next_norm)
+        return self.lm_head(h).view(idx.size(0), -1)  # (B, vocab)
 
     def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False,
                        compile_mode: str = "default") -> "StaticDecoder":

@@ -21,9 +21,9 @@
 #                 max-autotuned step (sample.py --compile=True [--compile_mode=max-autotune]), with a profile
 #   decode_profile_check  MHA and Tucker [8,64,64]: model.generate profiled eager and in a CUDA graph in one run
 #                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
-#   decode_fusion[_rope|_llama]  bench_decode graph mode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) three times in
-#                 a row: the tree of .carry/base (git archive of the commit before a change; carried), this tree,
-#                 this tree with --knob FUSED_COMBINE=True -> bench/<stage>_{base,new,fused}.md/json
+#   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
+#                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
+#                 -> bench/<stage>_{base,new}.md/json (COMPARE_KNOBS="--knob A=1 ...": a third run, <stage>_knobs)
 #   rope          bench_rope: RoPE's cost per formulation in one compiled MHA attention sublayer (kernel time)
 #   train         bench_train, GPT-2 124M variants beside nanoGPT's bench.py (.carry/nanogpt), with and
 #                 without RoPE, with a profile of MHA and Tucker [8,64,64]
@@ -127,22 +127,23 @@ for st in "$@"; do
     decode_profile_check) stage decode_profile_check python3 -m scripts.bench_decode \
             --variants mha,tucker_8_64_64 --modes graph_merged --batches 1 --contexts 4096 --generate 500 \
             --generate_modes eager,graph --generate_profile 64 --out_dir "$WORK/bench" --name decode_gpt2_profile_check ;;
-    decode_fusion*)  # the decode step before (.carry/base: a copy of the tree before the change) and after the
-        # cache write and rotations moved into the split kernel, with the combine kernel and FUSED_COMBINE
+    decode_vs_base*)  # the decode step of .carry/base (a copy of the tree before a change: git archive) against
+        # this tree's, one after the other on the same GPU (COMPARE_KNOBS="--knob NAME=VALUE ...": a third run of this
+        # tree with those decode_attention knobs)
         case $st in
-        decode_fusion) FA=(--variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 --modes graph
-                           --batches 1,32 --contexts 4096,16384 --generate 500 --generate_modes graph) ;;
-        decode_fusion_rope) FA=(--rope --variants mha,gqa4,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64
-                                --modes graph --batches 1,32 --contexts 4096,16384) ;;
-        decode_fusion_llama) FA=(--suite llama1b --variants gqa8,tucker_32_64_64,mha --modes graph
-                                 --batches 1 --contexts 4096) ;;
+        decode_vs_base) FA=(--variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 --modes graph,graph_merged
+                            --batches 1,32 --contexts 4096,16384 --generate 500 --generate_modes graph) ;;
+        decode_vs_base_rope) FA=(--rope --variants mha,gqa4,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64
+                                 --modes graph_merged --batches 1,32 --contexts 4096,16384) ;;
+        decode_vs_base_llama) FA=(--suite llama1b --variants gqa8,tucker_32_64_64,tucker_32_128_64,mha,mla_shared128
+                                  --modes graph,graph_merged --batches 1 --contexts 4096) ;;
         *) echo "unknown stage $st"; continue ;;
         esac
         B="$PWD/$WORK/bench"
         stage ${st}_base bash -c "cd .carry/base && python3 -m scripts.bench_decode ${FA[*]} --out_dir $B --name ${st}_base"
         stage ${st}_new python3 -m scripts.bench_decode "${FA[@]}" --out_dir "$B" --name ${st}_new
-        stage ${st}_fused python3 -m scripts.bench_decode "${FA[@]}" --knob FUSED_COMBINE=True --out_dir "$B" \
-            --name ${st}_fused ;;
+        [[ -n "${COMPARE_KNOBS:-}" ]] && stage ${st}_knobs python3 -m scripts.bench_decode "${FA[@]}" $COMPARE_KNOBS \
+            --out_dir "$B" --name ${st}_knobs ;;
     rope) stage rope python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile --out_dir "$WORK/bench" ;;
     train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
             --variants mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4 --profile mha,tucker_8_64_64 \

@@ -4,42 +4,20 @@ decode_attention.py: the decode kernels and their SDPA fallback against float64 
 CPU (CI):
   - the SDPA fallback and the Tucker composition vs plain float64 softmax math;
   - which backend 'auto' picks, and the argument errors;
-  - the Triton kernels themselves through Triton's interpreter (TRITON_INTERPRET=1, CPU tensors),
-    in a child pytest process: the interpreter must be switched on before triton is imported,
-    and another test may already have imported it here. fp32 and fp16 only: the 3.6
-    interpreter's tl.dot gets bf16 wrong (bf16 runs on the GPU tests).
+  - the Triton kernels themselves through Triton's interpreter, in a child pytest (tests/interpreted.py).
 CUDA (skipped without a GPU): Triton vs SDPA vs float64 at decode sizes (B up to 32, L up to
 16k, bf16), and inside a captured CUDA graph replayed at different lengths.
 """
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import decode_attention as da
+from interpreted import CHILD, needs_child, run_interpreted
 
-REPO = Path(__file__).resolve().parents[1]
-CHILD = os.environ.get("DECODE_ATTENTION_INTERPRETED") == "1"  # set in the interpreter child
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-needs_child = pytest.mark.skipif(not CHILD, reason="runs in the TRITON_INTERPRET=1 child (test_kernels_interpreted)")
-
-if CHILD:
-    # Triton 3.6's interpreter calls int() on 1-element arrays, which numpy >= 2.4 refuses (dynamic
-    # loop bounds fail): triton-lang/triton#9171, fixed upstream after 3.6. Same fix, test-only.
-    import triton.runtime.interpreter as _interp
-
-    _patch_lang_tensor = _interp._patch_lang_tensor
-
-    def _patched(tensor, scope):
-        _patch_lang_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(())))
-
-    _interp._patch_lang_tensor = _patched
 
 
 # ----------------------------------------------------------------------------------------
@@ -360,13 +338,7 @@ def test_num_splits_is_static():
 @pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
 @pytest.mark.skipif(not da._triton_available(), reason="triton is not installed")
 def test_kernels_interpreted():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "DECODE_ATTENTION_INTERPRETED": "1",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                           str(Path(__file__)), "-k", "interp_"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    run_interpreted(__file__)
 
 
 @pytest.fixture
