@@ -834,10 +834,13 @@ class LatentAttention(InferenceForm, nn.Module):
         out = torch.cat(pieces, dim=1)  # (1 + d, width): the image of 0, then of each unit vector
         lat = torch.cat([torch.zeros(1, nH * dc), torch.eye(nH * dc)]).to(basis)
         y = self._absorbed_output(lat.view(-1, nH, dc), wide)  # (1 + nH dcK, d)
-        return {"b_in": out[0].to(dtype).contiguous(),
+        # without biases in the layer both maps are linear (the image of 0 is 0): no bias, so F.linear is one
+        # plain GEMM (with one, cuBLAS may add a kernel per call: 24 launches in a GPT-2 decode step)
+        biased = any(name.endswith("bias") for name, _ in self.named_parameters())
+        return {"b_in": out[0].to(dtype).contiguous() if biased else None,
                 "W_in": (out[1:] - out[0]).t().to(dtype).contiguous(),  # (width, d), F.linear layout
                 "split_in": [piece.size(1) for piece in pieces],
-                "b_out": y[0].to(dtype).contiguous(),
+                "b_out": y[0].to(dtype).contiguous() if biased else None,
                 "W_out": (y[1:] - y[0]).t().to(dtype).contiguous()}  # (d, nH dcK)
 
     def decode(self, x, at: DecodePosition, cache: LayerCache):

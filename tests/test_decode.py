@@ -246,6 +246,17 @@ def test_merged_mla_decode_equals_uncached_forward(variant, pos_emb, mla_rope):
     got = decode_logits(model, idx, prompt=4)
     ref = other(idx)[0][:, 3:13]
     assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+    assert form["b_in"] is not None and form["b_out"] is not None  # build() gives the layer biases
+
+
+@pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
+def test_merged_mla_without_biases_has_none(pos_emb, mla_rope):
+    """bias=False: the merged maps are linear, stored without a bias (one plain GEMM each), and exact."""
+    model = build("mla_shared", pos_emb, mla_rope, bias=False)
+    attn = model.transformer.h[0].attn
+    switched_decode_equals_forward(model, "merged_decode", seed=11)  # the logits: the forward's
+    form = attn.merged_form()
+    assert form["b_in"] is None and form["b_out"] is None
 
 
 @pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
