@@ -421,6 +421,41 @@ def tucker_decode_attention(q_lat, G, k, v, G_post, length, *, scale, rope=None,
     return dispatch(q_lat, G, k, v, G_post, length, scale=scale, rope=rope, q_pos=q_pos)
 
 
+class LogitsCrossEntropy(torch.autograd.Function):
+    """F.cross_entropy(logits.float(), targets, ignore_index=-1) (the mean over non-ignored rows) that keeps
+    for its backward the logits as they come (bf16 under autocast) and one log-sum-exp per row, not float32
+    log-probabilities: the backward recomputes softmax - onehot from them. Same loss and gradient up to
+    float rounding (tested against F.cross_entropy). Why: compiled, F.cross_entropy on the float32 copy of
+    GPT-2's (12k, 50304) logits saved that 2.5 GB copy and read it back (1.8 ms of a 25 ms H200 step); this
+    form reads the bf16 logits once forward and once backward (results/bench/README.md, session 7)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets):  # logits (M, V) any float dtype, targets (M,) long, -1 = ignored
+        acc = torch.promote_types(logits.dtype, torch.float32)  # float32 (float64 stays)
+        valid = targets != -1
+        safe = targets.clamp(min=0)  # an ignored row picks any class; weighed by 0 below
+        lse = torch.logsumexp(logits.to(acc), dim=-1)  # (M,)
+        picked = logits.gather(1, safe[:, None]).squeeze(1).to(acc)  # (M,)
+        n = valid.sum().to(acc)  # no valid row: 0/0 = nan, as F.cross_entropy gives
+        ctx.save_for_backward(logits, lse, safe, valid, n)
+        return ((lse - picked) * valid).sum() / n
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        logits, lse, safe, valid, n = ctx.saved_tensors
+        probs = torch.exp(logits.to(lse.dtype) - lse[:, None])  # (M, V) softmax, recomputed
+        onehot = torch.arange(logits.size(1), device=logits.device)[None, :] == safe[:, None]  # (M, V)
+        scale = (valid.to(lse.dtype) * (grad_loss / n))[:, None]  # (M, 1): ignored rows get no gradient
+        return ((probs - onehot.to(lse.dtype)) * scale).to(logits.dtype), None
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of logits (M, V) against targets (M,), ignore_index -1, in at least float32:
+    F.cross_entropy(logits.float(), targets, ignore_index=-1), its backward from the logits themselves
+    (LogitsCrossEntropy)."""
+    return LogitsCrossEntropy.apply(logits, targets)
+
+
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """Mean over non-ignored rows of cross_entropy(h @ weight^T, targets) (ignore_index -1), chunk by
     chunk of `chunk` rows. The loss is the graph's last op, so its gradients are known in the forward:
@@ -1398,7 +1433,7 @@ class GPT(nn.Module):
         logits = self.lm_head(x)  # (B, T, vocab)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+            loss = cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
 
     # --- KV cache and generation ----------------------------------------------------------

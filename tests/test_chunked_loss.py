@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import GPT, GPTConfig, chunked_cross_entropy
+from model import GPT, GPTConfig, chunked_cross_entropy, cross_entropy
 from test_train import SMALL, small_data, train_losses  # noqa: F401 (small_data: a fixture)
 
 
@@ -145,3 +145,27 @@ def test_evaluation_computes_no_gradients():
             chunked_cross_entropy(h, w, t, 16)
         flops[mode] = fc.get_total_flops()
     assert flops["eval"] == 2 * 64 * 16 * 40 and flops["train"] == 3 * flops["eval"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_logits_cross_entropy_is_f_cross_entropy(dtype):
+    """model.cross_entropy (the loss of every unchunked forward: the backward from the logits and a log-sum-exp
+    per row, no float32 log-probabilities kept) gives F.cross_entropy(logits.float())'s loss and gradient,
+    ignored rows (-1) included; float64 to rounding, lower precisions to their own rounding of the same math."""
+    g = torch.Generator().manual_seed(5)
+    logits = (torch.randn(37, 101, generator=g, dtype=torch.float64) * 4).to(dtype).requires_grad_()
+    targets = torch.randint(0, 101, (37,), generator=g)
+    targets[[3, 10, 11]] = -1
+    loss = cross_entropy(logits, targets)
+    (grad,) = torch.autograd.grad(loss * 3.0, logits)  # an upstream gradient other than 1
+    ref_logits = logits.detach().clone().requires_grad_()
+    ref = F.cross_entropy(ref_logits.float() if dtype != torch.float64 else ref_logits, targets, ignore_index=-1)
+    (ref_grad,) = torch.autograd.grad(ref * 3.0, ref_logits)
+    assert loss.dtype == ref.dtype and grad.dtype == dtype
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2}[dtype]
+    assert abs(loss.item() - ref.item()) < tol * max(1.0, abs(ref.item()))
+    assert (grad.double() - ref_grad.double()).abs().max().item() < tol * ref_grad.double().abs().max().item()
+    assert grad[[3, 10, 11]].abs().max().item() == 0  # ignored rows: no gradient
+    all_ignored = cross_entropy(logits.detach(), torch.full((37,), -1))
+    assert torch.isnan(all_ignored) and torch.isnan(F.cross_entropy(logits.detach().float(), torch.full((37,), -1),
+                                                                     ignore_index=-1))
