@@ -25,6 +25,8 @@
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
 #                 -> bench/<stage>_{base,new}.md/json (COMPARE_KNOBS="--knob A=1 ...": a third run, <stage>_knobs)
+#   train_vs_base bench_train (GPT-2 MHA and Tucker [8,64,64], 12x1024 and 64x256, profiles, nanoGPT's bench.py beside
+#                 each run) for .carry/base's tree and this tree -> bench/train_vs_base_{base,new}.md/json
 #   rope          bench_rope: RoPE's cost per formulation in one compiled MHA attention sublayer (kernel time)
 #   train         bench_train, GPT-2 124M variants beside nanoGPT's bench.py (.carry/nanogpt), with and
 #                 without RoPE, with a profile of MHA and Tucker [8,64,64]
@@ -146,6 +148,12 @@ for st in "$@"; do
         stage ${st}_new python3 -m scripts.bench_decode "${FA[@]}" --out_dir "$B" --name ${st}_new
         [[ -n "${COMPARE_KNOBS:-}" ]] && stage ${st}_knobs python3 -m scripts.bench_decode "${FA[@]}" $COMPARE_KNOBS \
             --out_dir "$B" --name ${st}_knobs ;;
+    train_vs_base)  # bench_train beside nanoGPT's bench.py for .carry/base's tree, then this tree's, on GPU 0
+        B="$PWD/$WORK/bench"
+        TA=(--nanogpt "$PWD/.carry/nanogpt" --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --profile mha,tucker_8_64_64
+            --precompile 2 --time_budget 200)
+        stage ${st}_base bash -c "cd .carry/base && python3 -m scripts.bench_train ${TA[*]} --out_dir $B --name ${st}_base"
+        stage ${st}_new python3 -m scripts.bench_train "${TA[@]}" --out_dir "$B" --name ${st}_new ;;
     rope) stage rope python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile --out_dir "$WORK/bench" ;;
     train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
             --variants mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4 --profile mha,tucker_8_64_64 \
