@@ -1,0 +1,214 @@
+"""
+Where a training loop timed nanoGPT's way loses time that the GPU's own step time does not show.
+
+bench_train times a step two ways: CUDA events around forward, backward and the optimizer (`total_ms`), and
+nanoGPT's way, wall clock over iterations that each end with `loss.item()` (`loop_ms`, what its ratio to
+nanoGPT uses). Where loop_ms exceeds total_ms the GPU waits for the host between iterations. This script
+profiles that loop (torch.profiler, CPU and CUDA) for our model and, given its folder, nanoGPT's own model
+in nanoGPT's own loop, and reports per iteration: the wall time, the GPU's busy time (the union of its
+kernels), the idle gap from one iteration's last kernel to the next one's first, and the host's
+top-level operations inside that gap (what the GPU waited for).
+
+    python -m scripts.loop_gap --variant mha --shape 12x1024 --nanogpt .carry/nanogpt --out_dir OUT
+
+Writes loop_gap.md / loop_gap.json. CUDA only (the gap is a GPU's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from scripts.bench_train import (VARIANTS, Clock, _ANNOTATION, add_common_args, markdown_table, parse_shapes,  # noqa: E402
+                                 row_config, run_info, select_variants, write_report)
+
+
+def busy_union(intervals):
+    """Total length of the union of (start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def analyse(events, marks, top_n: int = 8) -> dict:
+    """events: torch.profiler's FunctionEvents of the profiled iterations; marks: their host start times (µs,
+    the profiler's clock, from 'loop_gap.iter' ranges). Per iteration: wall, GPU busy, the gap before its
+    first kernel, and the host's top-level ops overlapping the gaps (total µs per name)."""
+    from torch.autograd import DeviceType
+    kev = [e for e in events if e.device_type == DeviceType.CUDA
+           and not getattr(e, "is_user_annotation", False) and not _ANNOTATION.fullmatch(e.name)]
+    names = {(e.time_range.start, e.time_range.end): e.name for e in kev}
+    kernels = sorted(names)
+    top = lambda e: e.cpu_parent is None or e.cpu_parent.name.startswith("loop_gap")  # noqa: E731
+    host_top = [e for e in events if e.device_type == DeviceType.CPU and top(e)
+                and not e.name.startswith(("ProfilerStep", "loop_gap"))]
+    iters, gaps = [], []
+    for i in range(len(marks) - 1):
+        lo, hi = marks[i], marks[i + 1]
+        ks = [k for k in kernels if lo <= k[0] < hi]  # kernels that started while this iteration's host code ran
+        if not ks:
+            continue
+        first = min(k[0] for k in ks)
+        prev = [k[1] for k in kernels if k[0] < lo]  # the earlier iterations' kernels
+        gap = (first - max(prev)) if prev else None  # from the previous iteration's last kernel
+        if gap is not None and gap > 0:
+            gaps.append((max(prev), first))
+        iters.append({"wall_ms": (hi - lo) / 1e3, "gpu_busy_ms": busy_union(ks) / 1e3,
+                      "gap_before_ms": None if gap is None else gap / 1e3, "kernels": len(ks)})
+    # idle stretches inside iterations (>= 20 µs): where the GPU waited mid-step, named by the kernels around them
+    inner, inner_total = {}, 0.0
+    for (a0, a1), (b0, b1) in zip(kernels, kernels[1:]):
+        idle = b0 - max(a1, a0)
+        if idle >= 20 and not any(m for m in marks if a1 <= m <= b0):
+            key = f"{_short(names.get((a0, a1), '?'))} -> {_short(names.get((b0, b1), '?'))}"
+            inner[key] = inner.get(key, 0.0) + idle / 1e3
+            inner_total += idle / 1e3
+    in_gap = {}
+    for a, b in gaps:
+        for e in host_top:
+            s, t = e.time_range.start, e.time_range.end
+            overlap = min(t, b) - max(s, a)
+            if overlap > 0:
+                in_gap[e.name] = in_gap.get(e.name, 0.0) + overlap / 1e3
+    n = max(1, len(gaps))
+    return {"iterations": iters,
+            "median_wall_ms": statistics.median(r["wall_ms"] for r in iters) if iters else None,
+            "median_busy_ms": statistics.median(r["gpu_busy_ms"] for r in iters) if iters else None,
+            "median_gap_ms": statistics.median(r["gap_before_ms"] for r in iters if r["gap_before_ms"] is not None)
+            if gaps else None,
+            "host_in_gap_ms": dict(sorted(((k, v / n) for k, v in in_gap.items()), key=lambda kv: -kv[1])[:top_n]),
+            "idle_inside_ms": inner_total / max(1, len(iters)),
+            "idle_inside_top_ms": dict(sorted(((k, v / max(1, len(iters))) for k, v in inner.items()),
+                                              key=lambda kv: -kv[1])[:top_n])}
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+def profile_loop(step, n: int) -> dict:
+    """torch.profiler (CPU + CUDA) over n iterations of step(i) (each ends with loss.item(), nanoGPT's way)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    marks = []
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(n):
+            with record_function("loop_gap.iter"):
+                step(i)
+        torch.cuda.synchronize()
+    from torch.autograd import DeviceType
+    events = prof.events()
+    ranges = [e.time_range for e in events if e.name == "loop_gap.iter" and e.device_type == DeviceType.CPU]
+    return analyse(events, sorted(r.start for r in ranges) + [max(r.end for r in ranges)])
+
+
+def ours(variant, batch_size: int, seq_len: int, args, device):
+    """Our model as bench_train builds it (compiled, fused AdamW, bf16 autocast) and its loop."""
+    from model import GPT
+    cfg = row_config(variant, args, False, seq_len)
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = GPT(cfg)
+    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=6e-4, betas=(0.9, 0.95), device_type="cuda")
+    net = torch.compile(model)
+    x = torch.randint(cfg.vocab_size, (batch_size, seq_len), device=device)
+    y = torch.randint(cfg.vocab_size, (batch_size, seq_len), device=device)
+
+    def step(i):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = net(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step
+
+
+def nanogpt(folder: Path, batch_size: int, seq_len: int, device):
+    """nanoGPT's model.py from its folder, configured and stepped as its bench.py does (no prints)."""
+    spec = importlib.util.spec_from_file_location("nanogpt_model", folder / "model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    conf = mod.GPTConfig(block_size=seq_len, n_layer=12, n_head=12, n_embd=768, dropout=0, bias=False)
+    model = mod.GPT(conf).to(device)
+    opt = model.configure_optimizers(weight_decay=1e-2, learning_rate=1e-4, betas=(0.9, 0.95), device_type="cuda")
+    net = torch.compile(model)
+    x = torch.randint(50304, (batch_size, seq_len), device=device)
+    y = torch.randint(50304, (batch_size, seq_len), device=device)
+
+    def step(i):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = net(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variant", default="mha", help="one of " + ", ".join(v.id for v in VARIANTS))
+    p.add_argument("--shape", default="12x1024", help="BxT")
+    p.add_argument("--nanogpt", default=None, help="nanoGPT's folder: its model in its loop beside ours")
+    p.add_argument("--warmup", type=int, default=15)
+    p.add_argument("--iters", type=int, default=8, help="profiled iterations")
+    add_common_args(p, name="loop_gap")
+    args = p.parse_args(argv)
+    args.suite, args.compile = "gpt2", True
+    device = torch.device(args.device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise SystemExit("loop_gap measures a GPU's idle time: it needs CUDA")
+    (batch_size, seq_len), = parse_shapes(args.shape)
+    variant, = select_variants(args.variant)
+    runs = {f"ours: {variant.label}": lambda: ours(variant, batch_size, seq_len, args, device)}
+    if args.nanogpt:
+        runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)
+    results = {}
+    for name, build in runs.items():
+        step = build()
+        for i in range(args.warmup):
+            step(i)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(20):  # unprofiled, nanoGPT's way: 20 iterations on the wall clock, loss.item() in each
+            step(i)
+        loop_ms = (time.perf_counter() - t0) / 20 * 1e3
+        results[name] = {"loop_ms": loop_ms, **profile_loop(step, args.iters)}
+        r = results[name]
+        print(f"{name}: unprofiled loop {loop_ms:.2f} ms/iter; profiled: wall {r['median_wall_ms']:.2f} ms/iter, GPU busy {r['median_busy_ms']:.2f}, "
+              f"gap {r['median_gap_ms']:.3f}; host in the gap: {r['host_in_gap_ms']}; idle inside "
+              f"{r['idle_inside_ms']:.3f}: {r['idle_inside_top_ms']}", flush=True)
+        del step
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+    info = run_info(args, device, argv)
+    body = [[name, f"{r['loop_ms']:.2f}", f"{r['median_wall_ms']:.2f}", f"{r['median_busy_ms']:.2f}", f"{r['median_gap_ms']:.3f}",
+             "; ".join(f"{k} {v:.3f}" for k, v in r["host_in_gap_ms"].items()), f"{r['idle_inside_ms']:.3f}",
+             "; ".join(f"`{k}` {v:.3f}" for k, v in r["idle_inside_top_ms"].items())] for name, r in results.items()]
+    md = (f"# The GPU's idle time in a training loop timed nanoGPT's way ({args.shape})\n\n{info['date']} on "
+          f"{info.get('gpu', '')}, torch {torch.__version__}; median of {args.iters} profiled iterations after "
+          f"{args.warmup}.\n\n`{info['command']}`\n\n"
+          + markdown_table(["run", "loop ms/iter (unprofiled)", "profiled wall ms/iter", "GPU busy ms", "gap before the first kernel, ms",
+                            "host top-level ops in the gap (ms per iteration)", "idle inside an iteration, ms",
+                            "where (kernel before -> kernel after: ms per iteration)"], body) + "\n")
+    write_report(args.out_dir, args.name, md, {**info, "results": results})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""scripts/loop_gap.py's analysis on synthetic profiler events (the script itself needs a GPU): the GPU's busy
+time as the union of its kernels, the gap before each iteration's first kernel, and the host operations
+that ran in those gaps."""
+import types
+
+from torch.autograd import DeviceType
+
+from scripts import loop_gap
+
+
+def ev(name, device, start, end, parent=None):
+    return types.SimpleNamespace(name=name, device_type=device, time_range=types.SimpleNamespace(start=start, end=end),
+                                 cpu_parent=parent, is_user_annotation=False)
+
+
+def test_busy_union_merges_overlaps():
+    assert loop_gap.busy_union([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17
+    assert loop_gap.busy_union([]) == 0
+
+
+def test_analyse_finds_the_gap_and_what_the_host_did():
+    C, G = DeviceType.CPU, DeviceType.CUDA
+    # iteration 1: host 0..1000, kernels 100..900; iteration 2: host 1000..2000, its first kernel at 1400
+    # (the GPU idle 900..1400 while the host ran 'aten::item' to 1050 and 'Torch-Compiled Region' from 1050)
+    region = ev("Torch-Compiled Region", C, 1050, 1500)
+    events = [ev("k1", G, 100, 500), ev("k2", G, 450, 900), ev("aten::item", C, 880, 1050),
+              region, ev("aten::mm", C, 1100, 1200, parent=region),  # not top-level: not counted
+              ev("k3", G, 1400, 1900), ev("ProfilerStep#1", G, 0, 2000), ev("Optimizer.step#AdamW.step", G, 0, 900)]
+    out = loop_gap.analyse(events, [0, 1000, 2000])
+    first, second = out["iterations"]
+    assert first["gpu_busy_ms"] == 0.8 and first["gap_before_ms"] is None and first["kernels"] == 2
+    assert second["gap_before_ms"] == 0.5 and second["wall_ms"] == 1.0 and second["kernels"] == 1
+    assert out["host_in_gap_ms"] == {"Torch-Compiled Region": 0.35, "aten::item": 0.15}
+    assert out["idle_inside_ms"] == 0  # k1/k2 overlap; the only idle stretch spans an iteration boundary
+
+
+def test_analyse_names_idle_stretches_inside_an_iteration():
+    C, G = DeviceType.CPU, DeviceType.CUDA
+    it = ev("loop_gap.iter", C, 0, 1000)
+    events = [it, ev("fwd_kernel", G, 10, 300), ev("bwd_kernel", G, 500, 900),
+              ev("Optimizer.step#AdamW.step", C, 300, 480, parent=it)]
+    out = loop_gap.analyse(events, [0, 1000])
+    assert out["idle_inside_ms"] == 0.2 and out["idle_inside_top_ms"] == {"fwd_kernel -> bwd_kernel": 0.2}
