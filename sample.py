@@ -36,10 +36,10 @@ DEFAULTS = dict(
     # 'auto' = the static (CUDA-graph) decode step on CUDA, eager elsewhere; 'eager' = the plain
     # cached step; 'graph' = force the static step (CUDA only)
     decode="auto",
-    # torch.compile the cached decode step first (elementwise work fused into few kernels): on an H200 12-18%
-    # less time per token at batch 1 than the uncompiled step of session 5 (results/bench/; the uncompiled step
-    # has since fused its own cache writes, RoPE and residual adds, not re-measured against it), after a
-    # one-time compile of tens of seconds (the same greedy tokens: tested on CPU in float32)
+    # torch.compile the cached decode step first (elementwise work fused into few kernels): on an H200 1-3% less
+    # time per token at batch 1 than the uncompiled step, which fuses its cache writes, RoPE and residual adds
+    # itself (results/bench/, session 7), after a one-time compile of tens of seconds (the same greedy tokens
+    # in float32: tested on CPU; in bf16 fused rounding can change near-tied greedy choices)
     compile=False,
     # with compile=True: 'default', or 'max-autotune' (Triton GEMMs with the elementwise work fused in: on an H200
     # another 0.04-0.08 ms off a GPT-2 step at batch 1, after minutes of tuning the first time)
