@@ -241,7 +241,8 @@ def test_weight_bytes_follow_the_decode_path():
     assert bench_decode.weight_bytes_per_step(tucker) == 2 * (664 + 80 + 16 + 16 + 16)
     mla = GPT(GPTConfig(**base, attn="mla", kv_rank=4, q_rank=4, mla_rope="latent")).to(torch.bfloat16)
     form = mla.transformer.h[0].attn.merged_form()
-    merged = sum(form[k].numel() for k in ("W_in", "b_in", "W_out", "b_out"))
+    assert form["b_in"] is None and form["b_out"] is None  # a layer without biases: linear maps, no bias tensors
+    merged = sum(form[k].numel() for k in ("W_in", "W_out"))
     assert bench_decode.weight_bytes_per_step(mla) == 2 * (664 + merged)
 
 
