@@ -380,27 +380,19 @@ def _cat_linear(layers) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
                               for lin, b in zip(layers, biases)])
 
 
-def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int, pad_v: Optional[bool] = None) -> torch.Tensor:
+def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.Tensor:
     """Causal scaled-dot-product attention over SDPA. q: (B, nH, T, Dq), k/v: (B, nG, S, D) with
     nH a multiple of nG (nG = 1 is MQA-style: one K/V head read for every query head, no copies).
     q_start is the position of q's first token among the S keys (0 without a cache)."""
     T, S = q.size(2), k.size(2)
     gqa = {"enable_gqa": True} if k.size(1) != q.size(1) else {}
-    Dv = v.size(-1)
-    if Dv < q.size(-1) and (q.is_cuda if pad_v is None else pad_v):
-        # keys wider than values (MLA's decoupled RoPE: dH + dR against dH; Tucker with r3 > r~3). SDPA's fast CUDA
-        # kernels (cuDNN, flash) take one head dim for q, k and v, so v is zero-padded to it and the output cut
-        # back (exact: the padded columns are zeros); with unequal dims SDPA fell back to a slower kernel. Not on
-        # the CPU, whose math kernel takes any dims (and whose FLOP counts the tests compare with the formulas)
-        v = F.pad(v, (0, q.size(-1) - Dv))
     if q_start == 0 and T == S:
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, **gqa)
-    elif T == 1:  # one new token sees every cached one
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, **gqa)
-    else:  # several new tokens after a cached prefix: query i (at q_start + i) sees keys 0 .. q_start + i
-        mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=q_start)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, **gqa)
-    return y[..., :Dv] if y.size(-1) != Dv else y
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, **gqa)
+    if T == 1:  # one new token sees every cached one
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, **gqa)
+    # several new tokens after a cached prefix: query i (at q_start + i) sees keys 0 .. q_start + i
+    mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=q_start)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, **gqa)
 
 
 @torch.compiler.disable  # an opaque call in a compiled decode step (a Triton launch, or SDPA)

@@ -405,18 +405,3 @@ def test_cache_overflow_is_a_clear_error():
     cache.append(k=torch.zeros(1, 1, 3, 4))
     with pytest.raises(ValueError, match="full"):
         cache.append(k=torch.zeros(1, 1, 1, 4))
-
-
-@pytest.mark.parametrize("q_start,T,S", [(0, 7, 7), (6, 1, 7), (3, 4, 7)])
-def test_attend_with_padded_values_is_exact(q_start, T, S):
-    """Keys wider than values (MLA's decoupled RoPE, Tucker with r3 > r~3): on CUDA `_attend` zero-pads v to the key
-    width for SDPA's fast kernels and cuts the output back; the same result as unpadded, for the causal forward, a
-    decode step and a chunk after a cached prefix."""
-    from model import _attend
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(2, 4, T, 12, generator=g, dtype=torch.float64), torch.randn(2, 1, S, 12, generator=g, dtype=torch.float64)
-    v = torch.randn(2, 1, S, 8, generator=g, dtype=torch.float64)
-    plain = _attend(q, k, v, scale=0.3, dropout_p=0.0, q_start=q_start, pad_v=False)
-    padded = _attend(q, k, v, scale=0.3, dropout_p=0.0, q_start=q_start, pad_v=True)
-    assert padded.shape == plain.shape == (2, 4, T, 8)
-    torch.testing.assert_close(padded, plain, rtol=0, atol=1e-14)
