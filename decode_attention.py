@@ -164,7 +164,7 @@ def _resolve(backend: str, q, k, v) -> str:
 # Argument checks shared by both backends (cheap: shapes only, no host sync).
 
 
-def _check(q, k, v, length, rope):
+def _check(q, k, v, length, rope, all_rows: bool = True):
     if q.dim() != 3 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"expected q (B, nH, Dk), k (B, nG, L, Dk), v (B, nG, L, Dv); got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
@@ -178,11 +178,12 @@ def _check(q, k, v, length, rope):
         raise ValueError("k and v need a unit stride in their last dimension")
     if not torch.is_tensor(length) or length.dtype not in (torch.int32, torch.int64) or length.numel() not in (1, B):
         raise ValueError("length must be an int32/int64 tensor of shape () or (B,)")
-    if rope is not None:
+    if rope is not None:  # all_rows: keys rotated as read need a row for every cache row; else the new position's
         cos, sin = rope
-        if Dk % 2 or cos.dim() != 2 or cos.shape != sin.shape or cos.size(0) < L or cos.size(1) != Dk // 2:
-            raise ValueError(f"rope tables must be (>= L={L}, Dk/2={Dk / 2}) with Dk even; got "
-                             f"{tuple(cos.shape)}, {tuple(sin.shape)}")
+        if (Dk % 2 or cos.dim() != 2 or cos.shape != sin.shape or (all_rows and cos.size(0) < L)
+                or cos.size(1) != Dk // 2):
+            raise ValueError(f"rope tables must be ({'>= L=' + str(L) if all_rows else 'rows'}, Dk/2={Dk / 2}) with Dk "
+                             f"even; got {tuple(cos.shape)}, {tuple(sin.shape)}")
 
 
 def _as_length(length, q):
@@ -848,7 +849,7 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
     Returns (B, nH, Dv) in q's dtype.
     """
     length = _as_length(length, q)
-    _check(q, k, v, length, rope)
+    _check(q, k, v, length, rope, all_rows=rope_keys == "as_read")  # 'stored': only row length - 1 is read
     new_kv = _check_new(q, k, v, rope, rope_keys, rotate_q, new_kv)
     if _resolve(backend, q, k, v) == "sdpa":
         return _sdpa_decode(q, k, v, length, scale, rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)

@@ -299,6 +299,21 @@ def test_argument_errors(bad):
         da.decode_attention(q, k, v, length, **kw)
 
 
+def test_stored_keys_need_table_rows_only_up_to_the_position():
+    """rope_keys='stored' reads the tables at length - 1 only: a cache longer than the tables is fine (a decoder made
+    with max_len > block_size), while keys rotated as read need a row for every cache row."""
+    q, k, v, length, tables, k_new, v_new = make_append_case(2, 4, 2, 40, 16, 16, rope=True, kv="separate",
+                                                             lengths="random")
+    length = torch.tensor([30, 7])
+    short = (tables[0][:30], tables[1][:30])
+    expected = ref_append(q, k, v, length, 0.25, short, "stored", True, k_new, v_new)
+    out = da.decode_attention(q, k, v, length, scale=0.25, rope=short, rope_keys="stored", rotate_q=True,
+                              new_kv=(k_new, v_new), backend="sdpa")
+    check_append(out, k, v, expected, 1e-5)
+    with pytest.raises(ValueError, match="rope tables"):
+        da.decode_attention(q, k, v, length, scale=0.25, rope=short, backend="sdpa")  # as read: 40 rows needed
+
+
 @pytest.mark.parametrize("bad", ["rope_keys", "rotate_without_rope", "key_shape", "value_for_shared",
                                  "no_value", "shared_stored", "not_a_pair"])
 def test_append_argument_errors(bad):
