@@ -32,6 +32,13 @@ bytes read (ROPE_MODE: 'rows' reads every row instead). When v is k's storage (o
 k[..., :Dv] view) the value tile is the unrotated key tile already in registers: shared KV is
 read from HBM once.
 
+The new token (new_kv, rotate_q, rope_keys='stored'): the step's own key and value need not be written into the
+cache first. The split whose rows hold position length-1 takes them from their (B, nG, D) tensors, rotates the key
+to that position where the cache holds rotated keys (MHA/GQA, Tucker with separate K/V), stores them into the cache
+row and adds them to its online softmax as one more column; the loop over cached rows stops before that row. The
+query can be rotated to its position in the same program (rotate_q). One launch then does what a decode layer did
+with a rotation, a cache write per cached tensor and the attention.
+
 Head dimensions that are not powers of two (MLA decoupled: dcK + rope dims, e.g. 160) are split
 into two column chunks so the padded tiles waste little: with RoPE the two rotate-half halves
 (Dk/2 each), otherwise [0, P) and [P, D) with P the largest power of two <= D.
