@@ -83,8 +83,6 @@ ROPE_FP32 = False  # rotate keys in fp32 (False: in the cache dtype, as model.ap
 #                    registers: on the H200, r3 = 128 spilled in fp32 and ran 35% slower)
 _ROPE_MODES = {"rows": 0, "k_angle": 1, "q_base": 2}
 COMBINE_TILE = 4096  # fp32 elements of one combine tile (splits x value columns)
-FUSED_COMBINE = False  # the split kernel's last program per (sequence, KV head) merges the splits (one launch, not
-#                        two; a ticket counter per (b, g) in global memory). Not for the fused Tucker kernel
 TUCKER_QCORE = "dot"  # Tucker query cores in the split kernel: 'dot' (a tensor-core product per head,
 #                       pipelined loop) or 'bcast' (broadcast-multiply-sum over r2 chunks, all heads at once)
 TUCKER_QCORE_TILE = 4096  # fp32 elements of one (heads x r2-chunk x r3) 'bcast' step
@@ -229,15 +227,10 @@ def _sdpa_decode(q, k, v, length, scale, rope, *, rope_keys="as_read", rotate_q=
         k_new, v_new = new_kv
         if rope is not None and rope_keys == "stored":
             k_new = _at_positions(k_new, rope, pos)
-        if length.numel() == 1:  # one position for all: index_copy_ (cheaper on the CPU than an index_put_)
-            k.index_copy_(2, pos[:1].long(), k_new.unsqueeze(2))
-            if v_new is not None:
-                v.index_copy_(2, pos[:1].long(), v_new.unsqueeze(2))
-        else:
-            rows = torch.arange(B, device=q.device)
-            k[rows, :, pos] = k_new  # (B, nG, Dk) into k[b, :, pos[b]]
-            if v_new is not None:
-                v[rows, :, pos] = v_new
+        rows = torch.arange(B, device=q.device)
+        k[rows, :, pos] = k_new  # (B, nG, Dk) into k[b, :, pos[b]]
+        if v_new is not None:
+            v[rows, :, pos] = v_new
     if rope is not None and rope_keys == "as_read":
         cos, sin = rope
         k = _rotate(k, cos[:L], sin[:L])  # (B, nG, L, Dk): key row p rotated by position p
@@ -257,14 +250,13 @@ if _triton_available():
 
     @triton.jit
     def _split_kernel(
-        Q, G, Gp, K, V, Knew, Vnew, Len, QPos, Cos, Sin, Opart, Mpart, Lpart, Out, Counter,
+        Q, G, Gp, K, V, Knew, Vnew, Len, QPos, Cos, Sin, Opart, Mpart, Lpart,
         s_qb, s_qh, s_qd,  # q (B, nH, Dk); with QCORE: q_lat (B, r2) as (s_qb, -, s_qd)
         s_gh, s_gj, s_gd,  # G (nH, r2, r3), QCORE only
         s_gph, s_gpp, s_gpd,  # G~ (nH, P2, Dv), OUTCORE only
         s_kb, s_kg, s_kn,  # k (B, nG, L, Dk), unit last stride
         s_vb, s_vg, s_vn,  # v (B, nG, L, Dv), unit last stride
         s_knb, s_kng, s_vnb, s_vng,  # NEW: the new token's k (B, nG, Dk) and v (B, nG, Dv), unit last stride
-        s_ob, s_oh,  # FUSE_COMBINE: the output (B, nH, Dv)
         s_len, s_qpos, s_rn, s_rd,  # length, query position: (B,) or () [stride 0]; cos/sin (rows, Dk/2)
         n_kv_heads, group, num_splits, n_rows, qk_scale,  # n_rows = L; qk_scale = scale * log2(e): base-2 softmax
         DK: tl.constexpr, DV: tl.constexpr, R2: tl.constexpr, P2: tl.constexpr, BLOCK_P2: tl.constexpr,
@@ -277,8 +269,6 @@ if _triton_available():
         NEW: tl.constexpr,  # the new token's key/value come in Knew/Vnew: written to cache row length - 1 here
         ROT_Q: tl.constexpr,  # rotate the query tile to its position (QPos + QPOS_OFF) before use
         ROT_NEW: tl.constexpr,  # rotate the new key to its position before it is stored (a cache of rotated keys)
-        FUSE_COMBINE: tl.constexpr,  # the last split of each (b, g) to finish merges them all into Out (no 2nd launch)
-        BLOCK_S: tl.constexpr, COMB_S: tl.constexpr,  # FUSE_COMBINE: splits padded, and merged per step
     ):
         pid_bg = tl.program_id(0)
         split = tl.program_id(1)
@@ -575,49 +565,6 @@ if _triton_available():
             tl.store(o_base + vc_lo[None, :], acc_lo, mask=mask_h[:, None] & vm_lo[None, :])
             if HAS_VHI:
                 tl.store(o_base + vc_hi[None, :], acc_hi, mask=mask_h[:, None] & vm_hi[None, :])
-            if FUSE_COMBINE:
-                # Each split takes a ticket once its partials are stored; the one that draws the last ticket
-                # merges all num_splits partials of its heads (the _combine_kernel's math) and resets the
-                # counter for the next call. Release/acquire at GPU scope orders the partials before the
-                # ticket; the merge reads them through L2 (.cg), never from a stale L1 line.
-                tl.debug_barrier()  # every thread's partial stores are issued before the ticket is taken
-                ticket = tl.atomic_add(Counter + pid_bg, 1, sem="acq_rel", scope="gpu")
-                if ticket == num_splits - 1:
-                    tl.atomic_xchg(Counter + pid_bg, 0, sem="relaxed", scope="gpu")
-                    head_rows = (b64 * n_heads + heads) * num_splits  # (H,) first partial row of each head
-                    offs_s = tl.arange(0, BLOCK_S)
-                    mask_hs = mask_h[:, None] & (offs_s < num_splits)[None, :]
-                    m_all = tl.load(Mpart + head_rows[:, None] + offs_s[None, :], mask=mask_hs,
-                                    other=float("-inf"), cache_modifier=".cg")  # (H, S)
-                    l_all = tl.load(Lpart + head_rows[:, None] + offs_s[None, :], mask=mask_hs, other=0.0,
-                                    cache_modifier=".cg")
-                    m_max = tl.max(m_all, axis=1)
-                    m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # padded heads: all empty
-                    den = tl.sum(tl.exp2(m_all - m_max[:, None]) * l_all, axis=1)  # (H,)
-                    inv_den = 1.0 / tl.where(den > 0, den, 1.0)
-                    o_lo = tl.zeros((BLOCK_H, BLOCK_VLO), dtype=tl.float32)
-                    if HAS_VHI:
-                        o_hi = tl.zeros((BLOCK_H, BLOCK_VHI), dtype=tl.float32)
-                    for s0 in range(0, num_splits, COMB_S):
-                        offs_c = s0 + tl.arange(0, COMB_S)
-                        mask_hc = mask_h[:, None] & (offs_c < num_splits)[None, :]
-                        rows_hc = head_rows[:, None] + offs_c[None, :]  # (H, C)
-                        m_c = tl.load(Mpart + rows_hc, mask=mask_hc, other=float("-inf"), cache_modifier=".cg")
-                        w_c = tl.exp2(m_c - m_max[:, None])[:, :, None]  # (H, C, 1): empty splits weigh 0
-                        part = Opart + rows_hc[:, :, None] * DV
-                        o_c = tl.load(part + vc_lo[None, None, :], mask=mask_hc[:, :, None] & vm_lo[None, None, :],
-                                      other=0.0, cache_modifier=".cg")  # (H, C, Dvlo)
-                        o_lo += tl.sum(o_c * w_c, axis=1)
-                        if HAS_VHI:
-                            o_c = tl.load(part + vc_hi[None, None, :], mask=mask_hc[:, :, None] & vm_hi[None, None, :],
-                                          other=0.0, cache_modifier=".cg")
-                            o_hi += tl.sum(o_c * w_c, axis=1)
-                    out_base = Out + b64 * s_ob + heads[:, None] * s_oh
-                    tl.store(out_base + vc_lo[None, :], (o_lo * inv_den[:, None]).to(Out.dtype.element_ty),
-                             mask=mask_h[:, None] & vm_lo[None, :])
-                    if HAS_VHI:
-                        tl.store(out_base + vc_hi[None, :], (o_hi * inv_den[:, None]).to(Out.dtype.element_ty),
-                                 mask=mask_h[:, None] & vm_hi[None, :])
 
     @triton.jit
     def _combine_kernel(
@@ -699,25 +646,6 @@ def num_splits(B: int, nG: int, L: int, device, block_n: Optional[int] = None) -
     return max(1, _cdiv(blocks, _cdiv(blocks, s)))
 
 
-_COUNTERS = {}  # device -> [int32 buffers]: the fused combine's tickets, the newest last; every call leaves them 0
-
-
-def _counters(device: torch.device, n: int) -> Optional[torch.Tensor]:
-    """n zeroed ticket counters on `device` for FUSED_COMBINE (one per (sequence, KV head)), shared by every
-    call on the device: calls on one stream run one after another, and each leaves its counters at zero.
-    A buffer, once made, is never freed (a captured CUDA graph keeps its address). None while a CUDA graph
-    is being captured and no buffer is large enough (memory made during a capture belongs to that graph):
-    the call then takes the separate combine kernel."""
-    device = torch.device(device)
-    bufs = _COUNTERS.setdefault(device, [])
-    if bufs and bufs[-1].numel() >= n:
-        return bufs[-1]
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return None
-    bufs.append(torch.zeros(max(n, 4096), dtype=torch.int32, device=device))
-    return bufs[-1]
-
-
 def _layout(Dk: int, Dv: int, rope: bool, v_from_k: bool):
     """Column chunks of the key and value rows (see the module docstring)."""
     if rope:
@@ -791,30 +719,22 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         gs = (0, 0, 0)
     gps = G_post.stride() if G_post is not None else (0, 0, 0)
     num_warps = NUM_WARPS or (4 if block_h >= 32 else 2)
-    block_s = _pow2(S, 1)
-    counter = _counters(dev, B * nG) if FUSED_COMBINE and G_post is None else None
-    fuse = counter is not None
-    if G_post is None and out is None:
-        out = _empty((B, nH, Dv), dev, q.dtype)
-    comb_s = max(1, min(block_s, _pow2_floor(max(1, COMBINE_TILE // (block_h * (lay["BLOCK_VLO"] + (
-        lay["BLOCK_VHI"] if lay["HAS_VHI"] else 0)))))))
     last_launch["split"] = _split_kernel[(B * nG, S)](
         q, G if G is not None else q, G_post if G_post is not None else q, k, v, k_new, v_new, length, qpos, cos, sin,
-        o_part, m_part, l_part, out if fuse else o_part, counter if fuse else length,
+        o_part, m_part, l_part,
         *qs, *gs, *gps, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), *kns, *vns,
-        *((out.stride(0), out.stride(1)) if fuse else (0, 0)), s_len, s_qpos, s_rn, s_rd, nG, group, S, L, scale * math.log2(math.e),
+        s_len, s_qpos, s_rn, s_rd, nG, group, S, L, scale * math.log2(math.e),
         DK=Dk, DV=Dv, R2=r2, P2=P2, BLOCK_P2=_pow2(P2), BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_J=block_j,
         ROPE=rope is not None, ROPE_MODE=_ROPE_MODES[ROPE_MODE], ROPE_F32=ROPE_FP32, V_FROM_K=v_from_k,
         QCORE=G is not None, QCORE_DOT=TUCKER_QCORE == "dot", OUTCORE=G_post is not None, QPOS_OFF=qpos_off,
         DOT_PREC="ieee" if k.dtype == torch.float32 else "tf32",
         NEW=new_kv is not None, ROT_Q=rotate_q, ROT_NEW=rotate_new and new_kv is not None,
-        FUSE_COMBINE=fuse, BLOCK_S=block_s, COMB_S=comb_s,
         num_warps=num_warps, num_stages=NUM_STAGES, **lay,
     )
-    last_launch.pop("combine", None)
-    if fuse:
-        return out
+    block_s = _pow2(S, 1)
     if G_post is None:
+        if out is None:
+            out = _empty((B, nH, Dv), dev, q.dtype)
         block_d = max(16, min(_pow2(Dv), _pow2_floor(max(1, COMBINE_TILE // block_s))))
         last_launch["combine"] = _combine_kernel[(B * nH, _cdiv(Dv, block_d))](
             o_part, m_part, l_part, out, out.stride(0), out.stride(1), nH, S,
@@ -961,9 +881,6 @@ def _tucker_compose(q_lat, G, k, v, G_post, length, *, scale, rope, q_pos):
     B = q_lat.size(0)
     q = torch.einsum("bj,hjd->bhd", q_lat, G)  # (B, nH, r3): q_i = q_lat G_i
     if rope is not None:
-        cos, sin = rope
-        pos = q_pos.reshape(-1).expand(B)  # (B,) position of each sequence's new token
-        q = _rotate(q.unsqueeze(2), cos[pos].unsqueeze(1).unsqueeze(1),
-                    sin[pos].unsqueeze(1).unsqueeze(1)).squeeze(2)  # (B, nH, r3)
+        q = _at_positions(q, rope, q_pos.reshape(-1).expand(B))  # (B, nH, r3) at each sequence's new position
     o = _sdpa_decode(q, k, v, length, scale, rope)  # (B, nH, p3)
     return torch.einsum("bhd,hpd->bp", o, G_post)  # (B, p2): sum_i o_i G~_i^T

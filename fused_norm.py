@@ -19,28 +19,14 @@ traces (inductor fuses the two ops itself). Everything else takes the two torch 
 
 from __future__ import annotations
 
-import functools
-import os
 from typing import Optional, Tuple
 
 import torch
 
+from decode_attention import _interpret, _triton_available  # the one check of each, shared with its kernels
+
 MAX_DIM = 16384
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-@functools.lru_cache(maxsize=None)
-def _triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 if _triton_available():

@@ -396,7 +396,7 @@ def main(argv=None):
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="set one of decode_attention's tuning knobs for the whole run (a Python literal; repeatable), "
-                        "e.g. --knob FUSED_COMBINE=True")
+                        "e.g. --knob NUM_WARPS=4")
     add_common_args(p, name="bench_decode")
     args = p.parse_args(argv)
     set_knobs(args.knob)

@@ -134,8 +134,7 @@ GROUP_CASES = {  # the knob groups' cases (base and sdpa run every selected case
     "splits": ("T64r", "MQA", "MLA"),
 }
 KNOBS = ("CTAS_PER_SM", "MIN_SPLIT_TOKENS", "MAX_SPLITS", "BLOCK_N", "BLOCK_N_WIDE", "NUM_WARPS", "NUM_STAGES",
-         "ROPE_MODE", "ROPE_FP32", "COMBINE_TILE", "TUCKER_QCORE", "TUCKER_QCORE_TILE", "TUCKER_QCORE_BLOCK_J",
-         "FUSED_COMBINE")
+         "ROPE_MODE", "ROPE_FP32", "COMBINE_TILE", "TUCKER_QCORE", "TUCKER_QCORE_TILE", "TUCKER_QCORE_BLOCK_J")
 
 
 # ----------------------------------------------------------------------------------------

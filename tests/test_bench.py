@@ -486,11 +486,10 @@ def test_precompile_plumbing(tmp_path):
 def test_bench_decode_knobs(monkeypatch):
     """--knob NAME=VALUE sets decode_attention's constants (Python literals); anything else exits naming it."""
     import decode_attention as da
-    monkeypatch.setattr(da, "FUSED_COMBINE", False)
+    monkeypatch.setattr(da, "ROPE_FP32", False)
     monkeypatch.setattr(da, "ROPE_MODE", "q_base")
-    assert bench_decode.set_knobs(["FUSED_COMBINE=True", "ROPE_MODE='rows'"]) == {"FUSED_COMBINE": True,
-                                                                               "ROPE_MODE": "rows"}
-    assert da.FUSED_COMBINE is True and da.ROPE_MODE == "rows"
-    for bad in ("NO_SUCH_KNOB=1", "FUSED_COMBINE", "fused_combine=True", "BLOCK_N=sixty"):
+    assert bench_decode.set_knobs(["ROPE_FP32=True", "ROPE_MODE='rows'"]) == {"ROPE_FP32": True, "ROPE_MODE": "rows"}
+    assert da.ROPE_FP32 is True and da.ROPE_MODE == "rows"
+    for bad in ("NO_SUCH_KNOB=1", "ROPE_FP32", "rope_fp32=True", "BLOCK_N=sixty"):
         with pytest.raises(SystemExit, match="--knob"):
             bench_decode.set_knobs([bad])

@@ -46,6 +46,15 @@ def build(variant: str, pos_emb: str, mla_rope, bias: bool = True, block_size: i
     return model
 
 
+def sharpen_attention(model: GPT, factor: float = 4.0) -> None:
+    """Attention weights scaled up, so that attention is far from a fresh model's near-uniform one and every key
+    (and its rotation) shows in the logits: at a float32 tolerance a wrong key rotation otherwise passes."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".attn." in name:
+                p.mul_(factor)
+
+
 def decode_logits(model: GPT, idx: torch.Tensor, prompt: int) -> torch.Tensor:
     """Logits at positions prompt-1 .. T-2 from a prefill of `prompt` tokens and single-token steps."""
     decoder = StaticDecoder(model, idx.size(0))
@@ -136,10 +145,7 @@ def test_cuda_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope, 
     launch = da._launch
     monkeypatch.setattr(da, "_launch", lambda *a, **kw: launches.append(1) or launch(*a, **kw))
     model = build(variant, pos_emb, mla_rope, block_size=64).float().cuda()
-    with torch.no_grad():  # attention far from uniform, so that every key's rotation shows in the logits
-        for name, p in model.named_parameters():
-            if ".attn." in name:
-                p.mul_(4.0)
+    sharpen_attention(model)
     idx = torch.randint(0, 50, (3, 60), generator=torch.Generator().manual_seed(1)).cuda()
     with torch.no_grad():
         full = model(idx)[0]  # (B, T, vocab)
@@ -359,10 +365,7 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     monkeypatch.setattr(da, "_launch", lambda *a, **kw: count("attention", launch(*a, **kw)))
     monkeypatch.setattr(fn, "add_norm_backend", lambda x, d, n: count("add_norm", "triton"))
     model = build(variant, pos_emb, mla_rope, block_size=16).float()
-    with torch.no_grad():  # attention far from uniform, so that every key's rotation shows in the logits
-        for name, p in model.named_parameters():
-            if ".attn." in name:
-                p.mul_(4.0)
+    sharpen_attention(model)
     idx = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         full = model(idx)[0]

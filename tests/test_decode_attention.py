@@ -447,30 +447,6 @@ def test_interp_append_at_split_and_block_edges(rope, monkeypatch):
     check_append(out, k, v, expected, 2e-5)
 
 
-@needs_child
-@pytest.mark.parametrize("sms", [4, 64])
-def test_interp_fused_combine(sms, poisoned, monkeypatch):
-    """FUSED_COMBINE: the last split of each (sequence, KV head) merges all of them; the same answers as the
-    two-kernel path for plain calls and new_kv calls, one split or many, and every ticket counter back at 0."""
-    monkeypatch.setattr(da, "FUSED_COMBINE", True)
-    monkeypatch.setattr(da, "INTERPRET_SMS", sms)
-    monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 16)
-    monkeypatch.setattr(da, "_COUNTERS", {})
-    for B, nH, nG, L, Dk, Dv, rope, kv, lengths in INTERP_CASES:
-        q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv, lengths=lengths)
-        out = da.decode_attention(q, k, v, length, scale=0.3, rope=tables, backend="triton")
-        assert "combine" not in da.last_launch  # one launch
-        assert err(out, ref_decode(q, k, v, length, 0.3, tables)) < 2e-5
-    for B, nH, nG, L, Dk, Dv, rope, kv, lengths in APPEND_CASES:
-        q, k, v, length, tables, k_new, v_new = make_append_case(B, nH, nG, L, Dk, Dv, rope=rope is not None,
-                                                                 kv=kv, lengths=lengths)
-        expected = ref_append(q, k, v, length, 0.3, tables, rope, rope is not None, k_new, v_new)
-        out = da.decode_attention(q, k, v, length, scale=0.3, rope=tables, rope_keys=rope or "as_read",
-                                  rotate_q=rope is not None, new_kv=(k_new, v_new), backend="triton")
-        check_append(out, k, v, expected, 2e-5)
-    assert all(int(buf.abs().sum()) == 0 for bufs in da._COUNTERS.values() for buf in bufs)
-
-
 TUCKER_CASES = [
     # B, nH, r2, r3, p2, p3, L, rope, shared, q_pos
     (2, 4, 16, 32, 16, 32, 100, True, True, False),
@@ -523,16 +499,9 @@ def cuda_check(out, q, k, v, length, scale, tables):
     assert e_kernel <= 2 * e_sdpa + 2e-3, (e_kernel, e_sdpa)
 
 
-@pytest.fixture(params=["kernel", "fused"])
-def combine(request, monkeypatch):
-    """Both ways of merging the splits: the combine kernel, and FUSED_COMBINE (the last split merges)."""
-    monkeypatch.setattr(da, "FUSED_COMBINE", request.param == "fused")
-    return request.param
-
-
 @needs_cuda
 @pytest.mark.parametrize("case", CUDA_CASES)
-def test_cuda_kernel_matches_sdpa_and_float64(case, poisoned, combine):
+def test_cuda_kernel_matches_sdpa_and_float64(case, poisoned):
     B, nH, nG, L, Dk, Dv, rope, kv = case
     q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv, dtype=torch.bfloat16, device="cuda")
     assert da.decode_backend(q, k, v) == "triton"
@@ -554,7 +523,7 @@ CUDA_APPEND_CASES = [
 
 @needs_cuda
 @pytest.mark.parametrize("case", CUDA_APPEND_CASES)
-def test_cuda_kernel_appends_and_rotates(case, poisoned, combine):
+def test_cuda_kernel_appends_and_rotates(case, poisoned):
     """new_kv, rotate_q and rope_keys on the GPU: the output against float64 (within twice the SDPA
     fallback's error) and the caches after the call against the fallback's."""
     B, nH, nG, L, Dk, Dv, rope, kv = case
@@ -574,7 +543,7 @@ def test_cuda_kernel_appends_and_rotates(case, poisoned, combine):
 
 
 @needs_cuda
-def test_cuda_graph_appends_step_after_step(combine):
+def test_cuda_graph_appends_step_after_step():
     """A captured call with new_kv replayed as a decode loop: each replay writes its own row (length - 1)."""
     B, nH, L, D = 4, 12, 1024, 64
     q, k, v, length, tables, k_new, _ = make_append_case(B, nH, 1, L, D, D, rope=True, kv="same", lengths="full",
@@ -599,30 +568,6 @@ def test_cuda_graph_appends_step_after_step(combine):
         torch.cuda.synchronize()
         assert err(out, expected[0]) < 3e-2
         assert err(k, expected[1]) < 2e-2  # row n - 1 written, rows before it as they were
-
-
-@needs_cuda
-@pytest.mark.parametrize("B,nH,nG,L,D", [(1, 12, 12, 4096, 64), (1, 12, 1, 16384, 64), (32, 32, 8, 2048, 64)])
-def test_cuda_fused_combine_under_load(B, nH, nG, L, D, monkeypatch):
-    """FUSED_COMBINE's ticket ordering, stressed: 64 back-to-back calls with different queries in one graph,
-    each against the two-kernel result. A merge that read a partial before it was written (or a counter
-    left non-zero) would show as a wrong row."""
-    monkeypatch.setattr(da, "FUSED_COMBINE", True)
-    q, k, v, length, _ = make_case(B, nH, nG, L, D, D, lengths="random", dtype=torch.bfloat16, device="cuda")
-    qs = torch.randn(64, *q.shape, device="cuda", dtype=q.dtype)
-    da.decode_attention(qs[0], k, v, length, scale=0.125)  # compile outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = [da.decode_attention(qs[i], k, v, length, scale=0.125) for i in range(64)]
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    monkeypatch.setattr(da, "FUSED_COMBINE", False)
-    for i in range(64):
-        ref = da.decode_attention(qs[i], k, v, length, scale=0.125)
-        torch.testing.assert_close(outs[i], ref, rtol=0, atol=1.6e-2)
-    assert all(int(buf.abs().sum()) == 0 for buf in da._COUNTERS[torch.device("cuda", 0)])
 
 
 @needs_cuda
