@@ -406,11 +406,66 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
     return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
 
 
+def decode_linear(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None, residual=None):
+    """[residual +] act(norm(a) @ weight^T + bias): decode_linear.decode_linear, one kernel on CUDA (the norm before
+    a decode step's matmul, its bias, activation and residual add fused in), the torch ops elsewhere and while
+    torch.compile traces."""
+    from decode_linear import decode_linear as dispatch  # imported on first use, not at import
+    return dispatch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
+
+
 def add_norm(x, delta, norm):
     """(x + delta, norm(x + delta)): fused_norm.add_norm, one kernel on CUDA (the residual add and the norm
     after it), the two torch ops elsewhere and while torch.compile traces."""
     from fused_norm import add_norm as dispatch  # imported on first use, not at import
     return dispatch(x, delta, norm)
+
+
+Stream = Tuple[torch.Tensor, Optional[torch.Tensor]]  # the decode step's residual stream: (x, pending delta)
+
+
+class DecodeIO:
+    """A sublayer's view of the decode step's residual stream and of the norm before the sublayer.
+
+    The stream is a pair (x, delta): x (B, d), delta (B, d) an add still to do, or None. Two ways to fuse the
+    step's small kernels, chosen per call by decode_linear_backend (the batch decides: its kernel serves a few
+    rows, cuBLAS more): with decode_linear's kernel the norm is taken inside the matmul after it and the
+    residual add inside the output projection before it (delta stays None); with cuBLAS matmuls the residual add
+    is left pending and done with the next norm in one kernel (fused_norm.add_norm). Sublayers return the new
+    stream, x + sublayer(norm(x)), from `residual`."""
+
+    def __init__(self, stream: Stream, norm: nn.Module):
+        (self.x, self.delta), self.norm = stream, norm
+        self._normed = None
+
+    def normed(self) -> torch.Tensor:
+        """norm(x + delta) (B, d), the pending add done in the same kernel (and kept: x is then the sum)."""
+        if self._normed is None:
+            if self.delta is not None:
+                self.x, self._normed = add_norm(self.x, self.delta, self.norm)
+                self.delta = None
+            else:
+                self._normed = self.norm(self.x)
+        return self._normed
+
+    def project(self, weight, bias=None, act=None, weight2=None, bias2=None) -> torch.Tensor:
+        """act(norm(x + delta) @ weight^T + bias) (B, N); weight (N, d), F.linear's."""
+        if self.delta is None and self._normed is None:  # the norm inside the matmul (or the torch ops)
+            return decode_linear(self.x, weight, bias, norm=self.norm, act=act, weight2=weight2, bias2=bias2)
+        return decode_linear(self.normed(), weight, bias, act=act, weight2=weight2, bias2=bias2)
+
+    def residual(self, y, weight, bias=None) -> Stream:
+        """The new stream x + (y @ weight^T + bias): y (B, K), weight (d, K). The add happens in the matmul's
+        kernel where decode_linear's serves, else it is left pending for the next norm."""
+        x = self.x if self.delta is None else self.x + self.delta
+        from decode_linear import decode_linear_backend
+        if decode_linear_backend(y, weight, bias, residual=x) == "triton":
+            return decode_linear(y, weight, bias, residual=x), None
+        return x, F.linear(y, weight, bias)
+
+    def add(self, y) -> Stream:
+        """The new stream x + y (pending)."""
+        return (self.x, y) if self.delta is None else (self.x + self.delta, y)
 
 
 @torch.compiler.disable
@@ -623,20 +678,20 @@ class GroupedQueryAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, nH dH)
         return self.resid_dropout(self.c_proj(y))
 
-    def decode(self, x, at: DecodePosition, cache: LayerCache):
-        """One new token per sequence, x (B, 1, d), at the device position `at.pos`: the static
-        decode step (fixed shapes and addresses, no host sync). The weights are used as trained
-        (c_attn is already one fused projection), the cache holds rotated keys."""
-        B = x.size(0)
+    def decode(self, io: DecodeIO, at: DecodePosition, cache: LayerCache) -> "Stream":
+        """One new token per sequence, the residual stream io.x (B, d), at the device position `at.pos`: the
+        static decode step (fixed shapes and addresses, no host sync). Returns the stream x + attn(norm(x)).
+        The weights are used as trained (c_attn is already one fused projection), the cache holds rotated keys."""
+        B = io.x.size(0)
         nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
-        qk, v = self.c_attn(x.view(B, -1)).split([(nH + nG) * dH, nG * dH], dim=1)
+        qk, v = io.project(self.c_attn.weight, self.c_attn.bias).split([(nH + nG) * dH, nG * dH], dim=1)
         qk = qk.view(B, nH + nG, dH)  # the query heads, then the key heads
         # one call rotates q and the new key (RoPE: the cache holds rotated keys), writes the new key and value
         # into the cache at at.pos (= length - 1) and attends: no separate rotation or cache-write kernels
         y = decode_attention(qk[:, :nH], cache.store["k"], cache.store["v"], at.length, scale=1.0 / math.sqrt(dH),
                              rope=at.tables if self.rope else None, rope_keys="stored", rotate_q=self.rope,
                              new_kv=(qk[:, nH:], v.view(B, nG, dH)))  # (B, nH, dH)
-        return self.c_proj(y.reshape(B, 1, nH * dH))
+        return io.residual(y.reshape(B, nH * dH), self.c_proj.weight, self.c_proj.bias)
 
     def flops_per_token(self, ctx: int) -> int:
         """Forward FLOPs per token: weight matmuls + scores and weighted sum over ctx keys."""
@@ -878,14 +933,14 @@ class LatentAttention(InferenceForm, nn.Module):
                 "b_out": y[0].to(dtype).contiguous() if biased else None,
                 "W_out": (y[1:] - y[0]).t().to(dtype).contiguous()}  # (d, nH dcK)
 
-    def decode(self, x, at: DecodePosition, cache: LayerCache):
+    def decode(self, io: DecodeIO, at: DecodePosition, cache: LayerCache) -> "Stream":
         """Static decode step (see GroupedQueryAttention.decode), absorbed: all heads attend MQA-style
         to the one cached latent key [c_K | k^R] and value c_V (merged_decode: one matmul in, one out)."""
-        B = x.size(0)
+        B = io.x.size(0)
         nH, dc, dR = self.n_head, self.kv_rank, self.rope_head_dim
         if self.merged_decode:
             form = self.merged_form()
-            parts = F.linear(x.view(B, -1), form["W_in"], form["b_in"]).split(form["split_in"], dim=1)
+            parts = io.project(form["W_in"], form["b_in"]).split(form["split_in"], dim=1)
             q_lat = parts[0].view(B, nH, dc)  # (B, nH, dcK)
             q_r = parts[1] if self.decoupled else None  # (B, nH dR)
             c_k = parts[2 if self.decoupled else 1]  # (B, dcK)
@@ -893,7 +948,7 @@ class LatentAttention(InferenceForm, nn.Module):
             k_r = parts[-1] if self.decoupled else None  # (B, dR)
         else:
             form = self.inference_form()
-            q_lat, q_r, c_k, c_v, k_r = self._absorbed_inputs(x.view(B, -1), form)
+            q_lat, q_r, c_k, c_v, k_r = self._absorbed_inputs(io.normed(), form)
         key = c_k
         if self.decoupled:  # only the last dR columns rotate: done here, the kernel rotates whole rows
             q_lat = torch.cat((q_lat, at.rotate(q_r.view(B, nH, dR))), dim=-1)  # (B, nH, dcK + dR)
@@ -905,10 +960,8 @@ class LatentAttention(InferenceForm, nn.Module):
                                  rope=at.tables if self.latent_rope else None, rotate_q=self.latent_rope,
                                  new_kv=(key.view(B, 1, -1), None if self.shared_kv else c_v.view(B, 1, dc)))  # (B, nH, dcK)
         if self.merged_decode:
-            y = F.linear(o_lat.reshape(B, nH * dc), form["W_out"], form["b_out"])  # (B, d)
-        else:
-            y = self._absorbed_output(o_lat, form)  # (B, d)
-        return y.view(B, 1, -1)
+            return io.residual(o_lat.reshape(B, nH * dc), form["W_out"], form["b_out"])  # the stream
+        return io.add(self._absorbed_output(o_lat, form))  # the stream
 
     def flops_per_token(self, ctx: int) -> int:
         d, nH, dH, dc = self.c_proj.out_features, self.n_head, self.head_dim, self.kv_rank
@@ -1075,7 +1128,7 @@ class TuckerAttention(InferenceForm, nn.Module):
                 "G_q": G.permute(1, 0, 2).reshape(r2, nH * r3).contiguous(),  # (r2, nH r3)
                 "G_post": G_post.contiguous(),  # (nH, r~2, r~3)
                 "G_o": G_post.transpose(1, 2).reshape(nH * p3, p2).contiguous(),  # (nH r~3, r~2)
-                "U_out": self.U2_post.t().contiguous()}  # (r~2, d)
+                "U_out": self.U2_post.t()}  # (r~2, d), the transpose of the (d, r~2) parameter
 
     def build_merged_form(self, form: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """merged_decode's matrices (InferenceForm.merged_form), products taken in float32:
@@ -1083,8 +1136,10 @@ class TuckerAttention(InferenceForm, nn.Module):
         r2, W_down, dtype = self.ranks[1], form["W_down"], form["W_down"].dtype
         acc = torch.promote_types(dtype, torch.float32)  # bf16 weights: products in float32 (float64 stays)
         W_q = W_down[:, :r2].to(acc) @ form["G_q"].to(acc)  # (d, nH r3)
-        return {"W_qkv": torch.cat([W_q.to(dtype), W_down[:, r2:]], dim=1).contiguous(),  # (d, nH r3 + r3 (+ r~3))
-                "W_out": (form["G_o"].to(acc) @ form["U_out"].to(acc)).to(dtype).contiguous()}  # (nH r~3, d)
+        # stored as the transposes of contiguous (N, K) matrices: the decode kernels' weight tiles read along K
+        W_qkv = torch.cat([W_q.to(dtype), W_down[:, r2:]], dim=1)  # (d, nH r3 + r3 (+ r~3))
+        W_out = (form["G_o"].to(acc) @ form["U_out"].to(acc)).to(dtype)  # (nH r~3, d)
+        return {"W_qkv": W_qkv.t().contiguous().t(), "W_out": W_out.t().contiguous().t()}
 
     def cached_kv(self, cache: LayerCache) -> Tuple[torch.Tensor, torch.Tensor]:
         """The whole cache buffers as (key (B, 1, L, r3), value (B, 1, L, r~3)) views."""
@@ -1092,21 +1147,21 @@ class TuckerAttention(InferenceForm, nn.Module):
             return cache.store["kv"], cache.store["kv"]
         return cache.store["k"], cache.store["v"]
 
-    def decode(self, x, at: DecodePosition, cache: LayerCache):
+    def decode(self, io: DecodeIO, at: DecodePosition, cache: LayerCache) -> "Stream":
         """Static decode step (see GroupedQueryAttention.decode) in the inference form: one down-
         projection matmul, the query core, attention to the ONE latent key/value head, the output
         core and U~2 (merged_decode: the query core inside the projection and the output core inside
         U~2, two matmuls). With shared KV and RoPE the latent is cached unrotated and rotated as read."""
-        B = x.size(0)
+        B = io.x.size(0)
         nH, (_, r2, r3), (_, _, p3) = self.n_head, self.ranks, self.ranks_post
         merged = self.merged_decode and not self.fused_decode
         form = self.merged_form() if merged else self.inference_form()
         if merged:  # the query core inside the one projection: q for every head, k (and v) in one matmul
-            qkv = x.view(B, -1) @ form["W_qkv"]  # (B, nH r3 + r3 (+ r~3))
+            qkv = io.project(form["W_qkv"].t())  # (B, nH r3 + r3 (+ r~3))
             q, k = qkv[:, :nH * r3].view(B, nH, r3), qkv[:, nH * r3:nH * r3 + r3]  # (B, nH, r3), (B, r3)
             v = k if self.shared_kv else qkv[:, nH * r3 + r3:]  # (B, r~3)
         else:
-            down = x.view(B, -1) @ form["W_down"]  # (B, r2 + r3 (+ r~3))
+            down = io.normed() @ form["W_down"]  # (B, r2 + r3 (+ r~3))
             q_lat, k = down[:, :r2], down[:, r2:r2 + r3]  # (B, r2), (B, r3)
             v = k if self.shared_kv else down[:, r2 + r3:]  # (B, r~3)
             if self.fused_decode and (self.shared_kv or not self.rope):
@@ -1118,8 +1173,7 @@ class TuckerAttention(InferenceForm, nn.Module):
                 y_lat = tucker_decode_attention(q_lat, form["G"], k_all, v_all, form["G_post"], at.length,
                                                 scale=1.0 / math.sqrt(self.head_dim),
                                                 rope=at.tables if self.rope else None, q_pos=at.pos)
-                y = y_lat @ form["U_out"]  # (B, d)
-                return (y if self.bias is None else y + self.bias).view(B, 1, -1)
+                return io.residual(y_lat, form["U_out"].t(), self.bias)  # the stream
             q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
         k_all, v_all = self.cached_kv(cache)
         # one call: q rotated to at.pos, the new latent key (and value) written into the cache at at.pos, attention.
@@ -1130,12 +1184,8 @@ class TuckerAttention(InferenceForm, nn.Module):
                              rotate_q=self.rope,
                              new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)))  # (B, nH, r~3)
         if merged:
-            y = o.reshape(B, nH * p3) @ form["W_out"]  # (B, d)
-        else:
-            y = (o.reshape(B, nH * p3) @ form["G_o"]) @ form["U_out"]  # (B, d)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.view(B, 1, -1)
+            return io.residual(o.reshape(B, nH * p3), form["W_out"].t(), self.bias)  # the stream
+        return io.residual(o.reshape(B, nH * p3) @ form["G_o"], form["U_out"].t(), self.bias)  # the stream
 
     def flops_per_token(self, ctx: int) -> int:
         d = self.U2.size(0)
@@ -1154,7 +1204,7 @@ ATTENTION = {"mha": GroupedQueryAttention, "gqa": GroupedQueryAttention, "mla": 
 
 class LayerNorm(nn.Module):
     """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1 semantics we rely on)."""
-    kind = "layernorm"  # for fused_norm.add_norm's kernel
+    kind = "layernorm"  # for decode_linear's norm prologue
 
     def __init__(self, ndim: int, bias: bool, eps: float = 1e-5):
         super().__init__()
@@ -1168,7 +1218,7 @@ class LayerNorm(nn.Module):
 
 class RMSNorm(nn.Module):
     """RMSNorm (LLaMA): y = x / sqrt(mean(x^2) + eps) * weight; a weight of d, no bias, no centering."""
-    kind = "rmsnorm"  # for fused_norm.add_norm's kernel
+    kind = "rmsnorm"  # for decode_linear's norm prologue
 
     def __init__(self, ndim: int, eps: float = 1e-5):
         super().__init__()
@@ -1199,6 +1249,11 @@ class MLP(nn.Module):
     def forward(self, x):
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
 
+    def decode(self, io: DecodeIO) -> "Stream":
+        """The stream x + mlp(norm(x)): at batch 1 on CUDA two kernels, norm + c_fc + GELU and c_proj + residual."""
+        h = io.project(self.c_fc.weight, self.c_fc.bias, act="gelu")  # (B, hidden)
+        return io.residual(h, self.c_proj.weight, self.c_proj.bias)
+
     def init_out_proj(self, out_std: float) -> None:
         """The residual output projection gets std s_o (every Linear already got N(0, s))."""
         _normal_(self.c_proj.weight, out_std)
@@ -1221,6 +1276,11 @@ class SwiGLU(nn.Module):
 
     def forward(self, x):
         return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+
+    def decode(self, io: DecodeIO) -> "Stream":
+        """The stream x + mlp(norm(x)): at batch 1 on CUDA two kernels, norm + w1, w3 + the gate and w2 + residual."""
+        h = io.project(self.w1.weight, self.w1.bias, act="swiglu", weight2=self.w3.weight, bias2=self.w3.bias)
+        return io.residual(h, self.w2.weight, self.w2.bias)
 
     def init_out_proj(self, out_std: float) -> None:
         _normal_(self.w2.weight, out_std)
@@ -1245,13 +1305,11 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), rope, cache)
         return x + self.mlp(self.ln_2(x))
 
-    def decode(self, x, h, at: DecodePosition, cache: LayerCache, next_norm: nn.Module):
-        """The decode step of this block: x (B, 1, d) the residual stream and h = ln_1(x) its normalized form
-        (computed by the previous block or the embedding). Returns (x', next_norm(x')), x' this block's output
-        and next_norm the next block's ln_1 (or ln_f): each residual add is fused with the norm that follows it
-        (fused_norm.add_norm, one kernel on CUDA instead of two)."""
-        x, h = add_norm(x, self.attn.decode(h, at, cache), self.ln_2)
-        return add_norm(x, self.mlp(h), next_norm)
+    def decode(self, stream: Stream, at: DecodePosition, cache: LayerCache) -> Stream:
+        """The decode step of this block on the residual stream (x (B, d), pending delta or None): each norm is
+        fused with the matmul after it or with the residual add before it (DecodeIO). Returns the new stream."""
+        stream = self.attn.decode(DecodeIO(stream, self.ln_1), at, cache)
+        return self.mlp.decode(DecodeIO(stream, self.ln_2))
 
 
 DECODE_CHOICES = ("auto", "eager", "graph")
@@ -1451,18 +1509,14 @@ class GPT(nn.Module):
         to positions 0 .. pos. Returns the logits (B, vocab). Every shape and address is fixed
         and no value goes to the host, so one captured CUDA graph serves every position
         (StaticDecoder). Attention runs through decode_attention (Triton on CUDA, SDPA elsewhere)."""
-        blocks = self.transformer.h
-        x = self.transformer.wte(idx)  # (B, 1, d)
-        if self.transformer.wpe is not None:  # the position's embedding added and ln_1 taken in one kernel
-            x, h = add_norm(x, self.transformer.wpe(pos).expand_as(x), blocks[0].ln_1)
-        else:
-            h = blocks[0].ln_1(x)
+        x = self.transformer.wte(idx.view(-1))  # (B, d)
+        # the position's embedding (1, d), over the batch: added with the first norm (a pending add)
+        stream = (x, self.transformer.wpe(pos).expand_as(x) if self.transformer.wpe is not None else None)
         rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None
         at = DecodePosition.at(pos, rope, activation_dtype(self.lm_head.weight))  # once per step, not per layer
-        for i, (block, cache) in enumerate(zip(blocks, caches)):
-            next_norm = blocks[i + 1].ln_1 if i + 1 < len(blocks) else self.transformer.ln_f
-            x, h = block.decode(x, h, at, cache, next_norm)
-        return self.lm_head(h).view(idx.size(0), -1)  # (B, vocab)
+        for block, cache in zip(self.transformer.h, caches):
+            stream = block.decode(stream, at, cache)
+        return DecodeIO(stream, self.transformer.ln_f).project(self.lm_head.weight, self.lm_head.bias)  # (B, vocab)
 
     def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False,
                        compile_mode: str = "default") -> "StaticDecoder":

@@ -154,24 +154,33 @@ MODE_NOTES = {
 }
 
 
+KNOB_MODULES = ("decode_attention", "decode_linear")  # whose upper-case constants --knob may set
+
+
 def set_knobs(pairs) -> dict:
-    """--knob NAME=VALUE: decode_attention's module constants (upper-case names it defines), values as
-    Python literals. An unknown name or a value that is not a literal is an error naming it."""
+    """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
+    default) or decode_linear, the value a Python literal. An unknown module or name or a value that is not a
+    literal is an error naming it."""
     import ast
-    import decode_attention as module
+    import importlib
     done = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
-        name = name.strip()
+        mod_name, dot, name = name.strip().rpartition(".")
+        mod_name = mod_name if dot else KNOB_MODULES[0]
+        if mod_name not in KNOB_MODULES:
+            raise SystemExit(f"--knob {pair!r}: the module must be one of {', '.join(KNOB_MODULES)}")
+        module = importlib.import_module(mod_name)
         if not sep or not name.isupper() or not hasattr(module, name):
             known = sorted(n for n in vars(module) if n.isupper() and not n.startswith("_"))
-            raise SystemExit(f"--knob {pair!r}: expected NAME=VALUE with NAME one of {', '.join(known)}")
+            raise SystemExit(f"--knob {pair!r}: expected [MODULE.]NAME=VALUE with NAME one of {mod_name}'s "
+                             f"{', '.join(known)}")
         try:
             value = ast.literal_eval(text.strip())
         except (ValueError, SyntaxError):
             raise SystemExit(f"--knob {pair!r}: the value must be a Python literal (e.g. True, 4, 'q_base')")
         setattr(module, name, value)
-        done[name] = value
+        done[f"{mod_name}.{name}" if dot else name] = value
     return done
 
 
@@ -395,8 +404,8 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=None, help="warm-up replays (default 10; --tiny: 1)")
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="set one of decode_attention's tuning knobs for the whole run (a Python literal; repeatable), "
-                        "e.g. --knob NUM_WARPS=4")
+                   help="set one of decode_attention's (or, prefixed, decode_linear's) tuning knobs for the whole run (a "
+                        "Python literal; repeatable), e.g. --knob NUM_WARPS=4, --knob decode_linear.ENABLED=False")
     add_common_args(p, name="bench_decode")
     args = p.parse_args(argv)
     set_knobs(args.knob)

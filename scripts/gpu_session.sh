@@ -6,8 +6,8 @@
 #   OUT=$OUT bash scripts/gpu_session.sh STAGE [STAGE ...]
 #
 # stages, run one after another on GPU 0:
-#   tests         the CUDA tests (decode kernel vs SDPA vs float64, graph replay, the static decode step, add_norm)
-#   tests_step    the CUDA tests of the decode step alone (test_decode.py's and add_norm's: a minute, not three)
+#   tests         the CUDA tests (decode kernel vs SDPA vs float64, graph replay, the static decode step, decode_linear)
+#   tests_step    the CUDA tests of the decode step alone (test_decode.py's and decode_linear's: a minute, not three)
 #   decode        bench_decode, GPT-2 124M variants: forward / graph_sdpa / graph modes at batch 1 and 32,
 #                 4k and 16k cached tokens, plus model.generate end to end (sample.py's loop)
 #   decode_compiled  bench_decode's graph_compiled (torch.compile before capture) and graph_merged[_compiled]
@@ -110,8 +110,8 @@ until_dl() { local l=$(($1 - $(date +%s))); echo $((l > 0 ? l : -1)); }  # secon
 
 for st in "$@"; do
     case $st in
-    tests) stage tests python3 -m pytest -q -rs tests/test_decode_attention.py tests/test_decode.py tests/test_fused_norm.py ;;
-    tests_step) stage tests_step python3 -m pytest -q -rs tests/test_fused_norm.py tests/test_decode.py -k "cuda" ;;
+    tests) stage tests python3 -m pytest -q -rs tests/test_decode_attention.py tests/test_decode.py tests/test_decode_linear.py ;;
+    tests_step) stage tests_step python3 -m pytest -q -rs tests/test_decode_linear.py tests/test_decode.py -k "cuda" ;;
     decode) stage decode python3 -m scripts.bench_decode --variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
             --modes forward,graph_sdpa,graph --batches 1,32 --contexts 4096,16384 --generate 500 \
             --out_dir "$WORK/bench" --name decode_gpt2 ;;
@@ -136,7 +136,7 @@ for st in "$@"; do
         # tree with those decode_attention knobs)
         case $st in
         decode_vs_base) FA=(--variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 --modes graph,graph_merged
-                            --batches 1,32 --contexts 4096,16384 --generate 500 --generate_modes graph) ;;
+                            --batches 1,32 --contexts 4096,16384 --generate 500 --generate_modes graph --generate_profile 64) ;;
         decode_vs_base_rope) FA=(--rope --variants mha,gqa4,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64
                                  --modes graph_merged --batches 1,32 --contexts 4096,16384) ;;
         decode_vs_base_llama) FA=(--suite llama1b --variants gqa8,tucker_32_64_64,tucker_32_128_64,mha,mla_sep128

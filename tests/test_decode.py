@@ -351,19 +351,24 @@ INTERP_DECODE = [("mha", "rope", None), ("gqa2", "learned", None), ("tucker", "r
 @pytest.mark.parametrize("variant,pos_emb,mla_rope", INTERP_DECODE)
 def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope, monkeypatch):
     """Every decode path's arguments to the kernels (which of q, the new key and the cached keys to rotate, the
-    cache write, shared or separate K/V, the add + norm of each sublayer): the kernels' logits are the
-    forward's (float32). 'auto' takes SDPA and the torch ops on the CPU: forced to the kernels here."""
+    cache write, shared or separate K/V, each sublayer's norm, matmuls, activation and residual add): the kernels'
+    logits are the forward's (float32). 'auto' takes SDPA and the torch ops on the CPU: forced to the kernels."""
     import decode_attention as da
-    import fused_norm as fn
-    launches = {"attention": 0, "add_norm": 0}
+    import decode_linear as dl
+    launches = {"attention": 0, "linear": 0, "linear_torch": 0}
     launch = da._launch
 
     def count(key, result):
         launches[key] += 1
         return result
+
+    def linear_backend(a, weight, bias=None, **kw):
+        ok = dl._unsupported(a, weight, bias, kw.get("norm"), kw.get("act"), kw.get("weight2"), kw.get("bias2"),
+                             kw.get("residual")) is None
+        return count("linear", "triton") if ok else count("linear_torch", "torch")
     monkeypatch.setattr(da, "decode_backend", lambda q, k, v: "triton" if da._unsupported(q, k, v) is None else "sdpa")
     monkeypatch.setattr(da, "_launch", lambda *a, **kw: count("attention", launch(*a, **kw)))
-    monkeypatch.setattr(fn, "add_norm_backend", lambda x, d, n: count("add_norm", "triton"))
+    monkeypatch.setattr(dl, "decode_linear_backend", linear_backend)
     model = build(variant, pos_emb, mla_rope, block_size=16).float()
     sharpen_attention(model)
     idx = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(4))
@@ -372,5 +377,7 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
         got = decode_logits(model, idx, prompt=4)  # 5 decode steps
     L = model.config.n_layer
     assert launches["attention"] == 5 * L  # every step of every layer through the kernel
-    assert launches["add_norm"] == 5 * (2 * L + (model.transformer.wpe is not None))  # every residual add too
+    # every decode_linear call through its kernel: the attention's output projection + residual, the MLP's two,
+    # the logits (and the attention's input projection where it is one matrix)
+    assert launches["linear_torch"] == 0 and launches["linear"] >= 5 * (3 * L + 1)
     assert (got - full[:, 3:9]).abs().max().item() < 1e-5 * full.abs().max().item()
