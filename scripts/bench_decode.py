@@ -60,6 +60,7 @@ from model import DECODE_COMPILE_MODES, GPT, GPTConfig, StaticDecoder  # noqa: E
 # bench_train holds the variant list and the helpers both benchmarks share
 from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
                                  markdown_table, model_config, parse_ints, peak_memory_gib, profile_iterations,
+                                 render_profile,
                                  release, reset_peak_memory, run_info, sdpa_context, select_variants, short_error,
                                  write_report)
 
@@ -88,7 +89,7 @@ class _StoragesRead(TorchDispatchMode):
 @torch.no_grad()
 def weight_bytes_per_step(model, step=None) -> int:
     """Bytes of weights one decode step reads, in bf16, found by running one: an eager step at batch 1 (the
-    SDPA attention path, so that a fused Tucker step's cores are aten reads too) after a first one that builds
+    SDPA attention path and decode_linear's torch ops, so that every weight read is an aten read) after a first one that builds
     the inference forms; every weight it reads counts whole: parameters and the layers' inference forms
     (merged matrices included, and not the factors they replace), less tables that are only indexed (wpe,
     wte when not tied to the lm_head, RoPE rows). `step`: an eager callable to trace instead (the cached
@@ -96,10 +97,15 @@ def weight_bytes_per_step(model, step=None) -> int:
     if step is None:
         decoder = StaticDecoder(model, 1, device=next(model.parameters()).device, max_len=4)
         step = lambda: model.decode_step(decoder.tokens, decoder.caches, decoder.position)  # noqa: E731
-    with attention_backend("sdpa"):
-        step()  # builds the forms
-        with _StoragesRead() as mode:
-            step()
+    import decode_linear
+    enabled, decode_linear.ENABLED = decode_linear.ENABLED, False  # its Triton launches are not aten reads
+    try:
+        with attention_backend("sdpa"):
+            step()  # builds the forms
+            with _StoragesRead() as mode:
+                step()
+    finally:
+        decode_linear.ENABLED = enabled
     weights = {}  # storage -> elements: a form tensor that is a view of a parameter counts once
     tensors = list(model.parameters())
     for module in model.modules():
@@ -256,6 +262,11 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
                 stamps.append((a, clock.stamp()))
             clock.sync()  # events can be read only once the device has passed them
             out = (logits if mode.startswith("graph") else step()).float().clone()
+            profile = None
+            if args.profile_rows:  # where this row's step time goes (after the timing: it does not perturb it)
+                pairs, source = profile_iterations(lambda i: run(), args.profile_rows, device, clock)
+                profile = {**kernel_table(pairs, args.profile_rows, statistics.median(clock.ms(a, b) for a, b in stamps)),
+                           "source": source}
     finally:  # the model's own paths again, also when this mode failed (the caller goes on to the next)
         for attn, (fused_default, merged_default) in zip(switchable, defaults):
             if fused_default is not None:
@@ -274,7 +285,7 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     return dict(latency_ms=latency, latency_ms_min=min(times), latency_ms_max=max(times),
                 tokens_per_s=batch_size / (latency / 1e3), kv_cache_bytes=kv_bytes, kv_cache_mb=kv_bytes / 1e6,
                 weight_bytes=w_bytes, weight_mb=w_bytes / 1e6, floor_ms=floor, floor_fraction=floor / latency,
-                peak_mem_gib=peak_memory_gib(device), vs_forward_rel_err=check,
+                peak_mem_gib=peak_memory_gib(device), vs_forward_rel_err=check, **({"profile": profile} if profile else {}),
                 attention_backend="sdpa (forward)" if mode == "forward" else decode_backend_name(model, decoder, backend))
 
 
@@ -400,6 +411,9 @@ def main(argv=None):
     p.add_argument("--generate_profile", type=int, default=0, metavar="N",
                    help="with --generate: also profile one generate call of N tokens per mode (kernels per token, "
                         "kernel time per token, how busy the GPU is)")
+    p.add_argument("--profile_rows", type=int, default=0, metavar="N",
+                   help="also profile N replays of every row's step after timing it: kernels per step and where the "
+                        "time goes (the top kernels, in the report)")
     p.add_argument("--iters", type=int, default=None, help="timed steps / replays (default 100; --tiny: 3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up replays (default 10; --tiny: 1)")
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
@@ -513,6 +527,10 @@ def main(argv=None):
                   fmt(g.get("profile", {}).get("calls_per_step"), ".0f"),
                   fmt(g.get("profile", {}).get("kernel_ms_per_step"), ".3f"),
                   fmt(g.get("profile", {}).get("busy_pct"), ".0f")] for g in generated])
+        for r in rows:
+            if r.get("profile"):
+                markdown += "\n\n" + render_profile(r["profile"], f"{r['label']}, {r['mode']}, batch {r['batch_size']}, "
+                                                                 f"{r['context']} cached")
         write_report(args.out_dir, args.name, markdown, {**info, "rows": rows, "generate": generated})
         del model
         release(device)

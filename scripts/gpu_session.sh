@@ -22,6 +22,8 @@
 #                 max-autotuned step (sample.py --compile=True [--compile_mode=max-autotune]), with a profile
 #   decode_profile_check  MHA and Tucker [8,64,64]: model.generate profiled eager and in a CUDA graph in one run
 #                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
+#   decode_linear_tune  decode_linear's tile knobs (PROGRAMS_PER_SM, TILE, NUM_WARPS, MAX_BLOCK_N) one run each, batch 1, 4k
+#   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
 #                 -> bench/<stage>_{base,new}.md/json (COMPARE_KNOBS="--knob A=1 ...": a third run, <stage>_knobs)
@@ -131,6 +133,16 @@ for st in "$@"; do
     decode_profile_check) stage decode_profile_check python3 -m scripts.bench_decode \
             --variants mha,tucker_8_64_64 --modes graph_merged --batches 1 --contexts 4096 --generate 500 \
             --generate_modes eager,graph --generate_profile 64 --out_dir "$WORK/bench" --name decode_gpt2_profile_check ;;
+    decode_linear_tune)  # decode_linear's tile knobs at batch 1, 4k (MHA, Tucker, MLA; graph_merged), one run per setting
+        for kn in "" "PROGRAMS_PER_SM=1" "PROGRAMS_PER_SM=4" "TILE=4096" "TILE=16384" "NUM_WARPS=2" "MAX_BLOCK_N=16"; do
+            name=decode_linear_tune${kn:+_${kn//=/}}
+            stage $name python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,mla_shared128 --modes graph_merged \
+                --batches 1 --contexts 4096 ${kn:+--knob decode_linear.$kn} --out_dir "$WORK/bench" --name $name
+        done ;;
+    decode_profile32)  # where a batch-32 step's time goes (cuBLAS matmuls, add_norm, attention): profiled graph replays
+        stage decode_profile32 python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,tucker_shared_8_64_64,mqa \
+            --modes graph_merged --batches 32 --contexts 4096,16384 --profile_rows 20 --out_dir "$WORK/bench" \
+            --name decode_profile32 ;;
     decode_vs_base*)  # the decode step of .carry/base (a copy of the tree before a change: git archive) against
         # this tree's, one after the other on the same GPU (COMPARE_KNOBS="--knob NAME=VALUE ...": a third run of this
         # tree with those decode_attention knobs)

@@ -202,6 +202,23 @@ def test_generate_profile_counts_per_token(tmp_path, monkeypatch):
     assert per_token[3] > per_token[1] > 0
 
 
+def test_profile_rows_counts_per_step(tmp_path, monkeypatch):
+    """--profile_rows N: each row's step profiled N times after its timing; the operators per step grow with
+    the depth (every layer once per step), and the report shows where each row's time goes."""
+    per_step = {}
+    for n_layer in (1, 3):
+        monkeypatch.setattr(bench_train, "TINY", dict(bench_train.TINY, n_layer=n_layer))
+        bench_decode.main(["--device=cpu", "--tiny", "--variants", "tucker_8_64_64", "--modes", "step", "--batches", "1",
+                           "--contexts", "8", "--iters", "1", "--profile_rows", "3", "--out_dir", str(tmp_path / str(n_layer))])
+        row = json.loads((tmp_path / str(n_layer) / "bench_decode.json").read_text())["rows"][0]
+        prof = row["profile"]
+        assert prof["source"] == "cpu" and prof["n_steps"] == 3 and prof["kernel_ms_per_step"] > 0
+        per_step[n_layer] = prof["calls_per_step"]
+        md = (tmp_path / str(n_layer) / "bench_decode.md").read_text()
+        assert "### Where the time goes: Tucker [8,64,64], step, batch 1, 8 cached" in md
+    assert per_step[3] > per_step[1] > 0
+
+
 def test_floor_by_hand():
     # GQA with one KV head, RoPE (no wpe), d=8, nH=2 (dH=4), one layer, vocab 16, no biases:
     #   wte = lm_head (tied, read once by the lm_head)       16*8        = 128
