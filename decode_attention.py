@@ -73,6 +73,10 @@ BLOCK_N = 64  # cache rows per inner step when the padded key row is <= 128 wide
 BLOCK_N_WIDE = 32  # ... and when it is wider (Dk up to 256), to bound registers
 NUM_WARPS = None  # split kernel; None: 2, or 4 for 32-head groups (H200 sweep: 2 warps 5-30% faster
 #                  for 12-16 heads of 64-160 dims; 4 for 32 heads, where 2 run out of registers)
+PDL = ("combine",)  # the kernels launched with programmatic dependent launch (Hopper): such a kernel may start
+#   while the kernel before it finishes; each program waits for it (griddepcontrol.wait) before its first load or
+#   store. True / False: all / none. H200, B=1 (results/bench/session8/decode_pdl_*): the combine alone is best or
+#   within 5% for every variant; with the split kernel too MHA, GQA and MLA lose 3-15%, Tucker gains 5%
 NUM_STAGES = 3  # split kernel's software pipelining depth (cache loads in flight)
 # How keys are rotated (all read the tables as rotations; see the module docstring):
 #   'q_base':  R(n0 + j) = R(n0) R(j): the block's queries take R(n0)^T, key row j takes R(j) (fixed tiles)
@@ -247,6 +251,7 @@ def _sdpa_decode(q, k, v, length, scale, rope, *, rope_keys="as_read", rotate_q=
 if _triton_available():
     import triton
     import triton.language as tl
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
     @triton.jit
     def _split_kernel(
@@ -269,7 +274,11 @@ if _triton_available():
         NEW: tl.constexpr,  # the new token's key/value come in Knew/Vnew: written to cache row length - 1 here
         ROT_Q: tl.constexpr,  # rotate the query tile to its position (QPos + QPOS_OFF) before use
         ROT_NEW: tl.constexpr,  # rotate the new key to its position before it is stored (a cache of rotated keys)
+        PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous kernel first
     ):
+        if PDL:  # everything this program reads or writes comes after the previous kernel's completion
+            gdc_wait()
+            gdc_launch_dependents()
         pid_bg = tl.program_id(0)
         split = tl.program_id(1)
         b = pid_bg // n_kv_heads
@@ -569,8 +578,11 @@ if _triton_available():
     @triton.jit
     def _combine_kernel(
         Opart, Mpart, Lpart, Out, s_ob, s_oh, n_heads, num_splits,
-        DV: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+        DV: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr,
     ):
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
         # program (b*nH + h, column block): o = sum_s w_s acc_s / sum_s w_s l_s, w_s = 2^(m_s - max m)
         row = tl.program_id(0).to(tl.int64)
         offs_s = tl.arange(0, BLOCK_S)
@@ -593,8 +605,11 @@ if _triton_available():
     @triton.jit
     def _combine_outcore_kernel(
         Ypart, Mpart, Lpart, Out, s_ob, n_heads, num_splits,
-        P2: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_P: tl.constexpr,
+        P2: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_P: tl.constexpr, PDL: tl.constexpr,
     ):
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
         # Tucker output, program (b, p block): y[b, p] = sum_h sum_s w[h, s] Y[b, h, s, p] with
         # Y = the split kernel's projected, normalized partials and w[h, s] = the share of split s
         # in head h's softmax: 2^(m_s - max m) l_s / sum over splits. One (H, S, P) tile.
@@ -618,6 +633,17 @@ if _triton_available():
         tl.store(Out + b * s_ob + offs_p, y.to(Out.dtype.element_ty), mask=mask_p)
 
 last_launch = {}  # the compiled kernels of the last call (registers, spills: .n_regs, .n_spills), for tuning
+
+
+def pdl_capable(device: torch.device) -> bool:
+    """Programmatic dependent launch is possible: a CUDA device of compute capability 9.0 or more (the
+    interpreter has no griddepcontrol)."""
+    return device.type == "cuda" and not _interpret() and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _pdl_launch(pdl: bool) -> dict:
+    """The launch option of a kernel launched with programmatic dependent launch (none otherwise)."""
+    return {"launch_pdl": True} if pdl else {}
 
 
 def _empty(shape, device, dtype):
@@ -719,6 +745,7 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         gs = (0, 0, 0)
     gps = G_post.stride() if G_post is not None else (0, 0, 0)
     num_warps = NUM_WARPS or (4 if block_h >= 32 else 2)
+    pdl = {name: (PDL is True or (PDL is not False and name in PDL)) and pdl_capable(dev) for name in ("split", "combine")}
     last_launch["split"] = _split_kernel[(B * nG, S)](
         q, G if G is not None else q, G_post if G_post is not None else q, k, v, k_new, v_new, length, qpos, cos, sin,
         o_part, m_part, l_part,
@@ -729,7 +756,7 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         QCORE=G is not None, QCORE_DOT=TUCKER_QCORE == "dot", OUTCORE=G_post is not None, QPOS_OFF=qpos_off,
         DOT_PREC="ieee" if k.dtype == torch.float32 else "tf32",
         NEW=new_kv is not None, ROT_Q=rotate_q, ROT_NEW=rotate_new and new_kv is not None,
-        num_warps=num_warps, num_stages=NUM_STAGES, **lay,
+        num_warps=num_warps, num_stages=NUM_STAGES, PDL=pdl["split"], **lay, **_pdl_launch(pdl["split"]),
     )
     block_s = _pow2(S, 1)
     if G_post is None:
@@ -738,13 +765,13 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         block_d = max(16, min(_pow2(Dv), _pow2_floor(max(1, COMBINE_TILE // block_s))))
         last_launch["combine"] = _combine_kernel[(B * nH, _cdiv(Dv, block_d))](
             o_part, m_part, l_part, out, out.stride(0), out.stride(1), nH, S,
-            DV=Dv, BLOCK_S=block_s, BLOCK_D=block_d, num_warps=4)
+            DV=Dv, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl["combine"], num_warps=4, **_pdl_launch(pdl["combine"]))
     else:
         bh = _pow2(nH, 1)
         block_p = max(2, min(_pow2(P2, 2), _pow2_floor(max(1, COMBINE_TILE // (bh * block_s)))))  # (H, S, P) tile
         last_launch["combine"] = _combine_outcore_kernel[(B, _cdiv(P2, block_p))](
             o_part, m_part, l_part, out, out.stride(0), nH, S,
-            P2=P2, BLOCK_H=bh, BLOCK_S=block_s, BLOCK_P=block_p, num_warps=4)
+            P2=P2, BLOCK_H=bh, BLOCK_S=block_s, BLOCK_P=block_p, PDL=pdl["combine"], num_warps=4, **_pdl_launch(pdl["combine"]))
     return out
 
 

@@ -19,7 +19,10 @@ op's result rounded to the activations' dtype, as the unfused ops store it). Whe
 tile (GPT-2: K = 768 and 3072), every load of a program is issued at once and the norm's statistics come from
 registers: a small kernel's time is its chain of dependent memory round trips. A block is then 4 kernels
 plus attention's (norm + QKV, the output projection + residual, norm + fc + GELU, proj + residual), not 8-10.
-More rows are a GEMM: cuBLAS's tensor-core matmuls serve them (model.DecodeIO then fuses each residual add
+On Hopper each kernel is launched with programmatic dependent launch (PDL): it may start while the kernel
+before it finishes, issues its weight loads, and waits (griddepcontrol.wait) only before it reads its input,
+the one thing the previous kernels wrote; its stores come after the wait, so a buffer the previous kernel
+still reads is never overwritten early. More rows are a GEMM: cuBLAS's tensor-core matmuls serve them (model.DecodeIO then fuses each residual add
 with the norm after it instead, fused_norm.add_norm).
 
 Same math as the torch ops, not the same bits (fp32 sums in another order): tested to the dtype's rounding.
@@ -38,7 +41,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from decode_attention import _interpret, _sm_count, _triton_available  # the one check of each, shared
+from decode_attention import _interpret, _pdl_launch, _sm_count, _triton_available, pdl_capable  # shared checks
 
 ENABLED = True  # False: every call takes the torch ops (bench_decode --knob decode_linear.ENABLED=False)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -49,11 +52,14 @@ PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs p
 MIN_BLOCK_N = 2  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
 MAX_BLOCK_N = 64  # the tile (one chunk: every load at once) where it can
 NUM_WARPS = 4
+PDL = True  # programmatic dependent launch (Hopper on): a kernel starts while the one before it finishes, loads
+#             its weights, and waits (griddepcontrol.wait) only before reading the previous kernel's output
 
 
 if _triton_available():
     import triton
     import triton.language as tl
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
     @triton.jit
     def _row_stats(A, rm64, m_ok, K, eps, s_am, NORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -93,7 +99,7 @@ if _triton_available():
                               NORM: tl.constexpr, HAS_NB: tl.constexpr, HAS_BIAS: tl.constexpr,
                               HAS_BIAS2: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                              ONE_CHUNK: tl.constexpr):
+                              ONE_CHUNK: tl.constexpr, PDL: tl.constexpr):
         # one (BLOCK_M rows, BLOCK_N columns) tile of out, as broadcast products (rows, columns, K chunk)
         # summed over K: each weight row's chunk is one contiguous read. NORM 0 none, 1 LayerNorm, 2 RMSNorm;
         # ACT 0 none, 1 GELU (erf), 2 SwiGLU (silu(a W^T) * (a W2^T)). ONE_CHUNK (K <= BLOCK_K): every load
@@ -111,6 +117,9 @@ if _triton_available():
             w = tl.load(W + rn64[:, None] * s_wn + rk[None, :] * s_wk, mask=w_ok, other=0.0)  # (BLOCK_N, BLOCK_K)
             if ACT == 2:
                 w2 = tl.load(W2 + rn64[:, None] * s_w2n + rk[None, :] * s_w2k, mask=w_ok, other=0.0)
+            if PDL:  # the weights are in flight; the input is the previous kernel's output: wait for it here
+                gdc_wait()
+                gdc_launch_dependents()
             a = tl.load(A + rm64[:, None] * s_am + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
             if NORM != 0:
                 af = a.to(tl.float32)
@@ -127,6 +136,9 @@ if _triton_available():
             if ACT == 2:
                 y2 = tl.sum(af * w2.to(tl.float32)[None, :, :], axis=2)
         else:
+            if PDL:
+                gdc_wait()
+                gdc_launch_dependents()
             mean = tl.zeros([BLOCK_M], tl.float32)
             rstd = tl.zeros([BLOCK_M], tl.float32)
             if NORM != 0:
@@ -163,6 +175,11 @@ if _triton_available():
             y = y.to(dt).to(tl.float32) + tl.load(R + rm64[:, None] * s_rm + rn[None, :], mask=out_ok,
                                                   other=0.0).to(tl.float32)
         tl.store(Y + rm64[:, None] * s_ym + rn[None, :], y.to(dt), mask=out_ok)
+
+
+def _pdl(device: torch.device) -> bool:
+    """Launch with programmatic dependent launch: PDL set and the device capable (decode_attention.pdl_capable)."""
+    return PDL and pdl_capable(device)
 
 
 def _pow2(n: int) -> int:
@@ -272,6 +289,7 @@ def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
     kind, nw, nb, eps = _norm_params(norm)
     out = torch.empty(M, N, device=a.device, dtype=a.dtype)
     block_m, block_n, block_k, one_chunk = _config(M, N, K, a.device)
+    pdl = _pdl(a.device)
     w2 = weight2 if weight2 is not None else weight
     grid = (-(-N // block_n), -(-M // block_m))
     _decode_linear_kernel[grid](
@@ -282,5 +300,6 @@ def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
         residual.stride(0) if residual is not None else 0, out.stride(0),
         NORM=kind, HAS_NB=nb is not None, HAS_BIAS=bias is not None, HAS_BIAS2=bias2 is not None,
         ACT=ACTS.index(act), HAS_RES=residual is not None,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=one_chunk, num_warps=NUM_WARPS)
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=one_chunk, PDL=pdl, num_warps=NUM_WARPS,
+        **_pdl_launch(pdl))
     return out

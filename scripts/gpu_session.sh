@@ -23,6 +23,7 @@
 #   decode_profile_check  MHA and Tucker [8,64,64]: model.generate profiled eager and in a CUDA graph in one run
 #                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
 #   decode_linear_tune  decode_linear's tile knobs (PROGRAMS_PER_SM, TILE, NUM_WARPS, MAX_BLOCK_N) one run each, batch 1, 4k
+#   decode_pdl    decode_attention's PDL knob: all kernels, none, the split kernel only, the combine only (batch 1, 4k and 16k)
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
@@ -138,6 +139,12 @@ for st in "$@"; do
             name=decode_linear_tune${kn:+_${kn//=/}}
             stage $name python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,mla_shared128 --modes graph_merged \
                 --batches 1 --contexts 4096 ${kn:+--knob decode_linear.$kn} --out_dir "$WORK/bench" --name $name
+        done ;;
+    decode_pdl)  # decode_attention's PDL knob (which kernels launch with programmatic dependent launch), batch 1, one run each
+        for kn in "('split','combine')" "False" "('split',)" "('combine',)"; do
+            name=decode_pdl_$(echo "$kn" | tr -dc 'a-zA-Z,' | tr ',' '_')
+            stage $name python3 -m scripts.bench_decode --variants mha,gqa4,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
+                --modes graph_merged --batches 1 --contexts 4096,16384 --knob "PDL=$kn" --out_dir "$WORK/bench" --name $name
         done ;;
     decode_profile32)  # where a batch-32 step's time goes (cuBLAS matmuls, add_norm, attention): profiled graph replays
         stage decode_profile32 python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,tucker_shared_8_64_64,mqa \

@@ -199,3 +199,43 @@ def test_cuda_kernel_matches_float64(M, N, K, act, norm, kn, dtype):
     assert (out.double() - torch_out.double()).abs().max().item() <= 2e-2 * max(1.0, torch_out.abs().max().item())
     with torch.autocast("cuda", dtype=torch.bfloat16):
         assert dl.decode_linear_backend(a, weight, **kw) == "torch"  # autocast decides dtypes: the torch ops
+
+
+@needs_cuda
+@pytest.mark.parametrize("pdl", [True, False])
+def test_cuda_chain_in_a_graph_equals_eager(pdl, monkeypatch):
+    """A chain of dependent calls (each reads the previous output and a residual two calls back, buffers reused
+    by the graph's pool) gives the bits of the same chain launched plainly, one kernel after the other, both eager
+    and captured in a CUDA graph and replayed: with programmatic dependent launch a kernel that starts early still
+    reads its input only after the previous kernel is done, and writes only after that."""
+    g = torch.Generator().manual_seed(3)
+    d, hidden = 768, 3072
+    norm = LayerNorm(d, bias=True).cuda().bfloat16()
+    w_fc = (torch.randn(hidden, d, generator=g) * d ** -0.5).cuda().bfloat16()
+    w_proj = (torch.randn(d, hidden, generator=g) * hidden ** -0.5).cuda().bfloat16()
+    x = torch.randn(1, d, generator=g).cuda().bfloat16()
+
+    def chain():
+        y = x
+        for _ in range(12):
+            h = dl.decode_linear(y, w_fc, norm=norm, act="gelu")
+            y = dl.decode_linear(h, w_proj, residual=y)
+        return y
+
+    monkeypatch.setattr(dl, "PDL", False)
+    reference = chain()
+    monkeypatch.setattr(dl, "PDL", pdl)
+    assert dl._pdl(x.device) == (pdl and torch.cuda.get_device_capability()[0] >= 9)
+    assert torch.equal(chain(), reference)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chain()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, reference)
