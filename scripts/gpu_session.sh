@@ -24,6 +24,7 @@
 #                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
 #   decode_linear_tune  decode_linear's tile knobs (PROGRAMS_PER_SM, TILE, NUM_WARPS, MAX_BLOCK_N) one run each, batch 1, 4k
 #   decode_pdl    decode_attention's PDL knob: all kernels, none, the split kernel only, the combine only (batch 1, 4k and 16k)
+#   decode_compiled_check  graph_merged against graph_merged_compiled (MHA, Tucker; batch 1 and 32, 4k)
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
@@ -146,6 +147,11 @@ for st in "$@"; do
             stage $name python3 -m scripts.bench_decode --variants mha,gqa4,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
                 --modes graph_merged --batches 1 --contexts 4096,16384 --knob "PDL=$kn" --out_dir "$WORK/bench" --name $name
         done ;;
+    decode_compiled_check)  # the uncompiled graph step against the compiled one (torch.compile traces decode_linear's
+        # torch ops: inductor's fusions instead of its kernels), MHA and Tucker, batch 1 and 32, 4k
+        stage decode_compiled_check python3 -m scripts.bench_decode --variants mha,tucker_8_64_64 \
+            --modes graph_merged,graph_merged_compiled --batches 1,32 --contexts 4096 --out_dir "$WORK/bench" \
+            --name decode_compiled_check ;;
     decode_profile32)  # where a batch-32 step's time goes (cuBLAS matmuls, add_norm, attention): profiled graph replays
         stage decode_profile32 python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,tucker_shared_8_64_64,mqa \
             --modes graph_merged --batches 32 --contexts 4096,16384 --profile_rows 20 --out_dir "$WORK/bench" \
