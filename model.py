@@ -406,10 +406,10 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
     return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
 
 
+@torch.compiler.disable  # an opaque call in a compiled decode step: its kernel, not inductor's fusion of the ops
 def decode_linear(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None, residual=None):
-    """[residual +] act(norm(a) @ weight^T + bias): decode_linear.decode_linear, one kernel on CUDA (the norm before
-    a decode step's matmul, its bias, activation and residual add fused in), the torch ops elsewhere and while
-    torch.compile traces."""
+    """[residual +] act(norm(a) @ weight^T + bias): decode_linear.decode_linear, one kernel on CUDA at batch <= 4 (the
+    norm before a decode step's matmul, its bias, activation and residual add fused in), the torch ops elsewhere."""
     from decode_linear import decode_linear as dispatch  # imported on first use, not at import
     return dispatch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
 
@@ -422,6 +422,15 @@ def add_norm(x, delta, norm):
 
 
 Stream = Tuple[torch.Tensor, Optional[torch.Tensor]]  # the decode step's residual stream: (x, pending delta)
+
+
+@torch.compiler.disable  # decided and launched outside a compiled step's graph, as decode_linear
+def _decode_residual(x, y, weight, bias) -> Stream:
+    """The stream x + (y @ weight^T + bias): added in decode_linear's kernel where it serves, else left pending."""
+    from decode_linear import decode_linear_backend
+    if decode_linear_backend(y, weight, bias, residual=x) == "triton":
+        return decode_linear(y, weight, bias, residual=x), None
+    return x, F.linear(y, weight, bias)
 
 
 class DecodeIO:
@@ -457,11 +466,7 @@ class DecodeIO:
     def residual(self, y, weight, bias=None) -> Stream:
         """The new stream x + (y @ weight^T + bias): y (B, K), weight (d, K). The add happens in the matmul's
         kernel where decode_linear's serves, else it is left pending for the next norm."""
-        x = self.x if self.delta is None else self.x + self.delta
-        from decode_linear import decode_linear_backend
-        if decode_linear_backend(y, weight, bias, residual=x) == "triton":
-            return decode_linear(y, weight, bias, residual=x), None
-        return x, F.linear(y, weight, bias)
+        return _decode_residual(self.x if self.delta is None else self.x + self.delta, y, weight, bias)
 
     def add(self, y) -> Stream:
         """The new stream x + y (pending)."""
@@ -1315,8 +1320,9 @@ class Block(nn.Module):
 DECODE_CHOICES = ("auto", "eager", "graph")
 # torch.compile modes of the decode step (GPT.generate's compile_mode -> torch.compile's mode): the step is
 # captured in our own CUDA graph, so inductor must not add its own ('-no-cudagraphs'). max-autotune lets
-# inductor pick Triton GEMMs with the elementwise work fused into their epilogues: fewer kernels per step
-# (an H200 step of GPT-2 0.04-0.08 ms faster at batch 1, results/bench/README.md), after minutes of tuning
+# inductor pick Triton GEMMs with the elementwise work fused into their epilogues (before session 8 an H200
+# GPT-2 step 0.04-0.08 ms faster at batch 1, results/bench/README.md). The uncompiled step now fuses its
+# matmuls' neighbours itself (decode_linear, opaque to inductor), so compiling buys little at small batch
 DECODE_COMPILE_MODES = {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}
 
 

@@ -36,13 +36,13 @@ DEFAULTS = dict(
     # 'auto' = the static (CUDA-graph) decode step on CUDA, eager elsewhere; 'eager' = the plain
     # cached step; 'graph' = force the static step (CUDA only)
     decode="auto",
-    # torch.compile the cached decode step first (elementwise work fused into few kernels): on an H200 1-3% less
-    # time per token at batch 1 than the uncompiled step, which fuses its cache writes, RoPE and residual adds
-    # itself (results/bench/, session 7), after a one-time compile of tens of seconds (the same greedy tokens
-    # in float32: tested on CPU; in bf16 fused rounding can change near-tied greedy choices)
+    # torch.compile the cached decode step first: the glue between its kernels; the uncompiled step already fuses
+    # its cache writes, RoPE, norms, activations and residual adds into its attention and matmul kernels (those
+    # stay as they are when compiled), so at batch 1 compiling buys little (results/bench/, session 8), after a
+    # one-time compile of tens of seconds (the same greedy tokens in float32: tested on CPU)
     compile=False,
-    # with compile=True: 'default', or 'max-autotune' (Triton GEMMs with the elementwise work fused in: on an H200
-    # another 0.04-0.08 ms off a GPT-2 step at batch 1, after minutes of tuning the first time)
+    # with compile=True: 'default', or 'max-autotune' (Triton GEMMs for the matmuls decode_linear does not serve,
+    # larger batches; minutes of tuning the first time)
     compile_mode="default",
     tokenizer="",  # GPT-2 ranks file for offline use (else env TUCKER_GPT2_TIKTOKEN, else tiktoken 'gpt2')
 )
