@@ -76,7 +76,7 @@ NUM_WARPS = None  # split kernel; None: 2, or 4 for 32-head groups (H200 sweep: 
 PDL = ("combine",)  # the kernels launched with programmatic dependent launch (Hopper): such a kernel may start
 #   while the kernel before it finishes; each program waits for it (griddepcontrol.wait) before its first load or
 #   store. True / False: all / none. H200, B=1 (results/bench/session8/decode_pdl_*): the combine alone is best or
-#   within 5% for every variant; with the split kernel too MHA, GQA and MLA lose 3-15%, Tucker gains 5%
+#   within 5% for every variant; with the split kernel too GQA and MLA lose 7-15% and MHA 8% at 4k, Tucker gains 5%
 NUM_STAGES = 3  # split kernel's software pipelining depth (cache loads in flight)
 # How keys are rotated (all read the tables as rotations; see the module docstring):
 #   'q_base':  R(n0 + j) = R(n0) R(j): the block's queries take R(n0)^T, key row j takes R(j) (fixed tiles)
