@@ -20,15 +20,18 @@ tile (GPT-2: K = 768 and 3072), every load of a program is issued at once and th
 registers: a small kernel's time is its chain of dependent memory round trips. A block is then 4 kernels
 plus attention's (norm + QKV, the output projection + residual, norm + fc + GELU, proj + residual), not 8-10.
 On Hopper each kernel is launched with programmatic dependent launch (PDL): it may start while the kernel
-before it finishes, issues its weight loads, and waits (griddepcontrol.wait) only before it reads its input,
-the one thing the previous kernels wrote; its stores come after the wait, so a buffer the previous kernel
-still reads is never overwritten early. More rows are a GEMM: cuBLAS's tensor-core matmuls serve them (model.DecodeIO then fuses each residual add
+before it finishes; where a whole K row fits one tile it issues its weight loads first and waits
+(griddepcontrol.wait) before it reads its input (the loop over K chunks waits first). Its stores come after
+the wait, so a buffer the previous kernel still reads is never overwritten early. The contract: the weights,
+biases and norm parameters must not be written by the kernel launched just before (a decode step's weights
+are parameters, or inference forms whose build ends with a fence kernel, model.InferenceForm). More rows are a GEMM: cuBLAS's tensor-core matmuls serve them (model.DecodeIO then fuses each residual add
 with the norm after it instead, fused_norm.add_norm).
 
 Same math as the torch ops, not the same bits (fp32 sums in another order): tested to the dtype's rounding.
 Used where it is exact and cheap to choose: CUDA, Triton importable, at most MAX_ROWS rows, every tensor in
-one dtype (fp16, bf16, fp32), no autocast, and not while torch.compile traces (inductor fuses the ops
-itself). Elsewhere the torch ops run (`backend='torch'`), exactly the unfused model's.
+one dtype (fp16, bf16, fp32), no autocast, and not while torch.compile traces this module's code (the model
+calls it from outside the traced graph, torch.compiler.disable, so a compiled decode step keeps the kernel).
+Elsewhere the torch ops run (`backend='torch'`), exactly the unfused model's.
 
 weight is F.linear's (N, K) with any strides: a matrix stored (K, N) for `x @ W` is passed as W.t() (and is
 best stored as the transpose of a contiguous (N, K), so that K is the contiguous dimension of the tiles).
@@ -111,7 +114,7 @@ if _triton_available():
         m_ok, n_ok = rm < M, rn < N
         rm64, rn64 = rm.to(tl.int64), rn.to(tl.int64)
         if ONE_CHUNK:
-            rk = tl.arange(0, BLOCK_K)
+            rk = tl.arange(0, BLOCK_K).to(tl.int64)  # int64 offsets: a (K, N) weight passed transposed strides N
             k_ok = rk < K
             w_ok = n_ok[:, None] & k_ok[None, :]
             w = tl.load(W + rn64[:, None] * s_wn + rk[None, :] * s_wk, mask=w_ok, other=0.0)  # (BLOCK_N, BLOCK_K)
@@ -146,7 +149,7 @@ if _triton_available():
             acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
             acc2 = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
             for k0 in range(0, K, BLOCK_K):
-                rk = k0 + tl.arange(0, BLOCK_K)
+                rk = (k0 + tl.arange(0, BLOCK_K)).to(tl.int64)
                 k_ok = rk < K
                 w_ok = n_ok[:, None] & k_ok[None, :]
                 w = tl.load(W + rn64[:, None] * s_wn + rk[None, :] * s_wk, mask=w_ok, other=0.0)
@@ -207,11 +210,12 @@ def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Option
         return "a's rows must be contiguous"
     if a.size(0) > MAX_ROWS:
         return f"{a.size(0)} rows > MAX_ROWS = {MAX_ROWS} (more rows: cuBLAS's tensor-core matmuls)"
-    N = weight.size(0)
+    N, K = weight.shape
     _, nw, nb, _ = _norm_params(norm)
-    vectors = [t for t in (bias, bias2, nw, nb) if t is not None]
-    if any(t.dim() != 1 for t in vectors) or (nw is not None and nw.numel() != a.size(1)):
-        return "bias and norm parameters must be vectors of the matching size"
+    sized = [(bias, N), (bias2, N), (nw, K), (nb, K)]
+    vectors = [t for t, _ in sized if t is not None]
+    if any(t is not None and (t.dim() != 1 or t.numel() != n or t.stride(0) != 1) for t, n in sized):
+        return "bias and norm parameters must be contiguous vectors of the matching size (N for biases, K for the norm)"
     if act == "swiglu" and (weight2 is None or weight2.shape != weight.shape):
         return "act='swiglu' needs weight2 of weight's shape"
     if residual is not None and (residual.shape != (a.size(0), N) or residual.stride(1) != 1):

@@ -344,6 +344,14 @@ def exact_math(device: torch.device):
     return torch.autocast(device.type, enabled=False)
 
 
+def _fence(device: torch.device) -> None:
+    """One small kernel after an inference form's build: decode_linear's kernels (launched with programmatic
+    dependent launch) read their weights before they wait for the kernel launched just before them, so that
+    kernel must not be the one that wrote a weight."""
+    if device.type == "cuda":
+        torch.empty(1, device=device).zero_()
+
+
 class InferenceForm:
     """Mixin: an attention's inference form (fused/absorbed weights), built once from the current
     weights and rebuilt when any of them changes (an optimizer step, load_state_dict, .to()):
@@ -354,8 +362,10 @@ class InferenceForm:
         key = tuple((p.data_ptr(), p._version, p.dtype) for p in self.parameters())
         cached = self.__dict__.get("_inference_form")
         if cached is None or cached[0] != key:
-            with torch.no_grad(), exact_math(next(self.parameters()).device):
+            device = next(self.parameters()).device
+            with torch.no_grad(), exact_math(device):
                 cached = (key, self.build_inference_form())
+            _fence(device)
             self.__dict__["_inference_form"] = cached
         return cached[1]
 
@@ -365,8 +375,10 @@ class InferenceForm:
         use: they live as long as the form, rebuilt with it when a weight changes."""
         form = self.inference_form()
         if "merged" not in form:
-            with torch.no_grad(), exact_math(next(self.parameters()).device):
+            device = next(self.parameters()).device
+            with torch.no_grad(), exact_math(device):
                 form.update(self.build_merged_form(form), merged=True)
+            _fence(device)
         return form
 
 
@@ -1209,7 +1221,7 @@ ATTENTION = {"mha": GroupedQueryAttention, "gqa": GroupedQueryAttention, "mla": 
 
 class LayerNorm(nn.Module):
     """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1 semantics we rely on)."""
-    kind = "layernorm"  # for decode_linear's norm prologue
+    kind = "layernorm"  # the norm the Triton kernels compute (decode_linear's prologue, fused_norm.add_norm)
 
     def __init__(self, ndim: int, bias: bool, eps: float = 1e-5):
         super().__init__()
@@ -1223,7 +1235,7 @@ class LayerNorm(nn.Module):
 
 class RMSNorm(nn.Module):
     """RMSNorm (LLaMA): y = x / sqrt(mean(x^2) + eps) * weight; a weight of d, no bias, no centering."""
-    kind = "rmsnorm"  # for decode_linear's norm prologue
+    kind = "rmsnorm"  # the norm the Triton kernels compute (decode_linear's prologue, fused_norm.add_norm)
 
     def __init__(self, ndim: int, eps: float = 1e-5):
         super().__init__()

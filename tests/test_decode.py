@@ -5,15 +5,16 @@ MLA, Tucker's contracted cores, latent keys rotated as read) gives the logits of
 uncached forward to float64 rounding; the inference form follows the weights when they change;
 greedy generation gives the same tokens with and without the cache; the CUDA graph replays the
 eager step exactly (GPU only). The step through the Triton kernels (decode attention with its cache
-write and rotations, the fused add + norm) equals the forward too: on the CPU through Triton's
-interpreter (tests/interpreted.py), on a GPU as compiled.
+write and rotations; decode_linear's matmuls with their norms, activations and residual adds at batch
+<= its MAX_ROWS, cuBLAS and the fused add + norm above) equals the forward too: on the CPU through
+Triton's interpreter (tests/interpreted.py), on a GPU as compiled, at a batch on each side.
 """
 
 import pytest
 import torch
 
 from interpreted import CHILD, needs_child, run_interpreted
-from model import GPT, GPTConfig, StaticDecoder, sample_next
+from model import GPT, GPTConfig, GroupedQueryAttention, StaticDecoder, TuckerAttention, sample_next
 
 VARIANTS = {
     "mha": dict(attn="mha"),
@@ -135,18 +136,22 @@ def test_cuda_graph_replays_the_eager_step(variant):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton decode kernel needs a GPU")
+@pytest.mark.parametrize("batch", [3, 6])  # decode_linear's kernel (<= MAX_ROWS rows), cuBLAS + add_norm above
 @pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_cuda_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope, monkeypatch):
-    """The decode step through the Triton kernel (cache writes, q and key rotations inside it) gives the
+def test_cuda_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope, batch, monkeypatch):
+    """The decode step through the Triton kernels (cache writes, q and key rotations inside the attention's;
+    the matmuls with their norms and residual adds, or cuBLAS with each add fused into the next norm) gives the
     uncached forward's logits, in float32 (the CPU tests check the same through the SDPA fallback)."""
     import decode_attention as da
+    import decode_linear as dl
+    assert (batch <= dl.MAX_ROWS) == (batch == 3)
     launches = []
     launch = da._launch
     monkeypatch.setattr(da, "_launch", lambda *a, **kw: launches.append(1) or launch(*a, **kw))
     model = build(variant, pos_emb, mla_rope, block_size=64).float().cuda()
     sharpen_attention(model)
-    idx = torch.randint(0, 50, (3, 60), generator=torch.Generator().manual_seed(1)).cuda()
+    idx = torch.randint(0, 50, (batch, 60), generator=torch.Generator().manual_seed(1)).cuda()
     with torch.no_grad():
         full = model(idx)[0]  # (B, T, vocab)
         got = decode_logits(model, idx, prompt=7)  # (B, T - 7, vocab): positions 6 .. 58
@@ -355,20 +360,20 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     logits are the forward's (float32). 'auto' takes SDPA and the torch ops on the CPU: forced to the kernels."""
     import decode_attention as da
     import decode_linear as dl
-    launches = {"attention": 0, "linear": 0, "linear_torch": 0}
-    launch = da._launch
+    launches = {"attention": 0, "linear": 0}
+    launch, config = da._launch, dl._config
 
     def count(key, result):
         launches[key] += 1
         return result
-
-    def linear_backend(a, weight, bias=None, **kw):
-        ok = dl._unsupported(a, weight, bias, kw.get("norm"), kw.get("act"), kw.get("weight2"), kw.get("bias2"),
-                             kw.get("residual")) is None
-        return count("linear", "triton") if ok else count("linear_torch", "torch")
     monkeypatch.setattr(da, "decode_backend", lambda q, k, v: "triton" if da._unsupported(q, k, v) is None else "sdpa")
     monkeypatch.setattr(da, "_launch", lambda *a, **kw: count("attention", launch(*a, **kw)))
-    monkeypatch.setattr(dl, "decode_linear_backend", linear_backend)
+    monkeypatch.setattr(dl, "ENABLED", True)
+    monkeypatch.setattr(dl, "decode_linear_backend",  # the kernel wherever it can run (CPU: the interpreter)
+                        lambda a, w, b=None, **kw: "triton" if dl._unsupported(
+                            a, w, b, kw.get("norm"), kw.get("act"), kw.get("weight2"), kw.get("bias2"),
+                            kw.get("residual")) is None else "torch")
+    monkeypatch.setattr(dl, "_config", lambda *a: count("linear", config(*a)))  # once per kernel launch
     model = build(variant, pos_emb, mla_rope, block_size=16).float()
     sharpen_attention(model)
     idx = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(4))
@@ -377,7 +382,14 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
         got = decode_logits(model, idx, prompt=4)  # 5 decode steps
     L = model.config.n_layer
     assert launches["attention"] == 5 * L  # every step of every layer through the kernel
-    # every decode_linear call through its kernel: the attention's output projection + residual, the MLP's two,
-    # the logits (and the attention's input projection where it is one matrix)
-    assert launches["linear_torch"] == 0 and launches["linear"] >= 5 * (3 * L + 1)
+
+    def kernels(attn):  # decode_linear launches of one attention sublayer: its input and output matmuls
+        if isinstance(attn, GroupedQueryAttention):
+            return 2
+        if isinstance(attn, TuckerAttention):  # merged: both; factored: the output basis + residual only
+            return 2 if attn.merged_decode and not attn.fused_decode else 1
+        return 2 if attn.merged_decode else 0  # MLA factored: its products as torch ops, a pending add
+    # per step: each attention's, the MLP's two (norm + fc + GELU, proj + residual), the logits
+    per_step = sum(kernels(block.attn) + 2 for block in model.transformer.h) + 1
+    assert launches["linear"] == 5 * per_step
     assert (got - full[:, 3:9]).abs().max().item() < 1e-5 * full.abs().max().item()

@@ -30,7 +30,7 @@ NORMS = {"none": None, "layernorm_bias": lambda d: LayerNorm(d, bias=True),
 def make(M, K, N, dtype, *, norm="layernorm_bias", act=None, bias=True, residual=False, kn=False,
          device="cpu", seed=0):
     """Inputs of one call with random (non-trivial) values: a (M, K) with an offset (LayerNorm must center),
-    weight (N, K) (kn: the transpose of a contiguous (K, N)), the norm, biases, weight2, residual."""
+    weight and weight2 (N, K) (kn: transposes of contiguous (K, N) matrices), the norm, biases, residual."""
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape, scale=1.0, shift=0.0):
@@ -46,7 +46,8 @@ def make(M, K, N, dtype, *, norm="layernorm_bias", act=None, bias=True, residual
     weight = rnd(K, N, scale=K ** -0.5).t() if kn else rnd(N, K, scale=K ** -0.5)
     kw = dict(norm=norm_mod, act=act, bias=rnd(N, scale=0.5) if bias else None)
     if act == "swiglu":
-        kw.update(weight2=rnd(N, K, scale=K ** -0.5), bias2=rnd(N, scale=0.5) if bias else None)
+        weight2 = rnd(K, N, scale=K ** -0.5).t() if kn else rnd(N, K, scale=K ** -0.5)
+        kw.update(weight2=weight2, bias2=rnd(N, scale=0.5) if bias else None)
     if residual:
         kw["residual"] = rnd(M, N, scale=2.0)
     return rnd(M, K, scale=3.0, shift=1.0), weight, kw
@@ -110,6 +111,8 @@ def test_dispatch_and_errors():
     assert "rows must be contiguous" in un(a.t().contiguous().t(), weight, **kw)
     assert "residual must be" in un(a, weight, **kw, residual=torch.zeros(2, 9))
     assert "vectors of the matching size" in un(a, weight, **{**kw, "bias": torch.zeros(1, 8)})
+    assert "vectors of the matching size" in un(a, weight, **{**kw, "bias": torch.zeros(7)})  # not N
+    assert "vectors of the matching size" in un(a, weight, **{**kw, "bias": torch.zeros(8, 2)[:, 0]})  # strided
 
 
 def test_enabled_off_takes_torch(monkeypatch):
