@@ -130,6 +130,19 @@ def _cdiv(a: int, b: int) -> int:
 # The one dispatch point.
 
 
+def kernel_unavailable(t: torch.Tensor, ops: str) -> Optional[str]:
+    """Why a Triton kernel of the decode step cannot run on t's device now (None when it can): CUDA (or the CPU under
+    TRITON_INTERPRET=1), no CUDA autocast (the `ops` it replaces would take autocast's dtypes), Triton importable.
+    Shared by decode_linear and fused_norm."""
+    if t.device.type != "cuda" and not (_interpret() and t.device.type == "cpu"):
+        return f"device {t.device.type}"
+    if t.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+        return f"autocast is on ({ops}' output dtypes are autocast's)"
+    if not _triton_available():
+        return "triton is not installed"
+    return None
+
+
 def _unsupported(q, k, v) -> Optional[str]:
     """Why the Triton kernel cannot run these tensors (None when it can)."""
     if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:

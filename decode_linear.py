@@ -44,7 +44,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from decode_attention import _interpret, _pdl_launch, _sm_count, _triton_available, pdl_capable  # shared checks
+from decode_attention import (_interpret, _pdl_launch, _sm_count, _triton_available,  # the shared checks
+                              kernel_unavailable, pdl_capable)
 
 ENABLED = True  # False: every call takes the torch ops (bench_decode --knob decode_linear.ENABLED=False)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -225,13 +226,7 @@ def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Option
         return "every tensor must share one of fp16/bf16/fp32"
     if any(t.device != a.device for t in tensors):
         return "every tensor must be on one device"
-    if a.device.type != "cuda" and not (_interpret() and a.device.type == "cpu"):
-        return f"device {a.device.type}"
-    if a.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
-        return "autocast is on (the torch ops' output dtypes are autocast's)"
-    if not _triton_available():
-        return "triton is not installed"
-    return None
+    return kernel_unavailable(a, "the torch ops")
 
 
 def decode_linear_backend(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None,

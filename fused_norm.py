@@ -26,7 +26,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from decode_attention import _interpret, _triton_available  # the one check of each, shared with its kernels
+from decode_attention import _interpret, _triton_available, kernel_unavailable  # the shared checks
 
 MAX_DIM = 16384
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -76,13 +76,7 @@ def _unsupported(x: torch.Tensor, delta: torch.Tensor, norm) -> Optional[str]:
         return "x, delta and the norm's parameters must share one of fp16/bf16/fp32"
     if x.size(-1) > MAX_DIM:
         return f"rows of {x.size(-1)} > {MAX_DIM}"
-    if x.device.type != "cuda" and not (_interpret() and x.device.type == "cpu"):
-        return f"device {x.device.type}"
-    if x.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
-        return "autocast is on (the two ops' output dtypes are autocast's)"
-    if not _triton_available():
-        return "triton is not installed"
-    return None
+    return kernel_unavailable(x, "the two ops")
 
 
 def add_norm_backend(x: torch.Tensor, delta: torch.Tensor, norm) -> str:

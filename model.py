@@ -439,9 +439,9 @@ Stream = Tuple[torch.Tensor, Optional[torch.Tensor]]  # the decode step's residu
 @torch.compiler.disable  # decided and launched outside a compiled step's graph, as decode_linear
 def _decode_residual(x, y, weight, bias) -> Stream:
     """The stream x + (y @ weight^T + bias): added in decode_linear's kernel where it serves, else left pending."""
-    from decode_linear import decode_linear_backend
-    if decode_linear_backend(y, weight, bias, residual=x) == "triton":
-        return decode_linear(y, weight, bias, residual=x), None
+    import decode_linear as module
+    if module.decode_linear_backend(y, weight, bias, residual=x) == "triton":
+        return module.decode_linear(y, weight, bias, residual=x, backend="triton"), None
     return x, F.linear(y, weight, bias)
 
 
