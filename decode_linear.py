@@ -44,11 +44,11 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from decode_attention import (_interpret, _pdl_launch, _sm_count, _triton_available,  # the shared checks
-                              kernel_unavailable, pdl_capable)
+from decode_attention import (DTYPES, _cdiv, _interpret, _pdl_launch, _pow2, _pow2_floor,  # shared: one of each
+                              _sm_count, _triton_available, kernel_unavailable, pdl_capable)
+from fused_norm import _norm_params as _norm_module_params
 
 ENABLED = True  # False: every call takes the torch ops (bench_decode --knob decode_linear.ENABLED=False)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTS = (None, "gelu", "swiglu")
 MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is its case; more rows: cuBLAS)
 TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product (registers per program)
@@ -186,24 +186,20 @@ def _pdl(device: torch.device) -> bool:
     return PDL and pdl_capable(device)
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def _pow2_floor(n: int) -> int:
-    return 1 << max(0, int(n).bit_length() - 1)
+NORM_KINDS = {"layernorm": 1, "rmsnorm": 2}  # the kernel's NORM (0: none)
 
 
 def _norm_params(norm):
-    """(kind 0/1/2, weight, bias, eps) of None, a model.LayerNorm or a model.RMSNorm."""
+    """(NORM 0/1/2, weight, bias, eps) of None or a model.LayerNorm / model.RMSNorm (fused_norm's reading of them)."""
     if norm is None:
         return 0, None, None, 0.0
-    return {"layernorm": 1, "rmsnorm": 2}[norm.kind], norm.weight, getattr(norm, "bias", None), float(norm.eps)
+    kind, weight, bias, eps = _norm_module_params(norm)
+    return NORM_KINDS[kind], weight, bias, eps
 
 
 def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Optional[str]:
     """Why the kernel cannot serve these (None when it can)."""
-    if norm is not None and getattr(norm, "kind", None) not in ("layernorm", "rmsnorm"):
+    if norm is not None and getattr(norm, "kind", None) not in NORM_KINDS:
         return f"the kernel knows model.LayerNorm and model.RMSNorm, not {type(norm).__name__}"
     if a.dim() != 2 or weight.dim() != 2 or a.size(1) != weight.size(1):
         return f"shapes a {tuple(a.shape)}, weight {tuple(weight.shape)} (a (M, K), weight (N, K))"
@@ -244,10 +240,10 @@ def _config(M: int, N: int, K: int, device: torch.device):
     (a step's matmuls read each weight once: bandwidth wants every SM loading), then cut until the whole K row
     fits the TILE (one chunk: no loop, no dependent round trips); where even MIN_BLOCK_N columns do not fit, a
     loop over K chunks of TILE / (rows x columns)."""
-    block_m = min(_pow2(M), MAX_ROWS)
-    k_pow2 = max(16, _pow2(K))
-    want = max(1, N * -(-M // block_m) // (PROGRAMS_PER_SM * _sm_count(device)))
-    block_n = max(MIN_BLOCK_N, min(MAX_BLOCK_N, _pow2_floor(want), _pow2(N)))
+    block_m = min(_pow2(M, 1), MAX_ROWS)
+    k_pow2 = _pow2(K)
+    want = max(1, N * _cdiv(M, block_m) // (PROGRAMS_PER_SM * _sm_count(device)))
+    block_n = max(MIN_BLOCK_N, min(MAX_BLOCK_N, _pow2_floor(want), _pow2(N, 1)))
     fit = TILE // (block_m * k_pow2)
     if fit >= MIN_BLOCK_N:
         return block_m, min(block_n, _pow2_floor(fit)), k_pow2, True
@@ -283,6 +279,12 @@ def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
         elif act == "swiglu":
             y = F.silu(y) * F.linear(h, weight2, bias2)
         return y if residual is None else residual + y
+    return launch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
+
+
+def launch(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None, residual=None) -> torch.Tensor:
+    """decode_linear's kernel itself, its arguments not checked again: for callers that already had
+    decode_linear_backend say 'triton' for them (a decode step's residual path, model._decode_residual)."""
     M, K = a.shape
     N = weight.size(0)
     kind, nw, nb, eps = _norm_params(norm)
@@ -290,7 +292,7 @@ def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
     block_m, block_n, block_k, one_chunk = _config(M, N, K, a.device)
     pdl = _pdl(a.device)
     w2 = weight2 if weight2 is not None else weight
-    grid = (-(-N // block_n), -(-M // block_m))
+    grid = (_cdiv(N, block_n), _cdiv(M, block_m))
     _decode_linear_kernel[grid](
         a, nw if nw is not None else a, nb if nb is not None else a, weight,
         bias if bias is not None else weight, w2, bias2 if bias2 is not None else weight,

@@ -441,7 +441,7 @@ def _decode_residual(x, y, weight, bias) -> Stream:
     """The stream x + (y @ weight^T + bias): added in decode_linear's kernel where it serves, else left pending."""
     import decode_linear as module
     if module.decode_linear_backend(y, weight, bias, residual=x) == "triton":
-        return module.decode_linear(y, weight, bias, residual=x, backend="triton"), None
+        return module.launch(y, weight, bias, residual=x), None
     return x, F.linear(y, weight, bias)
 
 
