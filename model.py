@@ -43,6 +43,7 @@ from torch.nn import functional as F
 ATTN_CHOICES = ("mha", "gqa", "mla", "tucker")
 POS_CHOICES = ("learned", "rope")
 MLA_ROPE_CHOICES = ("decoupled", "latent")
+LOSS_HEAD_CHOICES = ("fused", "logits")
 NORM_CHOICES = ("layernorm", "rmsnorm")
 MLP_CHOICES = ("gelu", "swiglu")
 
@@ -96,10 +97,17 @@ class GPTConfig:
     # recompute each block's activations in the backward instead of storing them (training only):
     # less memory for long sequences / big models (the LLaMA-3 1B rows at N=4096), ~1/3 more compute
     activation_checkpointing: bool = False
-    # the loss head (lm_head + cross-entropy) in chunks of this many tokens, its gradients computed in
-    # the forward (ChunkedLinearCrossEntropy), so that float32 logits exist for one chunk at a time,
-    # never for the whole (B*T, vocab); forward then returns logits=None with the loss. 0: one
-    # F.cross_entropy over all logits. Same loss and gradients up to float rounding (tested in float64)
+    # --- the loss head (lm_head + cross-entropy), when forward gets targets ---
+    # 'fused': with gradients on (training), the loss's gradients are computed in the forward
+    # (LinearCrossEntropy: one pass over the logits takes each row's loss and softmax - onehot, a Triton
+    # kernel on CUDA), the logits are never kept for the backward, and forward returns logits=None with
+    # the loss; without gradients (evaluation) it returns the logits and the loss. 'logits': nanoGPT's
+    # head, the (B, T, vocab) logits returned with the loss and differentiable, the loss's backward
+    # recomputed from them (LogitsCrossEntropy). Same loss and gradients up to float rounding (tested)
+    loss_head: str = "fused"
+    # the fused head in chunks of this many tokens, so that logits exist for one chunk at a time, never
+    # for the whole (B*T, vocab); forward then returns logits=None with the loss, evaluation included.
+    # 0: all tokens at once (the fastest; needs loss_head='fused' when > 0)
     loss_chunk_tokens: int = 0
 
     def __post_init__(self):
@@ -128,6 +136,10 @@ class GPTConfig:
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
             need_int(name, getattr(self, name), 1)
         need_int("loss_chunk_tokens", self.loss_chunk_tokens, 0)
+        if self.loss_head not in LOSS_HEAD_CHOICES:
+            raise ValueError(f"loss_head={self.loss_head!r} is unknown: allowed {LOSS_HEAD_CHOICES}")
+        if self.loss_head != "fused" and self.loss_chunk_tokens > 0:
+            raise ValueError(f"loss_chunk_tokens={self.loss_chunk_tokens} needs loss_head='fused' (got {self.loss_head!r})")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
         if not (0.0 <= self.dropout < 1.0):
@@ -528,60 +540,62 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return LogitsCrossEntropy.apply(logits, targets)
 
 
-class ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """Mean over non-ignored rows of cross_entropy(h @ weight^T, targets) (ignore_index -1), chunk by
-    chunk of `chunk` rows. The loss is the graph's last op, so its gradients are known in the forward:
-    each chunk's logits (at least float32) give softmax - onehot, then grad_h and grad_weight, and are
-    freed. Saved for the backward: grad_h (M, d) and grad_weight (V, d), never the (M, V) logits.
-    Under autocast the matmuls run in its dtype, as the plain lm_head's do; the 1/n of the mean is
-    applied after them, in float32 (at n = 12k tokens, (p - onehot)/n would underflow in float16)."""
+class LinearCrossEntropy(torch.autograd.Function):
+    """Mean over non-ignored rows of cross_entropy(h @ weight^T, targets) (ignore_index -1): the training loss
+    head with its gradients computed in the forward. The loss is the graph's last op, so softmax - onehot is
+    known as soon as the logits are: fused_loss.cross_entropy_rows takes each row's loss and that gradient in
+    one pass over the logits (one Triton kernel on CUDA), then grad_h and grad_weight are two matmuls, and the
+    logits are freed, never kept for the backward (nor is an unused incoming gradient for them materialized:
+    the forward returns no logits). `chunk` > 0 does this for at most `chunk` rows at a time (less memory:
+    GPTConfig.loss_chunk_tokens); 0 for all rows in one go (the fastest). Under autocast the matmuls run in
+    its dtype, as the plain lm_head's do, and the gradient of the logits is in that dtype; the 1/n of the mean
+    and the incoming gradient are applied in the backward, in float32, to the matmuls' outputs (at n = 12k
+    tokens, (p - onehot)/n would underflow in float16)."""
 
     @staticmethod
     def forward(ctx, h, weight, targets, chunk, grad_enabled):  # h (M, d), weight (V, d), targets (M,)
+        from fused_loss import cross_entropy_rows  # the kernel's module, imported on first use
         acc = torch.promote_types(h.dtype, torch.float32)  # float32, or float64 for a float64 model
-        autocast = torch.is_autocast_enabled(h.device.type)
         # needs_input_grad says requires_grad even under no_grad (evaluation): ask grad mode too
         want_h, want_w = (grad_enabled and ctx.needs_input_grad[0]), (grad_enabled and ctx.needs_input_grad[1])
-        valid_all = targets != -1
-        n = valid_all.sum().to(acc)  # F.cross_entropy's mean; no valid row: 0/0 = nan, as it gives
-        grad_h = torch.empty(h.shape, dtype=acc, device=h.device) if want_h else None  # (M, d)
-        grad_w = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
-                             device=weight.device) if want_w else None  # (V, d)
-        total = torch.zeros((), dtype=acc, device=h.device)
-        for a in range(0, h.size(0), chunk):
-            h_c, t_c, valid = h[a:a + chunk], targets[a:a + chunk], valid_all[a:a + chunk]  # (c, d), (c,), (c,)
-            logits = (h_c @ weight.t()).to(acc)  # (c, V): the only logits alive
-            safe = t_c.clamp(min=0)  # ignored rows pick any class; masked out below
-            lse = torch.logsumexp(logits, dim=-1)  # (c,)
-            total = total + ((lse - logits.gather(1, safe[:, None]).squeeze(1)) * valid).sum()
-            if want_h or want_w:
-                grad_logits = torch.softmax(logits, dim=-1)  # (c, V)
-                del logits
-                grad_logits[torch.arange(t_c.size(0), device=t_c.device), safe] -= 1.0
-                grad_logits *= valid.to(acc)[:, None]  # softmax - onehot, ignored rows 0; 1/n comes later
-                g = grad_logits if autocast else grad_logits.to(h.dtype)  # autocast casts for the matmuls
-                if want_h:
-                    grad_h[a:a + chunk] = (g @ weight).to(acc) / n  # (c, d)
-                if want_w:
-                    grad_w += g.t() @ h_c  # (V, d)
-        if want_w:
-            grad_w /= n
+        n = (targets != -1).sum().to(acc)  # F.cross_entropy's mean; no valid row: 0/0 = nan, as it gives
+        step = chunk if chunk > 0 else h.size(0)
+        total, grad_h, grad_w = None, [], None
+        for a in range(0, h.size(0), step):
+            h_c, t_c = h[a:a + step], targets[a:a + step]  # (c, d), (c,)
+            logits = h_c @ weight.t()  # (c, V) in the matmul's dtype: the only logits alive
+            row_loss, g = cross_entropy_rows(logits, t_c, want_h or want_w)  # (c,) acc, (c, V) softmax - onehot
+            del logits
+            part = row_loss.to(acc).sum()
+            total = part if total is None else total + part
+            if want_h:
+                grad_h.append(g @ weight)  # (c, d), still without 1/n
+            if want_w:
+                gw = g.t() @ h_c  # (V, d)
+                grad_w = gw if grad_w is None else grad_w.to(acc) + gw
+        grad_h = (grad_h[0] if len(grad_h) == 1 else torch.cat(grad_h)) if want_h else None
         ctx.dtypes = (h.dtype, weight.dtype)
-        ctx.save_for_backward(grad_h, grad_w)
+        ctx.save_for_backward(grad_h, grad_w, n)
         return total / n
 
     @staticmethod
     def backward(ctx, grad_loss):
-        grad_h, grad_w = ctx.saved_tensors
+        grad_h, grad_w, n = ctx.saved_tensors
         h_dtype, w_dtype = ctx.dtypes
-        return (None if grad_h is None else (grad_h * grad_loss).to(h_dtype),
-                None if grad_w is None else (grad_w * grad_loss).to(w_dtype), None, None, None)
+        scale = grad_loss.to(n.dtype) / n  # the incoming gradient and the mean's 1/n, in float32 (or float64)
+        return (None if grad_h is None else (grad_h.to(n.dtype) * scale).to(h_dtype),
+                None if grad_w is None else (grad_w.to(n.dtype) * scale).to(w_dtype), None, None, None)
+
+
+def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = 0) -> torch.Tensor:
+    """Mean cross-entropy of h (M, d) @ weight (V, d)^T against targets (M,) (ignore_index -1), its gradients
+    computed in the forward (LinearCrossEntropy), the logits of at most `chunk` rows at a time (0: all)."""
+    return LinearCrossEntropy.apply(h, weight, targets, chunk, torch.is_grad_enabled())
 
 
 def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
-    """Mean cross-entropy of h (M, d) @ weight (V, d)^T against targets (M,) (ignore_index -1), the
-    logits of at most `chunk` rows at a time (GPTConfig.loss_chunk_tokens)."""
-    return ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk, torch.is_grad_enabled())
+    """linear_cross_entropy in chunks of `chunk` rows (GPTConfig.loss_chunk_tokens)."""
+    return linear_cross_entropy(h, weight, targets, chunk)
 
 
 def _normal_(t: torch.Tensor, std: float) -> None:
@@ -676,17 +690,22 @@ class GroupedQueryAttention(nn.Module):
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
         B, T, d = x.size()
         nH, nG, dH = self.n_head, self.n_kv_head, self.head_dim
-        qk, v = self.c_attn(x).split([(nH + nG) * dH, nG * dH], dim=2)
-        qk = qk.view(B, T, nH + nG, dH)  # (B, T, heads, dH): the query heads, then the key heads
+        # q, k, v cut out of c_attn's output by splits of its (B, T, heads, dH) view, never by slices: the
+        # backward of a split is one cat, which inductor writes as one copy kernel; slicing q and k out of
+        # one block made it assemble c_attn's gradient from two zero-padded slice_backward's and an add, at
+        # 3x the time (GPT-2 124M: 1.1 ms of a 25 ms step; scripts/bench_rope.py's none_* rows)
+        qkv = self.c_attn(x).view(B, T, nH + 2 * nG, dH)  # (B, T, heads, dH): query heads, key heads, value heads
         q_start = cache.pos if cache is not None else 0
         if self.rope:  # rotated before the head transpose: (T, 1, dH/2) tables broadcast over heads
             cos, sin = rope_at(rope, q_start, T)
+            qk, v = qkv.split([nH + nG, nG], dim=2)  # (B, T, nH + nG, dH), (B, T, nG, dH)
             # q and k in ONE call: its backward writes one gradient block beside v's. Two calls made
             # inductor assemble c_attn's gradient with a 4x slower kernel (MHA's RoPE: +11% of the
             # GPT-2 step, now ~3%; scripts/bench_rope.py, results/bench/README.md)
-            qk = apply_rope(qk, cos[:, None], sin[:, None])
-        q, k = qk[:, :, :nH].transpose(1, 2), qk[:, :, nH:].transpose(1, 2)  # (B, nH, T, dH), (B, nG, T, dH)
-        v = v.view(B, T, nG, dH).transpose(1, 2)  # (B, nG, T, dH)
+            q, k = apply_rope(qk, cos[:, None], sin[:, None]).split([nH, nG], dim=2)
+        else:
+            q, k, v = qkv.split([nH, nG, nG], dim=2)  # (B, T, nH, dH), (B, T, nG, dH) x 2
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nH, T, dH), (B, nG, T, dH) x 2
         if cache is not None:
             kv = cache.append(k=k, v=v)
             k, v = kv["k"], kv["v"]  # (B, nG, S, dH)
@@ -1503,9 +1522,10 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if last_only:  # a slice, not a list index: a list builds a host tensor (breaks graph capture)
             return self.lm_head(x[:, -1:, :]), None
-        if targets is not None and self.config.loss_chunk_tokens > 0:  # no (B, T, vocab) logits at all
-            return None, chunked_cross_entropy(x.view(-1, x.size(-1)), self.lm_head.weight, targets.view(-1),
-                                               self.config.loss_chunk_tokens)
+        fused = self.config.loss_head == "fused" and (torch.is_grad_enabled() or self.config.loss_chunk_tokens > 0)
+        if targets is not None and fused:  # the loss's gradients computed now: no (B, T, vocab) logits kept
+            return None, linear_cross_entropy(x.view(-1, x.size(-1)), self.lm_head.weight, targets.view(-1),
+                                              self.config.loss_chunk_tokens)
         logits = self.lm_head(x)  # (B, T, vocab)
         loss = None
         if targets is not None:

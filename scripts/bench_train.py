@@ -599,7 +599,8 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
 
     if profile:
         pairs, source = profile_iterations(step, PROFILE_STEPS, device, clock)
-        row["profile"] = {**kernel_table(pairs, PROFILE_STEPS, total), "source": source}
+        row["profile"] = {**kernel_table(pairs, PROFILE_STEPS, total, top=getattr(args, "profile_top", PROFILE_TOP)),
+                          "source": source}
     return row
 
 
@@ -878,7 +879,9 @@ def build_parser():
                         "shape before and after our rows and report our tokens/s over its (gpt2 suite, CUDA)")
     p.add_argument("--profile", default=None, metavar="VARIANTS",
                    help="comma-separated variant ids: profile 5 more iterations of their rows (every shape and "
-                        "positions setting) and report the top-15 CUDA kernels")
+                        "positions setting) and report the top CUDA kernels (--profile_top of them)")
+    p.add_argument("--profile_top", type=int, default=PROFILE_TOP, metavar="N",
+                   help=f"kernels listed per profile, by total time (default {PROFILE_TOP})")
     p.add_argument("--time_budget", type=float, default=None, metavar="S",
                    help="seconds for the whole run: a row that would not fit (judged by the slowest of the last "
                         "three rows, keeping time for nanoGPT's second run) is reported as skipped")

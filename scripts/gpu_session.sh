@@ -8,6 +8,8 @@
 # stages, run one after another on GPU 0:
 #   tests         the CUDA tests (decode kernel vs SDPA vs float64, graph replay, the static decode step, decode_linear)
 #   tests_step    the CUDA tests of the decode step alone (test_decode.py's and decode_linear's: a minute, not three)
+#   tests_loss    the CUDA tests of the fused loss head (fused_loss's kernel vs float64, the compiled fused head vs nanoGPT's)
+#   loss_kernel   bench_loss: the loss head's cross-entropy alone, nanoGPT's head compiled vs fused_loss's kernel and its knobs
 #   decode        bench_decode, GPT-2 124M variants: forward / graph_sdpa / graph modes at batch 1 and 32,
 #                 4k and 16k cached tokens, plus model.generate end to end (sample.py's loop)
 #   decode_compiled  bench_decode's graph_compiled (torch.compile before capture) and graph_merged[_compiled]
@@ -37,6 +39,8 @@
 #   train_graphs  bench_train with compile_mode='reduce-overhead' (CUDA graphs: the launch-bound Tucker step)
 #   train_gpt2_loss_chunk  MHA and Tucker [8,64,64] with the loss head in chunks of 4096 tokens (no float32
 #                 logits of the whole batch: 2.5 GB at 12 x 1024 x 50304), against train's rows of the same call
+#   train_graphs_nanogpt  MHA and Tucker [8,64,64] with CUDA graphs (reduce-overhead) beside nanoGPT's bench.py, profiled
+#   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
 #   train_loss_chunk  the same for GQA-8 and Tucker [32,64,64] with the loss head in chunks of 4096 tokens
 #                 (GPTConfig.loss_chunk_tokens: peak memory and ms against train_llama's rows)
@@ -115,6 +119,8 @@ until_dl() { local l=$(($1 - $(date +%s))); echo $((l > 0 ? l : -1)); }  # secon
 for st in "$@"; do
     case $st in
     tests) stage tests python3 -m pytest -q -rs tests/test_decode_attention.py tests/test_decode.py tests/test_decode_linear.py ;;
+    tests_loss) stage tests_loss python3 -m pytest -q -rs tests/test_fused_loss.py tests/test_chunked_loss.py -k "cuda" ;;
+    loss_kernel) stage loss_kernel python3 -m scripts.bench_loss --out_dir "$WORK/bench" --name loss_kernel ;;
     tests_step) stage tests_step python3 -m pytest -q -rs tests/test_decode_linear.py tests/test_decode.py -k "cuda" ;;
     decode) stage decode python3 -m scripts.bench_decode --variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
             --modes forward,graph_sdpa,graph --batches 1,32 --contexts 4096,16384 --generate 500 \
@@ -177,8 +183,14 @@ for st in "$@"; do
         B="$PWD/$WORK/bench"
         TA=(--nanogpt "$PWD/.carry/nanogpt" --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --profile mha,tucker_8_64_64
             --precompile 2 --time_budget 200)
-        stage ${st}_base bash -c "cd .carry/base && python3 -m scripts.bench_train ${TA[*]} --out_dir $B --name ${st}_base"
-        stage ${st}_new python3 -m scripts.bench_train "${TA[@]}" --out_dir "$B" --name ${st}_new ;;
+        # TRAIN_BASE_ARGS / TRAIN_NEW_ARGS: other bench_train arguments for either run (e.g. fewer rows for the base)
+        stage ${st}_base bash -c "cd .carry/base && python3 -m scripts.bench_train ${TRAIN_BASE_ARGS:-${TA[*]}} --out_dir $B --name ${st}_base"
+        stage ${st}_new python3 -m scripts.bench_train ${TRAIN_NEW_ARGS:-${TA[*]}} --out_dir "$B" --name ${st}_new ;;
+    qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \
+            --formulations none,none_split3,none_unbind,none_t,model --out_dir "$WORK/bench" --name qkv_split ;;
+    train_graphs_nanogpt) stage train_graphs_nanogpt python3 -m scripts.bench_train --nanogpt .carry/nanogpt \
+            --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --compile_mode reduce-overhead --profile mha,tucker_8_64_64 \
+            --profile_top 25 --precompile 2 --time_budget ${TRAIN_BUDGET:-330} --out_dir "$WORK/bench" --name train_graphs_nanogpt ;;
     rope) stage rope python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile --out_dir "$WORK/bench" ;;
     train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
             --variants mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4 --profile mha,tucker_8_64_64 \

@@ -1,7 +1,7 @@
-"""GPTConfig.loss_chunk_tokens: the loss head (lm_head + cross-entropy) in chunks, its gradients
-computed in the forward. The same loss and gradients as F.cross_entropy over all logits (float64:
-to rounding; a model in float32 and train.py's loss curve: to 1e-5), and no (tokens x vocab) tensor
-kept for the backward."""
+"""GPTConfig.loss_head / loss_chunk_tokens: the loss head (lm_head + cross-entropy) with its gradients
+computed in the forward (the fused head, the default), at once or in chunks. The same loss and gradients
+as F.cross_entropy over all logits (float64: to rounding; a model in float32 and train.py's loss curve:
+to 1e-5), and no (tokens x vocab) tensor kept for the backward."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -60,18 +60,23 @@ def saved_numels(fn) -> list:
     return sizes
 
 
+HEADS = {"logits": dict(loss_head="logits"), "fused": dict(), "chunked": dict(loss_chunk_tokens=10)}
+
+
 @pytest.mark.parametrize("tie", [True, False])
 def test_model_same_loss_and_gradients_and_no_full_logits(tie):
+    """nanoGPT's head (loss_head='logits'), the fused head (the default) and the fused head in chunks: the same
+    loss and gradients; only the first returns logits and keeps (B*T, V) values for the backward."""
     kw = dict(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=96, bias=False, tie_embeddings=tie)
     torch.manual_seed(0)
-    plain = GPT(GPTConfig(**kw))
-    chunked = GPT(GPTConfig(**kw, loss_chunk_tokens=10))
-    chunked.load_state_dict(plain.state_dict())
+    models = {name: GPT(GPTConfig(**kw, **extra)) for name, extra in HEADS.items()}
+    for m in models.values():
+        m.load_state_dict(models["logits"].state_dict())
     x = torch.randint(0, 96, (3, 16))
     y = torch.randint(0, 96, (3, 16))
     y[0, :5] = -1
     out = {}
-    for name, m in (("plain", plain), ("chunked", chunked)):
+    for name, m in models.items():
         res = {}
         res["sizes"] = saved_numels(lambda: res.setdefault("fwd", m(x, y)))
         logits, loss = res["fwd"]
@@ -79,13 +84,39 @@ def test_model_same_loss_and_gradients_and_no_full_logits(tie):
         res["loss"], res["logits"] = loss.detach(), logits
         res["grads"] = {n: p.grad.clone() for n, p in m.named_parameters()}
         out[name] = res
-    assert out["chunked"]["logits"] is None and out["plain"]["logits"].shape == (3, 16, 96)
-    torch.testing.assert_close(out["chunked"]["loss"], out["plain"]["loss"], rtol=1e-6, atol=0)
-    for n, g in out["plain"]["grads"].items():
-        torch.testing.assert_close(out["chunked"]["grads"][n], g, rtol=1e-5, atol=1e-7, msg=n)
+    assert out["logits"]["logits"].shape == (3, 16, 96)
+    assert out["fused"]["logits"] is None and out["chunked"]["logits"] is None
     full_logits = 3 * 16 * 96
-    assert max(out["plain"]["sizes"]) >= full_logits  # the plain head keeps (B*T, V) for its backward
-    assert max(out["chunked"]["sizes"]) < full_logits  # the chunked head: grad_h (B*T, d) and grad_w (V, d)
+    assert max(out["logits"]["sizes"]) >= full_logits  # nanoGPT's head keeps (B*T, V) for its backward
+    for name in ("fused", "chunked"):
+        torch.testing.assert_close(out[name]["loss"], out["logits"]["loss"], rtol=1e-6, atol=0)
+        for n, g in out["logits"]["grads"].items():
+            torch.testing.assert_close(out[name]["grads"][n], g, rtol=1e-5, atol=1e-7, msg=f"{name} {n}")
+        assert max(out[name]["sizes"]) < full_logits  # grad_h (B*T, d) and grad_w (V, d) only
+
+
+def test_fused_head_returns_logits_when_evaluating():
+    """Without gradients the fused head returns the logits with the loss (evaluation, e.g. evaluate.py), the
+    same as nanoGPT's head; in chunks it returns none."""
+    kw = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=96, bias=False)
+    torch.manual_seed(0)
+    models = {name: GPT(GPTConfig(**kw, **extra)) for name, extra in HEADS.items()}
+    for m in models.values():
+        m.load_state_dict(models["logits"].state_dict())
+    x, y = torch.randint(0, 96, (2, 16)), torch.randint(0, 96, (2, 16))
+    with torch.no_grad():
+        res = {name: m(x, y) for name, m in models.items()}
+    torch.testing.assert_close(res["fused"][0], res["logits"][0], rtol=0, atol=0)
+    assert res["chunked"][0] is None
+    for name in ("fused", "chunked"):
+        torch.testing.assert_close(res[name][1], res["logits"][1], rtol=1e-6, atol=0)
+
+
+def test_loss_head_is_validated():
+    with pytest.raises(ValueError, match="loss_head='bogus' is unknown"):
+        GPTConfig(loss_head="bogus")
+    with pytest.raises(ValueError, match="loss_chunk_tokens=8 needs loss_head='fused'"):
+        GPTConfig(loss_head="logits", loss_chunk_tokens=8)
 
 
 @pytest.mark.parametrize("value", [-1, 2.5, "8"])
@@ -95,17 +126,21 @@ def test_loss_chunk_tokens_is_validated(value):
 
 
 def test_train_loss_curve_matches_the_plain_head(small_data, tmp_path):
-    """train.py with the chunked head follows the plain head's loss curve (float32, 12 iterations; the
-    model key reaches the model through the command line like any other)."""
+    """train.py with the fused head (the default) and with it in chunks follows nanoGPT's head's loss curve
+    (float32, 12 iterations; the model keys reach the model through the command line like any other)."""
     import train
     args = [*SMALL, f"--data_dir={small_data}", "--max_iters=12", "--eval_interval=6", "--dtype=float32",
             "--save_checkpoint=False"]
-    train.main([*args, f"--out_dir={tmp_path / 'plain'}"])
+    train.main([*args, f"--out_dir={tmp_path / 'plain'}", "--loss_head=logits"])
+    train.main([*args, f"--out_dir={tmp_path / 'fused'}"])
     train.main([*args, f"--out_dir={tmp_path / 'chunked'}", "--loss_chunk_tokens=5"])
-    a, b = train_losses(tmp_path / "plain"), train_losses(tmp_path / "chunked")
-    assert sorted(a) == sorted(b) == list(range(1, 13))
-    for i in a:
-        assert b[i] == pytest.approx(a[i], rel=1e-5), (i, a[i], b[i])
+    a = train_losses(tmp_path / "plain")
+    assert sorted(a) == list(range(1, 13))
+    for name in ("fused", "chunked"):
+        b = train_losses(tmp_path / name)
+        assert sorted(b) == sorted(a)
+        for i in a:
+            assert b[i] == pytest.approx(a[i], rel=1e-5), (name, i, a[i], b[i])
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

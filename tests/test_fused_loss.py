@@ -1,0 +1,186 @@
+"""fused_loss.cross_entropy_rows: each row's cross-entropy and softmax - onehot in one pass over the logits.
+
+Properties: the kernel computes F.cross_entropy's per-row loss (reduction='none') and the gradient of its sum,
+against float64, with ignored rows (-1: loss and gradient 0), targets in the first and last column, widths that
+are not multiples of the block (several blocks per row), and a NaN loss for a target outside [-1, V); without
+want_grad it writes no gradient. The torch backend is the same formula. On CUDA (skipped without a GPU): bf16 at
+GPT-2's shape, and a compiled GPT-2-like model whose fused head (the kernel inside torch.compile) gives nanoGPT's
+head's loss and gradients. CPU: the kernel through Triton's interpreter (tests/interpreted.py; fp32 and fp16).
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fused_loss as fl
+from interpreted import CHILD, needs_child, run_interpreted
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def make(M, V, dtype, device="cpu", seed=0, scale=4.0):
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(M, V, generator=g) * scale + 1.0).to(device=device, dtype=dtype)
+    targets = torch.randint(0, V, (M,), generator=g)
+    targets[0], targets[-1] = 0, V - 1  # the first and the last column
+    if M > 3:
+        targets[2] = -1  # ignored
+    return logits, targets.to(device)
+
+
+def reference(logits, targets):
+    """F.cross_entropy per row in float64 and the gradient of the rows' sum (softmax - onehot)."""
+    x = logits.double().detach().requires_grad_()
+    rows = F.cross_entropy(x, targets, ignore_index=-1, reduction="none")
+    (grad,) = torch.autograd.grad(rows.sum(), x)
+    return rows.detach(), grad
+
+
+def check(loss, grad, logits, targets, tol):
+    ref_loss, ref_grad = reference(logits, targets)
+    assert loss.dtype == torch.float32 and loss.shape == targets.shape
+    assert (loss.double() - ref_loss).abs().max().item() <= tol * max(1.0, ref_loss.abs().max().item())
+    assert grad.dtype == logits.dtype and grad.shape == logits.shape
+    assert (grad.double() - ref_grad).abs().max().item() <= tol
+    ignored = targets == -1
+    if ignored.any():
+        assert loss[ignored].abs().max().item() == 0 and grad[ignored].abs().max().item() == 0
+
+
+def test_torch_backend_matches_float64():
+    logits, targets = make(9, 301, torch.float32)
+    check(*fl.cross_entropy_rows(logits, targets, True, backend="torch"), logits, targets, 1e-5)
+    loss, grad = fl.cross_entropy_rows(logits, targets, False, backend="torch")
+    assert grad is None and torch.equal(loss, fl.cross_entropy_rows(logits, targets, True, backend="torch")[0])
+
+
+def test_targets_outside_the_vocabulary_give_nan():
+    logits, _ = make(4, 50, torch.float32)
+    loss, grad = fl.cross_entropy_rows(logits, torch.tensor([3, -2, 50, -1]), True, backend="torch")
+    assert torch.isfinite(loss[0]) and torch.isnan(loss[1]) and torch.isnan(loss[2]) and loss[3] == 0
+    assert grad[1:].abs().max() == 0
+
+
+def test_dispatch_and_errors():
+    logits, targets = make(4, 30, torch.float32)
+    with pytest.raises(ValueError, match="backend='bogus'"):
+        fl.cross_entropy_rows(logits, targets, True, backend="bogus")
+    if not fl._interpret():  # the CPU without the interpreter: auto takes torch, a forced kernel is an error
+        with pytest.raises(ValueError, match="cannot run: device cpu"):
+            fl.cross_entropy_rows(logits, targets, True, backend="triton")
+        auto = fl.cross_entropy_rows(logits, targets, True)
+        torch_ = fl.cross_entropy_rows(logits, targets, True, backend="torch")
+        assert torch.equal(auto[0], torch_[0]) and torch.equal(auto[1], torch_[1])
+
+def test_unsupported_names_why(monkeypatch):
+    """What the kernel cannot take (auto then takes the torch ops), past the device check."""
+    monkeypatch.setattr(fl, "_interpret", lambda: True)  # the CPU counts as a Triton device, as in the child
+    logits, targets = make(4, 30, torch.float32)
+    if fl._triton_available():
+        assert fl.unsupported(logits, targets) is None
+        assert "dtype torch.float64" in fl.unsupported(logits.double(), targets)
+        assert "shapes" in fl.unsupported(logits, targets[:3])
+        assert "shapes" in fl.unsupported(logits[None], targets)
+        assert "contiguous" in fl.unsupported(logits.t().contiguous().t(), targets)
+    monkeypatch.setattr(fl, "_interpret", lambda: False)
+    assert "device cpu" in fl.unsupported(logits, targets)
+
+
+# ----------------------------------------------------------------------------------------
+# The kernel through Triton's interpreter (child process)
+
+
+@pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
+@pytest.mark.skipif(not fl._triton_available(), reason="triton is not installed")
+def test_kernel_interpreted():
+    run_interpreted(__file__)
+
+
+CASES = [(5, 300), (3, 64), (6, 1000), (1, 7)]  # (M, V): 5, 1, 16 and 1 blocks of BLOCK = 64
+
+
+@needs_child
+@pytest.mark.parametrize("M,V,dtype,tol", [(M, V, torch.float32, 1e-5) for M, V in CASES]
+                         + [(M, V, torch.float16, 2e-3) for M, V in CASES[::3]])
+def test_interp_kernel_matches_float64(M, V, dtype, tol, monkeypatch):
+    monkeypatch.setattr(fl, "BLOCK", 64)
+    logits, targets = make(M, V, dtype)
+    check(*fl.cross_entropy_rows(logits, targets, True, backend="triton"), logits, targets, tol)
+    loss, grad = fl.cross_entropy_rows(logits, targets, False, backend="triton")
+    assert grad is None
+    assert torch.equal(loss, fl.cross_entropy_rows(logits, targets, True, backend="triton")[0])
+
+
+@needs_child
+def test_interp_kernel_nan_for_targets_outside_the_vocabulary(monkeypatch):
+    monkeypatch.setattr(fl, "BLOCK", 64)
+    logits, _ = make(4, 100, torch.float32)
+    targets = torch.tensor([3, -2, 100, -1])
+    loss, grad = fl.cross_entropy_rows(logits, targets, True, backend="triton")
+    ref, ref_grad = fl.cross_entropy_rows(logits, targets, True, backend="torch")
+    assert torch.isnan(loss[1]) and torch.isnan(loss[2]) and loss[3] == 0 and grad[1:].abs().max() == 0
+    torch.testing.assert_close(loss[0], ref[0]) and torch.testing.assert_close(grad, ref_grad)
+
+
+@needs_child
+def test_interp_model_head_matches_nanogpt_head():
+    """A small model trained one step with the fused head (the kernel under the interpreter) gives nanoGPT's
+    head's loss and gradients (float32)."""
+    from model import GPT, GPTConfig
+    kw = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False)
+    torch.manual_seed(0)
+    fused, plain = GPT(GPTConfig(**kw)), GPT(GPTConfig(**kw, loss_head="logits"))
+    plain.load_state_dict(fused.state_dict())
+    x, y = torch.randint(0, 200, (2, 16)), torch.randint(0, 200, (2, 16))
+    y[1, :4] = -1
+    losses = {}
+    for name, m in (("fused", fused), ("plain", plain)):
+        _, loss = m(x, y)
+        loss.backward()
+        losses[name] = loss.item()
+    assert losses["fused"] == pytest.approx(losses["plain"], rel=1e-6)
+    for (n, p), q in zip(fused.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=n)
+
+
+# ----------------------------------------------------------------------------------------
+# CUDA
+
+
+@needs_cuda
+@pytest.mark.parametrize("M,V", [(4096, 50304), (300, 128256), (64, 1000)])
+def test_cuda_kernel_matches_float64(M, V):
+    logits, targets = make(M, V, torch.bfloat16, device="cuda")
+    loss, grad = fl.cross_entropy_rows(logits, targets, True)
+    # the loss from bf16 logits exactly (fp32 sums); the gradient rounded to bf16 (half an ulp of 1: 4e-3)
+    check(loss, grad, logits, targets, 4e-3)
+    torch_loss, torch_grad = fl.cross_entropy_rows(logits, targets, True, backend="torch")
+    assert (loss - torch_loss).abs().max().item() <= 1e-4 * torch_loss.abs().max().item()
+    assert (grad.float() - torch_grad.float()).abs().max().item() <= 8e-3
+
+
+@needs_cuda
+def test_cuda_compiled_fused_head_matches_nanogpt_head():
+    """GPT-2-like model (real vocabulary), compiled, bf16 autocast: the fused head (the kernel inside the compiled
+    step) gives nanoGPT's head's loss and gradients to bf16 rounding, and returns no logits."""
+    from model import GPT, GPTConfig
+    kw = dict(n_layer=2, n_head=4, n_embd=128, block_size=256, vocab_size=50304, bias=False)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        fused, plain = GPT(GPTConfig(**kw)), GPT(GPTConfig(**kw, loss_head="logits"))
+    plain.load_state_dict(fused.state_dict())
+    x = torch.randint(0, 50304, (4, 256), device="cuda")
+    y = torch.randint(0, 50304, (4, 256), device="cuda")
+    y[0, :7] = -1
+    out = {}
+    for name, m in (("fused", fused), ("plain", plain)):
+        step = torch.compile(m)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits, loss = step(x, y)
+        loss.backward()
+        out[name] = (logits, loss.item(), {n: p.grad.float() for n, p in m.named_parameters()})
+    assert out["fused"][0] is None and out["plain"][0].shape == (4, 256, 50304)
+    assert out["fused"][1] == pytest.approx(out["plain"][1], rel=1e-3)
+    for n, g in out["plain"][2].items():
+        err = (out["fused"][2][n] - g).norm() / g.norm()
+        assert err.item() < 2e-2, (n, err.item())
