@@ -40,6 +40,7 @@
 #   train_gpt2_loss_chunk  MHA and Tucker [8,64,64] with the loss head in chunks of 4096 tokens (no float32
 #                 logits of the whole batch: 2.5 GB at 12 x 1024 x 50304), against train's rows of the same call
 #   train_graphs_nanogpt  MHA and Tucker [8,64,64] with CUDA graphs (reduce-overhead) beside nanoGPT's bench.py, profiled
+#   train_graphs_all  MHA, Tucker [8,64,64], GQA-4, MLA shared 128, Tucker shared with CUDA graphs, both shapes
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
 #   train_loss_chunk  the same for GQA-8 and Tucker [32,64,64] with the loss head in chunks of 4096 tokens
@@ -191,6 +192,9 @@ for st in "$@"; do
     train_graphs_nanogpt) stage train_graphs_nanogpt python3 -m scripts.bench_train --nanogpt .carry/nanogpt \
             --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --compile_mode reduce-overhead --profile mha,tucker_8_64_64 \
             --profile_top 25 --precompile 2 --time_budget ${TRAIN_BUDGET:-330} --out_dir "$WORK/bench" --name train_graphs_nanogpt ;;
+    train_graphs_all) stage train_graphs_all python3 -m scripts.bench_train --shapes 12x1024,64x256 \
+            --variants mha,tucker_8_64_64,gqa4,mla_shared128,tucker_shared_8_64_64 --compile_mode reduce-overhead \
+            --precompile 4 --time_budget ${TRAIN_BUDGET:-420} --out_dir "$WORK/bench" --name train_graphs_all ;;
     rope) stage rope python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile --out_dir "$WORK/bench" ;;
     train) stage train python3 -m scripts.bench_train --nanogpt .carry/nanogpt --shapes 12x1024,64x256 --rope both \
             --variants mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4 --profile mha,tucker_8_64_64 \
@@ -231,8 +235,8 @@ for st in "$@"; do
         for v in mha tucker_8_64_64; do
             for m in plain compiled fast; do
                 case $m in
-                plain) ex=(--compile=False) ;;
-                compiled) ex=(--compile=True) ;;
+                plain) ex=(--compile=False --loss_head=logits) ;;  # eager, nanoGPT's loss head
+                compiled) ex=(--compile=True) ;;  # the defaults: compiled, the fused loss head
                 fast) ex=(--compile=True --compile_mode=reduce-overhead --loss_chunk_tokens=4096) ;;
                 esac
                 CUDA_VISIBLE_DEVICES=$((i % NGPU)) python3 train.py config/shakespeare_$v.py --max_iters=200 --eval_interval=100 \
