@@ -1120,7 +1120,9 @@ class TuckerAttention(InferenceForm, nn.Module):
         G, G_post = self.head_cores()
         # x U2, x U3, x U~3 in one matmul (one wide GEMM runs far better than three narrow ones)
         down = x @ self.down_projection()  # (B, T, r2 + r3 (+ r~3))
-        q_lat, k = down[..., :r2], down[..., r2:r2 + r3]  # (B, T, r2), (B, T, r3)
+        # split, not sliced: the backward of a split is one cat (see GroupedQueryAttention.forward)
+        parts = down.split([r2, r3] if self.shared_kv else [r2, r3, p3], dim=-1)
+        q_lat, k = parts[0], parts[1]  # (B, T, r2), (B, T, r3)
         # q_i = (x U2) G_i for all heads in one matmul: (B, T, r2) @ (r2, nH r3)
         q = (q_lat @ G.permute(1, 0, 2).reshape(r2, nH * r3)).view(B, T, nH, r3)  # (B, T, nH, r3)
         q_start = cache.pos if cache is not None else 0
@@ -1130,7 +1132,7 @@ class TuckerAttention(InferenceForm, nn.Module):
             if not self.shared_kv:
                 k = apply_rope(k, cos, sin)
         q = q.transpose(1, 2)  # (B, nH, T, r3)
-        v = k if self.shared_kv else down[..., r2 + r3:]  # (B, T, r~3)
+        v = k if self.shared_kv else parts[2]  # (B, T, r~3)
         k, v = k.unsqueeze(1), v.unsqueeze(1)  # (B, 1, T, r3), (B, 1, T, r~3)
         if cache is not None:
             if self.shared_kv:
