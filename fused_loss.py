@@ -56,7 +56,9 @@ if _HAVE_TRITON:
             cols = start + offs
             x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * LOG2E
             m_new = tl.maximum(m, tl.max(x, axis=0))
-            s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), axis=0)
+            # while every logit so far is -inf (a masked row start), shift by 0: exp2(-inf - -inf) would be NaN
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = s * tl.exp2(m - m_safe) + tl.sum(tl.exp2(x - m_safe), axis=0)
             m = m_new
         lse2 = m + tl.log2(s)  # log2 sum exp(x) = lse / ln 2
         valid = (t >= 0) & (t < V)
@@ -65,12 +67,12 @@ if _HAVE_TRITON:
         tl.store(Loss + row, loss)
         if WRITE_GRAD:
             g_row = G + row * s_g
-            keep = tl.where(valid, 1.0, 0.0)  # an ignored row's gradient is 0
             for start in range(0, V, BLOCK):
                 cols = start + offs
                 mask = cols < V
                 x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-                g = (tl.exp2(x * LOG2E - lse2) - tl.where(cols == t, 1.0, 0.0)) * keep
+                g = tl.exp2(x * LOG2E - lse2) - tl.where(cols == t, 1.0, 0.0)
+                g = tl.where(valid, g, 0.0)  # an ignored row's gradient is 0 (even where its logits are all -inf)
                 tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask)
 
     def _launch(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor, grad: Optional[torch.Tensor],
@@ -88,14 +90,16 @@ if _HAVE_TRITON:
         _launch(logits, targets, loss, grad if want_grad else None, torch.library.wrap_triton)
         return loss, grad
 
-    _registered = {}
+    # Registered when this module is imported, never while torch.compile traces a step: Dynamo refuses to trace
+    # triton_op's registration and would break the graph around the loss head (GPT.__init__ imports this module
+    # for the fused head). Once registered, torch.compile sees one call and the kernel inside it.
+    try:
+        _OP = torch.library.triton_op(OP_NAME, _cross_entropy_rows_impl, mutates_args=())
+    except RuntimeError:  # this module imported again (importlib.reload): the op of the first import serves
+        _OP = getattr(torch.ops.tucker_attention, OP_NAME.split("::")[1])
 
     def _op():
-        """The triton_op, registered on first use (not at import): torch.compile sees one call and the kernel
-        inside it, not an opaque Python function (which would break the compiled graph)."""
-        if "op" not in _registered:
-            _registered["op"] = torch.library.triton_op(OP_NAME, _cross_entropy_rows_impl, mutates_args=())
-        return _registered["op"]
+        return _OP
 
 
 def _torch_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: bool):
@@ -113,7 +117,7 @@ def _torch_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: bool):
         return loss, None
     grad = torch.exp(x - lse[:, None])  # (M, V) softmax
     grad = grad - (torch.arange(V, device=x.device)[None, :] == safe[:, None]).to(acc)
-    grad = grad * valid.to(acc)[:, None]
+    grad = torch.where(valid[:, None], grad, torch.zeros_like(grad))  # 0 for ignored rows, NaN-free
     return loss, grad.to(logits.dtype)
 
 

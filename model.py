@@ -560,21 +560,25 @@ class LinearCrossEntropy(torch.autograd.Function):
         want_h, want_w = (grad_enabled and ctx.needs_input_grad[0]), (grad_enabled and ctx.needs_input_grad[1])
         n = (targets != -1).sum().to(acc)  # F.cross_entropy's mean; no valid row: 0/0 = nan, as it gives
         step = chunk if chunk > 0 else h.size(0)
-        total, grad_h, grad_w = None, [], None
+        # grad_weight sums a chunk's rows before the 1/n: in float16 a frequent token's row (count x |h|) can pass
+        # 65504, so h is scaled by 2^-k (2^2k ~ rows) for that matmul there, and the backward undoes it
+        w_shift = 2.0 ** -math.ceil(math.log2(max(step, 2)) / 2)
+        total, grad_h, grad_w, w_scale = None, [], None, 1.0
         for a in range(0, h.size(0), step):
             h_c, t_c = h[a:a + step], targets[a:a + step]  # (c, d), (c,)
             logits = h_c @ weight.t()  # (c, V) in the matmul's dtype: the only logits alive
             row_loss, g = cross_entropy_rows(logits, t_c, want_h or want_w)  # (c,) acc, (c, V) softmax - onehot
+            w_scale = w_shift if logits.dtype == torch.float16 else 1.0
             del logits
             part = row_loss.to(acc).sum()
             total = part if total is None else total + part
             if want_h:
-                grad_h.append(g @ weight)  # (c, d), still without 1/n
+                grad_h.append(g @ weight)  # (c, d), still without 1/n: each row's |g| sums to at most 2
             if want_w:
-                gw = g.t() @ h_c  # (V, d)
+                gw = g.t() @ (h_c * w_scale if w_scale != 1.0 else h_c)  # (V, d), times w_scale
                 grad_w = gw if grad_w is None else grad_w.to(acc) + gw
         grad_h = (grad_h[0] if len(grad_h) == 1 else torch.cat(grad_h)) if want_h else None
-        ctx.dtypes = (h.dtype, weight.dtype)
+        ctx.dtypes, ctx.w_scale = (h.dtype, weight.dtype), w_scale
         ctx.save_for_backward(grad_h, grad_w, n)
         return total / n
 
@@ -584,7 +588,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         h_dtype, w_dtype = ctx.dtypes
         scale = grad_loss.to(n.dtype) / n  # the incoming gradient and the mean's 1/n, in float32 (or float64)
         return (None if grad_h is None else (grad_h.to(n.dtype) * scale).to(h_dtype),
-                None if grad_w is None else (grad_w.to(n.dtype) * scale).to(w_dtype), None, None, None)
+                None if grad_w is None else (grad_w.to(n.dtype) * (scale / ctx.w_scale)).to(w_dtype),
+                None, None, None)
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = 0) -> torch.Tensor:
@@ -1469,6 +1474,8 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
+        if config.loss_head == "fused":
+            import fused_loss  # noqa: F401  registers the loss kernel's op now, before torch.compile traces a step
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd) if config.pos_emb == "learned" else None,

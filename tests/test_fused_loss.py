@@ -86,6 +86,55 @@ def test_unsupported_names_why(monkeypatch):
     assert "device cpu" in fl.unsupported(logits, targets)
 
 
+def test_torch_rows_with_minus_inf_logits():
+    x = torch.randn(3, 50)
+    x[0, :20] = float("-inf")
+    x[1, :] = float("-inf")
+    loss, grad = fl.cross_entropy_rows(x, torch.tensor([30, -1, 2]), True, backend="torch")
+    assert torch.isfinite(loss).all() and torch.isfinite(grad).all() and loss[1] == 0 and grad[1].abs().max() == 0
+
+
+def test_compiled_model_keeps_the_kernel_in_its_graph(monkeypatch):
+    """The fused head's kernel op is registered when the model is built, so torch.compile traces the whole training
+    forward, loss head included, as ONE graph (registering it inside the trace broke the graph around the head):
+    torch._dynamo.export, which fails on any graph break, succeeds with the kernel path chosen."""
+    from model import GPT, GPTConfig
+    monkeypatch.setattr(fl, "_interpret", lambda: True)  # the CPU counts as a Triton device: the op is traced
+    if not fl._HAVE_TRITON:
+        pytest.skip("triton is not installed")
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False))
+    x = torch.randint(0, 200, (2, 16))
+    try:
+        graph, _ = torch._dynamo.export(model)(x, x)  # traced with fake tensors: no kernel runs
+    finally:
+        torch._dynamo.reset()
+    assert graph is not None
+
+
+def test_fp16_grad_weight_does_not_overflow():
+    """Under float16 autocast, a frequent target token and a large feature of h sum, over a chunk's rows, to more
+    than float16's 65504 in grad_weight before the 1/n: the fused head scales h for that matmul (and the backward
+    undoes it), so its gradient stays finite and equals nanoGPT's head's (which applies 1/n first)."""
+    g = torch.Generator().manual_seed(0)
+    M, d, V = 16384, 32, 256
+    h = torch.randn(M, d, generator=g)
+    h[:, 0] = 30.0
+    w = torch.randn(V, d, generator=g) * 0.02
+    t = torch.where(torch.rand(M, generator=g) < 0.2, 0, torch.randint(0, V, (M,), generator=g))
+    from model import linear_cross_entropy
+    grads = {}
+    for name in ("fused", "logits"):
+        hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = (linear_cross_entropy(hh, ww, t) if name == "fused"
+                    else F.cross_entropy(hh @ ww.t(), t, ignore_index=-1))
+        (loss * 1024).backward()  # a loss scale, as GradScaler applies
+        grads[name] = (hh.grad, ww.grad)
+    assert torch.isfinite(grads["fused"][1]).all() and torch.isfinite(grads["fused"][0]).all()
+    for a, b in zip(grads["fused"], grads["logits"]):
+        assert ((a - b).norm() / b.norm()).item() < 2e-2
+
+
 # ----------------------------------------------------------------------------------------
 # The kernel through Triton's interpreter (child process)
 
@@ -119,7 +168,26 @@ def test_interp_kernel_nan_for_targets_outside_the_vocabulary(monkeypatch):
     loss, grad = fl.cross_entropy_rows(logits, targets, True, backend="triton")
     ref, ref_grad = fl.cross_entropy_rows(logits, targets, True, backend="torch")
     assert torch.isnan(loss[1]) and torch.isnan(loss[2]) and loss[3] == 0 and grad[1:].abs().max() == 0
-    torch.testing.assert_close(loss[0], ref[0]) and torch.testing.assert_close(grad, ref_grad)
+    torch.testing.assert_close(loss[0], ref[0])
+    torch.testing.assert_close(grad, ref_grad)
+
+
+@needs_child
+def test_interp_kernel_rows_with_minus_inf_blocks(monkeypatch):
+    """-inf logits (a masked vocabulary) in a row's first block, its last, or everywhere in an ignored row: the
+    kernel's running max starts at -inf without producing NaN, as the torch rows do."""
+    monkeypatch.setattr(fl, "BLOCK", 64)
+    x = torch.randn(4, 200)
+    x[0, :64] = float("-inf")  # the whole first block
+    x[1, :] = float("-inf")  # every logit, an ignored row
+    x[2, 150:] = float("-inf")  # the last blocks
+    t = torch.tensor([100, -1, 3, 5])
+    loss, grad = fl.cross_entropy_rows(x, t, True, backend="triton")
+    ref, ref_grad = fl.cross_entropy_rows(x, t, True, backend="torch")
+    assert torch.isfinite(loss).all() and torch.isfinite(grad).all() and loss[1] == 0 and grad[1].abs().max() == 0
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(grad, ref_grad)
+    check(loss[[0, 2, 3]], grad[[0, 2, 3]], x[[0, 2, 3]], t[[0, 2, 3]], 1e-5)
 
 
 @needs_child
