@@ -30,7 +30,7 @@ from decode_attention import _interpret, _triton_available
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BLOCK = 8192  # logits per step of a row's loop
-NUM_WARPS = 8  # one row's program (H200 sweep, results/bench/session9/loss_kernel: 8 warps with 4k-8k blocks 0.87 ms
+NUM_WARPS = 8  # one row's program (H200 sweeps, results/bench/session9/loss_kernel*.md: 8 warps, 4k-8k blocks 0.87 ms
 #               on GPT-2's logits, 16 warps 0.93-1.02, 32 warps 1.09-2.2)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")

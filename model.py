@@ -511,7 +511,9 @@ class LogitsCrossEntropy(torch.autograd.Function):
     log-probabilities: the backward recomputes softmax - onehot from them. Same loss and gradient up to
     float rounding (tested against F.cross_entropy). Why: compiled, F.cross_entropy on the float32 copy of
     GPT-2's (12k, 50304) logits saved that 2.5 GB copy and read it back (1.8 ms of a 25 ms H200 step); this
-    form reads the bf16 logits once forward and once backward (results/bench/README.md, session 7)."""
+    form reads the bf16 logits once forward and once backward (results/bench/README.md, session 7). The loss of
+    nanoGPT's head (GPTConfig.loss_head='logits') and of every evaluation forward that returns logits; training
+    with the fused head takes LinearCrossEntropy instead."""
 
     @staticmethod
     def forward(ctx, logits, targets):  # logits (M, V) any float dtype, targets (M,) long, -1 = ignored
@@ -554,7 +556,7 @@ class LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, weight, targets, chunk, grad_enabled):  # h (M, d), weight (V, d), targets (M,)
-        from fused_loss import cross_entropy_rows  # the kernel's module, imported on first use
+        from fused_loss import cross_entropy_rows  # imported (its op registered) by GPT.__init__ already
         acc = torch.promote_types(h.dtype, torch.float32)  # float32, or float64 for a float64 model
         # needs_input_grad says requires_grad even under no_grad (evaluation): ask grad mode too
         want_h, want_w = (grad_enabled and ctx.needs_input_grad[0]), (grad_enabled and ctx.needs_input_grad[1])

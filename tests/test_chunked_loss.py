@@ -184,7 +184,7 @@ def test_evaluation_computes_no_gradients():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_logits_cross_entropy_is_f_cross_entropy(dtype):
-    """model.cross_entropy (the loss of every unchunked forward: the backward from the logits and a log-sum-exp
+    """model.cross_entropy (the loss of nanoGPT's head and of evaluation forwards: the backward from the logits and a log-sum-exp
     per row, no float32 log-probabilities kept) gives F.cross_entropy(logits.float())'s loss and gradient,
     ignored rows (-1) included; float64 to rounding, lower precisions to their own rounding of the same math."""
     g = torch.Generator().manual_seed(5)
