@@ -13,6 +13,9 @@ Rows, per logits shape (tokens x vocab), median of --iters CUDA-event-timed call
                     step of a model that returns its logits does (the zero fill and the add are timed)
     fused           cross_entropy_rows(want_grad=True) at the module's knobs, then every --blocks x --warps pair
     loss_only       cross_entropy_rows(want_grad=False): evaluation's one read of the logits
+    head_logits, head_fused   (--d_model > 0) the whole loss head, lm_head's matmuls included, compiled, forward
+                    and backward under bf16 autocast: nanoGPT's head (logits returned, then the loss) against
+                    model.linear_cross_entropy; each profiled (its top kernels in the report)
 
 'GB/s' counts the bytes the kernel must move: the logits read once (and the gradient written once).
 """
@@ -28,8 +31,7 @@ if __name__ == "__main__" and not __package__:
 import torch
 
 import fused_loss as fl
-from model import cross_entropy
-from model import linear_cross_entropy
+from model import cross_entropy, linear_cross_entropy
 from scripts.bench_train import (Clock, fmt, kernel_table, markdown_table, parse_ints, parse_shapes, profile_iterations,
                                  render_profile, run_info, write_report)
 

@@ -515,3 +515,15 @@ def test_bench_decode_knobs(monkeypatch):
                 "decode_linear.ROPE_FP32=True"):
         with pytest.raises(SystemExit, match="--knob"):
             bench_decode.set_knobs([bad])
+
+
+def test_bench_loss_cli_on_cpu(tmp_path):
+    """scripts/bench_loss.py runs on the CPU (the torch rows, both whole heads) and writes its report."""
+    from scripts import bench_loss
+    bench_loss.main(["--device", "cpu", "--shapes", "32x100", "--iters", "1", "--d_model", "8",
+                     "--out_dir", str(tmp_path)])
+    out = json.loads((tmp_path / "bench_loss.json").read_text())
+    assert [r["row"] for r in out["rows"]] == ["logits_head (fwd+bwd)", "fused (torch rows)",
+                                               "head_logits (d=8, fwd+bwd)", "head_fused (d=8, fwd+bwd)"]
+    assert all(r["ms"] > 0 for r in out["rows"])
+    assert "logits head, 32x100, d=8" in (tmp_path / "bench_loss.md").read_text()
