@@ -75,31 +75,20 @@ if _HAVE_TRITON:
                 g = tl.where(valid, g, 0.0)  # an ignored row's gradient is 0 (even where its logits are all -inf)
                 tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask)
 
-    def _launch(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor, grad: Optional[torch.Tensor],
-                launcher) -> None:
-        M, V = logits.shape
-        write_grad = grad is not None
-        launcher(_cross_entropy_rows_kernel)[(M,)](
-            logits, targets, loss, grad if write_grad else loss, V, logits.stride(0),
-            grad.stride(0) if write_grad else 0, BLOCK=BLOCK, WRITE_GRAD=write_grad, num_warps=NUM_WARPS)
-
     def _cross_entropy_rows_impl(logits: torch.Tensor, targets: torch.Tensor,
                                  want_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-        loss = torch.empty(logits.size(0), device=logits.device, dtype=torch.float32)  # (M,)
+        M, V = logits.shape
+        loss = torch.empty(M, device=logits.device, dtype=torch.float32)  # (M,)
         grad = torch.empty_like(logits) if want_grad else logits.new_empty(0)  # (M, V) or nothing
-        _launch(logits, targets, loss, grad if want_grad else None, torch.library.wrap_triton)
+        torch.library.wrap_triton(_cross_entropy_rows_kernel)[(M,)](
+            logits, targets, loss, grad if want_grad else loss, V, logits.stride(0), grad.stride(0) if want_grad else 0,
+            BLOCK=BLOCK, WRITE_GRAD=want_grad, num_warps=NUM_WARPS)
         return loss, grad
 
     # Registered when this module is imported, never while torch.compile traces a step: Dynamo refuses to trace
     # triton_op's registration and would break the graph around the loss head (GPT.__init__ imports this module
     # for the fused head). Once registered, torch.compile sees one call and the kernel inside it.
-    try:
-        _OP = torch.library.triton_op(OP_NAME, _cross_entropy_rows_impl, mutates_args=())
-    except RuntimeError:  # this module imported again (importlib.reload): the op of the first import serves
-        _OP = getattr(torch.ops.tucker_attention, OP_NAME.split("::")[1])
-
-    def _op():
-        return _OP
+    _OP = torch.library.triton_op(OP_NAME, _cross_entropy_rows_impl, mutates_args=())
 
 
 def _torch_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: bool):
@@ -149,5 +138,5 @@ def cross_entropy_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: b
         if backend == "triton":
             raise ValueError(f"cross_entropy_rows: the Triton kernel cannot run: {why}")
         return _torch_rows(logits, targets, want_grad)
-    loss, grad = _op()(logits, targets, bool(want_grad))
+    loss, grad = _OP(logits, targets, bool(want_grad))
     return loss, (grad if want_grad else None)

@@ -600,11 +600,6 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
     return LinearCrossEntropy.apply(h, weight, targets, chunk, torch.is_grad_enabled())
 
 
-def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
-    """linear_cross_entropy in chunks of `chunk` rows (GPTConfig.loss_chunk_tokens)."""
-    return linear_cross_entropy(h, weight, targets, chunk)
-
-
 def _normal_(t: torch.Tensor, std: float) -> None:
     torch.nn.init.normal_(t, mean=0.0, std=std)
 

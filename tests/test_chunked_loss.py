@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import GPT, GPTConfig, chunked_cross_entropy, cross_entropy
+from model import GPT, GPTConfig, cross_entropy, linear_cross_entropy
 from test_train import SMALL, small_data, train_losses  # noqa: F401 (small_data: a fixture)
 
 
@@ -24,7 +24,7 @@ def test_equals_cross_entropy_in_float64(chunk):
     h, w, t = problem()
     ref = F.cross_entropy(h @ w.t(), t, ignore_index=-1)
     gh, gw = torch.autograd.grad(3.0 * ref, (h, w))
-    loss = chunked_cross_entropy(h, w, t, chunk)
+    loss = linear_cross_entropy(h, w, t, chunk)
     ch, cw = torch.autograd.grad(3.0 * loss, (h, w))  # the incoming gradient scales both
     torch.testing.assert_close(loss, ref, rtol=1e-13, atol=0)
     torch.testing.assert_close(ch, gh, rtol=1e-12, atol=1e-15)
@@ -36,16 +36,16 @@ def test_without_grad_and_only_some_inputs():
     h, w, t = problem()
     ref = F.cross_entropy(h @ w.t(), t, ignore_index=-1)
     with torch.no_grad():
-        torch.testing.assert_close(chunked_cross_entropy(h, w, t, 7), ref.detach(), rtol=1e-13, atol=0)
+        torch.testing.assert_close(linear_cross_entropy(h, w, t, 7), ref.detach(), rtol=1e-13, atol=0)
     w_frozen = w.detach()
-    (gh,) = torch.autograd.grad(chunked_cross_entropy(h, w_frozen, t, 7), (h,))
+    (gh,) = torch.autograd.grad(linear_cross_entropy(h, w_frozen, t, 7), (h,))
     torch.testing.assert_close(gh, torch.autograd.grad(F.cross_entropy(h @ w_frozen.t(), t, ignore_index=-1), (h,))[0])
 
 
 def test_all_rows_ignored_is_nan_like_cross_entropy():
     h, w, t = problem()
     t[:] = -1
-    assert torch.isnan(chunked_cross_entropy(h, w, t, 7)) and torch.isnan(F.cross_entropy(h @ w.t(), t, ignore_index=-1))
+    assert torch.isnan(linear_cross_entropy(h, w, t, 7)) and torch.isnan(F.cross_entropy(h @ w.t(), t, ignore_index=-1))
 
 
 def saved_numels(fn) -> list:
@@ -163,7 +163,7 @@ def test_low_precision_autocast_as_accurate_as_the_plain_head(dtype):
 
     ref = grads(lambda h, w: F.cross_entropy(h @ w.t(), t))
     plain = grads(lambda h, w: F.cross_entropy((h @ w.t()).float(), t), dtype)
-    chunked = grads(lambda h, w: chunked_cross_entropy(h, w, t, 512), dtype)
+    chunked = grads(lambda h, w: linear_cross_entropy(h, w, t, 512), dtype)
     for r, p, c in zip(ref, plain, chunked):
         err_plain, err_chunked = ((p - r).norm() / r.norm()).item(), ((c - r).norm() / r.norm()).item()
         assert err_chunked <= 1.5 * err_plain + 1e-6, (err_plain, err_chunked)
@@ -177,7 +177,7 @@ def test_evaluation_computes_no_gradients():
     flops = {}
     for mode in ("train", "eval"):
         with FlopCounterMode(display=False) as fc, torch.set_grad_enabled(mode == "train"):
-            chunked_cross_entropy(h, w, t, 16)
+            linear_cross_entropy(h, w, t, 16)
         flops[mode] = fc.get_total_flops()
     assert flops["eval"] == 2 * 64 * 16 * 40 and flops["train"] == 3 * flops["eval"]
 
