@@ -45,6 +45,7 @@ from checkpoint import (CKPT_NAME, TRAINING_KEYS, git_commit, make_checkpoint, m
                         read_checkpoint, remove_stale_temps, rng_state, save_checkpoint, saved_rng_state, write_json)
 from configurator import check_device, format_config, parse_config
 from evaluate import Batches, check_token_file, split_loss
+from graph_step import GraphedTrainStep, check_graph_step
 from model import GPT, GPTConfig
 from train_config import TRAIN_DEFAULTS, validate_train_config
 
@@ -77,11 +78,12 @@ def get_lr(it: int, cfg: dict) -> float:
 
 class PhaseTimer:
     """Forward / backward / optimizer milliseconds per iteration (CUDA events on GPU: no syncs
-    in the step; perf_counter on CPU). Read out at log time, medians in the summary."""
+    in the step; perf_counter on CPU). Read out at log time, medians in the summary. A graphed
+    iteration (graph_step) is one phase, 'step': only its total is known."""
 
     def __init__(self, device):
         self.cuda = device.type == "cuda"
-        self.pending, self.samples = [], {"fwd": [], "bwd": [], "opt": []}
+        self.pending, self.samples = [], {"fwd": [], "bwd": [], "opt": [], "total": []}
 
     def mark(self):
         if self.cuda:
@@ -103,17 +105,18 @@ class PhaseTimer:
         if self.cuda and self.pending:
             torch.cuda.synchronize()
         for marks in self.pending:
-            per = {"fwd": 0.0, "bwd": 0.0, "opt": 0.0}
+            per = {}
             for phase, a, b in marks:
-                per[phase] += self._ms(a, b)
+                per[phase] = per.get(phase, 0.0) + self._ms(a, b)
             for k, v in per.items():
-                self.samples[k].append(v)
+                if k != "step":
+                    self.samples[k].append(v)
+            self.samples["total"].append(sum(per.values()))
         self.pending = []
 
     def medians(self):
-        med = {k: float(np.median(v)) if v else None for k, v in self.samples.items()}
-        med["total"] = sum(v for v in med.values() if v is not None) if all(v is not None for v in med.values()) else None
-        return med
+        """Median ms per phase (None for a phase never timed) and of the per-iteration totals."""
+        return {k: float(np.median(v)) if v else None for k, v in self.samples.items()}
 
 
 class SteadyMFU:
@@ -186,6 +189,7 @@ class Run:
     state: State
     resumed: bool
     wandb: object = None
+    graph: Optional[GraphedTrainStep] = None  # graph_step=True: the captured iteration
 
     @property
     def ckpt_path(self) -> str:
@@ -268,6 +272,10 @@ def setup(cfg: dict) -> Env:
         fail(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a multiple of the "
              f"{world} DDP processes")
     dtype = cfg["dtype"] or ("bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
+    if cfg["graph_step"]:
+        why_not = check_graph_step(device, dtype, ddp, cfg["compile"], cfg["compile_mode"])
+        if why_not:
+            fail(why_not)
     out_dir = cfg["out_dir"]
     if rank == 0:
         make_out_dir(out_dir)
@@ -329,6 +337,8 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
             optimizer.load_state_dict(checkpoint["optimizer"])
         if checkpoint.get("scaler"):
             scaler.load_state_dict(checkpoint["scaler"])
+        for group in optimizer.param_groups:  # a graph_step run saves its lr tensor and capturable=True: plain again
+            group["lr"], group["capturable"] = float(group["lr"]), False
         saved = saved_rng_state(checkpoint, env.rank)
     if saved is not None:
         torch.set_rng_state(saved["torch"])
@@ -348,7 +358,13 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
         no_forward_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(ddp_class).parameters
                            else {"broadcast_buffers": False})
         model = ddp_class(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None, **no_forward_sync)
-    return Run(cfg, env, model, raw_model, optimizer, scaler, batches, state, resumed=checkpoint is not None)
+    graph = None
+    if cfg["graph_step"]:  # setup() has checked that it can serve this run
+        graph = GraphedTrainStep(model, optimizer, accum=cfg["gradient_accumulation_steps"],
+                                 batch_size=cfg["batch_size"], seq_len=gptconf.block_size, device=env.device,
+                                 dtype=env.dtype, grad_clip=cfg["grad_clip"])
+    return Run(cfg, env, model, raw_model, optimizer, scaler, batches, state, resumed=checkpoint is not None,
+               graph=graph)
 
 
 def compile_model(model: GPT, cfg: dict, env: Env):
@@ -432,12 +448,20 @@ def evaluate(run: Run) -> dict:
     return losses
 
 
-def train_step(run: Run, timer: PhaseTimer, timed: bool) -> torch.Tensor:
-    """One iteration: this rank's micro-steps of the global batch, gradient sync on the last one,
-    clip, optimizer step. Returns this rank's mean loss (a tensor: no sync here)."""
+def train_step(run: Run, timer: PhaseTimer, timed: bool, lr: float) -> torch.Tensor:
+    """One iteration at learning rate lr: this rank's micro-steps of the global batch, gradient sync
+    on the last one, clip, optimizer step. Returns this rank's mean loss (a tensor: no sync here)."""
     cfg, env, model = run.cfg, run.env, run.model
     accum = cfg["gradient_accumulation_steps"] // env.world  # micro-steps on this rank
     offsets = run.batches.draw(cfg["gradient_accumulation_steps"])[env.rank * accum:(env.rank + 1) * accum]
+    if run.graph is not None:  # the same iteration, replayed from its CUDA graph (one process, no scaler)
+        t0 = timer.mark()
+        loss = run.graph([run.batches.get(offset, env.device) for offset in offsets], lr)
+        timer.add([("step", t0, timer.mark())], timed)
+        run.state.iter_num += 1
+        return loss
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
     marks = []
     loss_sum = torch.zeros((), device=env.device)
     for micro in range(accum):
@@ -683,9 +707,6 @@ def main(argv):
     n_since = 0  # iterations since t_last
     while True:
         lr = get_lr(s.iter_num, cfg)
-        for group in run.optimizer.param_groups:
-            group["lr"] = lr
-
         if (s.iter_num % cfg["eval_interval"] == 0 or s.iter_num >= cfg["max_iters"]) and not skip_eval:
             reason = after_eval(run, evaluate(run), lr, time.time() - t_start, start_iter)
             if reason:
@@ -696,7 +717,7 @@ def main(argv):
             reason = "eval_only" if cfg["eval_only"] else "max_iters"
             break
 
-        loss = train_step(run, timer, timed=s.iter_num - start_iter >= UNTIMED_ITERS)
+        loss = train_step(run, timer, timed=s.iter_num - start_iter >= UNTIMED_ITERS, lr=lr)
         n_since += 1
         if s.iter_num % cfg["log_interval"] == 0 or s.iter_num == cfg["max_iters"]:
             timer.flush()

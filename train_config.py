@@ -48,6 +48,10 @@ TRAIN_DEFAULTS = dict(
     # torch.compile's mode: 'default'; 'reduce-overhead' also captures the step in CUDA graphs (for
     # launch-bound steps: small models, many small matmuls as in Tucker); 'max-autotune' tunes matmuls
     compile_mode="default",
+    # capture the whole iteration (micro-steps, clip, AdamW) in one CUDA graph after 3 plain iterations and replay
+    # it: no host time between kernels or after a sync (graph_step.py). One CUDA process, bf16/fp32, a compile_mode
+    # without CUDA graphs of its own ('default', 'max-autotune-no-cudagraphs')
+    graph_step=False,
     # DDP + compile: True splits the compiled graph at DDP's gradient buckets so that all-reduce overlaps
     # the backward (torch._dynamo.config.optimize_ddp, torch's default). False (ours): one graph, gradients
     # all-reduced after the backward: fewer, larger kernels, and with many micro-steps per iteration only

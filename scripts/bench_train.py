@@ -70,6 +70,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, the repository'
 
 import torch
 
+from graph_step import GraphedTrainStep, check_graph_step
 from model import GPT, GPTConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -492,6 +493,7 @@ def run_nanogpt(folder: Path, batch_size: int, block_size: int, timeout: float) 
 # One variant at one shape
 
 
+GRAPH_WARMUP = 3  # --graph_step: plain iterations before the capture (train.py's default)
 N_BATCHES = 4  # distinct random batches, rotated (same tokens every step would be a special case)
 CACHE_COUNTERS = (("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
                   ("aot_autograd", "autograd_cache_hit"), ("aot_autograd", "autograd_cache_miss"))
@@ -529,13 +531,23 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
         data.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
     clock = Clock(device)
     accum = args.grad_accum
+    graph = None
+    if args.graph_step:  # train.py's graph_step: the whole iteration replayed from one CUDA graph
+        graph = GraphedTrainStep(net, optimizer, accum=accum, batch_size=batch_size, seq_len=seq_len, device=device,
+                                 dtype="bfloat16", warmup=GRAPH_WARMUP)
 
     def step(i, stamps=None):
         """One iteration: `accum` micro-steps (stamps: forward start, forward end, backward end
-        each), then the optimizer (stamp at its end): 3 accum + 1 stamps."""
+        each), then the optimizer (stamp at its end): 3 accum + 1 stamps. A graphed iteration:
+        2 stamps (start, end)."""
         def mark():  # stamps only in timed steps
             if stamps is not None:
                 stamps.append(clock.stamp())
+        if graph is not None:
+            mark()
+            loss = graph([data[(i * accum + m) % N_BATCHES] for m in range(accum)], 6e-4)
+            mark()
+            return loss
         for m in range(accum):
             x, y = data[(i * accum + m) % N_BATCHES]
             mark()
@@ -560,7 +572,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     row["compile_cache"] = {k: v - before[k] for k, v in compile_counters().items()}
     if not torch.isfinite(loss).item():
         raise FloatingPointError(f"loss is {loss.item()} at the first step")
-    for i in range(1, args.warmup):
+    for i in range(1, max(args.warmup, GRAPH_WARMUP + 2 if graph is not None else 0)):
         step(i)
     clock.sync()
 
@@ -574,12 +586,16 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     def median_of(f):
         return statistics.median(f(s) for s in iters)
 
-    end = 3 * accum
+    end = 1 if graph is not None else 3 * accum
     total = median_of(lambda s: clock.ms(s[0], s[end]))
     tokens = batch_size * seq_len * accum
-    row.update(fwd_ms=median_of(lambda s: sum(clock.ms(s[3 * m], s[3 * m + 1]) for m in range(accum))),
-               bwd_ms=median_of(lambda s: sum(clock.ms(s[3 * m + 1], s[3 * m + 2]) for m in range(accum))),
-               opt_ms=median_of(lambda s: clock.ms(s[end - 1], s[end])), total_ms=total,
+    if graph is None:
+        row.update(fwd_ms=median_of(lambda s: sum(clock.ms(s[3 * m], s[3 * m + 1]) for m in range(accum))),
+                   bwd_ms=median_of(lambda s: sum(clock.ms(s[3 * m + 1], s[3 * m + 2]) for m in range(accum))),
+                   opt_ms=median_of(lambda s: clock.ms(s[end - 1], s[end])))
+    else:  # one replay: only its total is known
+        row.update(fwd_ms=None, bwd_ms=None, opt_ms=None)
+    row.update(total_ms=total,
                total_ms_min=min(clock.ms(s[0], s[end]) for s in iters),
                total_ms_max=max(clock.ms(s[0], s[end]) for s in iters),
                tokens_per_s=tokens / (total / 1e3),
@@ -711,6 +727,8 @@ def run_line(info) -> str:
     accum = f", {a['grad_accum']} micro-steps per iteration" if a.get("grad_accum", 1) > 1 else ""
     return (f"{info['date']} on {info['gpu'] or info['device']}, torch {info['torch']}, "
             f"compile={a['compile']}{' (' + a['compile_scope'] + pre + ')' if a['compile'] else ''}, "
+            f"{'mode ' + a['compile_mode'] + ', ' if a['compile'] and a.get('compile_mode', 'default') != 'default' else ''}"
+            f"{'the whole iteration replayed from one CUDA graph (--graph_step), ' if a.get('graph_step') else ''}"
             f"bf16 autocast, fused AdamW{accum}, SDPA backend {a['sdpa_backend']}"
             f"{', activation checkpointing' if a.get('act_ckpt') else ''}"
             f"{', loss head in chunks of %d tokens' % a['loss_chunk'] if a.get('loss_chunk') else ''}; "
@@ -867,6 +885,9 @@ def build_parser():
                    choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
                    help="torch.compile's mode (train.py's compile_mode key): 'reduce-overhead' adds CUDA graphs "
                         "(launch-bound steps such as Tucker's)")
+    p.add_argument("--graph_step", action="store_true",
+                   help="train.py's graph_step: capture the whole iteration (forward, backward, AdamW) in one CUDA "
+                        "graph and replay it (graph_step.py; with --compile_mode default)")
     p.add_argument("--compile_scope", default="model", choices=("model", "blocks"),
                    help="'model': torch.compile(model) as train.py (default); 'blocks': compile each Block "
                         "(one shared graph: much faster to compile; embeddings, lm_head and loss stay eager)")
@@ -920,6 +941,10 @@ def main(argv=None):
         raise SystemExit("--suite llama1b is RoPE only (the paper's table): leave --rope out")
     if args.grad_accum < 1:
         raise SystemExit("--grad_accum must be >= 1")
+    if args.graph_step:
+        why_not = check_graph_step(device, "bfloat16", False, args.compile is not False, args.compile_mode)
+        if why_not:
+            raise SystemExit(why_not.replace("graph_step=True", "--graph_step").replace("compile_mode=", "--compile_mode "))
     if args.precompile < 0:
         raise SystemExit("--precompile must be >= 0")
     if args.name == "bench_train" and llama:

@@ -41,6 +41,10 @@
 #                 logits of the whole batch: 2.5 GB at 12 x 1024 x 50304), against train's rows of the same call
 #   train_graphs_nanogpt  MHA and Tucker [8,64,64] with CUDA graphs (reduce-overhead) beside nanoGPT's bench.py, profiled
 #   train_graphs_all  MHA, Tucker [8,64,64], GQA-4, MLA shared 128, Tucker shared with CUDA graphs, both shapes
+#   tests_graph_step  the CUDA tests of graph_step.py (graphed iterations vs plain ones; train.py with graph_step, resumed)
+#   train_graph_step  bench_train --graph_step (the whole iteration as one CUDA graph) beside nanoGPT's bench.py: MHA,
+#                 Tucker [8,64,64], Tucker shared, GQA-4, MLA shared 128, both shapes, MHA and Tucker profiled
+#   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
 #   train_loss_chunk  the same for GQA-8 and Tucker [32,64,64] with the loss head in chunks of 4096 tokens
@@ -187,6 +191,13 @@ for st in "$@"; do
         # TRAIN_BASE_ARGS / TRAIN_NEW_ARGS: other bench_train arguments for either run (e.g. fewer rows for the base)
         stage ${st}_base bash -c "cd .carry/base && python3 -m scripts.bench_train ${TRAIN_BASE_ARGS:-${TA[*]}} --out_dir $B --name ${st}_base"
         stage ${st}_new python3 -m scripts.bench_train ${TRAIN_NEW_ARGS:-${TA[*]}} --out_dir "$B" --name ${st}_new ;;
+    tests_graph_step) stage tests_graph_step python3 -m pytest -q -rs tests/test_graph_step.py -k cuda ;;
+    train_graph_step) stage train_graph_step python3 -m scripts.bench_train --nanogpt .carry/nanogpt --graph_step \
+            --shapes 12x1024,64x256 --variants ${TRAIN_VARIANTS:-mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4,mla_shared128} \
+            --profile mha,tucker_8_64_64 --profile_top 25 --precompile 4 --time_budget ${TRAIN_BUDGET:-360} \
+            --out_dir "$WORK/bench" --name train_graph_step ;;
+    train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
+            --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
     qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \
             --formulations none,none_split3,none_unbind,none_t,model --out_dir "$WORK/bench" --name qkv_split ;;
     train_graphs_nanogpt) stage train_graphs_nanogpt python3 -m scripts.bench_train --nanogpt .carry/nanogpt \
