@@ -44,6 +44,9 @@
 #   tests_graph_step  the CUDA tests of graph_step.py (graphed iterations vs plain ones; train.py with graph_step, resumed)
 #   train_graph_step  bench_train --graph_step (the whole iteration as one CUDA graph) beside nanoGPT's bench.py: MHA,
 #                 Tucker [8,64,64], Tucker shared, GQA-4, MLA shared 128, both shapes, MHA and Tucker profiled
+#   train_graph_autotune  --graph_step with compile_mode max-autotune-no-cudagraphs (Triton GEMMs with fused epilogues
+#                 where they win), MHA and Tucker [8,64,64] at 12x1024 beside nanoGPT's bench.py, profiled
+#   train_graph_rope  --graph_step, learned positions and RoPE: MHA, MLA shared 128 (decoupled RoPE), Tucker, 12x1024
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
@@ -196,6 +199,12 @@ for st in "$@"; do
             --shapes 12x1024,64x256 --variants ${TRAIN_VARIANTS:-mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4,mla_shared128} \
             --profile mha,tucker_8_64_64 --profile_top 25 --precompile 4 --time_budget ${TRAIN_BUDGET:-360} \
             --out_dir "$WORK/bench" --name train_graph_step ;;
+    train_graph_autotune) stage train_graph_autotune python3 -m scripts.bench_train --nanogpt .carry/nanogpt --graph_step \
+            --compile_mode max-autotune-no-cudagraphs --shapes 12x1024 --variants mha,tucker_8_64_64 --profile mha,tucker_8_64_64 \
+            --profile_top 25 --precompile 2 --time_budget ${TRAIN_BUDGET:-300} --out_dir "$WORK/bench" --name train_graph_autotune ;;
+    train_graph_rope) stage train_graph_rope python3 -m scripts.bench_train --graph_step --shapes 12x1024 --rope both \
+            --variants mha,mla_shared128,tucker_8_64_64 --precompile 3 --time_budget ${ROPE_BUDGET:-150} \
+            --out_dir "$WORK/bench" --name train_graph_rope ;;
     train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
     qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \

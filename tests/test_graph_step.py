@@ -92,9 +92,10 @@ def _model_and_optimizer(variant):
 
 
 def _batches(n, accum, batch=4):
+    """n iterations' micro-batches: the same random ones every iteration, so that the loss falls (memorized)."""
     gen = torch.Generator(device=GPU).manual_seed(1)
-    tokens = torch.randint(CFG["vocab_size"], (n, accum, batch, CFG["block_size"] + 1), device=GPU, generator=gen)
-    return [[(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in it] for it in tokens]
+    tokens = torch.randint(CFG["vocab_size"], (accum, batch, CFG["block_size"] + 1), device=GPU, generator=gen)
+    return [[(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in tokens] for _ in range(n)]
 
 
 def _plain(model, net, optimizer, batches, accum, clip, dtype):
@@ -142,7 +143,7 @@ def test_cuda_graphed_iterations_match_plain(variant, compiled, dtype):
     (plain_losses, plain_w), (graph_losses, graph_w) = results["plain"], results["graph"]
     tol = dict(rtol=1e-4, atol=1e-5) if dtype == "float32" else dict(rtol=0, atol=2e-2)
     torch.testing.assert_close(torch.tensor(graph_losses), torch.tensor(plain_losses), **tol)
-    assert plain_losses[-1] < plain_losses[0]  # it trains
+    assert plain_losses[-1] < plain_losses[0] - 0.3  # it learns (the batch repeats)
     if dtype == "float32":
         for a, b in zip(graph_w, plain_w):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
