@@ -33,7 +33,7 @@ import inspect
 import math
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -402,6 +402,23 @@ def _cat_linear(layers) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         return weight, None
     return weight, torch.cat([b if b is not None else weight.new_zeros(lin.out_features)
                               for lin, b in zip(layers, biases)])
+
+
+def _stacked_linear(x: torch.Tensor, linears: Sequence[nn.Linear], heads: int = 0):
+    """x through several nn.Linear layers that all read it, as ONE matmul with their weights stacked:
+    one wide GEMM runs far better than several narrow ones. Returns the outputs split back, in order;
+    with heads > 0 the stacked output is interleaved per head instead ([l0 head 0 | l1 head 0 | l0 head 1 | ...],
+    each linear's out_features a multiple of heads) and returned whole, (..., heads * sum of per-head widths)."""
+    if heads:
+        weight = torch.cat([lin.weight.view(heads, -1, lin.in_features) for lin in linears], dim=1).flatten(0, 1)
+        bias = (None if linears[0].bias is None else
+                torch.cat([lin.bias.view(heads, -1) for lin in linears], dim=1).flatten())
+        return F.linear(x, weight, bias)
+    if len(linears) == 1:
+        return (linears[0](x),)
+    weight = torch.cat([lin.weight for lin in linears], dim=0)  # (sum of out_features, in_features)
+    bias = None if linears[0].bias is None else torch.cat([lin.bias for lin in linears])
+    return F.linear(x, weight, bias).split([lin.out_features for lin in linears], dim=-1)
 
 
 def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.Tensor:
@@ -847,19 +864,36 @@ class LatentAttention(InferenceForm, nn.Module):
             return cache.store["kv"], cache.store["kv"][..., :self.kv_rank]
         return cache.store["k"], cache.store["v"]
 
+    def x_projections(self) -> List[nn.Linear]:
+        """The linears that read x: the query down-projection (or the full query and its rotary
+        part), the key (and value) down-projection, the shared rotary key. forward runs them as one matmul."""
+        q_side = [self.q_down] if self.q_down is not None else [self.q_up] + ([self.q_rope] if self.decoupled else [])
+        return q_side + [self.k_down] + ([] if self.shared_kv else [self.v_down]) + ([self.k_rope] if self.decoupled else [])
+
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
         B, T, _ = x.size()  # (B, T, d)
-        nH, dH, dc = self.n_head, self.head_dim, self.kv_rank
-        c_q = self.q_down(x) if self.q_down is not None else x  # (B, T, dcQ) or (B, T, d)
-        q = self.q_up(c_q).view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
-        c_k = self.k_down(x).unsqueeze(1)  # (B, 1, T, dcK)
-        c_v = c_k if self.shared_kv else self.v_down(x).unsqueeze(1)  # (B, 1, T, dcK)
+        nH, dH, dc, dR = self.n_head, self.head_dim, self.kv_rank, self.rope_head_dim
+        # every linear reading x in ONE matmul (their weights stacked), split back (a split's backward is one cat)
+        readers = self.x_projections()
+        parts = list(_stacked_linear(x, readers))
+        c_q = parts.pop(0) if self.q_down is not None else x  # (B, T, dcQ), or x for the full query
+        if self.q_down is None:
+            q = parts.pop(0).view(B, T, nH, dH)  # (B, T, nH, dH)
+            q_r = parts.pop(0).view(B, T, nH, dR) if self.decoupled else None  # (B, T, nH, dR)
+        elif self.decoupled:  # q_i and q^R_i from c_Q in one matmul, laid out per head as [q_i | q^R_i]
+            q, q_r = _stacked_linear(c_q, [self.q_up, self.q_rope], heads=nH).view(B, T, nH, dH + dR).split([dH, dR], -1)
+        else:
+            q = self.q_up(c_q).view(B, T, nH, dH)  # (B, T, nH, dH)
+        c_k = parts.pop(0)  # (B, T, dcK)
+        c_v = c_k if self.shared_kv else parts.pop(0)  # (B, T, dcK)
         q_start = cache.pos if cache is not None else 0
         k_r = None
         if self.decoupled:
-            cos, sin = rope_at(rope, q_start, T)
-            q_r = apply_rope(self.q_rope(c_q).view(B, T, nH, -1).transpose(1, 2), cos, sin)  # (B, nH, T, dR)
-            k_r = apply_rope(self.k_rope(x).unsqueeze(1), cos, sin)  # (B, 1, T, dR)
+            cos, sin = rope_at(rope, q_start, T)  # (T, dR/2)
+            q_r = apply_rope(q_r, cos[:, None], sin[:, None]).transpose(1, 2)  # (B, nH, T, dR), rotated before the transpose
+            k_r = apply_rope(parts.pop(0), cos, sin).unsqueeze(1)  # (B, 1, T, dR)
+        q = q.transpose(1, 2)  # (B, nH, T, dH)
+        c_k, c_v = c_k.unsqueeze(1), c_v.unsqueeze(1)  # (B, 1, T, dcK)
 
         if cache is not None:
             key = torch.cat((c_k, k_r), dim=-1) if self.decoupled else c_k  # (B, 1, T, dcK + dR)
@@ -890,8 +924,12 @@ class LatentAttention(InferenceForm, nn.Module):
                 y = y + self.v_up.bias.view(nH, 1, dH)  # rows of softmax sum to one
         else:
             S = c_k.size(2)
-            k = self.k_up(c_k.squeeze(1)).view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
-            v = self.v_up(c_v.squeeze(1)).view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
+            if self.shared_kv:  # k_i and v_i from the one latent in one matmul
+                k, v = _stacked_linear(c_k.squeeze(1), [self.k_up, self.v_up])  # (B, S, nH dH) each
+            else:
+                k, v = self.k_up(c_k.squeeze(1)), self.v_up(c_v.squeeze(1))  # (B, S, nH dH) each
+            k = k.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
+            v = v.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
             if self.decoupled:
                 q = torch.cat((q, q_r), dim=-1)  # (B, nH, T, dH + dR)
                 k = torch.cat((k, k_r.expand(B, nH, S, -1)), dim=-1)  # (B, nH, S, dH + dR)

@@ -198,6 +198,46 @@ def test_mla_fused_exact_with_biases():
     assert rel_err(model(idx)[0], unfused) < 1e-12
 
 
+def mla_reference(attn, x, rope):
+    """MLA written out head by head from per_head_weights() (the class docstring's formulas, each
+    projection its own matmul): the layer's stacked matmuls must give the same output."""
+    w = attn.per_head_weights()
+    B, T, _ = x.shape
+    add = lambda y, b: y if b is None else y + b
+    heads = lambda c, W, b: add(torch.einsum("btr,hrn->bhtn", c, W), None if b is None else b[:, None, :])
+    c_q = x if w["W_DQ"] is None else add(x @ w["W_DQ"], w["b_DQ"])  # (B, T, dcQ) or x
+    q = heads(c_q, w["W_UQ"], w["b_UQ"])  # (B, nH, T, dH)
+    k = heads(add(x @ w["W_DK"], w["b_DK"]), w["W_UK"], w["b_UK"])  # (B, nH, T, dH)
+    v = heads(add(x @ w["W_DV"], w["b_DV"]), w["W_UV"], w["b_UV"])  # (B, nH, T, dH)
+    scores = q @ k.transpose(-1, -2)  # (B, nH, T, T)
+    if w["W_QR"] is not None:  # decoupled RoPE: per-head rotary queries, one shared rotary key
+        cos, sin = rope[0][:T], rope[1][:T]
+        q_r = apply_rope(heads(c_q, w["W_QR"], w["b_QR"]), cos, sin)  # (B, nH, T, dR)
+        k_r = apply_rope(add(x @ w["W_KR"], w["b_KR"]), cos, sin)  # (B, T, dR)
+        scores = scores + q_r @ k_r[:, None].transpose(-1, -2)
+    scores = scores * attn.scale + torch.full((T, T), float("-inf"), dtype=x.dtype).triu(1)
+    o = scores.softmax(-1) @ v  # (B, nH, T, dH)
+    return add(torch.einsum("bhtn,hnd->btd", o, w["W_O"]), w["b_O"])
+
+
+@pytest.mark.parametrize("q_rank", [None, 12])
+@pytest.mark.parametrize("shared_kv", [False, True])
+@pytest.mark.parametrize("pos", ["learned", "decoupled"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_mla_stacked_projections_match_per_head_formulas(q_rank, shared_kv, pos, bias):
+    """MLA's forward runs every linear that reads x as one matmul, [W_UQ | W_QR] interleaved per head as
+    another and [W_UK | W_UV] of the shared latent as a third: the same as each projection alone."""
+    rope = dict(pos_emb="rope", rope_head_dim=4) if pos == "decoupled" else {}
+    model = make(dict(attn="mla", q_rank=q_rank, kv_rank=10, shared_kv=shared_kv, **rope), bias=bias)
+    attn = model.transformer.h[0].attn
+    with torch.no_grad():
+        for p in attn.parameters():
+            p.normal_(std=0.3)  # biases too, and no structure the stacking could hide behind
+    x = torch.randn(2, 16, TINY["n_embd"], dtype=torch.float64)
+    tables = (model.rope_cos.double(), model.rope_sin.double()) if rope else None
+    assert rel_err(attn(x, tables), mla_reference(attn, x, tables)) < 1e-12
+
+
 # ---------------------------------------------------------------------------------------
 # Causality, gradients
 
