@@ -50,6 +50,7 @@
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
+#   train_llama_graph  the same, GQA-8 and Tucker [32,64,64], --graph_step
 #   train_loss_chunk  the same for GQA-8 and Tucker [32,64,64] with the loss head in chunks of 4096 tokens
 #                 (GPTConfig.loss_chunk_tokens: peak memory and ms against train_llama's rows)
 #   enwiki_convert=DEADLINE  the rest of the enwiki table and the conversion study in one sitting on 4 GPUs
@@ -61,8 +62,10 @@
 #                 DEADLINE seconds from the stage's start (a started run finishes, ~2 min); resumable:
 #                 the same stage on the warm machine continues. $OUT/enwiki_runs.tar.gz, convert_runs.tar.gz.
 #   fastpath_curve  train.py, GPT-2 124M MHA and Tucker [8,64,64] on Shakespeare (carried: .carry/shakespeare), 200
-#                 iterations each plain (eager), compiled, and fast (compiled with CUDA graphs and the chunked loss
-#                 head), on all GPUs at once; scripts/compare_runs.py compares the loss curves with the plain run's
+#                 iterations each plain (eager), compiled, fast (compiled with CUDA graphs and the chunked loss
+#                 head) and graph (compiled, graph_step=True), on all GPUs at once (CURVE_MODES: which of them, plain
+#                 first; CURVE_PAR: runs at once, default one per GPU); scripts/compare_runs.py compares the loss curves
+#                 with the plain run's
 #   mg_scaling    bench_multigpu scaling: GPT-2 124M MHA and Tucker [8,64,64] at 480 x 1024, 1/2/4 GPUs (DDP)
 #                 (train.py's default since session 4: no Dynamo DDP graph split; MG_NAME=scaling_split
 #                 MG_EXTRA=--ddp_split_graph=True: with it, as results/multigpu/scaling/ was measured)
@@ -227,7 +230,10 @@ for st in "$@"; do
     train_gpt2_loss_chunk) stage train_gpt2_loss_chunk python3 -m scripts.bench_train --shapes 12x1024,64x256 \
             --variants mha,tucker_8_64_64 --loss_chunk 4096 --precompile 4 --time_budget 240 --out_dir "$WORK/bench" \
             --name train_gpt2_loss_chunk ;;
-    train_llama) stage train_llama python3 -m scripts.bench_train --suite llama1b --variants gqa8,tucker_32_64_64,mha \
+    train_llama_graph) stage train_llama_graph python3 -m scripts.bench_train --suite llama1b --graph_step \
+            --variants gqa8,tucker_32_64_64 --precompile 2 --time_budget ${LLAMA_BUDGET:-240} --out_dir "$WORK/bench" \
+            --name train_llama1b_graph ;;
+    train_llama) stage train_llama python3 -m scripts.bench_train --suite llama1b --variants ${LLAMA_VARIANTS:-gqa8,tucker_32_64_64,mha} \
             --time_budget 150 --out_dir "$WORK/bench" --name train_llama1b ;;
     enwiki_convert=*)
         dl=$(($(date +%s) + ${st#enwiki_convert=}))
@@ -250,24 +256,26 @@ for st in "$@"; do
         [[ -d out-convert ]] && tar -czf "$OUT/convert_runs.tar.gz" --exclude='*.pt' --exclude='*.tmp.*' out-convert ;;
     fastpath_curve)  # the fast training path's loss curve against the plain one (issue 14), GPT-2 124M on Shakespeare
         mkdir -p data/shakespeare && cp -n .carry/shakespeare/* data/shakespeare/ 2>/dev/null
-        echo "== [$(($(date +%s) - t0))s] fastpath_curve: 200 iterations x {plain, compiled, fast} x {mha, tucker_8_64_64}"
+        modes=(${CURVE_MODES:-plain compiled fast graph})
+        echo "== [$(($(date +%s) - t0))s] fastpath_curve: 200 iterations x {${modes[*]}} x {mha, tucker_8_64_64}"
         pids=(); i=0
         for v in mha tucker_8_64_64; do
-            for m in plain compiled fast; do
+            for m in "${modes[@]}"; do
                 case $m in
                 plain) ex=(--compile=False --loss_head=logits) ;;  # eager, nanoGPT's loss head
                 compiled) ex=(--compile=True) ;;  # the defaults: compiled, the fused loss head
                 fast) ex=(--compile=True --compile_mode=reduce-overhead --loss_chunk_tokens=4096) ;;
+                graph) ex=(--compile=True --graph_step=True) ;;  # the whole iteration replayed from one CUDA graph
                 esac
                 CUDA_VISIBLE_DEVICES=$((i % NGPU)) python3 train.py config/shakespeare_$v.py --max_iters=200 --eval_interval=100 \
                     --log_interval=1 --save_checkpoint=False --out_dir=out-curve/$v-$m "${ex[@]}" > "$WORK/curve_$v-$m.log" 2>&1 &
                 pids+=($!); i=$((i + 1))
-                if (( ${#pids[@]} >= NGPU )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+                if (( ${#pids[@]} >= ${CURVE_PAR:-$NGPU} )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
             done
         done
         wait
         for v in mha tucker_8_64_64; do
-            python3 -m scripts.compare_runs out-curve/$v-plain out-curve/$v-compiled out-curve/$v-fast \
+            python3 -m scripts.compare_runs "${modes[@]/#/out-curve/$v-}" \
                 --out "$WORK/fastpath_curve" --name $v --title "GPT-2 124M $v on Shakespeare, 64 x 256, bf16: plain vs fast" \
                 2>&1 | tail -n 8
         done
