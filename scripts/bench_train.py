@@ -602,7 +602,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
                mfu=model.estimate_mfu(tokens, total / 1e3, args.peak_tflops * 1e12, ctx=seq_len),
                peak_mem_gib=peak_memory_gib(device), config=cfg.to_dict())
 
-    if args.nanogpt:
+    if args.nanogpt or args.loop:
         # nanoGPT's way: wall clock over its number of iterations, the loss read back after each
         n = min(NANOGPT_STEPS, max(args.iters, 1))
         clock.sync()
@@ -612,6 +612,20 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
         clock.sync()
         row["loop_ms"] = (time.perf_counter() - t0) / n * 1e3
         row["loop_tokens_per_s"] = tokens / (row["loop_ms"] / 1e3)
+        # where that loop's time goes, in a second loop of as many iterations: the GPU time of each step
+        # (events, as the timed rows, but now after a sync every iteration) and the host's time inside the
+        # step call (from its first line to its return: launching it; the loss read-back not included)
+        gpu, host = [], []
+        for i in range(n):
+            stamps = []
+            h0 = time.perf_counter()
+            loss = step(i, stamps)
+            host.append((time.perf_counter() - h0) * 1e3)
+            loss.item()
+            gpu.append(stamps)
+        clock.sync()
+        row["loop_event_ms"] = statistics.mean(clock.ms(s[0], s[end]) for s in gpu)
+        row["loop_host_ms"] = statistics.mean(host)
 
     if profile:
         pairs, source = profile_iterations(step, PROFILE_STEPS, device, clock)
@@ -718,7 +732,29 @@ def render(rows, info, nanogpt=None, flops_mha=None, profiles: bool = True) -> s
                "way (wall clock, loss read back every iteration; see below).")
         if nanogpt:
             md += "\n\n" + nanogpt_section(nanogpt, rows, flops_mha, a["peak_tflops"])
+    if any(r.get("loop_event_ms") is not None for r in rows):
+        md += "\n\n" + loop_section(rows, both)
     return md + (profiles_section(rows) if profiles else "")
+
+
+def loop_section(rows, both: bool) -> str:
+    """Each row timed nanoGPT's way, and where that loop's time goes."""
+    headers = ["variant", "shape"] + (["pos"] if both else []) + [
+        "events ms", "loop ms", "loop events ms", "idle ms", "host ms in the step call"]
+    body = []
+    for r in rows:
+        if r.get("loop_event_ms") is None:
+            continue
+        body.append([r["label"], r["shape"]] + ([r.get("pos", "")] if both else []) + [
+            fmt(r.get("total_ms"), ".2f"), fmt(r["loop_ms"], ".2f"), fmt(r["loop_event_ms"], ".2f"),
+            fmt(r["loop_ms"] - r["loop_event_ms"], ".2f"), fmt(r.get("loop_host_ms"), ".3f")])
+    return ("## Timed nanoGPT's way: where the loop's time goes\n\n"
+            f"events ms: the row's median step by CUDA events, the host running ahead (the table above). loop ms: wall "
+            f"clock per iteration of {NANOGPT_STEPS} iterations with the loss read back after each (nanoGPT's bench.py). "
+            "A second such loop: loop events ms, the mean step by CUDA events; idle ms = loop ms - loop events ms, the "
+            "GPU's wait per iteration between one step's end and the next one's start (the read-back, then launching); "
+            "host ms in the step call: the host's time from the call to its return (launching the step, or copying "
+            "into the graph and replaying it).\n\n" + markdown_table(headers, body))
 
 
 def run_line(info) -> str:
@@ -898,6 +934,9 @@ def build_parser():
     p.add_argument("--nanogpt", default=None, metavar="DIR",
                    help="a copy of nanoGPT (../shared/peers/nanogpt) outside the project: run its bench.py at each "
                         "shape before and after our rows and report our tokens/s over its (gpt2 suite, CUDA)")
+    p.add_argument("--loop", action="store_true",
+                   help="time every row nanoGPT's way (loss read back each iteration: loop_ms, and the loop's GPU "
+                        "and host time: loop_event_ms, loop_host_ms) without running nanoGPT (--nanogpt does it too)")
     p.add_argument("--profile", default=None, metavar="VARIANTS",
                    help="comma-separated variant ids: profile 5 more iterations of their rows (every shape and "
                         "positions setting) and report the top CUDA kernels (--profile_top of them)")

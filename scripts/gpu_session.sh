@@ -47,6 +47,8 @@
 #   train_graph_autotune  --graph_step with compile_mode max-autotune-no-cudagraphs (Triton GEMMs with fused epilogues
 #                 where they win), MHA and Tucker [8,64,64] at 12x1024 beside nanoGPT's bench.py, profiled
 #   train_graph_rope  --graph_step, learned positions and RoPE: MHA, MLA shared 128 (decoupled RoPE), Tucker, 12x1024
+#   train_loop    MHA and Tucker [8,64,64] timed nanoGPT's way (--loop: the loop's GPU and host time per iteration), with
+#                 --graph_step and without, both shapes
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
@@ -208,6 +210,11 @@ for st in "$@"; do
     train_graph_rope) stage train_graph_rope python3 -m scripts.bench_train --graph_step --shapes 12x1024 --rope both \
             --variants mha,mla_shared128,tucker_8_64_64 --precompile 3 --time_budget ${ROPE_BUDGET:-150} \
             --out_dir "$WORK/bench" --name train_graph_rope ;;
+    train_loop)
+        stage train_loop_graph python3 -m scripts.bench_train --loop --graph_step --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
+            --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_loop_graph
+        stage train_loop_default python3 -m scripts.bench_train --loop --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
+            --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_loop_default ;;
     train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
     qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \
