@@ -14,14 +14,16 @@ What it asks of the run (`check_graph_step` says why not, naming the key):
 - one CUDA process (no DDP or FSDP: their collectives are left to their own machinery);
 - bfloat16 or float32 (float16's GradScaler skips a step by a host-side decision);
 - a model compiled without CUDA graphs of its own (compile_mode 'default' or
-  'max-autotune-no-cudagraphs'), or not compiled at all.
+  'max-autotune-no-cudagraphs'), or not compiled at all;
+- no activation checkpointing (its recomputation reads the CUDA RNG state, which a capture forbids).
 
 The first `warmup` iterations run as plain steps (real iterations, the same updates as without
 the graph) on a side stream, so that torch.compile, cuBLAS and Triton's autotuner do their
 one-time work outside the capture, as PyTorch's whole-network capture recipe asks. The next
 iteration is captured, then replayed; every later one is a replay. The inputs, the learning
 rate and the loss live in static tensors: a replay reads the batch and the learning rate
-copied into them and writes the loss there.
+copied into them and writes the loss there. The graph's memory pool keeps one iteration's
+activations and gradients for the whole run; an evaluation between iterations allocates beside it.
 """
 from contextlib import nullcontext
 from typing import Optional, Sequence
@@ -32,7 +34,7 @@ GRAPH_COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")  # modes without
 
 
 def check_graph_step(device: torch.device, dtype: str, distributed: bool, compile_on: bool,
-                     compile_mode: str) -> Optional[str]:
+                     compile_mode: str, activation_checkpointing: bool = False) -> Optional[str]:
     """Why graph_step=True cannot serve this run (a message naming the key and what is allowed), or None."""
     if device.type != "cuda":
         return f"graph_step=True needs a CUDA device, not device={str(device)!r}: allowed on 'cuda' only"
@@ -42,6 +44,9 @@ def check_graph_step(device: torch.device, dtype: str, distributed: bool, compil
     if dtype == "float16":
         return ("graph_step=True with dtype='float16' is not supported: allowed dtype 'bfloat16' or 'float32' "
                 "(float16's gradient scaler decides on the host whether to skip a step)")
+    if activation_checkpointing:
+        return ("graph_step=True with activation_checkpointing=True is not supported: allowed "
+                "activation_checkpointing=False (its recomputation saves the CUDA RNG state, which a capture forbids)")
     if compile_on and compile_mode not in GRAPH_COMPILE_MODES:
         return (f"graph_step=True with compile_mode={compile_mode!r} is not supported: allowed "
                 f"{', '.join(repr(m) for m in GRAPH_COMPILE_MODES)} (that mode captures CUDA graphs of its own)")
@@ -123,8 +128,6 @@ class GraphedTrainStep:
             group["lr"] = torch.full((), lr, dtype=torch.float32, device=self.x.device)
             group["capturable"] = True
             self.lr.append(group["lr"])
-        # the warm-up's activations sit in the allocator's cache; the graph allocates from a pool of its own
-        torch.cuda.empty_cache()
-        self.graph = torch.cuda.CUDAGraph()
+        self.graph = torch.cuda.CUDAGraph()  # (entering the capture syncs and empties the allocator's cache)
         with torch.cuda.graph(self.graph):
             self.loss = self._iteration()

@@ -259,7 +259,7 @@ def resume_conflicts(cfg: dict, given: set, saved: dict) -> list:
     return [f"{k}={cfg[k]!r} (checkpoint: {saved[k]!r})" for k in keys if asked[k] != saved[k]]
 
 
-def setup(cfg: dict) -> Env:
+def setup(cfg: dict, gptconf: GPTConfig) -> Env:
     """This process: DDP rank (under torchrun), device, dtype, autocast; out_dir created (master)."""
     ddp = int(os.environ.get("RANK", -1)) != -1
     rank, local_rank, world = ((int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
@@ -273,7 +273,8 @@ def setup(cfg: dict) -> Env:
              f"{world} DDP processes")
     dtype = cfg["dtype"] or ("bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
     if cfg["graph_step"]:
-        why_not = check_graph_step(device, dtype, ddp, cfg["compile"], cfg["compile_mode"])
+        why_not = check_graph_step(device, dtype, ddp, cfg["compile"], cfg["compile_mode"],
+                                   gptconf.activation_checkpointing)
         if why_not:
             fail(why_not)
     out_dir = cfg["out_dir"]
@@ -449,19 +450,19 @@ def evaluate(run: Run) -> dict:
 
 
 def train_step(run: Run, timer: PhaseTimer, timed: bool, lr: float) -> torch.Tensor:
-    """One iteration at learning rate lr: this rank's micro-steps of the global batch, gradient sync
-    on the last one, clip, optimizer step. Returns this rank's mean loss (a tensor: no sync here)."""
+    """One iteration: this rank's micro-steps of the global batch, gradient sync on the last one,
+    clip, optimizer step. Returns this rank's mean loss (a tensor: no sync here). A plain iteration
+    reads its learning rate from the optimizer's groups (the loop sets them); a graphed one gets lr."""
     cfg, env, model = run.cfg, run.env, run.model
     accum = cfg["gradient_accumulation_steps"] // env.world  # micro-steps on this rank
     offsets = run.batches.draw(cfg["gradient_accumulation_steps"])[env.rank * accum:(env.rank + 1) * accum]
     if run.graph is not None:  # the same iteration, replayed from its CUDA graph (one process, no scaler)
+        batches = [run.batches.get(offset, env.device) for offset in offsets]  # untimed, as in the plain path
         t0 = timer.mark()
-        loss = run.graph([run.batches.get(offset, env.device) for offset in offsets], lr)
+        loss = run.graph(batches, lr)
         timer.add([("step", t0, timer.mark())], timed)
         run.state.iter_num += 1
         return loss
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
     marks = []
     loss_sum = torch.zeros((), device=env.device)
     for micro in range(accum):
@@ -689,7 +690,7 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
 
 def main(argv):
     cfg, gptconf, checkpoint = configure(argv)
-    env = setup(cfg)
+    env = setup(cfg, gptconf)
     try:
         run = build(cfg, gptconf, checkpoint, env)
     except ValueError as e:  # weights that do not fit the checkpoint's own model_config
@@ -707,6 +708,10 @@ def main(argv):
     n_since = 0  # iterations since t_last
     while True:
         lr = get_lr(s.iter_num, cfg)
+        if run.graph is None:  # the graph holds its learning rate in a tensor of its own (train_step passes lr)
+            for group in run.optimizer.param_groups:
+                group["lr"] = lr
+
         if (s.iter_num % cfg["eval_interval"] == 0 or s.iter_num >= cfg["max_iters"]) and not skip_eval:
             reason = after_eval(run, evaluate(run), lr, time.time() - t_start, start_iter)
             if reason:

@@ -327,7 +327,8 @@ def test_rope_both_and_profile(tmp_path):
                              "--rope", "both", "--profile", "mha", "--loop", "--out_dir", str(tmp_path)])
     # --loop: every row timed nanoGPT's way too, with the loop's step time and the host's time in the step call
     for r in rows:
-        assert r["loop_ms"] > 0 and r["loop_event_ms"] > 0 and 0 < r["loop_host_ms"] <= r["loop_ms"] * 1.5
+        assert r["loop_ms"] > 0 and r["loop2_ms"] > 0 and r["loop_event_ms"] > 0
+        assert 0 < r["loop_host_ms"] <= r["loop2_ms"] * 1.01  # the host's part of the loop: at most all of it
     # display order: shape, positions, variant
     assert [(r["variant"], r["pos"]) for r in rows] == [
         ("mha", "learned"), ("tucker_8_64_64", "learned"), ("mha", "rope"), ("tucker_8_64_64", "rope")]
@@ -349,7 +350,8 @@ def test_rope_both_and_profile(tmp_path):
     assert "### Where the time goes: MHA at 1x8 (learned)" in md and "### Where the time goes: MHA at 1x8 (rope)" in md
     assert "| # | kernel | category | calls | ms | % of step |" in md
     assert "## Timed nanoGPT's way: where the loop's time goes" in md
-    assert "| variant | shape | pos | events ms | loop ms | loop events ms | idle ms | host ms in the step call |" in md
+    assert ("| variant | shape | pos | events ms | loop ms | 2nd loop ms | 2nd loop events ms | idle ms "
+            "| host ms in the step call |") in md
     out = json.loads((tmp_path / "bench_train.json").read_text())
     assert out["args"]["rope"] == "both" and len(out["rows"]) == 4
 

@@ -37,6 +37,7 @@ GPU = torch.device("cuda")
     (dict(compile_mode="reduce-overhead"), ["compile_mode='reduce-overhead'", "'default'",
                                             "'max-autotune-no-cudagraphs'"]),
     (dict(compile_mode="max-autotune"), ["compile_mode='max-autotune'"]),
+    (dict(activation_checkpointing=True), ["activation_checkpointing=True", "activation_checkpointing=False"]),
 ])
 def test_check_refuses_what_it_cannot_serve(kw, words):
     args = dict(device=GPU, dtype="bfloat16", distributed=False, compile_on=True, compile_mode="default")
