@@ -416,8 +416,7 @@ def _stacked_linear(x: torch.Tensor, linears: Sequence[nn.Linear], heads: int = 
         return F.linear(x, weight, bias)
     if len(linears) == 1:
         return (linears[0](x),)
-    weight = torch.cat([lin.weight for lin in linears], dim=0)  # (sum of out_features, in_features)
-    bias = None if linears[0].bias is None else torch.cat([lin.bias for lin in linears])
+    weight, bias = _cat_linear(linears)  # (sum of out_features, in_features)
     return F.linear(x, weight, bias).split([lin.out_features for lin in linears], dim=-1)
 
 
@@ -865,33 +864,39 @@ class LatentAttention(InferenceForm, nn.Module):
         return cache.store["k"], cache.store["v"]
 
     def x_projections(self) -> List[nn.Linear]:
-        """The linears that read x: the query down-projection (or the full query and its rotary
-        part), the key (and value) down-projection, the shared rotary key. forward runs them as one matmul."""
-        q_side = [self.q_down] if self.q_down is not None else [self.q_up] + ([self.q_rope] if self.decoupled else [])
-        return q_side + [self.k_down] + ([] if self.shared_kv else [self.v_down]) + ([self.k_rope] if self.decoupled else [])
+        """The linears that read x, in this order: the query down-projection (or the full query), the
+        key (and value) down-projection, then with decoupled RoPE the shared rotary key (and the full
+        query's rotary part). forward and the inference form run them as one matmul."""
+        first = [self.q_down if self.q_down is not None else self.q_up, self.k_down]
+        first += [] if self.shared_kv else [self.v_down]
+        if self.decoupled:
+            first += [self.k_rope] + ([] if self.q_down is not None else [self.q_rope])
+        return first
 
     def forward(self, x, rope, cache: Optional[LayerCache] = None):
         B, T, _ = x.size()  # (B, T, d)
         nH, dH, dc, dR = self.n_head, self.head_dim, self.kv_rank, self.rope_head_dim
         # every linear reading x in ONE matmul (their weights stacked), split back (a split's backward is one cat)
-        readers = self.x_projections()
-        parts = list(_stacked_linear(x, readers))
-        c_q = parts.pop(0) if self.q_down is not None else x  # (B, T, dcQ), or x for the full query
-        if self.q_down is None:
-            q = parts.pop(0).view(B, T, nH, dH)  # (B, T, nH, dH)
-            q_r = parts.pop(0).view(B, T, nH, dR) if self.decoupled else None  # (B, T, nH, dR)
-        elif self.decoupled:  # q_i and q^R_i from c_Q in one matmul, laid out per head as [q_i | q^R_i]
-            q, q_r = _stacked_linear(c_q, [self.q_up, self.q_rope], heads=nH).view(B, T, nH, dH + dR).split([dH, dR], -1)
+        parts = _stacked_linear(x, self.x_projections())
+        c_k = parts[1]  # (B, T, dcK)
+        c_v = c_k if self.shared_kv else parts[2]  # (B, T, dcK)
+        q_r = k_r = None
+        if self.q_down is None:  # the full query and its rotary part came with the first matmul
+            q = parts[0].view(B, T, nH, dH)  # (B, T, nH, dH)
+            if self.decoupled:
+                q_r, k_r = parts[-1].view(B, T, nH, dR), parts[-2]  # (B, T, nH, dR), (B, T, dR)
         else:
-            q = self.q_up(c_q).view(B, T, nH, dH)  # (B, T, nH, dH)
-        c_k = parts.pop(0)  # (B, T, dcK)
-        c_v = c_k if self.shared_kv else parts.pop(0)  # (B, T, dcK)
+            c_q = parts[0]  # (B, T, dcQ)
+            if self.decoupled:  # q_i and q^R_i from c_Q in one matmul, laid out per head as [q_i | q^R_i]
+                q, q_r = _stacked_linear(c_q, [self.q_up, self.q_rope], heads=nH).view(B, T, nH, dH + dR).split([dH, dR], -1)
+                k_r = parts[-1]  # (B, T, dR)
+            else:
+                q = self.q_up(c_q).view(B, T, nH, dH)  # (B, T, nH, dH)
         q_start = cache.pos if cache is not None else 0
-        k_r = None
         if self.decoupled:
             cos, sin = rope_at(rope, q_start, T)  # (T, dR/2)
             q_r = apply_rope(q_r, cos[:, None], sin[:, None]).transpose(1, 2)  # (B, nH, T, dR), rotated before the transpose
-            k_r = apply_rope(parts.pop(0), cos, sin).unsqueeze(1)  # (B, 1, T, dR)
+            k_r = apply_rope(k_r, cos, sin).unsqueeze(1)  # (B, 1, T, dR)
         q = q.transpose(1, 2)  # (B, nH, T, dH)
         c_k, c_v = c_k.unsqueeze(1), c_v.unsqueeze(1)  # (B, 1, T, dcK)
 
@@ -944,10 +949,7 @@ class LatentAttention(InferenceForm, nn.Module):
         (nH, dcK, dH) applied to the attended latent. Kept factored: at batch 1 a step reads every
         weight once, and the factors are fewer bytes than their products."""
         nH, dH, dc = self.n_head, self.head_dim, self.kv_rank
-        first = [self.q_down if self.q_down is not None else self.q_up, self.k_down]
-        first += [] if self.shared_kv else [self.v_down]
-        if self.decoupled:
-            first += [self.k_rope] + ([] if self.q_down is not None else [self.q_rope])
+        first = self.x_projections()
         W1, b1 = _cat_linear(first)
         form = {"W1": W1, "b1": b1, "split1": [lin.out_features for lin in first],
                 "W_UK": self.k_up.weight.view(nH, dH, dc),  # (nH, dH, dcK)
