@@ -534,7 +534,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     graph = None
     if args.graph_step:  # train.py's graph_step: the whole iteration replayed from one CUDA graph
         graph = GraphedTrainStep(net, optimizer, accum=accum, batch_size=batch_size, seq_len=seq_len, device=device,
-                                 dtype="bfloat16", warmup=GRAPH_WARMUP)
+                                 dtype="bfloat16", warmup=GRAPH_WARMUP, segments=args.graph_segments)
 
     def step(i, stamps=None):
         """One iteration: `accum` micro-steps (stamps: forward start, forward end, backward end
@@ -764,6 +764,14 @@ def loop_section(rows, both: bool) -> str:
             "into the graph and replaying it).\n\n" + markdown_table(headers, body))
 
 
+def graph_line(a: dict) -> str:
+    if not a.get("graph_step"):
+        return ""
+    n = a.get("graph_segments", 1)
+    return ("the whole iteration replayed from one CUDA graph (--graph_step), " if n == 1 else
+            f"the whole iteration replayed from {n} consecutive CUDA graphs (--graph_step --graph_segments {n}), ")
+
+
 def run_line(info) -> str:
     a = info["args"]
     pre = f", caches filled by {a['precompile']} precompile workers" if a.get("precompile") else ""
@@ -771,7 +779,7 @@ def run_line(info) -> str:
     return (f"{info['date']} on {info['gpu'] or info['device']}, torch {info['torch']}, "
             f"compile={a['compile']}{' (' + a['compile_scope'] + pre + ')' if a['compile'] else ''}, "
             f"{'mode ' + a['compile_mode'] + ', ' if a['compile'] and a.get('compile_mode', 'default') != 'default' else ''}"
-            f"{'the whole iteration replayed from one CUDA graph (--graph_step), ' if a.get('graph_step') else ''}"
+            f"{graph_line(a)}"
             f"bf16 autocast, fused AdamW{accum}, SDPA backend {a['sdpa_backend']}"
             f"{', activation checkpointing' if a.get('act_ckpt') else ''}"
             f"{', loss head in chunks of %d tokens' % a['loss_chunk'] if a.get('loss_chunk') else ''}; "
@@ -932,6 +940,9 @@ def build_parser():
     p.add_argument("--graph_step", action="store_true",
                    help="train.py's graph_step: capture the whole iteration (forward, backward, AdamW) in one CUDA "
                         "graph and replay it (graph_step.py; with --compile_mode default)")
+    p.add_argument("--graph_segments", type=int, default=1, choices=(1, 2, 3),
+                   help="--graph_step: capture the iteration as this many consecutive graphs (graph_step.py's "
+                        "segments: the host launches one while the GPU runs the one before)")
     p.add_argument("--compile_scope", default="model", choices=("model", "blocks"),
                    help="'model': torch.compile(model) as train.py (default); 'blocks': compile each Block "
                         "(one shared graph: much faster to compile; embeddings, lm_head and loss stay eager)")

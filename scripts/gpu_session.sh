@@ -49,6 +49,9 @@
 #   train_graph_rope  --graph_step, learned positions and RoPE: MHA, MLA shared 128 (decoupled RoPE), Tucker, 12x1024
 #   train_loop    MHA and Tucker [8,64,64] timed nanoGPT's way (--loop: the loop's GPU and host time per iteration), with
 #                 --graph_step and without, both shapes
+#   train_segments  MHA and Tucker [8,64,64] with --graph_step as 1, 2 and 3 consecutive graphs (--graph_segments),
+#                 timed nanoGPT's way (--loop) beside nanoGPT's bench.py, both shapes: does the replay's launch keep
+#                 the GPU waiting?
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
@@ -215,6 +218,13 @@ for st in "$@"; do
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_loop_graph
         stage train_loop_default python3 -m scripts.bench_train --loop --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_loop_default ;;
+    train_segments)
+        for n in 1 2 3; do
+            NG=(); [[ $n == 1 ]] && NG=(--nanogpt .carry/nanogpt)
+            stage train_segments_$n python3 -m scripts.bench_train "${NG[@]}" --loop --graph_step --graph_segments $n \
+                --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --precompile 2 --time_budget ${TRAIN_BUDGET:-150} \
+                --out_dir "$WORK/bench" --name train_segments_$n
+        done ;;
     train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
     qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \

@@ -77,6 +77,46 @@ def test_phase_timer_one_phase_iterations():
     assert timer.medians()["fwd"] == pytest.approx(2.0) and timer.samples["total"][-1] == pytest.approx(4.5)
 
 
+def test_phases_are_the_plain_iteration_and_segments_cut_them_in_order():
+    """On the CPU: the phases the graphs are captured from make train.py's plain iteration (losses and
+    weights equal over iterations with accumulation and clipping), and every segmentation covers them
+    once, in order."""
+    results = []
+    for mode in ("plain", "phases"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**CFG, **VARIANTS["tucker"]))
+        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+        gen = torch.Generator().manual_seed(1)
+        tokens = torch.randint(CFG["vocab_size"], (2, 4, CFG["block_size"] + 1), generator=gen)
+        micro = [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in tokens]
+        if mode == "plain":
+            losses = _plain(model, model, optimizer, [micro] * 3, 2, 0.5, "float32", device="cpu")
+        else:
+            step = GraphedTrainStep(model, optimizer, accum=2, batch_size=4, seq_len=CFG["block_size"],
+                                    device=torch.device("cpu"), dtype="float32", grad_clip=0.5)
+            losses = []
+            for it in range(3):
+                step._load(micro, LRS[it])
+                losses.append(step._iteration().item())
+                optimizer.zero_grad(set_to_none=True)
+        results.append((losses, [p.detach().clone() for p in model.parameters()]))
+    (a, wa), (b, wb) = results
+    assert a == pytest.approx(b, rel=1e-6) and a[-1] < a[0]
+    for x, y in zip(wa, wb):
+        torch.testing.assert_close(x, y)
+    phases = step._phases()
+    assert len(phases) == 1 + 2 * 2 + 1  # start, (forward, backward) per micro-step, update
+    for segments in (1, 2, 3):
+        step.segments = segments
+        cut = step._segments()
+        assert len(cut) == segments and [len(c) for c in cut] == {1: [6], 2: [2, 4], 3: [2, 3, 1]}[segments]
+        names = [f.__name__ for c in cut for f in c]
+        assert names == [f.__name__ for f in phases]
+    with pytest.raises(ValueError, match="segments=4"):
+        GraphedTrainStep(model, optimizer, accum=1, batch_size=1, seq_len=8, device=torch.device("cpu"),
+                         dtype="float32", segments=4)
+
+
 # ----------------------------------------------------------------------------------------
 # CUDA
 
@@ -99,9 +139,10 @@ def _batches(n, accum, batch=4):
     return [[(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in tokens] for _ in range(n)]
 
 
-def _plain(model, net, optimizer, batches, accum, clip, dtype):
+def _plain(model, net, optimizer, batches, accum, clip, dtype, device="cuda"):
     """train.py's plain iteration (no scaler), one per batch list, at the LRS rates."""
-    ctx = torch.autocast("cuda", dtype=getattr(torch, dtype)) if dtype != "float32" else torch.autocast("cuda", enabled=False)
+    ctx = (torch.autocast(device, dtype=getattr(torch, dtype)) if dtype != "float32"
+           else torch.autocast(device, enabled=False))
     losses = []
     for it, micro in enumerate(batches):
         for group in optimizer.param_groups:
@@ -122,9 +163,11 @@ def _plain(model, net, optimizer, batches, accum, clip, dtype):
 
 
 @needs_cuda
-@pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("compiled, dtype", [(False, "float32"), (True, "bfloat16")])
-def test_cuda_graphed_iterations_match_plain(variant, compiled, dtype):
+@pytest.mark.parametrize("variant, compiled, dtype, segments", [
+    ("mha", False, "float32", 1), ("tucker", False, "float32", 1), ("mha", True, "bfloat16", 1),
+    ("tucker", True, "bfloat16", 1),
+    ("tucker", False, "float32", 2), ("tucker", False, "float32", 3), ("mha", True, "bfloat16", 3)])
+def test_cuda_graphed_iterations_match_plain(variant, compiled, dtype, segments):
     accum, clip = 2, 0.5
     batches = _batches(len(LRS), accum)
     results = {}
@@ -136,9 +179,9 @@ def test_cuda_graphed_iterations_match_plain(variant, compiled, dtype):
             losses = _plain(model, net, optimizer, batches, accum, clip, dtype)
         else:
             step = GraphedTrainStep(net, optimizer, accum=accum, batch_size=4, seq_len=CFG["block_size"], device=GPU,
-                                    dtype=dtype, grad_clip=clip, warmup=3)
+                                    dtype=dtype, grad_clip=clip, warmup=3, segments=segments)
             out = [step(micro, LRS[it]) for it, micro in enumerate(batches)]
-            assert step.graph is not None  # five of the eight iterations were replays
+            assert len(step.graphs) == segments  # five of the eight iterations were replays
             losses = [loss.item() for loss in out]  # each a tensor of its own: later replays left it alone
         results[mode] = (losses, [p.detach().clone() for p in model.parameters()])
     (plain_losses, plain_w), (graph_losses, graph_w) = results["plain"], results["graph"]
