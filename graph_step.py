@@ -84,11 +84,6 @@ class GraphedTrainStep:
         self.loss = None  # (): the mean loss the graph writes
         self.iterations = 0
 
-    @property
-    def graph(self):
-        """The first captured graph (None before the capture)."""
-        return self.graphs[0] if self.graphs else None
-
     def _phases(self) -> list:
         """The iteration as a list of phases, each a function of a shared dict, run in order: every micro-step's
         forward (with its loss) and backward, then the clip and the AdamW step. As train.py's plain step
@@ -163,14 +158,26 @@ class GraphedTrainStep:
             graph.replay()
         return self.loss.clone()
 
-    def _capture(self, lr: float) -> None:
-        # the learning rate becomes a device tensor the replays read (a float would be frozen into the graph);
-        # fused AdamW takes a tensor lr, and capturable=True lets it step inside a capture
+    def _device_lr(self, lr: float) -> None:
+        """The learning rate becomes a device tensor the replays read (a float would be frozen into the graph);
+        fused AdamW takes a tensor lr, and capturable=True lets it step inside a capture."""
         self.lr = []
         for group in self.optimizer.param_groups:
             group["lr"] = torch.full((), lr, dtype=torch.float32, device=self.x.device)
             group["capturable"] = True
             self.lr.append(group["lr"])
+
+    def optimizer_state_dict(self) -> dict:
+        """optimizer.state_dict() as a plain run saves it: each group's lr a float and capturable False (the
+        device lr tensor and the flag are the graph's own), so the checkpoint resumes with or without a graph."""
+        state = self.optimizer.state_dict()  # its param_groups are copies: the optimizer keeps its tensors
+        for group in state["param_groups"]:
+            group["lr"] = float(group["lr"])
+            group["capturable"] = False
+        return state
+
+    def _capture(self, lr: float) -> None:
+        self._device_lr(lr)
         # (entering a capture syncs and empties the allocator's cache); segments share one pool: tensors one of them
         # writes (activations, the loss) are read by the next, at the same addresses in every replay
         pool, state = torch.cuda.graph_pool_handle(), {}

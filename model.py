@@ -414,8 +414,6 @@ def _stacked_linear(x: torch.Tensor, linears: Sequence[nn.Linear], heads: int = 
         bias = (None if linears[0].bias is None else
                 torch.cat([lin.bias.view(heads, -1) for lin in linears], dim=1).flatten())
         return F.linear(x, weight, bias)
-    if len(linears) == 1:
-        return (linears[0](x),)
     weight, bias = _cat_linear(linears)  # (sum of out_features, in_features)
     return F.linear(x, weight, bias).split([lin.out_features for lin in linears], dim=-1)
 

@@ -338,8 +338,6 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
             optimizer.load_state_dict(checkpoint["optimizer"])
         if checkpoint.get("scaler"):
             scaler.load_state_dict(checkpoint["scaler"])
-        for group in optimizer.param_groups:  # a graph_step run saves its lr tensor and capturable=True: plain again
-            group["lr"], group["capturable"] = float(group["lr"]), False
         saved = saved_rng_state(checkpoint, env.rank)
     if saved is not None:
         torch.set_rng_state(saved["torch"])
@@ -502,7 +500,8 @@ def save(run: Run) -> None:
         rng = [None] * run.env.world
         torch.distributed.all_gather_object(rng, rng_state(run.env.device))
     model_state = full_model_state(run)
-    optimizer_state = full_optimizer_state(run.raw_model, run.optimizer) if run.env.fsdp else None
+    optimizer_state = (full_optimizer_state(run.raw_model, run.optimizer) if run.env.fsdp else
+                       run.graph.optimizer_state_dict() if run.graph is not None else None)
     if run.env.master:
         s = run.state
         save_checkpoint(run.ckpt_path, make_checkpoint(

@@ -112,6 +112,12 @@ def test_phases_are_the_plain_iteration_and_segments_cut_them_in_order():
         assert len(cut) == segments and [len(c) for c in cut] == {1: [6], 2: [2, 4], 3: [2, 3, 1]}[segments]
         names = [f.__name__ for c in cut for f in c]
         assert names == [f.__name__ for f in phases]
+    # a graph run's checkpoint has a plain run's optimizer layout; the optimizer keeps the graph's lr tensors
+    step._device_lr(2e-3)
+    saved = step.optimizer_state_dict()
+    assert all(type(g["lr"]) is float and g["lr"] == pytest.approx(2e-3) and g["capturable"] is False
+               for g in saved["param_groups"])
+    assert all(torch.is_tensor(g["lr"]) and g["capturable"] for g in optimizer.param_groups)
     with pytest.raises(ValueError, match="segments=4"):
         GraphedTrainStep(model, optimizer, accum=1, batch_size=1, seq_len=8, device=torch.device("cpu"),
                          dtype="float32", segments=4)
