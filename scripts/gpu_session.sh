@@ -10,6 +10,9 @@
 #   tests_step    the CUDA tests of the decode step alone (test_decode.py's and decode_linear's: a minute, not three)
 #   tests_loss    the CUDA tests of the fused loss head (fused_loss's kernel vs float64, the compiled fused head vs nanoGPT's)
 #   loss_kernel   bench_loss: the loss head's cross-entropy alone, nanoGPT's head compiled vs fused_loss's kernel and its knobs
+#                 (LOSS_ARGS: more bench_loss arguments, e.g. "--d_model 0 --programs 0,132,264")
+#   train_output_code  inductor's generated code (TORCH_LOGS=output_code, a cold cache) of the compiled step of
+#                 CODE_VARIANTS (default mha) at 12x1024 with --graph_step: which tensors the profile's kernels touch
 #   decode        bench_decode, GPT-2 124M variants: forward / graph_sdpa / graph modes at batch 1 and 32,
 #                 4k and 16k cached tokens, plus model.generate end to end (sample.py's loop)
 #   decode_compiled  bench_decode's graph_compiled (torch.compile before capture) and graph_merged[_compiled]
@@ -136,7 +139,11 @@ for st in "$@"; do
     case $st in
     tests) stage tests python3 -m pytest -q -rs tests/test_decode_attention.py tests/test_decode.py tests/test_decode_linear.py ;;
     tests_loss) stage tests_loss python3 -m pytest -q -rs tests/test_fused_loss.py tests/test_chunked_loss.py -k "cuda" ;;
-    loss_kernel) stage loss_kernel python3 -m scripts.bench_loss --out_dir "$WORK/bench" --name loss_kernel ;;
+    loss_kernel) stage loss_kernel python3 -m scripts.bench_loss ${LOSS_ARGS:-} --out_dir "$WORK/bench" --name loss_kernel ;;
+    train_output_code)  # inductor's generated code of MHA's compiled step (a cold cache: every kernel written out)
+        stage train_output_code env TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)" TORCH_LOGS=output_code \
+            python3 -m scripts.bench_train --graph_step --shapes 12x1024 --variants ${CODE_VARIANTS:-mha} --iters 5 \
+            --warmup 3 --out_dir "$WORK/bench" --name train_output_code ;;
     tests_step) stage tests_step python3 -m pytest -q -rs tests/test_decode_linear.py tests/test_decode.py -k "cuda" ;;
     decode) stage decode python3 -m scripts.bench_decode --variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
             --modes forward,graph_sdpa,graph --batches 1,32 --contexts 4096,16384 --generate 500 \
