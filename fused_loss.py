@@ -9,13 +9,9 @@ once and never kept for the backward. Per row of logits x (V wide) and target t 
     lse = log sum_j exp(x_j)          row_loss = lse - x_t          grad_j = exp(x_j - lse) - [j == t]
 
 (row_loss and grad 0 for an ignored row; NaN loss for a target outside [-1, V), which F.cross_entropy
-would reject). Per row, pass 1 keeps a running max and sum of exponentials block by block (one exp per
-logit) and reads x_t; pass 2 reads the row again and writes the gradient in the logits' dtype. Pass 2's
-read is meant to come from L2 (a GPT-2 row is 100 KB), so the grid is persistent: PROGRAMS programs,
-each taking rows pid, pid + PROGRAMS, ..., as many as keep the rows in flight within L2_BYTES. With one
-program per row (PROGRAMS = 0, the first version) up to a thousand rows are in flight on an H200 (8 programs
-of 8 warps an SM), 100 MB against its 50 MB of L2, and pass 2 goes back to memory: 0.87 ms on GPT-2's logits, where reading them
-once (the loss alone) takes 0.31 ms. On GPT-2's 12,288 x 50,304 bf16 logits that
+would reject). One Triton program per row: pass 1 keeps a running max and sum of exponentials block by
+block (one exp per logit) and reads x_t; pass 2 reads the row again (mostly from L2: a GPT-2 row is
+100 KB) and writes the gradient in the logits' dtype. On GPT-2's 12,288 x 50,304 bf16 logits that
 replaces three kernels of the compiled step (forward log-sum-exp 0.66 ms, backward softmax - onehot 0.84 ms,
 and a 0.36 ms zero fill of the logits' unused incoming gradient: results/bench/README.md, session 9).
 
@@ -34,9 +30,6 @@ from decode_attention import _interpret, _triton_available
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BLOCK = 8192  # logits per step of a row's loop
-PROGRAMS = -1  # programs launched, each looping over rows pid, pid + PROGRAMS, ...; 0: one per row; -1: auto,
-#               L2_BYTES of rows in flight (at least one program per SM, at most one per row)
-L2_BYTES = 24 << 20  # the auto grid's rows in flight, bytes of logits (H200: 50 MB of L2, shared with the writes)
 NUM_WARPS = 8  # one row's program (H200 sweeps, results/bench/session9/loss_kernel*.md: 8 warps, 4k-8k blocks 0.87 ms
 #               on GPT-2's logits, 16 warps 0.93-1.02, 32 warps 1.09-2.2)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -49,58 +42,46 @@ if _HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
-    def _cross_entropy_rows_kernel(X, T, Loss, G, M, V, s_x, s_g,
+    def _cross_entropy_rows_kernel(X, T, Loss, G, V, s_x, s_g,
                                    BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr):
         LOG2E: tl.constexpr = 1.4426950408889634
+        row = tl.program_id(0).to(tl.int64)
+        x_row = X + row * s_x
+        t = tl.load(T + row)
         offs = tl.arange(0, BLOCK)
-        for r in range(tl.program_id(0), M, tl.num_programs(0)):  # this program's rows
-            row = tl.cast(r, tl.int64)  # (a Python int under the interpreter: no .to)
-            x_row = X + row * s_x
-            t = tl.load(T + row)
-            # pass 1: running max m and sum s of exp(x - m), in base 2 (exp2 is the hardware's exponential)
-            m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
-            s = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
+        # pass 1: running max m and sum s of exp(x - m), in base 2 (exp2 is the hardware's exponential)
+        m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
+        s = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
+        for start in range(0, V, BLOCK):
+            cols = start + offs
+            x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * LOG2E
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            # while every logit so far is -inf (a masked row start), shift by 0: exp2(-inf - -inf) would be NaN
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = s * tl.exp2(m - m_safe) + tl.sum(tl.exp2(x - m_safe), axis=0)
+            m = m_new
+        lse2 = m + tl.log2(s)  # log2 sum exp(x) = lse / ln 2
+        valid = (t >= 0) & (t < V)
+        x_t = tl.load(x_row + t, mask=valid, other=0.0).to(tl.float32)
+        loss = tl.where(valid, lse2 / LOG2E - x_t, tl.where(t == -1, 0.0, float("nan")))
+        tl.store(Loss + row, loss)
+        if WRITE_GRAD:
+            g_row = G + row * s_g
             for start in range(0, V, BLOCK):
                 cols = start + offs
-                x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * LOG2E
-                m_new = tl.maximum(m, tl.max(x, axis=0))
-                # while every logit so far is -inf (a masked row start), shift by 0: exp2(-inf - -inf) would be NaN
-                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-                s = s * tl.exp2(m - m_safe) + tl.sum(tl.exp2(x - m_safe), axis=0)
-                m = m_new
-            lse2 = m + tl.log2(s)  # log2 sum exp(x) = lse / ln 2
-            valid = (t >= 0) & (t < V)
-            x_t = tl.load(x_row + t, mask=valid, other=0.0).to(tl.float32)
-            loss = tl.where(valid, lse2 / LOG2E - x_t, tl.where(t == -1, 0.0, float("nan")))
-            tl.store(Loss + row, loss)
-            if WRITE_GRAD:  # pass 2: the row again, from L2 while few enough rows are in flight
-                g_row = G + row * s_g
-                for start in range(0, V, BLOCK):
-                    cols = start + offs
-                    mask = cols < V
-                    x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-                    g = tl.exp2(x * LOG2E - lse2) - tl.where(cols == t, 1.0, 0.0)
-                    g = tl.where(valid, g, 0.0)  # an ignored row's gradient is 0 (even where its logits are all -inf)
-                    tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask)
-
-    def programs_for(M: int, V: int, element_size: int, device: torch.device) -> int:
-        """The kernel's grid for M rows of V logits: PROGRAMS, or (auto) as many rows in flight as L2_BYTES
-        holds, at least one per SM (a CPU under the interpreter: 4), at most M."""
-        if PROGRAMS > 0:
-            return min(PROGRAMS, M)
-        if PROGRAMS == 0:
-            return M
-        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-        return max(1, min(M, max(sms, L2_BYTES // max(V * element_size, 1))))
+                mask = cols < V
+                x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+                g = tl.exp2(x * LOG2E - lse2) - tl.where(cols == t, 1.0, 0.0)
+                g = tl.where(valid, g, 0.0)  # an ignored row's gradient is 0 (even where its logits are all -inf)
+                tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask)
 
     def _cross_entropy_rows_impl(logits: torch.Tensor, targets: torch.Tensor,
                                  want_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
         M, V = logits.shape
         loss = torch.empty(M, device=logits.device, dtype=torch.float32)  # (M,)
         grad = torch.empty_like(logits) if want_grad else logits.new_empty(0)  # (M, V) or nothing
-        grid = (programs_for(M, V, logits.element_size(), logits.device),)
-        torch.library.wrap_triton(_cross_entropy_rows_kernel)[grid](
-            logits, targets, loss, grad if want_grad else loss, M, V, logits.stride(0), grad.stride(0) if want_grad else 0,
+        torch.library.wrap_triton(_cross_entropy_rows_kernel)[(M,)](
+            logits, targets, loss, grad if want_grad else loss, V, logits.stride(0), grad.stride(0) if want_grad else 0,
             BLOCK=BLOCK, WRITE_GRAD=want_grad, num_warps=NUM_WARPS)
         return loss, grad
 

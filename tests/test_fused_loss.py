@@ -161,36 +161,6 @@ def test_interp_kernel_matches_float64(M, V, dtype, tol, monkeypatch):
 
 
 @needs_child
-@pytest.mark.parametrize("programs", [0, 1, 3, 7, 20])
-def test_interp_kernel_grid_changes_nothing(programs, monkeypatch):
-    """Every grid (one program per row, one program for every row, programs looping over several rows, more
-    programs than rows) gives the same rows bit for bit: a row's arithmetic does not depend on who runs it."""
-    monkeypatch.setattr(fl, "BLOCK", 64)
-    logits, targets = make(7, 300, torch.float32)
-    targets[4] = -1
-    monkeypatch.setattr(fl, "PROGRAMS", 0)
-    ref_loss, ref_grad = fl.cross_entropy_rows(logits, targets, True, backend="triton")
-    monkeypatch.setattr(fl, "PROGRAMS", programs)
-    assert fl.programs_for(7, 300, 4, logits.device) == (7 if programs in (0, 20) else programs)
-    loss, grad = fl.cross_entropy_rows(logits, targets, True, backend="triton")
-    assert torch.equal(loss, ref_loss) and torch.equal(grad, ref_grad)
-    check(loss[[0, 1, 2, 3, 5, 6]], grad[[0, 1, 2, 3, 5, 6]], logits[[0, 1, 2, 3, 5, 6]], targets[[0, 1, 2, 3, 5, 6]], 1e-5)
-
-
-def test_auto_grid_holds_l2_bytes_of_rows(monkeypatch):
-    """The auto grid: L2_BYTES of rows in flight, at least one program per SM (4 on the CPU), at most one per row."""
-    if not fl._HAVE_TRITON:
-        pytest.skip("triton is not installed")
-    monkeypatch.setattr(fl, "PROGRAMS", -1)
-    monkeypatch.setattr(fl, "L2_BYTES", 24 << 20)
-    cpu = torch.device("cpu")
-    assert fl.programs_for(12288, 50304, 2, cpu) == (24 << 20) // (50304 * 2)  # 250 GPT-2 rows of bf16
-    assert fl.programs_for(12288, 128256, 2, cpu) == (24 << 20) // (128256 * 2)  # 98 LLaMA-3 rows
-    assert fl.programs_for(8192, 1 << 24, 2, cpu) == 4  # a row larger than L2_BYTES: one program per SM
-    assert fl.programs_for(3, 64, 4, cpu) == 3  # never more programs than rows
-
-
-@needs_child
 def test_interp_kernel_nan_for_targets_outside_the_vocabulary(monkeypatch):
     monkeypatch.setattr(fl, "BLOCK", 64)
     logits, _ = make(4, 100, torch.float32)
