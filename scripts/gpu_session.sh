@@ -55,6 +55,9 @@
 #   train_segments  MHA and Tucker [8,64,64] with --graph_step as 1, 2 and 3 consecutive graphs (--graph_segments),
 #                 timed nanoGPT's way (--loop) beside nanoGPT's bench.py, both shapes: does the replay's launch keep
 #                 the GPU waiting?
+#   train_inductor_knobs  MHA and Tucker [8,64,64] with --graph_step: default, TORCHINDUCTOR_ENABLE_PDL=1 (programmatic
+#                 dependent launch for inductor's kernels), both shapes; TORCHINDUCTOR_MIX_ORDER_REDUCTION=0 and its
+#                 split size autotuned (the layer norm's backward and its weight gradient), 12x1024
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
@@ -232,6 +235,15 @@ for st in "$@"; do
                 --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --precompile 2 --time_budget ${TRAIN_BUDGET:-150} \
                 --out_dir "$WORK/bench" --name train_segments_$n
         done ;;
+    train_inductor_knobs)  # --graph_step rows under inductor's environment switches, one run each (own compile caches)
+        KA=(--graph_step --variants mha,tucker_8_64_64 --precompile 2 --out_dir "$WORK/bench")
+        stage knobs_default python3 -m scripts.bench_train "${KA[@]}" --shapes 12x1024,64x256 --time_budget 150 --name knobs_default
+        stage knobs_pdl env TORCHINDUCTOR_ENABLE_PDL=1 python3 -m scripts.bench_train "${KA[@]}" --shapes 12x1024,64x256 \
+            --time_budget 150 --name knobs_pdl
+        stage knobs_no_mix_order env TORCHINDUCTOR_MIX_ORDER_REDUCTION=0 python3 -m scripts.bench_train "${KA[@]}" \
+            --shapes 12x1024 --time_budget 90 --name knobs_no_mix_order
+        stage knobs_mix_order_autotune env TORCHINDUCTOR_MIX_ORDER_REDUCTION_AUTOTUNE_SPLIT_SIZE=1 python3 -m scripts.bench_train \
+            "${KA[@]}" --shapes 12x1024 --time_budget 90 --name knobs_mix_order_autotune ;;
     train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
     qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \
