@@ -1399,6 +1399,28 @@ DECODE_CHOICES = ("auto", "eager", "graph")
 DECODE_COMPILE_MODES = {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}
 
 
+# Inductor settings for compiling a training step, on top of its compile mode's own (torch.compile's options).
+# Off: the "mix-order reduction" of recent torch, which fuses a layer norm's backward with its weight gradient
+# and leaves one partial sum per 16 rows to an aten sum over them (768 x 768 floats a GPT-2 norm: 15 us each,
+# 25 a step). Without it an H200 GPT-2 step at 12x1024 ran 1.0% faster, MHA's and Tucker's alike
+# (results/bench/README.md, session 11). A key this torch does not know is left out.
+TRAIN_INDUCTOR_OPTIONS = {"triton.mix_order_reduction": False}
+
+
+def train_compile_options(compile_mode: str, overrides: Optional[Dict[str, object]] = None) -> Dict[str, object]:
+    """torch.compile(model, options=...) for a training step: compile_mode's options (as mode=compile_mode
+    sets them), TRAIN_INDUCTOR_OPTIONS, then `overrides` (e.g. a benchmark's A/B switch)."""
+    from torch._inductor import config, list_mode_options
+    known = config.get_config_copy()
+    options = dict(list_mode_options(compile_mode))
+    options.update({k: v for k, v in TRAIN_INDUCTOR_OPTIONS.items() if k.replace("-", "_") in known})
+    for key, value in (overrides or {}).items():
+        if key.replace("-", "_") not in known:
+            raise ValueError(f"inductor option {key!r} is unknown to torch {torch.__version__}")
+        options[key] = value
+    return options
+
+
 def check_compile_mode(compile_mode: str) -> None:
     if compile_mode not in DECODE_COMPILE_MODES:
         raise ValueError(f"compile_mode={compile_mode!r} is unknown: allowed "

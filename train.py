@@ -46,7 +46,7 @@ from checkpoint import (CKPT_NAME, TRAINING_KEYS, git_commit, make_checkpoint, m
 from configurator import check_device, format_config, parse_config
 from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, train_compile_options
 from train_config import TRAIN_DEFAULTS, validate_train_config
 
 MODEL_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
@@ -367,12 +367,13 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
 
 
 def compile_model(model: GPT, cfg: dict, env: Env):
-    """torch.compile(model, mode=compile_mode); under DDP, with Dynamo's graph split at the gradient
-    buckets or without it (ddp_split_graph). Dynamo reads that flag when it compiles, at the first call."""
+    """torch.compile(model) with compile_mode's options and ours (model.train_compile_options); under DDP,
+    with Dynamo's graph split at the gradient buckets or without it (ddp_split_graph). Dynamo reads that
+    flag when it compiles, at the first call."""
     if env.ddp and not env.fsdp:
         from torch import _dynamo
         _dynamo.config.optimize_ddp = bool(cfg["ddp_split_graph"])
-    return torch.compile(model, mode=cfg["compile_mode"])
+    return torch.compile(model, options=train_compile_options(cfg["compile_mode"]))
 
 
 # ----------------------------------------------------------------------------------------

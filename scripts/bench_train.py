@@ -64,6 +64,7 @@ import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict, Sequence
 
 if __name__ == "__main__" and not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.bench_train ...")
@@ -71,7 +72,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, the repository'
 import torch
 
 from graph_step import GraphedTrainStep, check_graph_step
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, train_compile_options
 
 REPO = Path(__file__).resolve().parents[1]
 MODULE = "scripts.bench_train"
@@ -320,6 +321,17 @@ def parse_shapes(spec: str):
     return shapes
 
 
+def inductor_overrides(items: Sequence[str]) -> Dict[str, object]:
+    """--inductor KEY=VALUE items as torch.compile options: True/False, an integer, else the string."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--inductor: {item!r} is not KEY=VALUE (e.g. triton.mix_order_reduction=True)")
+        out[key] = {"True": True, "False": False}.get(value, int(value) if value.lstrip("-").isdigit() else value)
+    return out
+
+
 def parse_ints(spec: str, name: str):
     try:
         return [int(x) for x in spec.split(",")]
@@ -517,7 +529,8 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     row["fused_adamw"] = bool(optimizer.defaults.get("fused"))
     net = model
     if args.compile and args.compile_scope == "model":
-        net = torch.compile(model, mode=args.compile_mode)  # as train.py does: one graph for the whole model and the loss
+        # as train.py does: one graph for the whole model and the loss, with its inductor options
+        net = torch.compile(model, options=train_compile_options(args.compile_mode, inductor_overrides(args.inductor)))
     elif args.compile:
         # regional compilation: each Block is compiled, and the identical blocks share one
         # compiled graph, so compiling costs a fraction; embeddings, lm_head and loss run eager
@@ -607,10 +620,14 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
         n = min(NANOGPT_STEPS, max(args.iters, 1))
         clock.sync()
         t0 = time.perf_counter()
+        ends = []  # each iteration's end: the spread of the loop's iterations (the mean is nanoGPT's figure)
         for i in range(n):
             step(i).item()
+            ends.append(time.perf_counter())
         clock.sync()
         row["loop_ms"] = (time.perf_counter() - t0) / n * 1e3
+        each = [(b - a) * 1e3 for a, b in zip([t0] + ends[:-1], ends)]
+        row["loop_ms_median"], row["loop_ms_max"] = statistics.median(each), max(each)
         row["loop_tokens_per_s"] = tokens / (row["loop_ms"] / 1e3)
         # where that loop's time goes, in a second loop of as many iterations: the GPU time of each step
         # (events, as the timed rows, but now after a sync every iteration) and the host's time inside the
@@ -743,19 +760,22 @@ def render(rows, info, nanogpt=None, flops_mha=None, profiles: bool = True) -> s
 def loop_section(rows, both: bool) -> str:
     """Each row timed nanoGPT's way, and where that loop's time goes."""
     headers = ["variant", "shape"] + (["pos"] if both else []) + [
-        "events ms", "loop ms", "2nd loop ms", "2nd loop events ms", "idle ms", "host ms in the step call"]
+        "events ms", "loop ms", "its median, max ms", "2nd loop ms", "2nd loop events ms", "idle ms", "host ms in the step call"]
     body = []
     for r in rows:
         if r.get("loop_event_ms") is None:
             continue
         body.append([r["label"], r["shape"]] + ([r.get("pos", "")] if both else []) + [
-            fmt(r.get("total_ms"), ".2f"), fmt(r["loop_ms"], ".2f"), fmt(r.get("loop2_ms"), ".2f"),
+            fmt(r.get("total_ms"), ".2f"), fmt(r["loop_ms"], ".2f"),
+            (f"{r['loop_ms_median']:.2f}, {r['loop_ms_max']:.2f}" if r.get("loop_ms_median") is not None else "—"),
+            fmt(r.get("loop2_ms"), ".2f"),
             fmt(r["loop_event_ms"], ".2f"),
             fmt(r["loop2_ms"] - r["loop_event_ms"] if r.get("loop2_ms") is not None else None, ".2f"),
             fmt(r.get("loop_host_ms"), ".3f")])
     return ("## Timed nanoGPT's way: where the loop's time goes\n\n"
             f"events ms: the row's median step by CUDA events, the host running ahead (the table above). loop ms: wall "
-            f"clock per iteration of {NANOGPT_STEPS} iterations with the loss read back after each (nanoGPT's bench.py). "
+            f"clock per iteration of {NANOGPT_STEPS} iterations with the loss read back after each (nanoGPT's bench.py), and "
+            "the median and the longest of those iterations. "
             "A second such loop, its wall clock (2nd loop ms) and its mean step by CUDA events (2nd loop events ms); "
             "idle ms = their difference, the GPU's wait per iteration between one step's end and the next step's first "
             "event (the read-back and the host's time before the step call); a launch that keeps the GPU waiting "
@@ -779,6 +799,7 @@ def run_line(info) -> str:
     return (f"{info['date']} on {info['gpu'] or info['device']}, torch {info['torch']}, "
             f"compile={a['compile']}{' (' + a['compile_scope'] + pre + ')' if a['compile'] else ''}, "
             f"{'mode ' + a['compile_mode'] + ', ' if a['compile'] and a.get('compile_mode', 'default') != 'default' else ''}"
+            f"{'inductor options ' + json.dumps(info['inductor_options']) + ', ' if a['compile'] and info.get('inductor_options') else ''}"
             f"{graph_line(a)}"
             f"bf16 autocast, fused AdamW{accum}, SDPA backend {a['sdpa_backend']}"
             f"{', activation checkpointing' if a.get('act_ckpt') else ''}"
@@ -943,6 +964,9 @@ def build_parser():
     p.add_argument("--graph_segments", type=int, default=1, choices=(1, 2, 3),
                    help="--graph_step: capture the iteration as this many consecutive graphs (graph_step.py's "
                         "segments: the host launches one while the GPU runs the one before)")
+    p.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
+                   help="an inductor option over train.py's (model.train_compile_options), e.g. "
+                        "triton.mix_order_reduction=True; repeatable; VALUE True, False, an integer or a string")
     p.add_argument("--compile_scope", default="model", choices=("model", "blocks"),
                    help="'model': torch.compile(model) as train.py (default); 'blocks': compile each Block "
                         "(one shared graph: much faster to compile; embeddings, lm_head and loss stay eager)")
@@ -1039,6 +1063,11 @@ def main(argv=None):
 
     budget = Budget(args.time_budget)
     info = run_info(args, device, argv if explicit_argv else None, MODULE if explicit_argv else None)
+    if args.compile:  # train.py's inductor options with --inductor's over them (an unknown key stops here)
+        try:
+            info["inductor_options"] = train_compile_options(args.compile_mode, inductor_overrides(args.inductor))
+        except ValueError as e:
+            raise SystemExit(f"--inductor: {e}")
     print(f"{info['command']}\n{info['gpu'] or info['device']}, torch {info['torch']}; {len(jobs)} rows"
           f"{f', nanoGPT at {len(shapes)} shapes x 2' if args.nanogpt else ''}", flush=True)
     flops_mha = {}

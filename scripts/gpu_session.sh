@@ -58,6 +58,8 @@
 #   train_inductor_knobs  MHA and Tucker [8,64,64] with --graph_step: default, TORCHINDUCTOR_ENABLE_PDL=1 (programmatic
 #                 dependent launch for inductor's kernels), both shapes; TORCHINDUCTOR_MIX_ORDER_REDUCTION=0 and its
 #                 split size autotuned (the layer norm's backward and its weight gradient), 12x1024
+#   train_mix_order_on  MHA and Tucker [8,64,64], --graph_step, both shapes, with inductor's mix-order reduction on again
+#                 (train.py turns it off: model.TRAIN_INDUCTOR_OPTIONS), for a same-call comparison with train_graph_step
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
@@ -244,6 +246,9 @@ for st in "$@"; do
             --shapes 12x1024 --time_budget 90 --name knobs_no_mix_order
         stage knobs_mix_order_autotune env TORCHINDUCTOR_MIX_ORDER_REDUCTION_AUTOTUNE_SPLIT_SIZE=1 python3 -m scripts.bench_train \
             "${KA[@]}" --shapes 12x1024 --time_budget 90 --name knobs_mix_order_autotune ;;
+    train_mix_order_on) stage train_mix_order_on python3 -m scripts.bench_train --graph_step --loop \
+            --inductor triton.mix_order_reduction=True --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --precompile 2 \
+            --time_budget ${MIX_BUDGET:-130} --out_dir "$WORK/bench" --name train_mix_order_on ;;
     train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
     qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \

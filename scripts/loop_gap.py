@@ -119,13 +119,13 @@ def profile_loop(step, n: int) -> dict:
 
 def ours(variant, batch_size: int, seq_len: int, args, device):
     """Our model as bench_train builds it (compiled, fused AdamW, bf16 autocast) and its loop."""
-    from model import GPT
+    from model import GPT, train_compile_options
     cfg = row_config(variant, args, False, seq_len)
     torch.manual_seed(args.seed)
     with torch.device(device):
         model = GPT(cfg)
     opt = model.configure_optimizers(weight_decay=0.1, learning_rate=6e-4, betas=(0.9, 0.95), device_type="cuda")
-    net = torch.compile(model)
+    net = torch.compile(model, options=train_compile_options("default"))  # as train.py compiles
     x = torch.randint(cfg.vocab_size, (batch_size, seq_len), device=device)
     y = torch.randint(cfg.vocab_size, (batch_size, seq_len), device=device)
 

@@ -328,6 +328,8 @@ def test_rope_both_and_profile(tmp_path):
     # --loop: every row timed nanoGPT's way too, with the loop's step time and the host's time in the step call
     for r in rows:
         assert r["loop_ms"] > 0 and r["loop2_ms"] > 0 and r["loop_event_ms"] > 0
+        # the loop's mean lies within its iterations' spread: median and longest of the same iterations
+        assert 0 < r["loop_ms_median"] <= r["loop_ms_max"] and r["loop_ms"] <= r["loop_ms_max"] * 1.001
         assert 0 < r["loop_host_ms"] <= r["loop2_ms"] * 1.01  # the host's part of the loop: at most all of it
     # display order: shape, positions, variant
     assert [(r["variant"], r["pos"]) for r in rows] == [
@@ -350,7 +352,7 @@ def test_rope_both_and_profile(tmp_path):
     assert "### Where the time goes: MHA at 1x8 (learned)" in md and "### Where the time goes: MHA at 1x8 (rope)" in md
     assert "| # | kernel | category | calls | ms | % of step |" in md
     assert "## Timed nanoGPT's way: where the loop's time goes" in md
-    assert ("| variant | shape | pos | events ms | loop ms | 2nd loop ms | 2nd loop events ms | idle ms "
+    assert ("| variant | shape | pos | events ms | loop ms | its median, max ms | 2nd loop ms | 2nd loop events ms | idle ms "
             "| host ms in the step call |") in md
     out = json.loads((tmp_path / "bench_train.json").read_text())
     assert out["args"]["rope"] == "both" and len(out["rows"]) == 4
@@ -536,3 +538,14 @@ def test_bench_loss_cli_on_cpu(tmp_path):
                                                "head_logits (d=8, fwd+bwd)", "head_fused (d=8, fwd+bwd)"]
     assert all(r["ms"] > 0 for r in out["rows"])
     assert "logits head, 32x100, d=8" in (tmp_path / "bench_loss.md").read_text()
+
+
+def test_bench_train_inductor_overrides():
+    """--inductor KEY=VALUE reaches torch.compile's options over train.py's; an unknown key stops the run first."""
+    from scripts import bench_train
+    assert bench_train.inductor_overrides(["triton.mix_order_reduction=True", "a=-3", "b=x"]) == {
+        "triton.mix_order_reduction": True, "a": -3, "b": "x"}
+    with pytest.raises(SystemExit, match="not KEY=VALUE"):
+        bench_train.inductor_overrides(["triton.mix_order_reduction"])
+    with pytest.raises(SystemExit, match="'no_such_option' is unknown"):
+        bench_train.main(["--tiny", "--device", "cpu", "--compile", "--inductor", "no_such_option=1"])

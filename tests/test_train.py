@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -545,3 +546,29 @@ def test_ddp_wrapper_is_gone_before_the_process_group(small_data, tmp_path, monk
     assert len(wrappers) == 1  # the run was DDP
     assert alive_at_destroy == [0]  # destroyed once, with no DDP wrapper (reducer) left
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["finished"]
+
+
+def test_compile_options_are_the_modes_plus_ours(monkeypatch):
+    """train.py compiles with compile_mode's own inductor options plus model.TRAIN_INDUCTOR_OPTIONS (those this
+    torch knows); torch.compile accepts them (it checks names and types when called); an unknown override is a
+    ValueError naming it."""
+    from torch._inductor import config, list_mode_options
+
+    import model as model_module
+    from train import compile_model
+    known = config.get_config_copy()
+    ours = {k: v for k, v in model_module.TRAIN_INDUCTOR_OPTIONS.items() if k in known}
+    assert "triton.mix_order_reduction" in ours  # torch 2.11 (the GPUs) and 2.13 (here) both have the switch
+    for mode in ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        options = model_module.train_compile_options(mode)
+        assert options == {**list_mode_options(mode), **ours}
+        torch.compile(lambda x: x + 1, options=options)  # validated here, compiled at a first call (none)
+    assert model_module.train_compile_options("default", {"triton.mix_order_reduction": True})[
+        "triton.mix_order_reduction"] is True
+    with pytest.raises(ValueError, match="'no_such_option'"):
+        model_module.train_compile_options("default", {"no_such_option": 1})
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(kw) or m)
+    compile_model(torch.nn.Linear(2, 2), {"compile_mode": "reduce-overhead", "ddp_split_graph": False},
+                  SimpleNamespace(ddp=False, fsdp=False))
+    assert seen == [dict(options={"triton.cudagraphs": True, **ours})]
