@@ -60,6 +60,8 @@
 #                 split size autotuned (the layer norm's backward and its weight gradient), 12x1024
 #   train_mix_order_on  MHA and Tucker [8,64,64], --graph_step, both shapes, with inductor's mix-order reduction on again
 #                 (train.py turns it off: model.TRAIN_INDUCTOR_OPTIONS), for a same-call comparison with train_graph_step
+#   loop_gap_graph  scripts/loop_gap.py --graph_step for MHA at both shapes beside nanoGPT's model: three unprofiled
+#                 loops (loss read back each iteration, the same with an event before each step, no sync) and a profile
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
@@ -249,6 +251,11 @@ for st in "$@"; do
     train_mix_order_on) stage train_mix_order_on python3 -m scripts.bench_train --graph_step --loop \
             --inductor triton.mix_order_reduction=True --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --precompile 2 \
             --time_budget ${MIX_BUDGET:-130} --out_dir "$WORK/bench" --name train_mix_order_on ;;
+    loop_gap_graph)  # where a graph_step loop timed nanoGPT's way loses time, beside nanoGPT's model in its own loop
+        for shape in 12x1024 64x256; do
+            stage loop_gap_graph_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step \
+                --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_graph_$shape
+        done ;;
     train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
     qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \

@@ -109,7 +109,7 @@ def profile_loop(step, n: int) -> dict:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(n):
             with record_function("loop_gap.iter"):
-                step(i)
+                step(i).item()
         torch.cuda.synchronize()
     from torch.autograd import DeviceType
     events = prof.events()
@@ -118,7 +118,10 @@ def profile_loop(step, n: int) -> dict:
 
 
 def ours(variant, batch_size: int, seq_len: int, args, device):
-    """Our model as bench_train builds it (compiled, fused AdamW, bf16 autocast) and its loop."""
+    """Our model as bench_train builds it (compiled as train.py compiles, fused AdamW, bf16 autocast) and its
+    step: plain, or replayed from one CUDA graph (--graph_step, graph_step.GraphedTrainStep). step(i) returns
+    the loss tensor (no sync)."""
+    from graph_step import GraphedTrainStep
     from model import GPT, train_compile_options
     cfg = row_config(variant, args, False, seq_len)
     torch.manual_seed(args.seed)
@@ -128,6 +131,10 @@ def ours(variant, batch_size: int, seq_len: int, args, device):
     net = torch.compile(model, options=train_compile_options("default"))  # as train.py compiles
     x = torch.randint(cfg.vocab_size, (batch_size, seq_len), device=device)
     y = torch.randint(cfg.vocab_size, (batch_size, seq_len), device=device)
+    if args.graph_step:
+        graph = GraphedTrainStep(net, opt, accum=1, batch_size=batch_size, seq_len=seq_len, device=device,
+                                 dtype="bfloat16")
+        return lambda i: graph([(x, y)], 6e-4)
 
     def step(i):
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -135,7 +142,7 @@ def ours(variant, batch_size: int, seq_len: int, args, device):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.item()
+        return loss.detach()
     return step
 
 
@@ -157,8 +164,37 @@ def nanogpt(folder: Path, batch_size: int, seq_len: int, device):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss.detach()
     return step
+
+
+LOOP_STEPS = 20  # nanoGPT's bench.py times 20 iterations
+
+
+def timed_loops(step, n: int = LOOP_STEPS, device: torch.device = torch.device("cuda")) -> dict:
+    """step timed over n iterations three ways (wall clock; mean and median ms per iteration):
+    'item': nanoGPT's bench.py, the loss read back after each iteration; 'event_item': the same with a CUDA event
+    recorded before each step (as bench_train's second loop, whose wall clock came out lower than the first's);
+    'no_sync': train.py's way between log lines, one sync at the end (the GPU never waits for the host)."""
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    out = {}
+    for way in ("item", "event_item", "no_sync"):
+        sync()
+        t0 = time.perf_counter()
+        ends = []
+        for i in range(n):
+            if way == "event_item" and cuda:
+                torch.cuda.Event(enable_timing=True).record()
+            loss = step(i)
+            if way != "no_sync":
+                loss.item()
+            ends.append(time.perf_counter())
+        sync()
+        each = [(b - a) * 1e3 for a, b in zip([t0] + ends[:-1], ends)]
+        out[way] = {"mean_ms": (time.perf_counter() - t0) / n * 1e3,
+                    "median_ms": statistics.median(each) if way != "no_sync" else None}
+    return out
 
 
 def main(argv=None):
@@ -168,6 +204,8 @@ def main(argv=None):
     p.add_argument("--nanogpt", default=None, help="nanoGPT's folder: its model in its loop beside ours")
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--iters", type=int, default=8, help="profiled iterations")
+    p.add_argument("--graph_step", action="store_true",
+                   help="our step replayed from one CUDA graph (train.py's graph_step; warm-up >= 5 iterations)")
     add_common_args(p, name="loop_gap")
     args = p.parse_args(argv)
     args.suite, args.compile = "gpt2", True
@@ -175,36 +213,41 @@ def main(argv=None):
     if device.type != "cuda" or not torch.cuda.is_available():
         raise SystemExit("loop_gap measures a GPU's idle time: it needs CUDA")
     (batch_size, seq_len), = parse_shapes(args.shape)
+    if args.graph_step and args.warmup < 5:
+        raise SystemExit("--graph_step: --warmup must be >= 5 (3 plain iterations, the capture, a replay)")
     variant, = select_variants(args.variant)
-    runs = {f"ours: {variant.label}": lambda: ours(variant, batch_size, seq_len, args, device)}
+    runs = {f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}": lambda: ours(variant, batch_size, seq_len, args, device)}
     if args.nanogpt:
         runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)
     results = {}
     for name, build in runs.items():
         step = build()
         for i in range(args.warmup):
-            step(i)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for i in range(20):  # unprofiled, nanoGPT's way: 20 iterations on the wall clock, loss.item() in each
-            step(i)
-        loop_ms = (time.perf_counter() - t0) / 20 * 1e3
-        results[name] = {"loop_ms": loop_ms, **profile_loop(step, args.iters)}
+            step(i).item()
+        loops = timed_loops(step, device=device)  # unprofiled
+        loop_ms = loops["item"]["mean_ms"]  # nanoGPT's way: 20 iterations on the wall clock, loss.item() in each
+        results[name] = {"loop_ms": loop_ms, "loops": loops, **profile_loop(step, args.iters)}
         r = results[name]
-        print(f"{name}: unprofiled loop {loop_ms:.2f} ms/iter; profiled: wall {r['median_wall_ms']:.2f} ms/iter, GPU busy {r['median_busy_ms']:.2f}, "
+        print(f"{name}: unprofiled loops {loops}; profiled: wall {r['median_wall_ms']:.2f} ms/iter, GPU busy {r['median_busy_ms']:.2f}, "
               f"gap {r['median_gap_ms']:.3f}; host in the gap: {r['host_in_gap_ms']}; idle inside "
               f"{r['idle_inside_ms']:.3f}: {r['idle_inside_top_ms']}", flush=True)
         del step
         torch._dynamo.reset()
         torch.cuda.empty_cache()
     info = run_info(args, device, argv)
-    body = [[name, f"{r['loop_ms']:.2f}", f"{r['median_wall_ms']:.2f}", f"{r['median_busy_ms']:.2f}", f"{r['median_gap_ms']:.3f}",
+    body = [[name, f"{r['loop_ms']:.2f} ({r['loops']['item']['median_ms']:.2f})",
+             f"{r['loops']['event_item']['mean_ms']:.2f} ({r['loops']['event_item']['median_ms']:.2f})",
+             f"{r['loops']['no_sync']['mean_ms']:.2f}", f"{r['median_wall_ms']:.2f}", f"{r['median_busy_ms']:.2f}", f"{r['median_gap_ms']:.3f}",
              "; ".join(f"{k} {v:.3f}" for k, v in r["host_in_gap_ms"].items()), f"{r['idle_inside_ms']:.3f}",
              "; ".join(f"`{k}` {v:.3f}" for k, v in r["idle_inside_top_ms"].items())] for name, r in results.items()]
     md = (f"# The GPU's idle time in a training loop timed nanoGPT's way ({args.shape})\n\n{info['date']} on "
           f"{info.get('gpu', '')}, torch {torch.__version__}; median of {args.iters} profiled iterations after "
           f"{args.warmup}.\n\n`{info['command']}`\n\n"
-          + markdown_table(["run", "loop ms/iter (unprofiled)", "profiled wall ms/iter", "GPU busy ms", "gap before the first kernel, ms",
+          + "Unprofiled loops of 20 iterations, ms per iteration, mean (median): nanoGPT's way (the loss read back "
+          "after each), the same with a CUDA event recorded before each step, and train.py's way between log lines "
+          "(no sync until the end). Then the profiled iterations, nanoGPT's way.\n\n"
+          + markdown_table(["run", "loop ms/iter, loss read back", "with an event before each step",
+                            "no sync (train.py)", "profiled wall ms/iter", "GPU busy ms", "gap before the first kernel, ms",
                             "host top-level ops in the gap (ms per iteration)", "idle inside an iteration, ms",
                             "where (kernel before -> kernel after: ms per iteration)"], body) + "\n")
     write_report(args.out_dir, args.name, md, {**info, "results": results})

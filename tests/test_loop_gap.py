@@ -41,3 +41,24 @@ def test_analyse_names_idle_stretches_inside_an_iteration():
               ev("Optimizer.step#AdamW.step", C, 300, 480, parent=it)]
     out = loop_gap.analyse(events, [0, 1000])
     assert out["idle_inside_ms"] == 0.2 and out["idle_inside_top_ms"] == {"fwd_kernel -> bwd_kernel": 0.2}
+
+
+def test_timed_loops_runs_each_way():
+    """Three loops of n steps each: the loss read back in the first two (nanoGPT's way, with an event), not in the
+    third (train.py's); each reports its mean, the first two their median."""
+    import torch
+    calls, reads = [], []
+
+    class Loss:
+        def item(self):
+            reads.append(len(calls))
+            return 1.0
+
+    def step(i):
+        calls.append(i)
+        return Loss()
+
+    out = loop_gap.timed_loops(step, n=4, device=torch.device("cpu"))
+    assert calls == [0, 1, 2, 3] * 3 and len(reads) == 8  # no read-back in the no_sync loop
+    assert set(out) == {"item", "event_item", "no_sync"} and all(v["mean_ms"] > 0 for v in out.values())
+    assert out["item"]["median_ms"] > 0 and out["event_item"]["median_ms"] > 0 and out["no_sync"]["median_ms"] is None
