@@ -1400,10 +1400,12 @@ DECODE_COMPILE_MODES = {"default": None, "max-autotune": "max-autotune-no-cudagr
 
 
 # Inductor settings for compiling a training step, on top of its compile mode's own (torch.compile's options).
-# Off: the "mix-order reduction" of recent torch, which fuses a layer norm's backward with its weight gradient
-# and leaves one partial sum per 16 rows to an aten sum over them (768 x 768 floats a GPT-2 norm: 15 us each,
-# 25 a step). Without it an H200 GPT-2 step at 12x1024 ran 1.0% faster, MHA's and Tucker's alike
-# (results/bench/README.md, session 11). A key this torch does not know is left out.
+# Off: the "mix-order reduction" of recent torch, which computes a layer norm's backward and its weight gradient
+# in one kernel (leaving partial sums to an aten sum) but then casts the incoming gradient to bf16 for the next
+# matmuls in a kernel of its own (24 a GPT-2 step, 0.30 ms on an H200). Without it the cast joins the norm's
+# backward and the weight gradient is a Triton reduction: 0.31 ms less kernel time, a GPT-2 step 0.9-1.7%
+# faster for MHA and Tucker alike in two calls (results/bench/README.md, session 11). A key this torch does
+# not know is left out.
 TRAIN_INDUCTOR_OPTIONS = {"triton.mix_order_reduction": False}
 
 

@@ -62,6 +62,8 @@
 #                 (train.py turns it off: model.TRAIN_INDUCTOR_OPTIONS), for a same-call comparison with train_graph_step
 #   loop_gap_graph  scripts/loop_gap.py --graph_step for MHA at both shapes beside nanoGPT's model: three unprofiled
 #                 loops (loss read back each iteration, the same with an event before each step, no sync) and a profile
+#   train_sdpa_flash  --graph_step rows (SDPA_VARIANTS, default MLA shared 128 and Tucker [8,64,64]; learned and RoPE,
+#                 12x1024) with SDPA's flash backend, then with its default choice (MLA's decoupled RoPE: head dim 96)
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
@@ -255,6 +257,12 @@ for st in "$@"; do
         for shape in 12x1024 64x256; do
             stage loop_gap_graph_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step \
                 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_graph_$shape
+        done ;;
+    train_sdpa_flash)  # SDPA's flash backend against the default choice (cuDNN at these head sizes), same call
+        for be in flash auto; do
+            stage train_sdpa_$be python3 -m scripts.bench_train --graph_step --sdpa_backend $be --rope both --shapes 12x1024 \
+                --variants ${SDPA_VARIANTS:-mla_shared128,tucker_8_64_64} --precompile 2 --time_budget ${SDPA_BUDGET:-100} \
+                --out_dir "$WORK/bench" --name train_sdpa_$be
         done ;;
     train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
