@@ -64,6 +64,9 @@
 #                 loops (loss read back each iteration, the same with an event before each step, no sync) and a profile
 #   train_sdpa_flash  --graph_step rows (SDPA_VARIANTS, default MLA shared 128 and Tucker [8,64,64]; learned and RoPE,
 #                 12x1024) with SDPA's flash backend, then with its default choice (MLA's decoupled RoPE: head dim 96)
+#   train_coordesc  MHA and Tucker [8,64,64], --graph_step, both shapes: default, then with inductor's
+#                 coordinate_descent_tuning, then with max_autotune_pointwise (block sizes of its Triton kernels tuned:
+#                 GELU, the norms' backward; session 10's max-autotune mode mixed this with Triton GEMM templates)
 #   train_default  the same rows' MHA and Tucker [8,64,64] without the graph (default mode), for a same-call comparison
 #   qkv_split     bench_rope's no-RoPE rows: four ways of cutting q, k, v out of c_attn's output (its gradient's assembly)
 #   train_llama   bench_train, the LLaMA-3 1B rows at N=4096
@@ -264,6 +267,13 @@ for st in "$@"; do
                 --variants ${SDPA_VARIANTS:-mla_shared128,tucker_8_64_64} --precompile 2 --time_budget ${SDPA_BUDGET:-100} \
                 --out_dir "$WORK/bench" --name train_sdpa_$be
         done ;;
+    train_coordesc)  # inductor's own tuning of its Triton kernels' block sizes, without max-autotune's GEMM templates
+        KA=(--graph_step --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --precompile 2 --out_dir "$WORK/bench")
+        stage coordesc_default python3 -m scripts.bench_train "${KA[@]}" --time_budget ${COORDESC_BUDGET:-130} --name coordesc_default
+        stage coordesc_on python3 -m scripts.bench_train "${KA[@]}" --inductor coordinate_descent_tuning=True \
+            --time_budget ${COORDESC_BUDGET:-130} --name coordesc_on
+        stage coordesc_pointwise python3 -m scripts.bench_train "${KA[@]}" --inductor max_autotune_pointwise=True \
+            --time_budget ${COORDESC_BUDGET:-130} --name coordesc_pointwise ;;
     train_default) stage train_default python3 -m scripts.bench_train --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_default ;;
     qkv_split) stage qkv_split python3 -m scripts.bench_rope --shapes 12x1024,64x256 --profile \

@@ -174,7 +174,8 @@ LOOP_STEPS = 20  # nanoGPT's bench.py times 20 iterations
 def timed_loops(step, n: int = LOOP_STEPS, device: torch.device = torch.device("cuda")) -> dict:
     """step timed over n iterations three ways (wall clock; mean and median ms per iteration):
     'item': nanoGPT's bench.py, the loss read back after each iteration; 'event_item': the same with a CUDA event
-    recorded before each step (as bench_train's second loop, whose wall clock came out lower than the first's);
+    recorded before each step (as bench_train's second loop records its step's events; the two loops' wall clocks
+    differ there by about 1 ms, in either direction);
     'no_sync': train.py's way between log lines, one sync at the end (the GPU never waits for the host)."""
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
