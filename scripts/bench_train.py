@@ -590,11 +590,13 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     clock.sync()
 
     iters = []
+    walls = row["wall_times"] = {"timed": [time.time()]}  # epoch seconds: to line up with a GPU clock/power log
     for i in range(args.iters):
         stamps = []
         step(i, stamps)
         iters.append(stamps)
     clock.sync()
+    walls["timed"].append(time.time())
 
     def median_of(f):
         return statistics.median(f(s) for s in iters)
@@ -619,6 +621,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
         # nanoGPT's way: wall clock over its number of iterations, the loss read back after each
         n = min(NANOGPT_STEPS, max(args.iters, 1))
         clock.sync()
+        walls["loop"] = [time.time()]
         t0 = time.perf_counter()
         ends = []  # each iteration's end: the spread of the loop's iterations (the mean is nanoGPT's figure)
         for i in range(n):
@@ -626,6 +629,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
             ends.append(time.perf_counter())
         clock.sync()
         row["loop_ms"] = (time.perf_counter() - t0) / n * 1e3
+        walls["loop"].append(time.time())
         each = [(b - a) * 1e3 for a, b in zip([t0] + ends[:-1], ends)]
         row["loop_ms_median"], row["loop_ms_max"] = statistics.median(each), max(each)
         row["loop_tokens_per_s"] = tokens / (row["loop_ms"] / 1e3)
@@ -634,6 +638,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
         # step call (from its first line to its return: launching it; the loss read-back not included)
         gpu, host = [], []
         clock.sync()
+        walls["loop2"] = [time.time()]
         t0 = time.perf_counter()
         for i in range(n):
             stamps = []
@@ -644,6 +649,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
             gpu.append(stamps)
         clock.sync()
         row["loop2_ms"] = (time.perf_counter() - t0) / n * 1e3  # this loop's own wall clock per iteration
+        walls["loop2"].append(time.time())
         row["loop_event_ms"] = statistics.mean(clock.ms(s[0], s[end]) for s in gpu)
         row["loop_host_ms"] = statistics.mean(host)
 

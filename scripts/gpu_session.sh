@@ -105,7 +105,9 @@
 #   enwiki=ROWS:BUDGET   in the background on GPUs 1.. (all but GPU 0): python -m scripts.sweep enwiki
 #                 for those rows (both RoPE settings, seed 1337, checkpoints kept), no run started after
 #                 BUDGET seconds; its summaries and logs are packed into $OUT/enwiki_runs.tar.gz
-# Everything is logged under $WORK (one log per stage, the benchmarks' .md/.json in $WORK/bench) and packed
+# Everything is logged under $WORK (one log per stage, the benchmarks' .md/.json in $WORK/bench, the stage's GPU
+# clocks, power and temperature every 200 ms in <stage>.smi.csv; bench_train's rows carry the wall-clock times of
+# their timed loops, `wall_times`, to line them up with it) and packed
 # into $OUT/session.tar.gz after every stage (the device tool returns at most 8 files), so a call cut off
 # at its time limit still returns what was done.
 # Carry: .whl (pytest wheels, when the machine has no pytest), .carry/nanogpt, .carry/enwiki, .carry/shakespeare
@@ -134,8 +136,15 @@ stage() {  # name command...: run on GPU 0, log to $OUT/<name>.log, report the t
     local name=$1; shift
     local s=$(date +%s)
     echo "== [$(($(date +%s) - t0))s] $name: $*"
+    local smi=""  # the GPUs' clocks, power and temperature every 200 ms while the stage runs (power capping?)
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi -i "${STAGE_GPUS:-0}" --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
+            --format=csv -lms 200 > "$WORK/$name.smi.csv" 2>/dev/null &
+        smi=$!
+    fi
     CUDA_VISIBLE_DEVICES=${STAGE_GPUS:-0} "$@" > "$WORK/$name.log" 2>&1
     local rc=$?
+    [[ -n $smi ]] && kill "$smi" 2>/dev/null
     echo "== $name: exit $rc after $(($(date +%s) - s))s"
     tail -n 40 "$WORK/$name.log" | grep -v "^\s*$" | tail -n 25
     pack

@@ -330,6 +330,9 @@ def test_rope_both_and_profile(tmp_path):
         assert r["loop_ms"] > 0 and r["loop2_ms"] > 0 and r["loop_event_ms"] > 0
         # the loop's mean lies within its iterations' spread: median and longest of the same iterations
         assert 0 < r["loop_ms_median"] <= r["loop_ms_max"] and r["loop_ms"] <= r["loop_ms_max"] * 1.001
+        # the wall-clock times of the timed loops, in the order they ran (to line up with a GPU clock/power log)
+        w = r["wall_times"]
+        assert w["timed"][0] <= w["timed"][1] <= w["loop"][0] <= w["loop"][1] <= w["loop2"][0] <= w["loop2"][1]
         assert 0 < r["loop_host_ms"] <= r["loop2_ms"] * 1.01  # the host's part of the loop: at most all of it
     # display order: shape, positions, variant
     assert [(r["variant"], r["pos"]) for r in rows] == [
