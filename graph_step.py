@@ -23,7 +23,9 @@ one-time work outside the capture, as PyTorch's whole-network capture recipe ask
 iteration is captured, then replayed; every later one is a replay. `segments` > 1 captures it as
 consecutive graphs sharing one memory pool (the first forward, then the rest; or the first forward,
 the rest of the micro-steps, the optimizer): launching a replay of ~1,000 kernels costs the host
-0.7-0.9 ms on an H200, and while the GPU runs one segment the host launches the next. The inputs, the learning
+0.7-0.9 ms on an H200, and while the GPU runs one segment the host launches the next. Measured on a GPT-2 step
+it changed nothing (session 11, results/bench/README.md: 2 or 3 graphs as fast as one), so 1 is the default and
+train.py always uses it; the option stays for hosts slower to launch. The inputs, the learning
 rate and the loss live in static tensors: a replay reads the batch and the learning rate
 copied into them and writes the loss there. The graph's memory pool keeps one iteration's
 activations and gradients for the whole run; an evaluation between iterations allocates beside it.
@@ -35,6 +37,7 @@ import torch
 
 GRAPH_COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")  # modes without CUDA graphs of their own
 SEGMENTS = (1, 2, 3)  # graphs an iteration is captured in (GraphedTrainStep._segments)
+WARMUP = 3  # plain iterations before the capture (GraphedTrainStep's default, train.py's)
 
 
 def check_graph_step(device: torch.device, dtype: str, distributed: bool, compile_on: bool,
@@ -64,7 +67,7 @@ class GraphedTrainStep:
     it returns the iteration's mean loss (a fresh 0-d tensor: no sync)."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, accum: int, batch_size: int,
-                 seq_len: int, device: torch.device, dtype: str, grad_clip: float = 0.0, warmup: int = 3,
+                 seq_len: int, device: torch.device, dtype: str, grad_clip: float = 0.0, warmup: int = WARMUP,
                  segments: int = 1):
         if accum < 1 or warmup < 1:
             raise ValueError(f"accum={accum} and warmup={warmup} must be >= 1")

@@ -28,6 +28,8 @@ if __name__ == "__main__" and not __package__:  # run as a file: the repository'
 
 import torch  # noqa: E402
 
+from graph_step import WARMUP as GRAPH_WARMUP  # noqa: E402
+
 from scripts.bench_train import (VARIANTS, Clock, _ANNOTATION, add_common_args, markdown_table, parse_shapes,  # noqa: E402
                                  row_config, run_info, select_variants, write_report)
 
@@ -206,7 +208,8 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--iters", type=int, default=8, help="profiled iterations")
     p.add_argument("--graph_step", action="store_true",
-                   help="our step replayed from one CUDA graph (train.py's graph_step; warm-up >= 5 iterations)")
+                   help="our step replayed from one CUDA graph (train.py's graph_step; --warmup covers its plain "
+                        "iterations, the capture and a replay)")
     add_common_args(p, name="loop_gap")
     args = p.parse_args(argv)
     args.suite, args.compile = "gpt2", True
@@ -214,8 +217,9 @@ def main(argv=None):
     if device.type != "cuda" or not torch.cuda.is_available():
         raise SystemExit("loop_gap measures a GPU's idle time: it needs CUDA")
     (batch_size, seq_len), = parse_shapes(args.shape)
-    if args.graph_step and args.warmup < 5:
-        raise SystemExit("--graph_step: --warmup must be >= 5 (3 plain iterations, the capture, a replay)")
+    if args.graph_step and args.warmup < GRAPH_WARMUP + 2:
+        raise SystemExit(f"--graph_step: --warmup must be >= {GRAPH_WARMUP + 2} ({GRAPH_WARMUP} plain iterations, "
+                         "the capture, a replay)")
     variant, = select_variants(args.variant)
     runs = {f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}": lambda: ours(variant, batch_size, seq_len, args, device)}
     if args.nanogpt:
