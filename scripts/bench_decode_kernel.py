@@ -32,6 +32,7 @@ separate: its own tensor):
     key    what                                       B   nH  nG  L      length  Dk   Dv   RoPE  v         MB read
     T64r   Tucker r3=64, nH=12, shared K/V, RoPE      32  12  1   16384  16384   64   64   yes   same       67.1
     T64    the same without RoPE                      32  12  1   16384  16384   64   64   no    same       67.1
+    T64kv  Tucker [8,64,64], separate k and v         32  12  1   16384  16384   64   64   no    separate  134.2
     T128r  Tucker r3=128, nH=16, shared K/V, RoPE     32  16  1   16384  16384   128  128  yes   same      134.2
     T128   the same without RoPE                      32  16  1   16384  16384   128  128  no    same      134.2
     MQA    MQA, separate k and v                      32  32  1   16384  16384   128  128  no    separate  268.4
@@ -51,12 +52,12 @@ compiles once; "base" is whatever the module's defaults are when it runs, record
 
     base        every selected case at the module's defaults
     sdpa        every selected case with backend="sdpa" (the fallback: rotates the whole cache for RoPE)
-    split_only  T64r, T64, MQA, B1 with the combine kernel replaced by a no-op: the split kernel alone
+    split_only  T64r, T64, T64kv, MQA, B1 with the combine kernel replaced by a no-op: the split kernel alone
     rope        T64r, T128r, B1, cap: ROPE_MODE (--rope_modes) x ROPE_FP32 (--rope_fp32) x NUM_WARPS (--warps)
-    tiles       T64, T128, MQA, MLA: NUM_WARPS (--warps) x BLOCK_N (--block_n) x NUM_STAGES (--stages)
+    tiles       T64, T64kv, T128, MQA, MLA: NUM_WARPS (--warps) x BLOCK_N (--block_n) x NUM_STAGES (--stages)
                 (MLA's padded key row is 160 > 128 wide: the kernel uses BLOCK_N_WIDE there, so BLOCK_N
                 does not change it and its BLOCK_N lines are repeats)
-    splits      T64r, MQA, MLA: CTAS_PER_SM (--ctas) x MIN_SPLIT_TOKENS (--min_split)
+    splits      T64r, T64, T64kv, MQA, MLA: CTAS_PER_SM (--ctas) x MIN_SPLIT_TOKENS (--min_split)
     tucker      tucker_decode_attention (query and output cores fused, RoPE, shared K/V, length --tucker_len)
                 for each --tucker config B:nH:r2:r3:p2, TUCKER_QCORE in --qcores, against the composed
                 step (einsum for the query cores, rotation, decode_attention, einsum for the output
@@ -116,6 +117,7 @@ class Case:
 CASES = {c.key: c for c in (
     Case("T64r", "tucker r3=64 nH=12 shared rope", 32, 12, 1, 16384, 64, 64, True, "same"),
     Case("T64", "tucker r3=64 nH=12 shared", 32, 12, 1, 16384, 64, 64, False, "same"),
+    Case("T64kv", "tucker r3=64 nH=12 k,v", 32, 12, 1, 16384, 64, 64, False, "separate"),
     Case("T128r", "tucker r3=128 nH=16 shared rope", 32, 16, 1, 16384, 128, 128, True, "same"),
     Case("T128", "tucker r3=128 nH=16 shared", 32, 16, 1, 16384, 128, 128, False, "same"),
     Case("MQA", "mqa nH=32 D=128 k,v", 32, 32, 1, 16384, 128, 128, False, "separate"),
@@ -128,10 +130,10 @@ CASES = {c.key: c for c in (
 DEFAULT_CASES = ("T64r", "T64", "T128r", "T128", "MQA", "MLA", "B1", "cap")
 GROUPS = ("base", "sdpa", "split_only", "rope", "tiles", "splits", "tucker")
 GROUP_CASES = {  # the knob groups' cases (base and sdpa run every selected case)
-    "split_only": ("T64r", "T64", "MQA", "B1"),
+    "split_only": ("T64r", "T64", "T64kv", "MQA", "B1"),
     "rope": ("T64r", "T128r", "B1", "cap"),
-    "tiles": ("T64", "T128", "MQA", "MLA"),
-    "splits": ("T64r", "MQA", "MLA"),
+    "tiles": ("T64", "T64kv", "T128", "MQA", "MLA"),
+    "splits": ("T64r", "T64", "T64kv", "MQA", "MLA"),
 }
 KNOBS = ("CTAS_PER_SM", "MIN_SPLIT_TOKENS", "MAX_SPLITS", "BLOCK_N", "BLOCK_N_WIDE", "NUM_WARPS", "NUM_STAGES",
          "ROPE_MODE", "ROPE_FP32", "COMBINE_TILE", "TUCKER_QCORE", "TUCKER_QCORE_TILE", "TUCKER_QCORE_BLOCK_J")

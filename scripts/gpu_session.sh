@@ -30,6 +30,9 @@
 #   decode_linear_tune  decode_linear's tile knobs (PROGRAMS_PER_SM, TILE, NUM_WARPS, MAX_BLOCK_N) one run each, batch 1, 4k
 #   decode_pdl    decode_attention's PDL knob: all kernels, none, the split kernel only, the combine only (batch 1, 4k and 16k)
 #   decode_compiled_check  graph_merged against graph_merged_compiled (MHA, Tucker; batch 1 and 32, 4k)
+#   kernel_narrow  bench_decode_kernel (the split kernel alone, B=32, 16k) for the narrow heads of the GPT-2 rows: Tucker
+#                 [8,64,64] shared (T64) and with separate k, v (T64kv), MHA beside: defaults, split alone, tiles
+#                 (warps x BLOCK_N x stages) and splits (CTAS_PER_SM): which settings read the cache fastest
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
@@ -185,6 +188,9 @@ for st in "$@"; do
     decode_profile_check) stage decode_profile_check python3 -m scripts.bench_decode \
             --variants mha,tucker_8_64_64 --modes graph_merged --batches 1 --contexts 4096 --generate 500 \
             --generate_modes eager,graph --generate_profile 64 --out_dir "$WORK/bench" --name decode_gpt2_profile_check ;;
+    kernel_narrow) stage kernel_narrow timeout ${KERNEL_TIMEOUT:-240} python3 -m scripts.bench_decode_kernel \
+            --groups base,split_only,tiles,splits --cases T64,T64kv,MHA --warps 2,4 --block_n 32,64,128 --stages 2,3,4 \
+            --ctas 2,4,8,16 --out_dir "$WORK/bench" --name kernel_narrow ;;
     decode_linear_tune)  # decode_linear's tile knobs at batch 1, 4k (MHA, Tucker, MLA; graph_merged), one run per setting
         for kn in "" "PROGRAMS_PER_SM=1" "PROGRAMS_PER_SM=4" "TILE=4096" "TILE=16384" "NUM_WARPS=2" "MAX_BLOCK_N=16"; do
             name=decode_linear_tune${kn:+_${kn//=/}}
