@@ -46,6 +46,7 @@ imports it. The LLaMA rows are scripts/paper_tables.py's, built from their confi
 """
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import gc
@@ -73,6 +74,7 @@ import torch
 
 from graph_step import WARMUP as GRAPH_WARMUP, GraphedTrainStep, check_graph_step
 from model import GPT, GPTConfig, train_compile_options
+from scripts.gpu_clock import ClockLog
 
 REPO = Path(__file__).resolve().parents[1]
 MODULE = "scripts.bench_train"
@@ -759,7 +761,27 @@ def render(rows, info, nanogpt=None, flops_mha=None, profiles: bool = True) -> s
             md += "\n\n" + nanogpt_section(nanogpt, rows, flops_mha, a["peak_tflops"])
     if any(r.get("loop_event_ms") is not None for r in rows):
         md += "\n\n" + loop_section(rows, both)
-    return md + (profiles_section(rows) if profiles else "")
+    return md + clock_section(rows) + (profiles_section(rows) if profiles else "")
+
+
+def clock_section(rows) -> str:
+    """The GPU's SM clock (median and lowest, MHz) and power (median, W) over each row's timed loops, from
+    nvidia-smi every 50 ms (scripts/gpu_clock.py); empty where none was read."""
+    loops = ("timed", "loop", "loop2")
+    body = []
+    for r in rows:
+        c = r.get("clock") or {}
+        if not any(c.get(k) for k in loops):
+            continue
+        cell = lambda w: (f"{w['sm_mhz']:.0f} ({w['sm_mhz_min']:.0f}), {w['power_w']:.0f} W" if w else "—")  # noqa: E731
+        body.append([r["label"], r["shape"] + (f" {r['pos']}" if r.get("pos") else ""), *[cell(c.get(k)) for k in loops]])
+    if not body:
+        return ""
+    return ("\n\n## GPU clock while timed\n\nSM clock, median (lowest) MHz, and median power over each timed loop "
+            "(nvidia-smi every 50 ms): the event-timed iterations of the table (`timed`), the loop timed nanoGPT's "
+            "way and the second such loop. The H200's clock is 1,980 MHz unloaded; at its 700 W limit it drops with "
+            "the load, so rows that draw less power run at a higher clock.\n\n"
+            + markdown_table(["variant", "shape", "timed", "loop", "2nd loop"], body))
 
 
 def loop_section(rows, both: bool) -> str:
@@ -837,7 +859,8 @@ def render_llama(rows, info, profiles: bool = True) -> str:
             "so compare ratios, not ms: `paper ×GQA-8` is its train-iteration time over GQA-8's. attn params M = "
             "millions of attention parameters, the paper's unit.")
     loops = ("\n\n" + loop_section(rows, False)) if any(r.get("loop_event_ms") is not None for r in rows) else ""
-    return head + markdown_table(headers, body) + note + loops + (profiles_section(rows) if profiles else "")
+    return (head + markdown_table(headers, body) + note + loops + clock_section(rows)
+            + (profiles_section(rows) if profiles else ""))
 
 
 def profiles_section(rows) -> str:
@@ -1096,6 +1119,9 @@ def main(argv=None):
         info["precompile"] = None
 
     nanogpt = {f"{b}x{t}": [] for b, t in shapes} if args.nanogpt else {}
+    # the GPU's SM clock and power while each row is timed (an H200 at its power limit: scripts/gpu_clock.py)
+    clocks = contextlib.ExitStack()
+    clock_log = clocks.enter_context(ClockLog(interval_ms=50)) if device.type == "cuda" else None
 
     def nanogpt_runs(when):
         for b, t in shapes:
@@ -1139,6 +1165,8 @@ def main(argv=None):
                 with sdpa_context(args.sdpa_backend):
                     row.update(bench_one(v, batch_size, seq_len, args, device, rope=rope, profile=profile))
                 row.update(status="ok", error=None)
+                if clock_log is not None and clock_log.available:
+                    row["clock"] = {k: clock_log.window(*w) for k, w in row.get("wall_times", {}).items()}
             except Exception as e:  # OOM, unsupported backend, compile failure: report, go on
                 traceback.print_exc()
                 row.update(status="error", error=short_error(e))
@@ -1166,6 +1194,7 @@ def main(argv=None):
     if args.nanogpt:
         nanogpt_runs("after")
         finish(rows, args, suite, nanogpt)
+    clocks.close()
     info["wall_s"] = budget.elapsed()
     markdown = render(rows, info, nanogpt, flops_mha)
     write_report(args.out_dir, args.name, markdown, {**info, "rows": rows, "nanogpt": nanogpt})

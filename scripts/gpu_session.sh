@@ -65,6 +65,8 @@
 #                 (train.py turns it off: model.TRAIN_INDUCTOR_OPTIONS), for a same-call comparison with train_graph_step
 #   loop_gap_graph  scripts/loop_gap.py --graph_step for MHA at both shapes beside nanoGPT's model: three unprofiled
 #                 loops (loss read back each iteration, the same with an event before each step, no sync) and a profile
+#   loop_gap_rounds  loop_gap --graph_step --rounds ROUNDS (7) for MHA beside nanoGPT's model, ROUNDS_SHAPES (both): the
+#                 two loops alternate, each round's ratio with the GPU's SM clock and power (scripts/gpu_clock.py)
 #   train_sdpa_flash  --graph_step rows (SDPA_VARIANTS, default MLA shared 128 and Tucker [8,64,64]; learned and RoPE,
 #                 12x1024) with SDPA's flash backend, then with its default choice (MLA's decoupled RoPE: head dim 96)
 #   train_coordesc  MHA and Tucker [8,64,64], --graph_step, both shapes: default, then with inductor's
@@ -275,6 +277,11 @@ for st in "$@"; do
         for shape in 12x1024 64x256; do
             stage loop_gap_graph_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step \
                 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_graph_$shape
+        done ;;
+    loop_gap_rounds)  # ours (graph_step) and nanoGPT's model in its own loop, alternating ROUNDS times, with the GPU clock
+        for shape in ${ROUNDS_SHAPES:-12x1024 64x256}; do
+            stage loop_gap_rounds_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step \
+                --rounds ${ROUNDS:-7} --iters 4 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_rounds_$shape
         done ;;
     train_sdpa_flash)  # SDPA's flash backend against the default choice (cuDNN at these head sizes), same call
         for be in flash auto; do

@@ -10,6 +10,12 @@ kernels), the idle gap from one iteration's last kernel to the next one's first,
 top-level operations inside that gap (what the GPU waited for).
 
     python -m scripts.loop_gap --variant mha --shape 12x1024 --nanogpt .carry/nanogpt --out_dir OUT
+    python -m scripts.loop_gap --graph_step --rounds 5 --nanogpt .carry/nanogpt --out_dir OUT   # ours vs nanoGPT, alternating
+
+With --rounds R both steps are built and warmed first, then their unprofiled loops alternate R times; the
+report gives each round's loops with the GPU's SM clock and power over them (scripts/gpu_clock.py) and the
+ratio nanoGPT ms / ours ms per round and its median: on a GPU at its power limit two loops timed seconds
+apart can run at clocks 10% apart, so the ratio is taken between neighbours.
 
 Writes loop_gap.md / loop_gap.json. CUDA only (the gap is a GPU's).
 """
@@ -173,17 +179,19 @@ def nanogpt(folder: Path, batch_size: int, seq_len: int, device):
 LOOP_STEPS = 20  # nanoGPT's bench.py times 20 iterations
 
 
-def timed_loops(step, n: int = LOOP_STEPS, device: torch.device = torch.device("cuda")) -> dict:
+def timed_loops(step, n: int = LOOP_STEPS, device: torch.device = torch.device("cuda"), clock_log=None) -> dict:
     """step timed over n iterations three ways (wall clock; mean and median ms per iteration):
     'item': nanoGPT's bench.py, the loss read back after each iteration; 'event_item': the same with a CUDA event
     recorded before each step (as bench_train's second loop records its step's events; the two loops' wall clocks
     differ there by about 1 ms, in either direction);
-    'no_sync': train.py's way between log lines, one sync at the end (the GPU never waits for the host)."""
+    'no_sync': train.py's way between log lines, one sync at the end (the GPU never waits for the host).
+    clock_log (scripts.gpu_clock.ClockLog): each way also gets the GPU's SM clock and power while it ran."""
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     out = {}
     for way in ("item", "event_item", "no_sync"):
         sync()
+        wall0 = time.time()
         t0 = time.perf_counter()
         ends = []
         for i in range(n):
@@ -196,8 +204,54 @@ def timed_loops(step, n: int = LOOP_STEPS, device: torch.device = torch.device("
         sync()
         each = [(b - a) * 1e3 for a, b in zip([t0] + ends[:-1], ends)]
         out[way] = {"mean_ms": (time.perf_counter() - t0) / n * 1e3,
-                    "median_ms": statistics.median(each) if way != "no_sync" else None}
+                    "median_ms": statistics.median(each) if way != "no_sync" else None,
+                    "clock": clock_log.window(wall0, time.time()) if clock_log is not None else None}
     return out
+
+
+def rounds_summary(rounds: list, runs: list) -> dict:
+    """rounds: [{'round': r, 'run': name, 'loops': timed_loops(...)}] with every run once per round, back to back.
+    Per run and way: the median over rounds of the loop's mean ms; and, where there are two runs, the ratio
+    second / first (the first run's speed over the second's: nanoGPT ms / ours ms) per round and its median:
+    two loops of one round ran a second apart, at about the same power state."""
+    by = {(r["round"], r["run"]): r["loops"] for r in rounds}
+    n_rounds = 1 + max(r["round"] for r in rounds)
+    ways = ("item", "event_item", "no_sync")
+    out = {"median_ms": {run: {w: statistics.median(by[(k, run)][w]["mean_ms"] for k in range(n_rounds))
+                               for w in ways} for run in runs}}
+    if len(runs) == 2:
+        a, b = runs
+        ratios = {w: [by[(k, b)][w]["mean_ms"] / by[(k, a)][w]["mean_ms"] for k in range(n_rounds)] for w in ways}
+        out["ratio_per_round"] = ratios
+        out["ratio_median"] = {w: statistics.median(v) for w, v in ratios.items()}
+    return out
+
+
+def rounds_markdown(rounds: list, summary: dict, runs: list) -> str:
+    """Each round's loops (ms per iteration at the GPU's median SM clock, MHz, and power, W) and, for two runs,
+    the ratio of the second's ms to the first's in each round."""
+    def cell(v):
+        c = v.get("clock")
+        return f"{v['mean_ms']:.2f}" + (f" ({c['sm_mhz']:.0f} MHz, {c['power_w']:.0f} W)" if c else "")
+    head = ["round"] + [f"{run}: {w}" for run in runs for w in ("item", "no_sync")]
+    if "ratio_per_round" in summary:
+        head += [f"{runs[1]} / {runs[0]}, item", "no_sync"]
+    n_rounds = 1 + max(r["round"] for r in rounds)
+    by = {(r["round"], r["run"]): r["loops"] for r in rounds}
+    body = []
+    for k in range(n_rounds):
+        row = [str(k)] + [cell(by[(k, run)][w]) for run in runs for w in ("item", "no_sync")]
+        if "ratio_per_round" in summary:
+            row += [f"{summary['ratio_per_round'][w][k]:.3f}x" for w in ("item", "no_sync")]
+        body.append(row)
+    if "ratio_median" in summary:
+        body.append(["median", *[f"{summary['median_ms'][run][w]:.2f}" for run in runs for w in ("item", "no_sync")],
+                     *[f"**{summary['ratio_median'][w]:.3f}x**" for w in ("item", "no_sync")]])
+    return ("\n## Rounds\n\nThe loops again, round by round: in each round every run's loops back to back, so "
+            "that the runs compared ran seconds apart, at about the same power state (an H200 at its 700 W limit moves "
+            "its SM clock between ~1,400 and 1,980 MHz). ms per iteration (the GPU's median SM clock and power over "
+            "the loop, from nvidia-smi every few tens of ms, where it could be read).\n\n"
+            + markdown_table(head, body) + "\n")
 
 
 def main(argv=None):
@@ -210,9 +264,14 @@ def main(argv=None):
     p.add_argument("--graph_step", action="store_true",
                    help="our step replayed from one CUDA graph (train.py's graph_step; --warmup covers its plain "
                         "iterations, the capture and a replay)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="unprofiled loops this many times, the runs alternating (their ratio per round and its median)")
+    p.add_argument("--clock_ms", type=int, default=50, help="nvidia-smi's sampling interval of the GPU clock, ms")
     add_common_args(p, name="loop_gap")
     args = p.parse_args(argv)
     args.suite, args.compile = "gpt2", True
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
     device = torch.device(args.device)
     if device.type != "cuda" or not torch.cuda.is_available():
         raise SystemExit("loop_gap measures a GPU's idle time: it needs CUDA")
@@ -224,38 +283,54 @@ def main(argv=None):
     runs = {f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}": lambda: ours(variant, batch_size, seq_len, args, device)}
     if args.nanogpt:
         runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)
-    results = {}
-    for name, build in runs.items():
+    steps = {}
+    for name, build in runs.items():  # every run built and warmed first: the rounds then alternate between them
         step = build()
         for i in range(args.warmup):
             step(i).item()
-        loops = timed_loops(step, device=device)  # unprofiled
-        loop_ms = loops["item"]["mean_ms"]  # nanoGPT's way: 20 iterations on the wall clock, loss.item() in each
-        results[name] = {"loop_ms": loop_ms, "loops": loops, **profile_loop(step, args.iters)}
+        steps[name] = step
+    from scripts.gpu_clock import ClockLog
+    rounds = []
+    with ClockLog(interval_ms=args.clock_ms) as clock_log:
+        for k in range(args.rounds):  # unprofiled; each round runs every step's loops back to back
+            for name, step in steps.items():
+                loops = timed_loops(step, device=device, clock_log=clock_log)
+                rounds.append({"round": k, "run": name, "loops": loops})
+                print(f"round {k} {name}: " + ", ".join(
+                    f"{w} {v['mean_ms']:.2f} ms" + (f" at {v['clock']['sm_mhz']:.0f} MHz" if v["clock"] else "")
+                    for w, v in loops.items()), flush=True)
+    summary = rounds_summary(rounds, list(steps))
+    results = {}
+    for name, step in steps.items():
+        loops = {w: {"mean_ms": ms} for w, ms in summary["median_ms"][name].items()}
+        first = next(r["loops"] for r in rounds if r["run"] == name)
+        for w in loops:
+            loops[w]["median_ms"] = first[w]["median_ms"]
+        results[name] = {"loop_ms": loops["item"]["mean_ms"], "loops": loops, **profile_loop(step, args.iters)}
         r = results[name]
-        print(f"{name}: unprofiled loops {loops}; profiled: wall {r['median_wall_ms']:.2f} ms/iter, GPU busy {r['median_busy_ms']:.2f}, "
-              f"gap {r['median_gap_ms']:.3f}; host in the gap: {r['host_in_gap_ms']}; idle inside "
-              f"{r['idle_inside_ms']:.3f}: {r['idle_inside_top_ms']}", flush=True)
-        del step
-        torch._dynamo.reset()
-        torch.cuda.empty_cache()
+        print(f"{name}: unprofiled loops (median of {args.rounds} rounds) {loops}; profiled: wall "
+              f"{r['median_wall_ms']:.2f} ms/iter, GPU busy {r['median_busy_ms']:.2f}, gap {r['median_gap_ms']:.3f}; "
+              f"host in the gap: {r['host_in_gap_ms']}; idle inside {r['idle_inside_ms']:.3f}: {r['idle_inside_top_ms']}",
+              flush=True)
     info = run_info(args, device, argv)
     body = [[name, f"{r['loop_ms']:.2f} ({r['loops']['item']['median_ms']:.2f})",
              f"{r['loops']['event_item']['mean_ms']:.2f} ({r['loops']['event_item']['median_ms']:.2f})",
              f"{r['loops']['no_sync']['mean_ms']:.2f}", f"{r['median_wall_ms']:.2f}", f"{r['median_busy_ms']:.2f}", f"{r['median_gap_ms']:.3f}",
              "; ".join(f"{k} {v:.3f}" for k, v in r["host_in_gap_ms"].items()), f"{r['idle_inside_ms']:.3f}",
              "; ".join(f"`{k}` {v:.3f}" for k, v in r["idle_inside_top_ms"].items())] for name, r in results.items()]
+    md_rounds = rounds_markdown(rounds, summary, list(steps))
     md = (f"# The GPU's idle time in a training loop timed nanoGPT's way ({args.shape})\n\n{info['date']} on "
           f"{info.get('gpu', '')}, torch {torch.__version__}; median of {args.iters} profiled iterations after "
           f"{args.warmup}.\n\n`{info['command']}`\n\n"
-          + "Unprofiled loops of 20 iterations, ms per iteration, mean (median): nanoGPT's way (the loss read back "
+          + f"Unprofiled loops of 20 iterations, ms per iteration, the median over {args.rounds} rounds of each loop's mean "
+          "(the first round's median iteration in brackets): nanoGPT's way (the loss read back "
           "after each), the same with a CUDA event recorded before each step, and train.py's way between log lines "
           "(no sync until the end). Then the profiled iterations, nanoGPT's way.\n\n"
           + markdown_table(["run", "loop ms/iter, loss read back", "with an event before each step",
                             "no sync (train.py)", "profiled wall ms/iter", "GPU busy ms", "gap before the first kernel, ms",
                             "host top-level ops in the gap (ms per iteration)", "idle inside an iteration, ms",
-                            "where (kernel before -> kernel after: ms per iteration)"], body) + "\n")
-    write_report(args.out_dir, args.name, md, {**info, "results": results})
+                            "where (kernel before -> kernel after: ms per iteration)"], body) + "\n" + md_rounds)
+    write_report(args.out_dir, args.name, md, {**info, "results": results, "rounds": rounds, "summary": summary})
 
 
 if __name__ == "__main__":

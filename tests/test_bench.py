@@ -552,3 +552,14 @@ def test_bench_train_inductor_overrides():
         bench_train.inductor_overrides(["triton.mix_order_reduction"])
     with pytest.raises(SystemExit, match="'no_such_option' is unknown"):
         bench_train.main(["--tiny", "--device", "cpu", "--compile", "--inductor", "no_such_option=1"])
+
+
+def test_clock_section_lists_the_rows_with_clocks():
+    w = {"sm_mhz": 1800.0, "sm_mhz_min": 1650.0, "power_w": 690.4, "samples": 24}
+    rows = [{"label": "MHA", "shape": "12x1024", "pos": "learned", "clock": {"timed": w, "loop": None}},
+            {"label": "Tucker [8,64,64]", "shape": "64x256", "clock": {"timed": None}},
+            {"label": "GQA-4", "shape": "64x256"}]
+    md = bench_train.clock_section(rows)
+    assert "| MHA | 12x1024 learned | 1800 (1650), 690 W | — | — |" in md
+    assert "Tucker" not in md and "GQA-4" not in md  # no clock read: no line
+    assert bench_train.clock_section(rows[1:]) == ""

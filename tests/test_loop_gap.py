@@ -3,6 +3,8 @@ time as the union of its kernels, the gap before each iteration's first kernel, 
 that ran in those gaps."""
 import types
 
+import pytest
+import torch
 from torch.autograd import DeviceType
 
 from scripts import loop_gap
@@ -62,3 +64,52 @@ def test_timed_loops_runs_each_way():
     assert calls == [0, 1, 2, 3] * 3 and len(reads) == 8  # no read-back in the no_sync loop
     assert set(out) == {"item", "event_item", "no_sync"} and all(v["mean_ms"] > 0 for v in out.values())
     assert out["item"]["median_ms"] > 0 and out["event_item"]["median_ms"] > 0 and out["no_sync"]["median_ms"] is None
+
+
+def _loops(item, no_sync, mhz=None):
+    clock = {"sm_mhz": mhz, "sm_mhz_min": mhz, "power_w": 690.0, "samples": 5} if mhz else None
+    return {"item": {"mean_ms": item, "median_ms": item, "clock": clock},
+            "event_item": {"mean_ms": item + 0.1, "median_ms": item, "clock": clock},
+            "no_sync": {"mean_ms": no_sync, "median_ms": None, "clock": clock}}
+
+
+def test_rounds_summary_ratio_per_round_and_medians():
+    runs = ["ours", "nanogpt"]
+    rounds = [{"round": 0, "run": "ours", "loops": _loops(24.0, 23.0, 1800)},
+              {"round": 0, "run": "nanogpt", "loops": _loops(27.6, 25.3, 1800)},
+              {"round": 1, "run": "ours", "loops": _loops(25.0, 24.0, 1700)},
+              {"round": 1, "run": "nanogpt", "loops": _loops(26.25, 25.2, 1750)},
+              {"round": 2, "run": "ours", "loops": _loops(30.0, 24.5)},
+              {"round": 2, "run": "nanogpt", "loops": _loops(33.0, 26.95)}]
+    s = loop_gap.rounds_summary(rounds, runs)
+    assert s["median_ms"]["ours"]["item"] == 25.0 and s["median_ms"]["nanogpt"]["item"] == 27.6
+    assert s["ratio_per_round"]["item"] == pytest.approx([1.15, 1.05, 1.10])  # nanoGPT ms / ours ms, same round
+    assert s["ratio_median"]["item"] == pytest.approx(1.10)
+    assert s["ratio_per_round"]["no_sync"] == pytest.approx([1.10, 1.05, 1.10])  # 25.3/23, 25.2/24, 26.95/24.5
+    assert s["ratio_median"]["no_sync"] == pytest.approx(1.10)
+    md = loop_gap.rounds_markdown(rounds, s, runs)
+    assert "| 0 | 24.00 (1800 MHz, 690 W) |" in md and "**1.100x**" in md
+    assert "| 2 | 30.00 |" in md  # no clock where none was read
+    one = loop_gap.rounds_summary(rounds[:1] + rounds[2:3], ["ours"])
+    assert "ratio_median" not in one and one["median_ms"]["ours"]["item"] == 24.5  # rounds 0 and 1: 24, 25
+    assert "x**" not in loop_gap.rounds_markdown(rounds[:1] + rounds[2:3], one, ["ours"])
+
+
+def test_timed_loops_reads_the_clock_log_per_way():
+    class Log:
+        windows = []
+
+        def window(self, t0, t1):
+            self.windows.append((t0, t1))
+            return {"sm_mhz": 1900.0}
+
+    log = Log()
+    out = loop_gap.timed_loops(lambda i: torch.zeros(()), n=2, device=torch.device("cpu"), clock_log=log)
+    assert [v["clock"] for v in out.values()] == [{"sm_mhz": 1900.0}] * 3
+    assert len(log.windows) == 3 and all(a <= b for a, b in log.windows)
+    assert log.windows[0][1] <= log.windows[1][0]  # one window per way, in order
+
+
+def test_rounds_must_be_positive():
+    with pytest.raises(SystemExit, match="--rounds"):
+        loop_gap.main(["--rounds", "0"])  # refused before anything needs a GPU
