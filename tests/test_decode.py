@@ -394,3 +394,54 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     per_step = sum(kernels(block.attn) + 2 for block in model.transformer.h) + 1
     assert launches["linear"] == steps * per_step
     assert (got - full[:, 3:4 + steps]).abs().max().item() < 1e-5 * full.abs().max().item()
+
+
+def test_lane_slices_cut_the_batch_in_order():
+    from model import lane_slices
+    assert lane_slices(5, 1) == [slice(0, 5)]
+    assert lane_slices(32, 2) == [slice(0, 16), slice(16, 32)]
+    assert [s.stop - s.start for s in lane_slices(7, 3)] == [2, 2, 3]
+    for lanes in (0, 8):
+        with pytest.raises(ValueError, match="lanes"):
+            lane_slices(7, lanes)
+    with pytest.raises(ValueError, match="lanes"):
+        StaticDecoder(build("mha", "learned", None), 2, lanes=3)
+
+
+@pytest.mark.parametrize("lanes", [2, 3])
+@pytest.mark.parametrize("variant", ["mha", "gqa2", "mla_shared", "tucker", "tucker_shared"])
+def test_decode_in_lanes_equals_the_whole_batch(variant, lanes):
+    """The step run on slices of the batch (model.decode_in_lanes, StaticDecoder(lanes=...)) gives the whole
+    batch's logits, and each slice's cache writes land in its own sequences' rows: after several steps every
+    cache buffer equals the plain decoder's (float64; RoPE, so the positions matter)."""
+    model = build(variant, "rope", None)
+    idx = torch.randint(0, 50, (5, 14), generator=torch.Generator().manual_seed(7))
+    plain, laned = StaticDecoder(model, 5), StaticDecoder(model, 5, lanes=lanes)
+    outs = []
+    for dec in (plain, laned):
+        logits = [dec.prefill(idx[:, :4])]
+        logits += [dec.step(idx[:, t:t + 1]) for t in range(4, 13)]
+        outs.append(torch.stack(logits, 1))
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-12, atol=1e-12)
+    for a, b in zip(plain.caches, laned.caches):
+        for name in a.store:
+            torch.testing.assert_close(b.store[name], a.store[name], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="streams in a CUDA graph need a GPU")
+@pytest.mark.parametrize("variant", ["mha", "mla_shared", "tucker", "tucker_shared"])
+def test_cuda_graph_with_lanes_equals_one_lane(variant):
+    """Two and four lanes captured as parallel branches of one CUDA graph: the same logits as one lane, step after
+    step (the lanes' kernels may run at the same time: any race on the cache or the position would show)."""
+    model = build(variant, "rope", None, block_size=96).float().cuda()
+    sharpen_attention(model)
+    idx = torch.randint(0, 50, (8, 90), generator=torch.Generator().manual_seed(3)).cuda()
+    outs = []
+    with torch.no_grad():
+        for lanes in (1, 2, 4):
+            dec = StaticDecoder(model, 8, use_graph=True, lanes=lanes)
+            logits = [dec.prefill(idx[:, :6])]
+            logits += [dec.step(idx[:, t:t + 1]).clone() for t in range(6, 89)]
+            outs.append(torch.stack(logits, 1))
+    for got in outs[1:]:
+        assert (got - outs[0]).abs().max().item() < 1e-4 * outs[0].abs().max().item()
