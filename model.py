@@ -33,7 +33,7 @@ import inspect
 import math
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -366,33 +366,24 @@ def lane_slices(batch_size: int, lanes: int) -> List[slice]:
 
 
 def decode_in_lanes(step_fn, idx: torch.Tensor, caches: Sequence["LayerCache"], pos: torch.Tensor,
-                    lanes: int, streams: Optional[Sequence] = None, stagger: bool = False) -> torch.Tensor:
+                    lanes: int, streams: Optional[Sequence] = None) -> torch.Tensor:
     """step_fn(idx, caches, pos) -> logits (B, vocab), run on `lanes` slices of the batch, each slice's step on
     its own CUDA stream (streams: one per lane; on CPU the slices run one after another). Sequences do not
     interact in a decode step, so the slices are independent chains of kernels, and a captured CUDA graph runs
     them side by side: one lane's attention (bound by the bandwidth of its cache reads) beside another lane's
     small matmuls and norms (bound by their latency), where one batch's step runs them one after another.
-    Returns the logits in batch order (one concatenation).
-    stagger (step_fn must take GPT.decode_step's after_first_attention): each lane after the first starts when
-    the lane before it has finished its first attention sublayer, so that the lanes run half a block apart, one
-    in its attention while the next is in its matmuls, rather than in step with each other."""
+    Returns the logits in batch order (one concatenation)."""
     if lanes == 1:
         return step_fn(idx, caches, pos)
     slices = lane_slices(idx.size(0), lanes)
     if streams is None or idx.device.type != "cuda":
         return torch.cat([step_fn(idx[rows], [c.batch_slice(rows) for c in caches], pos) for rows in slices])
     main = torch.cuda.current_stream(idx.device)
-    outs, ready = [], None
+    outs = []
     for stream, rows in zip(streams, slices):
         stream.wait_stream(main)  # the lane starts after what came before (the tokens' copy, the last step)
-        if ready is not None:
-            stream.wait_event(ready)  # ... and, staggered, after the lane before's first attention sublayer
-        kw = {}
-        if stagger:
-            ready = torch.cuda.Event()
-            kw["after_first_attention"] = lambda s=stream, e=ready: e.record(s)
         with torch.cuda.stream(stream):
-            outs.append(step_fn(idx[rows], [c.batch_slice(rows) for c in caches], pos, **kw))  # (b, vocab)
+            outs.append(step_fn(idx[rows], [c.batch_slice(rows) for c in caches], pos))  # (b, vocab)
     for stream in streams:
         main.wait_stream(stream)
     return torch.cat(outs)  # (B, vocab)
@@ -1432,14 +1423,10 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), rope, cache)
         return x + self.mlp(self.ln_2(x))
 
-    def decode(self, stream: Stream, at: DecodePosition, cache: LayerCache,
-               after_attention: Optional[Callable[[], None]] = None) -> Stream:
+    def decode(self, stream: Stream, at: DecodePosition, cache: LayerCache) -> Stream:
         """The decode step of this block on the residual stream (x (B, d), pending delta or None): each norm is
-        fused with the matmul after it or with the residual add before it (DecodeIO). Returns the new stream.
-        after_attention: called between the attention and the MLP sublayers (GPT.decode_step)."""
+        fused with the matmul after it or with the residual add before it (DecodeIO). Returns the new stream."""
         stream = self.attn.decode(DecodeIO(stream, self.ln_1), at, cache)
-        if after_attention is not None:
-            after_attention()
         return self.mlp.decode(DecodeIO(stream, self.ln_2))
 
 
@@ -1515,8 +1502,7 @@ class StaticDecoder:
     prompt) into the same cache buffers; step(tokens (B, 1)) -> logits: one token per sequence."""
 
     def __init__(self, model: "GPT", batch_size: int, device=None, use_graph: bool = False,
-                 max_len: Optional[int] = None, compile: bool = False, compile_mode: str = "default", lanes: int = 1,
-                 stagger: bool = False):
+                 max_len: Optional[int] = None, compile: bool = False, compile_mode: str = "default", lanes: int = 1):
         self.model, self.use_graph = model, use_graph
         lane_slices(batch_size, lanes)  # a ValueError for a lane count the batch cannot be cut into
         # compile: torch.compile the step (fuses the norms, residual adds, RoPE and GELU into few
@@ -1534,7 +1520,7 @@ class StaticDecoder:
         self.pos: Optional[int] = None  # host mirror of `position` (None: nothing prefilled yet)
         self.graph, self.logits = None, None
         # lanes > 1: the step runs on that many slices of the batch, each on its own stream (decode_in_lanes)
-        self.lanes, self.stagger = lanes, stagger and not compile  # a compiled step takes no callback
+        self.lanes = lanes
         self.streams = [torch.cuda.Stream(device) for _ in range(lanes)] if lanes > 1 and device.type == "cuda" else None
 
     def prefill(self, idx: torch.Tensor) -> torch.Tensor:
@@ -1546,8 +1532,7 @@ class StaticDecoder:
         return logits[:, -1, :]
 
     def _step(self) -> torch.Tensor:
-        logits = decode_in_lanes(self.step_fn, self.tokens, self.caches, self.position, self.lanes, self.streams,
-                                 stagger=self.stagger)
+        logits = decode_in_lanes(self.step_fn, self.tokens, self.caches, self.position, self.lanes, self.streams)
         self.position.add_(1)
         return logits
 
@@ -1668,22 +1653,19 @@ class GPT(nn.Module):
         return [LayerCache(block.attn.cache_spec(), batch_size, max_len, device or p.device, dtype or p.dtype)
                 for block in self.transformer.h]
 
-    def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor,
-                    after_first_attention: Optional[Callable[[], None]] = None) -> torch.Tensor:
+    def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor) -> torch.Tensor:
         """The static decode step: idx (B, 1) holds one new token per sequence at the position in
         the (1,) long device tensor `pos`; each layer writes its cache entry at `pos` and attends
         to positions 0 .. pos. Returns the logits (B, vocab). Every shape and address is fixed
         and no value goes to the host, so one captured CUDA graph serves every position
-        (StaticDecoder). Attention runs through decode_attention (Triton on CUDA, SDPA elsewhere).
-        after_first_attention: called once, right after the first block's attention sublayer has been launched
-        (decode_in_lanes records an event there to stagger the lanes)."""
+        (StaticDecoder). Attention runs through decode_attention (Triton on CUDA, SDPA elsewhere)."""
         x = self.transformer.wte(idx.view(-1))  # (B, d)
         # the position's embedding (1, d), over the batch: added with the first norm (a pending add)
         stream = (x, self.transformer.wpe(pos).expand_as(x) if self.transformer.wpe is not None else None)
         rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None
         at = DecodePosition.at(pos, rope, activation_dtype(self.lm_head.weight))  # once per step, not per layer
-        for i, (block, cache) in enumerate(zip(self.transformer.h, caches)):
-            stream = block.decode(stream, at, cache, after_attention=after_first_attention if i == 0 else None)
+        for block, cache in zip(self.transformer.h, caches):
+            stream = block.decode(stream, at, cache)
         return DecodeIO(stream, self.transformer.ln_f).project(self.lm_head.weight, self.lm_head.bias)  # (B, vocab)
 
     def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False,

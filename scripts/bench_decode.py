@@ -42,7 +42,6 @@ achieved (1.0 = at the bandwidth limit).
 
 import argparse
 import functools
-import re
 import statistics
 import sys
 import time
@@ -141,7 +140,7 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
 
 MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused", "graph_merged",
          "graph_merged_compiled", "graph_autotune", "graph_merged_autotune", "graph_merged_lanes2",
-         "graph_merged_lanes4", "graph_merged_stagger2", "graph_merged_stagger4")
+         "graph_merged_lanes4")
 MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
@@ -162,9 +161,6 @@ MODE_NOTES = {
     "graph_merged_lanes2": "as graph_merged, the batch cut in 2 slices whose steps run on 2 streams in the graph "
                            "(model.decode_in_lanes: one slice's attention beside the other's matmuls)",
     "graph_merged_lanes4": "as graph_merged_lanes2 with 4 slices",
-    "graph_merged_stagger2": "as graph_merged_lanes2, each lane starting when the one before has done its first "
-                             "attention sublayer (the lanes half a block apart)",
-    "graph_merged_stagger4": "as graph_merged_stagger2 with 4 slices",
 }
 
 
@@ -231,11 +227,10 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     if mode.endswith("_compiled") or mode.endswith("_autotune"):
         compile_mode = DECODE_COMPILE_MODES["max-autotune" if mode.endswith("_autotune") else "default"]
         step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)  # graphs: captured below
-    elif "_lanes" in mode or "_stagger" in mode:  # the batch's slices on their own streams (parallel graph branches)
-        lanes = min(int(re.search(r"\d+$", mode).group()), batch_size)
+    elif "_lanes" in mode:  # the batch's slices on their own streams (captured below as parallel branches)
+        lanes = min(int(mode.rsplit("_lanes", 1)[1]), batch_size)
         streams = [torch.cuda.Stream(device) for _ in range(lanes)] if device.type == "cuda" else None
-        step_fn = functools.partial(decode_in_lanes, model.decode_step, lanes=lanes, streams=streams,
-                                    stagger="_stagger" in mode)
+        step_fn = functools.partial(decode_in_lanes, model.decode_step, lanes=lanes, streams=streams)
     else:
         step_fn = model.decode_step
 

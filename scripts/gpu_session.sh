@@ -35,9 +35,6 @@
 #                 (warps x BLOCK_N x stages) and splits (CTAS_PER_SM): which settings read the cache fastest
 #   decode_lanes  tests of model.decode_in_lanes (CUDA graph with 1, 2, 4 lanes), then bench_decode graph_merged against
 #                 graph_merged_lanes2/4 (the batch's slices on their own streams, parallel branches of the graph)
-#   decode_stagger  the same CUDA tests with staggered lanes, then batch 32: graph_merged against 2 lanes in step and 2 and 4
-#                 staggered lanes, with decode_attention.CTAS_PER_SM 4 (default), 2 and 1 (room on each SM for the other
-#                 lane's matmuls beside the split kernel)
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
@@ -203,13 +200,6 @@ for st in "$@"; do
         stage decode_lanes python3 -m scripts.bench_decode --variants ${LANES_VARIANTS:-mha,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64} \
             --modes graph_merged,graph_merged_lanes2,graph_merged_lanes4 --batches ${LANES_BATCHES:-8,32} --contexts 4096,16384 \
             --out_dir "$WORK/bench" --name decode_lanes ;;
-    decode_stagger)  # lanes in step and staggered (half a block apart), with the split kernel at 4, 2 and 1 CTAs per SM
-        stage tests_lanes python3 -m pytest -q -rs tests/test_decode.py -k "lane or first_attention"
-        for ctas in 4 2 1; do
-            stage decode_stagger_ctas$ctas python3 -m scripts.bench_decode --variants ${LANES_VARIANTS:-mha,mqa,tucker_8_64_64,tucker_shared_8_64_64} \
-                --modes graph_merged,graph_merged_lanes2,graph_merged_stagger2,graph_merged_stagger4 --batches 32 \
-                --contexts 4096,16384 --knob CTAS_PER_SM=$ctas --out_dir "$WORK/bench" --name decode_stagger_ctas$ctas
-        done ;;
     decode_linear_tune)  # decode_linear's tile knobs at batch 1, 4k (MHA, Tucker, MLA; graph_merged), one run per setting
         for kn in "" "PROGRAMS_PER_SM=1" "PROGRAMS_PER_SM=4" "TILE=4096" "TILE=16384" "NUM_WARPS=2" "MAX_BLOCK_N=16"; do
             name=decode_linear_tune${kn:+_${kn//=/}}
