@@ -348,46 +348,6 @@ class LayerCache:
     def values_per_token(self) -> int:
         return sum(buf.size(1) * buf.size(3) for buf in self.store.values())
 
-    def batch_slice(self, rows: slice) -> "LayerCache":
-        """The entries of sequences `rows` as a LayerCache of views into this one's buffers (the same storage:
-        what a decode step writes through it lands in these sequences' rows here)."""
-        view = LayerCache.__new__(LayerCache)
-        view.max_len, view.pos = self.max_len, self.pos
-        view.store = {name: buf[rows] for name, buf in self.store.items()}  # (b, heads, max_len, dim)
-        return view
-
-
-def lane_slices(batch_size: int, lanes: int) -> List[slice]:
-    """The batch cut into `lanes` contiguous slices of (nearly) equal size, in order."""
-    if not 1 <= lanes <= batch_size:
-        raise ValueError(f"lanes={lanes}: must be between 1 and the batch size {batch_size}")
-    edges = [batch_size * i // lanes for i in range(lanes + 1)]
-    return [slice(a, b) for a, b in zip(edges, edges[1:])]
-
-
-def decode_in_lanes(step_fn, idx: torch.Tensor, caches: Sequence["LayerCache"], pos: torch.Tensor,
-                    lanes: int, streams: Optional[Sequence] = None) -> torch.Tensor:
-    """step_fn(idx, caches, pos) -> logits (B, vocab), run on `lanes` slices of the batch, each slice's step on
-    its own CUDA stream (streams: one per lane; on CPU the slices run one after another). Sequences do not
-    interact in a decode step, so the slices are independent chains of kernels, and a captured CUDA graph runs
-    them side by side: one lane's attention (bound by the bandwidth of its cache reads) beside another lane's
-    small matmuls and norms (bound by their latency), where one batch's step runs them one after another.
-    Returns the logits in batch order (one concatenation)."""
-    if lanes == 1:
-        return step_fn(idx, caches, pos)
-    slices = lane_slices(idx.size(0), lanes)
-    if streams is None or idx.device.type != "cuda":
-        return torch.cat([step_fn(idx[rows], [c.batch_slice(rows) for c in caches], pos) for rows in slices])
-    main = torch.cuda.current_stream(idx.device)
-    outs = []
-    for stream, rows in zip(streams, slices):
-        stream.wait_stream(main)  # the lane starts after what came before (the tokens' copy, the last step)
-        with torch.cuda.stream(stream):
-            outs.append(step_fn(idx[rows], [c.batch_slice(rows) for c in caches], pos))  # (b, vocab)
-    for stream in streams:
-        main.wait_stream(stream)
-    return torch.cat(outs)  # (B, vocab)
-
 
 def exact_math(device: torch.device):
     """Autocast off on `device`: the inference forms (and their merged matrices) are products of the weights
@@ -1502,9 +1462,8 @@ class StaticDecoder:
     prompt) into the same cache buffers; step(tokens (B, 1)) -> logits: one token per sequence."""
 
     def __init__(self, model: "GPT", batch_size: int, device=None, use_graph: bool = False,
-                 max_len: Optional[int] = None, compile: bool = False, compile_mode: str = "default", lanes: int = 1):
+                 max_len: Optional[int] = None, compile: bool = False, compile_mode: str = "default"):
         self.model, self.use_graph = model, use_graph
-        lane_slices(batch_size, lanes)  # a ValueError for a lane count the batch cannot be cut into
         # compile: torch.compile the step (fuses the norms, residual adds, RoPE and GELU into few
         # kernels; attention and the inference form stay opaque calls), then capture it as usual
         check_compile_mode(compile_mode)
@@ -1519,9 +1478,6 @@ class StaticDecoder:
         self.tokens = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.pos: Optional[int] = None  # host mirror of `position` (None: nothing prefilled yet)
         self.graph, self.logits = None, None
-        # lanes > 1: the step runs on that many slices of the batch, each on its own stream (decode_in_lanes)
-        self.lanes = lanes
-        self.streams = [torch.cuda.Stream(device) for _ in range(lanes)] if lanes > 1 and device.type == "cuda" else None
 
     def prefill(self, idx: torch.Tensor) -> torch.Tensor:
         for cache in self.caches:
@@ -1532,7 +1488,7 @@ class StaticDecoder:
         return logits[:, -1, :]
 
     def _step(self) -> torch.Tensor:
-        logits = decode_in_lanes(self.step_fn, self.tokens, self.caches, self.position, self.lanes, self.streams)
+        logits = self.step_fn(self.tokens, self.caches, self.position)
         self.position.add_(1)
         return logits
 

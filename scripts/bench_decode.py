@@ -56,7 +56,7 @@ if __name__ == "__main__" and not __package__:  # run as a file, the repository'
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
-from model import DECODE_COMPILE_MODES, GPT, GPTConfig, StaticDecoder, decode_in_lanes  # noqa: E402
+from model import DECODE_COMPILE_MODES, GPT, GPTConfig, StaticDecoder  # noqa: E402
 # bench_train holds the variant list and the helpers both benchmarks share
 from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
                                  markdown_table, model_config, parse_ints, peak_memory_gib, profile_iterations,
@@ -139,8 +139,7 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
 
 
 MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused", "graph_merged",
-         "graph_merged_compiled", "graph_autotune", "graph_merged_autotune", "graph_merged_lanes2",
-         "graph_merged_lanes4")
+         "graph_merged_compiled", "graph_autotune", "graph_merged_autotune")
 MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
@@ -158,9 +157,6 @@ MODE_NOTES = {
     "graph_autotune": "as graph_compiled with mode='max-autotune-no-cudagraphs' (Triton GEMM templates: "
                       "elementwise work fused into the matmuls' epilogues; minutes of autotuning)",
     "graph_merged_autotune": "as graph_merged, compiled as graph_autotune",
-    "graph_merged_lanes2": "as graph_merged, the batch cut in 2 slices whose steps run on 2 streams in the graph "
-                           "(model.decode_in_lanes: one slice's attention beside the other's matmuls)",
-    "graph_merged_lanes4": "as graph_merged_lanes2 with 4 slices",
 }
 
 
@@ -227,10 +223,6 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     if mode.endswith("_compiled") or mode.endswith("_autotune"):
         compile_mode = DECODE_COMPILE_MODES["max-autotune" if mode.endswith("_autotune") else "default"]
         step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)  # graphs: captured below
-    elif "_lanes" in mode:  # the batch's slices on their own streams (captured below as parallel branches)
-        lanes = min(int(mode.rsplit("_lanes", 1)[1]), batch_size)
-        streams = [torch.cuda.Stream(device) for _ in range(lanes)] if device.type == "cuda" else None
-        step_fn = functools.partial(decode_in_lanes, model.decode_step, lanes=lanes, streams=streams)
     else:
         step_fn = model.decode_step
 

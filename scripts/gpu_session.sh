@@ -33,8 +33,6 @@
 #   kernel_narrow  bench_decode_kernel (the split kernel alone, B=32, 16k) for the narrow heads of the GPT-2 rows: Tucker
 #                 [8,64,64] shared (T64) and with separate k, v (T64kv), MHA beside: defaults, split alone, tiles
 #                 (warps x BLOCK_N x stages) and splits (CTAS_PER_SM): which settings read the cache fastest
-#   decode_lanes  tests of model.decode_in_lanes (CUDA graph with 1, 2, 4 lanes), then bench_decode graph_merged against
-#                 graph_merged_lanes2/4 (the batch's slices on their own streams, parallel branches of the graph)
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
@@ -195,11 +193,6 @@ for st in "$@"; do
     kernel_narrow) stage kernel_narrow timeout ${KERNEL_TIMEOUT:-240} python3 -m scripts.bench_decode_kernel \
             --groups base,split_only,tiles,splits --cases T64,T64kv,MHA --warps 2,4 --block_n 32,64,128 --stages 2,3,4 \
             --ctas 2,4,8,16 --out_dir "$WORK/bench" --name kernel_narrow ;;
-    decode_lanes)  # the batch's slices as parallel branches of the step's graph (model.decode_in_lanes), batch 8 and 32
-        stage tests_lanes python3 -m pytest -q -rs tests/test_decode.py -k "lane"
-        stage decode_lanes python3 -m scripts.bench_decode --variants ${LANES_VARIANTS:-mha,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64} \
-            --modes graph_merged,graph_merged_lanes2,graph_merged_lanes4 --batches ${LANES_BATCHES:-8,32} --contexts 4096,16384 \
-            --out_dir "$WORK/bench" --name decode_lanes ;;
     decode_linear_tune)  # decode_linear's tile knobs at batch 1, 4k (MHA, Tucker, MLA; graph_merged), one run per setting
         for kn in "" "PROGRAMS_PER_SM=1" "PROGRAMS_PER_SM=4" "TILE=4096" "TILE=16384" "NUM_WARPS=2" "MAX_BLOCK_N=16"; do
             name=decode_linear_tune${kn:+_${kn//=/}}
