@@ -16,6 +16,7 @@ Without nvidia-smi (a CPU machine) the log is empty and window() returns None.
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import os
 import shutil
@@ -79,6 +80,7 @@ class ClockLog:
             self._proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             self._reader = threading.Thread(target=self._read, daemon=True)
             self._reader.start()
+            atexit.register(self.__exit__)  # a run that ends by an exception does not leave nvidia-smi behind
         return self
 
     def _read(self) -> None:
@@ -97,6 +99,7 @@ class ClockLog:
                 self._proc.wait()
             self._reader.join(timeout=5)
             self._proc = None
+            atexit.unregister(self.__exit__)
 
     def window(self, t0: float, t1: float) -> Optional[dict]:
         return summarize(list(self.samples), t0, t1)
