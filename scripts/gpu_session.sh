@@ -33,6 +33,7 @@
 #   kernel_narrow  bench_decode_kernel (the split kernel alone, B=32, 16k) for the narrow heads of the GPT-2 rows: Tucker
 #                 [8,64,64] shared (T64) and with separate k, v (T64kv), MHA beside: defaults, split alone, tiles
 #                 (warps x BLOCK_N x stages) and splits (CTAS_PER_SM): which settings read the cache fastest
+#   decode_profile1  profiled graph replays of batch-1 steps at 4k (MHA, Tucker, Tucker shared): every kernel of the step
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
@@ -210,6 +211,9 @@ for st in "$@"; do
         stage decode_compiled_check python3 -m scripts.bench_decode --variants mha,tucker_8_64_64 \
             --modes graph_merged,graph_merged_compiled --batches 1,32 --contexts 4096 --out_dir "$WORK/bench" \
             --name decode_compiled_check ;;
+    decode_profile1)  # where a batch-1 step's time goes (decode_linear's kernels, the split and combine kernels)
+        stage decode_profile1 python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,tucker_shared_8_64_64 \
+            --modes graph_merged --batches 1 --contexts 4096 --profile_rows 20 --out_dir "$WORK/bench" --name decode_profile1 ;;
     decode_profile32)  # where a batch-32 step's time goes (cuBLAS matmuls, add_norm, attention): profiled graph replays
         stage decode_profile32 python3 -m scripts.bench_decode --variants mha,tucker_8_64_64,tucker_shared_8_64_64,mqa \
             --modes graph_merged --batches 32 --contexts 4096,16384 --profile_rows 20 --out_dir "$WORK/bench" \
