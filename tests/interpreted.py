@@ -1,9 +1,10 @@
 """Triton kernels tested on the CPU: Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) in a child pytest.
 
 The interpreter must be switched on before triton is first imported, and another test may already have
-imported it in this process, so a parent test (`run_interpreted`) runs a file's interpreted tests (those
-named `*interp_*`, marked `needs_child`) in a fresh process with the variable set, and fails unless they
-all ran and passed. fp32 and fp16 only: the 3.6 interpreter's tl.dot gets bf16 wrong (bf16 runs on the GPU).
+imported it in this process, so a parent test (`run_interpreted`, called by tests/test_interpreted.py) runs the
+interpreted tests (those named `*interp_*`, marked `needs_child`) of every file that has them in one fresh
+process with the variable set, and fails unless they all ran and passed. fp32 and fp16 only: the 3.6
+interpreter's tl.dot gets bf16 wrong (bf16 runs on the GPU).
 """
 import os
 import subprocess
@@ -30,12 +31,12 @@ if CHILD:
     _interp._patch_lang_tensor = _patched
 
 
-def run_interpreted(test_file: str, timeout: int = 300) -> None:
-    """Run test_file's `interp_` tests in a TRITON_INTERPRET=1 child; fail unless all ran and passed."""
+def run_interpreted(*test_files, timeout: int = 300) -> None:
+    """Run the test files' `interp_` tests in one TRITON_INTERPRET=1 child; fail unless all ran and passed."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "TUCKER_TRITON_INTERPRETED": "1",
            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                           str(test_file), "-k", "interp_"],
+                           *map(str, test_files), "-k", "interp_"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]

@@ -13,7 +13,7 @@ Triton's interpreter (tests/interpreted.py), on a GPU as compiled, at a batch on
 import pytest
 import torch
 
-from interpreted import CHILD, needs_child, run_interpreted
+from interpreted import needs_child
 from model import GPT, GPTConfig, GroupedQueryAttention, StaticDecoder, TuckerAttention, sample_next
 
 VARIANTS = {
@@ -338,13 +338,8 @@ def test_merged_tucker_decode_equals_uncached_forward(variant, pos_emb):
 
 
 # ----------------------------------------------------------------------------------------
-# The decode step through the Triton kernels on the CPU (Triton's interpreter, child process)
-
-
-@pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
-def test_kernel_decode_interpreted():
-    pytest.importorskip("triton")
-    run_interpreted(__file__)
+# The decode step through the Triton kernels on the CPU (Triton's interpreter: tests/test_interpreted.py runs
+# these in its child process)
 
 
 INTERP_DECODE = [("mha", "rope", None), ("gqa2", "learned", None), ("tucker", "rope", None),

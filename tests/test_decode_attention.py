@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import decode_attention as da
-from interpreted import CHILD, needs_child, run_interpreted
+from interpreted import needs_child
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -347,13 +347,7 @@ def test_num_splits_is_static():
 
 
 # ----------------------------------------------------------------------------------------
-# The kernels through Triton's interpreter (child process)
-
-
-@pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
-@pytest.mark.skipif(not da._triton_available(), reason="triton is not installed")
-def test_kernels_interpreted():
-    run_interpreted(__file__)
+# The kernels through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import decode_linear as dl
-from interpreted import CHILD, needs_child, run_interpreted
+from interpreted import needs_child
 from model import LayerNorm, RMSNorm
 
 CUDA = torch.cuda.is_available()
@@ -139,13 +139,7 @@ def test_more_rows_than_max_take_torch():
 
 
 # ----------------------------------------------------------------------------------------
-# The kernel through Triton's interpreter (child process)
-
-
-@pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
-@pytest.mark.skipif(not dl._triton_available(), reason="triton is not installed")
-def test_kernel_interpreted():
-    run_interpreted(__file__)
+# The kernel through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
 
 
 CASES = [  # (M, K, N, norm, act, bias, residual, kn): every prologue, epilogue and layout at least once

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import fused_loss as fl
-from interpreted import CHILD, needs_child, run_interpreted
+from interpreted import needs_child
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -136,13 +136,7 @@ def test_fp16_grad_weight_does_not_overflow():
 
 
 # ----------------------------------------------------------------------------------------
-# The kernel through Triton's interpreter (child process)
-
-
-@pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
-@pytest.mark.skipif(not fl._triton_available(), reason="triton is not installed")
-def test_kernel_interpreted():
-    run_interpreted(__file__)
+# The kernel through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
 
 
 CASES = [(5, 300), (3, 64), (6, 1000), (1, 7)]  # (M, V): 5, 1, 16 and 1 blocks of BLOCK = 64

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fused_norm as fn
-from interpreted import CHILD, needs_child, run_interpreted
+from interpreted import needs_child
 from model import LayerNorm, RMSNorm
 
 CUDA = torch.cuda.is_available()
@@ -72,13 +72,7 @@ def test_dispatch_and_errors():
 
 
 # ----------------------------------------------------------------------------------------
-# The kernel through Triton's interpreter (child process)
-
-
-@pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
-@pytest.mark.skipif(not fn._triton_available(), reason="triton is not installed")
-def test_kernel_interpreted():
-    run_interpreted(__file__)
+# The kernel through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
 
 
 @needs_child
