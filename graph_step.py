@@ -20,12 +20,7 @@ What it asks of the run (`check_graph_step` says why not, naming the key):
 The first `warmup` iterations run as plain steps (real iterations, the same updates as without
 the graph) on a side stream, so that torch.compile, cuBLAS and Triton's autotuner do their
 one-time work outside the capture, as PyTorch's whole-network capture recipe asks. The next
-iteration is captured, then replayed; every later one is a replay. `segments` > 1 captures it as
-consecutive graphs sharing one memory pool (the first forward, then the rest; or the first forward,
-the rest of the micro-steps, the optimizer): launching a replay of ~1,000 kernels costs the host
-0.7-0.9 ms on an H200, and while the GPU runs one segment the host launches the next. Measured on a GPT-2 step
-it changed nothing (session 11, results/bench/README.md: 2 or 3 graphs as fast as one), so 1 is the default and
-train.py always uses it; the option stays for hosts slower to launch. The inputs, the learning
+iteration is captured, then replayed; every later one is a replay. The inputs, the learning
 rate and the loss live in static tensors: a replay reads the batch and the learning rate
 copied into them and writes the loss there. The graph's memory pool keeps one iteration's
 activations and gradients for the whole run; an evaluation between iterations allocates beside it.
@@ -36,7 +31,6 @@ from typing import Optional, Sequence
 import torch
 
 GRAPH_COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")  # modes without CUDA graphs of their own
-SEGMENTS = (1, 2, 3)  # graphs an iteration is captured in (GraphedTrainStep._segments)
 WARMUP = 3  # plain iterations before the capture (GraphedTrainStep's default, train.py's)
 
 
@@ -67,14 +61,11 @@ class GraphedTrainStep:
     it returns the iteration's mean loss (a fresh 0-d tensor: no sync)."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, accum: int, batch_size: int,
-                 seq_len: int, device: torch.device, dtype: str, grad_clip: float = 0.0, warmup: int = WARMUP,
-                 segments: int = 1):
+                 seq_len: int, device: torch.device, dtype: str, grad_clip: float = 0.0, warmup: int = WARMUP):
         if accum < 1 or warmup < 1:
             raise ValueError(f"accum={accum} and warmup={warmup} must be >= 1")
-        if segments not in SEGMENTS:
-            raise ValueError(f"segments={segments} is not supported: allowed {', '.join(map(str, SEGMENTS))}")
         self.model, self.optimizer = model, optimizer
-        self.accum, self.grad_clip, self.warmup, self.segments = accum, grad_clip, warmup, segments
+        self.accum, self.grad_clip, self.warmup = accum, grad_clip, warmup
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         # autocast's weight cast cache must be off in a captured graph (PyTorch's CUDA graph notes): a cached
         # bf16 copy made during capture would be read by every replay even after the weights change
@@ -83,53 +74,23 @@ class GraphedTrainStep:
         self.x = torch.zeros((accum, batch_size, seq_len), dtype=torch.long, device=device)  # (accum, B, T) inputs
         self.y = torch.zeros_like(self.x)  # (accum, B, T) targets
         self.lr = None  # one 0-d float32 tensor per param group once captured: what the replays read
-        self.graphs = []  # the captured iteration: one graph, or its consecutive segments (one memory pool)
+        self.graph = None
         self.loss = None  # (): the mean loss the graph writes
         self.iterations = 0
 
-    def _phases(self) -> list:
-        """The iteration as a list of phases, each a function of a shared dict, run in order: every micro-step's
-        forward (with its loss) and backward, then the clip and the AdamW step. As train.py's plain step
-        (without its scaler); the mean loss ends in state['loss']."""
-        def start(state):
-            state["loss"] = torch.zeros((), device=self.x.device)
-
-        def forward(micro):
-            def run(state):
-                with self.autocast:
-                    _, loss = self.model(self.x[micro], self.y[micro])
-                    state["micro_loss"] = loss / self.accum
-                state["loss"] += state["micro_loss"].detach()
-            return run
-
-        def backward(state):
-            state.pop("micro_loss").backward()
-
-        def update(state):
-            if self.grad_clip != 0.0:  # no host sync: the norm and the scale stay on the device
-                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
-            self.optimizer.step()
-
-        phases = [start]
-        for micro in range(self.accum):
-            phases += [forward(micro), backward]
-        return phases + [update]
-
     def _iteration(self) -> torch.Tensor:
-        """One iteration on the static inputs; returns its mean loss."""
-        state = {}
-        for phase in self._phases():
-            phase(state)
-        return state["loss"]
-
-    def _segments(self) -> list:
-        """The phases cut into self.segments consecutive graphs: 1, the whole iteration; 2, the first forward,
-        then the rest; 3, the first forward, the rest of the micro-steps, the clip and AdamW step. While the GPU
-        runs one segment the host launches the next, so the GPU waits only for the first one's launch."""
-        phases = self._phases()
-        cuts = {1: [], 2: [2], 3: [2, len(phases) - 1]}[self.segments]
-        bounds = [0] + cuts + [len(phases)]
-        return [phases[a:b] for a, b in zip(bounds, bounds[1:])]
+        """One iteration on the static inputs, as train.py's plain step (without its scaler)."""
+        loss_sum = torch.zeros((), device=self.x.device)
+        for micro in range(self.accum):
+            with self.autocast:
+                _, loss = self.model(self.x[micro], self.y[micro])
+                loss = loss / self.accum
+            loss_sum += loss.detach()
+            loss.backward()
+        if self.grad_clip != 0.0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)  # no host sync: scales on device
+        self.optimizer.step()
+        return loss_sum
 
     def _load(self, batches: Sequence, lr: float) -> None:
         if len(batches) != self.accum:
@@ -155,10 +116,9 @@ class GraphedTrainStep:
                 self.optimizer.zero_grad(set_to_none=True)  # the capture then allocates the gradients in its pool
             torch.cuda.current_stream(self.x.device).wait_stream(side)
             return loss
-        if not self.graphs:
+        if self.graph is None:
             self._capture(lr)
-        for graph in self.graphs:  # in capture order: they share one memory pool
-            graph.replay()
+        self.graph.replay()
         return self.loss.clone()
 
     def _device_lr(self, lr: float) -> None:
@@ -181,13 +141,6 @@ class GraphedTrainStep:
 
     def _capture(self, lr: float) -> None:
         self._device_lr(lr)
-        # (entering a capture syncs and empties the allocator's cache); segments share one pool: tensors one of them
-        # writes (activations, the loss) are read by the next, at the same addresses in every replay
-        pool, state = torch.cuda.graph_pool_handle(), {}
-        for segment in self._segments():
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                for phase in segment:
-                    phase(state)
-            self.graphs.append(graph)
-        self.loss = state["loss"]
+        self.graph = torch.cuda.CUDAGraph()  # (entering the capture syncs and empties the allocator's cache)
+        with torch.cuda.graph(self.graph):
+            self.loss = self._iteration()

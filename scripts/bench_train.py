@@ -548,7 +548,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     graph = None
     if args.graph_step:  # train.py's graph_step: the whole iteration replayed from one CUDA graph
         graph = GraphedTrainStep(net, optimizer, accum=accum, batch_size=batch_size, seq_len=seq_len, device=device,
-                                 dtype="bfloat16", warmup=GRAPH_WARMUP, segments=args.graph_segments)
+                                 dtype="bfloat16", warmup=GRAPH_WARMUP)
 
     def step(i, stamps=None):
         """One iteration: `accum` micro-steps (stamps: forward start, forward end, backward end
@@ -811,14 +811,6 @@ def loop_section(rows, both: bool) -> str:
             "into the graph and replaying it).\n\n" + markdown_table(headers, body))
 
 
-def graph_line(a: dict) -> str:
-    if not a.get("graph_step"):
-        return ""
-    n = a.get("graph_segments", 1)
-    return ("the whole iteration replayed from one CUDA graph (--graph_step), " if n == 1 else
-            f"the whole iteration replayed from {n} consecutive CUDA graphs (--graph_step --graph_segments {n}), ")
-
-
 def run_line(info) -> str:
     a = info["args"]
     pre = f", caches filled by {a['precompile']} precompile workers" if a.get("precompile") else ""
@@ -827,7 +819,7 @@ def run_line(info) -> str:
             f"compile={a['compile']}{' (' + a['compile_scope'] + pre + ')' if a['compile'] else ''}, "
             f"{'mode ' + a['compile_mode'] + ', ' if a['compile'] and a.get('compile_mode', 'default') != 'default' else ''}"
             f"{'inductor options ' + json.dumps(info['inductor_options']) + ', ' if a['compile'] and info.get('inductor_options') else ''}"
-            f"{graph_line(a)}"
+            f"{'the whole iteration replayed from one CUDA graph (--graph_step), ' if a.get('graph_step') else ''}"
             f"bf16 autocast, fused AdamW{accum}, SDPA backend {a['sdpa_backend']}"
             f"{', activation checkpointing' if a.get('act_ckpt') else ''}"
             f"{', loss head in chunks of %d tokens' % a['loss_chunk'] if a.get('loss_chunk') else ''}; "
@@ -989,10 +981,6 @@ def build_parser():
     p.add_argument("--graph_step", action="store_true",
                    help="train.py's graph_step: capture the whole iteration (forward, backward, AdamW) in one CUDA "
                         "graph and replay it (graph_step.py; with --compile_mode default)")
-    p.add_argument("--graph_segments", type=int, default=1, choices=(1, 2, 3),
-                   help="--graph_step: capture the iteration as this many consecutive graphs (graph_step.py's "
-                        "segments: the host launches one while the GPU runs the one before; no gain on an H200 "
-                        "in session 11)")
     p.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
                    help="an inductor option over train.py's (model.train_compile_options), e.g. "
                         "triton.mix_order_reduction=True; repeatable; VALUE True, False, an integer or a string")

@@ -56,9 +56,6 @@
 #   train_graph_rope  --graph_step, learned positions and RoPE: MHA, MLA shared 128 (decoupled RoPE), Tucker, 12x1024
 #   train_loop    MHA and Tucker [8,64,64] timed nanoGPT's way (--loop: the loop's GPU and host time per iteration), with
 #                 --graph_step and without, both shapes
-#   train_segments  MHA and Tucker [8,64,64] with --graph_step as 1, 2 and 3 consecutive graphs (--graph_segments),
-#                 timed nanoGPT's way (--loop) beside nanoGPT's bench.py, both shapes: does the replay's launch keep
-#                 the GPU waiting?
 #   train_inductor_knobs  MHA and Tucker [8,64,64] with --graph_step: default, TORCHINDUCTOR_ENABLE_PDL=1 (programmatic
 #                 dependent launch for inductor's kernels), both shapes; TORCHINDUCTOR_MIX_ORDER_REDUCTION=0 and its
 #                 split size autotuned (the layer norm's backward and its weight gradient), 12x1024
@@ -258,13 +255,6 @@ for st in "$@"; do
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_loop_graph
         stage train_loop_default python3 -m scripts.bench_train --loop --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 \
             --precompile 2 --time_budget ${TRAIN_BUDGET:-150} --out_dir "$WORK/bench" --name train_loop_default ;;
-    train_segments)
-        for n in 1 2 3; do
-            NG=(); [[ $n == 1 ]] && NG=(--nanogpt .carry/nanogpt)
-            stage train_segments_$n python3 -m scripts.bench_train "${NG[@]}" --loop --graph_step --graph_segments $n \
-                --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --precompile 2 --time_budget ${TRAIN_BUDGET:-150} \
-                --out_dir "$WORK/bench" --name train_segments_$n
-        done ;;
     train_inductor_knobs)  # --graph_step rows under inductor's environment switches, one run each (own compile caches)
         KA=(--graph_step --variants mha,tucker_8_64_64 --precompile 2 --out_dir "$WORK/bench")
         stage knobs_default python3 -m scripts.bench_train "${KA[@]}" --shapes 12x1024,64x256 --time_budget 150 --name knobs_default
