@@ -87,10 +87,6 @@ ROPE_FP32 = False  # rotate keys in fp32 (False: in the cache dtype, as model.ap
 #                    registers: on the H200, r3 = 128 spilled in fp32 and ran 35% slower)
 _ROPE_MODES = {"rows": 0, "k_angle": 1, "q_base": 2}
 COMBINE_TILE = 4096  # fp32 elements of one combine tile (splits x value columns)
-COMBINE = "split"  # where the partials are merged: 'split' (the program of each (sequence, KV head) that finishes
-#                    last does it, counted by an atomic: no second launch) or 'kernel' (a combine kernel after it)
-COMBINE_SPLIT_MAX = 32768  # ... 'split' only where a group's partials are at most this many fp32 elements
-#                            (one program reads them; more: the combine kernel spreads them over programs)
 TUCKER_QCORE = "dot"  # Tucker query cores in the split kernel: 'dot' (a tensor-core product per head,
 #                       pipelined loop) or 'bcast' (broadcast-multiply-sum over r2 chunks, all heads at once)
 TUCKER_QCORE_TILE = 4096  # fp32 elements of one (heads x r2-chunk x r3) 'bcast' step
@@ -272,9 +268,8 @@ if _triton_available():
 
     @triton.jit
     def _split_kernel(
-        Q, G, Gp, K, V, Knew, Vnew, Len, QPos, Cos, Sin, Opart, Mpart, Lpart, Out, Counter,
+        Q, G, Gp, K, V, Knew, Vnew, Len, QPos, Cos, Sin, Opart, Mpart, Lpart,
         s_qb, s_qh, s_qd,  # q (B, nH, Dk); with QCORE: q_lat (B, r2) as (s_qb, -, s_qd)
-        s_ob, s_oh,  # COMBINE: out (B, nH, Dv) [OUTCORE: y_lat (B, P2), s_oh unused]
         s_gh, s_gj, s_gd,  # G (nH, r2, r3), QCORE only
         s_gph, s_gpp, s_gpd,  # G~ (nH, P2, Dv), OUTCORE only
         s_kb, s_kg, s_kn,  # k (B, nG, L, Dk), unit last stride
@@ -293,9 +288,6 @@ if _triton_available():
         ROT_Q: tl.constexpr,  # rotate the query tile to its position (QPos + QPOS_OFF) before use
         ROT_NEW: tl.constexpr,  # rotate the new key to its position before it is stored (a cache of rotated keys)
         PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous kernel first
-        COMBINE: tl.constexpr,  # the split that finishes last for (b, g) merges the partials into Out (no combine kernel)
-        BLOCK_CH: tl.constexpr, BLOCK_CS: tl.constexpr, BLOCK_CC: tl.constexpr,  # its (heads, splits, columns) tile
-        C_COLS: tl.constexpr,  # the columns it merges: DV [OUTCORE: P2]
     ):
         if PDL:  # everything this program reads or writes comes after the previous kernel's completion
             gdc_wait()
@@ -596,46 +588,6 @@ if _triton_available():
             if HAS_VHI:
                 tl.store(o_base + vc_hi[None, :], acc_hi, mask=mask_h[:, None] & vm_hi[None, :])
 
-        if COMBINE:
-            # The merge of the num_splits partials of (b, g), done by whichever of its programs finishes last
-            # (an arrival counter per (b, g)), as _combine_kernel / _combine_outcore_kernel compute it, in place
-            # of a second launch. Release: every thread's partial stores, then one gpu-scope acq_rel atomic;
-            # the last arrival reads the other programs' partials from L2 (.cg) after it.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(Counter + pid_bg, 1, sem="acq_rel", scope="gpu")
-            if arrived == num_splits - 1:
-                tl.store(Counter + pid_bg, 0)  # every program of this launch has counted: zero for the next launch
-                c_h = tl.arange(0, BLOCK_CH)
-                c_s = tl.arange(0, BLOCK_CS)
-                mask_ch = c_h < group
-                mask_hs = mask_ch[:, None] & (c_s < num_splits)[None, :]
-                hs = (b64 * n_heads + g * group + c_h[:, None]) * num_splits + c_s[None, :]  # (H, S) partial rows
-                m = tl.load(Mpart + hs, mask=mask_hs, other=float("-inf"), cache_modifier=".cg")
-                l = tl.load(Lpart + hs, mask=mask_hs, other=0.0, cache_modifier=".cg")
-                m_max = tl.max(m, axis=1)
-                m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # padded heads, length 0: all empty
-                w = tl.exp2(m - m_max[:, None])  # (H, S); empty splits: 2^-inf = 0
-                if OUTCORE:
-                    w = w * l
-                    den = tl.sum(w, axis=1)
-                    w = w / tl.where(den > 0, den, 1.0)[:, None]  # the share of split s in head h's softmax
-                else:
-                    den = tl.sum(w * l, axis=1)
-                    den = tl.where(den > 0, den, 1.0)
-                for c0 in range(0, C_COLS, BLOCK_CC):
-                    offs_c = c0 + tl.arange(0, BLOCK_CC)
-                    mask_c = offs_c < C_COLS
-                    part = tl.load(Opart + hs[:, :, None] * C_COLS + offs_c[None, None, :],
-                                   mask=mask_hs[:, :, None] & mask_c[None, None, :], other=0.0,
-                                   cache_modifier=".cg")  # (H, S, C)
-                    if OUTCORE:  # y[b, c] = sum_h sum_s w[h, s] Y[b, h, s, c]
-                        y_c = tl.sum(tl.sum(part * w[:, :, None], axis=1), axis=0)
-                        tl.store(Out + b64 * s_ob + offs_c, y_c.to(Out.dtype.element_ty), mask=mask_c)
-                    else:  # o[b, h, c] = sum_s w_s acc_s / sum_s w_s l_s
-                        o_c = tl.sum(part * w[:, :, None], axis=1) / den[:, None]
-                        tl.store(Out + b64 * s_ob + (g * group + c_h[:, None]) * s_oh + offs_c[None, :],
-                                 o_c.to(Out.dtype.element_ty), mask=mask_ch[:, None] & mask_c[None, :])
-
     @triton.jit
     def _combine_kernel(
         Opart, Mpart, Lpart, Out, s_ob, s_oh, n_heads, num_splits,
@@ -750,24 +702,6 @@ def _layout(Dk: int, Dv: int, rope: bool, v_from_k: bool):
                 VSPLIT=vsplit, BLOCK_VLO=vlo, BLOCK_VHI=vhi, HAS_VHI=has_vhi)
 
 
-_COUNTERS = {}  # (device, stream) -> int32 arrival counters of the split kernels; every launch leaves them 0
-_COUNTERS_KEPT = []  # every counter buffer ever handed out: a captured graph may hold any of them
-
-
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """At least n zeroed int32 arrival counters for COMBINE='split', one buffer per (device, stream), as cuBLAS
-    keeps a workspace per stream: kernels in one stream run one after the other, and each launch's last
-    arrivals put their counters back to 0. Allocated once (during a graph capture: in that graph, zeroed by
-    it), never freed."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    buf = _COUNTERS.get((device, stream))
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 256), device=device, dtype=torch.int32)
-        _COUNTERS[(device, stream)] = buf
-        _COUNTERS_KEPT.append(buf)
-    return buf
-
-
 def _v_is_k(k, v) -> bool:
     """v is k's storage (v is k, or a k[..., :Dv] view): then values come from the key tile."""
     return (v.data_ptr() == k.data_ptr() and v.stride() == k.stride() and v.size(-1) <= k.size(-1))
@@ -825,35 +759,22 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
     gps = G_post.stride() if G_post is not None else (0, 0, 0)
     num_warps = NUM_WARPS or (4 if block_h >= 32 else 2)
     pdl = {name: (PDL is True or (PDL is not False and name in PDL)) and pdl_capable(dev) for name in ("split", "combine")}
-    if out is None and G_post is None:
-        out = _empty((B, nH, Dv), dev, q.dtype)
-    # the combine inside the split kernel: (heads, splits, columns) tile of one (b, g)'s partials
-    c_cols = Dv if G_post is None else P2
-    block_ch, block_cs = _pow2(group, 1), _pow2(S, 1)
-    block_cc = max(1, min(_pow2(c_cols, 1), _pow2_floor(max(1, COMBINE_TILE // (block_ch * block_cs)))))
-    if COMBINE not in ("split", "kernel"):
-        raise ValueError(f"decode_attention.COMBINE must be 'split' or 'kernel', got {COMBINE!r}")
-    fused = COMBINE == "split" and group * S * c_cols <= COMBINE_SPLIT_MAX and (G_post is None or nG == 1)
-    counters = _counters(dev, B * nG) if fused else m_part  # a dummy when off (never read)
     last_launch["split"] = _split_kernel[(B * nG, S)](
         q, G if G is not None else q, G_post if G_post is not None else q, k, v, k_new, v_new, length, qpos, cos, sin,
-        o_part, m_part, l_part, out, counters,
-        *qs, out.stride(0), out.stride(1) if out.dim() == 3 else 0, *gs, *gps,
-        k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), *kns, *vns,
+        o_part, m_part, l_part,
+        *qs, *gs, *gps, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), *kns, *vns,
         s_len, s_qpos, s_rn, s_rd, nG, group, S, L, scale * math.log2(math.e),
         DK=Dk, DV=Dv, R2=r2, P2=P2, BLOCK_P2=_pow2(P2), BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_J=block_j,
         ROPE=rope is not None, ROPE_MODE=_ROPE_MODES[ROPE_MODE], ROPE_F32=ROPE_FP32, V_FROM_K=v_from_k,
         QCORE=G is not None, QCORE_DOT=TUCKER_QCORE == "dot", OUTCORE=G_post is not None, QPOS_OFF=qpos_off,
         DOT_PREC="ieee" if k.dtype == torch.float32 else "tf32",
         NEW=new_kv is not None, ROT_Q=rotate_q, ROT_NEW=rotate_new and new_kv is not None,
-        num_warps=num_warps, num_stages=NUM_STAGES, PDL=pdl["split"], COMBINE=fused,
-        BLOCK_CH=block_ch, BLOCK_CS=block_cs, BLOCK_CC=block_cc, C_COLS=c_cols, **lay, **_pdl_launch(pdl["split"]),
+        num_warps=num_warps, num_stages=NUM_STAGES, PDL=pdl["split"], **lay, **_pdl_launch(pdl["split"]),
     )
-    last_launch.pop("combine", None)
-    if fused:
-        return out
     block_s = _pow2(S, 1)
     if G_post is None:
+        if out is None:
+            out = _empty((B, nH, Dv), dev, q.dtype)
         block_d = max(16, min(_pow2(Dv), _pow2_floor(max(1, COMBINE_TILE // block_s))))
         last_launch["combine"] = _combine_kernel[(B * nH, _cdiv(Dv, block_d))](
             o_part, m_part, l_part, out, out.stride(0), out.stride(1), nH, S,

@@ -29,7 +29,6 @@
 #                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
 #   decode_linear_tune  decode_linear's tile knobs (PROGRAMS_PER_SM, TILE, NUM_WARPS, MAX_BLOCK_N) one run each, batch 1, 4k
 #   decode_pdl    decode_attention's PDL knob: all kernels, none, the split kernel only, the combine only (batch 1, 4k and 16k)
-#   decode_combine  decode_attention's COMBINE knob: partials merged in the split kernel or by a combine kernel, alternating
 #   decode_compiled_check  graph_merged against graph_merged_compiled (MHA, Tucker; batch 1 and 32, 4k)
 #   kernel_narrow  bench_decode_kernel (the split kernel alone, B=32, 16k) for the narrow heads of the GPT-2 rows: Tucker
 #                 [8,64,64] shared (T64) and with separate k, v (T64kv), MHA beside: defaults, split alone, tiles
@@ -203,16 +202,6 @@ for st in "$@"; do
             name=decode_pdl_$(echo "$kn" | tr -dc 'a-zA-Z,' | tr ',' '_')
             stage $name python3 -m scripts.bench_decode --variants mha,gqa4,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
                 --modes graph_merged --batches 1 --contexts 4096,16384 --knob "PDL=$kn" --out_dir "$WORK/bench" --name $name
-        done ;;
-    decode_combine)  # decode_attention's COMBINE knob: the partials merged in the split kernel (its last program per
-        # sequence and KV head) or by the combine kernel after it; graph_merged, batch 1 and 32, 4k and 16k, the two
-        # alternating COMBINE_ROUNDS times (default 3) on the same GPU
-        for r in $(seq 1 ${COMBINE_ROUNDS:-3}); do
-            for kn in "'kernel'" "'split'"; do
-                name=decode_combine_$(echo "$kn" | tr -dc 'a-z')_$r
-                stage $name python3 -m scripts.bench_decode --variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
-                    --modes graph_merged --batches 1,32 --contexts 4096,16384 --knob "COMBINE=$kn" --out_dir "$WORK/bench" --name $name
-            done
         done ;;
     decode_compiled_check)  # the uncompiled graph step against the compiled one (torch.compile traces decode_linear's
         # torch ops: inductor's fusions instead of its kernels), MHA and Tucker, batch 1 and 32, 4k

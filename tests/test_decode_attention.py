@@ -441,44 +441,6 @@ def test_interp_append_at_split_and_block_edges(rope, monkeypatch):
     check_append(out, k, v, expected, 2e-5)
 
 
-@needs_child
-@pytest.mark.parametrize("combine,split_max", [("split", 32768), ("split", 0), ("kernel", 32768)])
-def test_interp_combine_in_the_split_kernel_or_after_it(combine, split_max, poisoned, monkeypatch):
-    """The partials merged by the last split program of each (sequence, KV head) (COMBINE='split'), or by the
-    combine kernel (COMBINE='kernel', or a group's partials over COMBINE_SPLIT_MAX): the same answer, plain and
-    Tucker, with many splits (some empty); one launch when merged in the split kernel, and its arrival
-    counters back at zero after every call (the next call counts from them)."""
-    monkeypatch.setattr(da, "COMBINE", combine)
-    monkeypatch.setattr(da, "COMBINE_SPLIT_MAX", split_max)
-    monkeypatch.setattr(da, "INTERPRET_SMS", 64)
-    monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 16)
-    fused = combine == "split" and split_max > 0
-    q, k, v, length, tables = make_case(3, 6, 2, 120, 32, 32, rope=True, kv="same", lengths="random")
-    length[0] = 1  # one sequence whose splits but the first are empty
-    for _ in range(2):  # the second call starts from the counters the first left
-        out = da.decode_attention(q, k, v, length, scale=0.2, rope=tables, backend="triton")
-        assert err(out, ref_decode(q, k, v, length, 0.2, tables)) < 2e-5
-        assert ("combine" in da.last_launch) == (not fused)
-    g = torch.Generator().manual_seed(5)
-    B, nH, r2, r3, p2, L = 2, 4, 16, 32, 24, 100
-    q_lat, G = torch.randn(B, r2, generator=g), torch.randn(nH, r2, r3, generator=g) / 4
-    G_post, kt = torch.randn(nH, p2, r3, generator=g) / 6, torch.randn(B, 1, L, r3, generator=g)
-    lt = torch.tensor([L, 3])
-    for _ in range(2):
-        y = da.tucker_decode_attention(q_lat, G, kt, kt, G_post, lt, scale=0.2, backend="triton")
-        assert err(y, ref_tucker(q_lat, G, kt, kt, G_post, lt, 0.2, None, None)) < 5e-5
-        assert ("combine" in da.last_launch) == (not fused)
-    assert all(int(c.abs().sum()) == 0 for c in da._COUNTERS.values())
-
-
-@needs_child
-def test_interp_combine_knob_is_checked(monkeypatch):
-    monkeypatch.setattr(da, "COMBINE", "atomics")
-    q, k, v, length, _ = make_case(1, 2, 1, 16, 16, 16, rope=False, kv="same", lengths="full")
-    with pytest.raises(ValueError, match="COMBINE must be 'split' or 'kernel'"):
-        da.decode_attention(q, k, v, length, scale=0.2, backend="triton")
-
-
 TUCKER_CASES = [
     # B, nH, r2, r3, p2, p3, L, rope, shared, q_pos
     (2, 4, 16, 32, 16, 32, 100, True, True, False),
@@ -600,43 +562,6 @@ def test_cuda_graph_appends_step_after_step():
         torch.cuda.synchronize()
         assert err(out, expected[0]) < 3e-2
         assert err(k, expected[1]) < 2e-2  # row n - 1 written, rows before it as they were
-
-
-@needs_cuda
-@pytest.mark.parametrize("shape", [(1, 12, 12, 4096, 64), (32, 12, 1, 16384, 64), (4, 32, 8, 4096, 64)])
-def test_cuda_combine_in_split_kernel_over_many_replays(shape, monkeypatch):
-    """COMBINE='split' on the GPU, where the split programs finish in any order: 10 calls captured in one graph
-    (as a step's layers), replayed 30 times at new lengths, equal to the combine kernel's output (the same
-    partials, the same merge in fp32) every time, and the arrival counters at zero after each replay."""
-    B, nH, nG, L, D = shape
-    calls = [make_case(B, nH, nG, L, D, D, rope=True, kv="same" if nG == 1 else "separate", dtype=torch.bfloat16,
-                       device="cuda", seed=i) for i in range(10)]
-    length = torch.full((B,), 100, device="cuda")
-
-    def step():
-        return [da.decode_attention(q, k, v, length, scale=0.125, rope=tables) for q, k, v, _, tables in calls]
-
-    step()  # compile outside the capture
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = step()
-    assert "combine" not in da.last_launch  # merged in the split kernel at these shapes
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(30):
-        length.copy_(torch.randint(1, L + 1, (B,), generator=gen))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert all(int(c.abs().sum()) == 0 for c in da._COUNTERS.values())
-        monkeypatch.setattr(da, "COMBINE", "kernel")
-        expected = step()
-        monkeypatch.setattr(da, "COMBINE", "split")
-        for out, ref in zip(outs, expected):
-            torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2)
 
 
 @needs_cuda
