@@ -78,9 +78,6 @@ PDL = ("combine",)  # the kernels launched with programmatic dependent launch (H
 #   store. True / False: all / none. H200, B=1 (results/bench/session8/decode_pdl_*): the combine alone is best or
 #   within 5% for every variant; with the split kernel too GQA and MLA lose 7-15% and MHA 8% at 4k, Tucker gains 5%
 NUM_STAGES = 3  # split kernel's software pipelining depth (cache loads in flight)
-SWAP_AB = False  # the block's products transposed: scores (N, H) = k q^T and acc^T (Dv, H) += v^T p^T, the cache
-#                  rows the products' M dimension (a 64-row MMA tile) and the few heads their N, instead of the
-#                  heads padded to an M tile of 16 (the swap-AB form of decode kernels for small query groups)
 # How keys are rotated (all read the tables as rotations; see the module docstring):
 #   'q_base':  R(n0 + j) = R(n0) R(j): the block's queries take R(n0)^T, key row j takes R(j) (fixed tiles)
 #   'k_angle': key row n0 + j takes cos/sin of n0 + j built by angle addition from rows n0 and j
@@ -291,7 +288,6 @@ if _triton_available():
         ROT_Q: tl.constexpr,  # rotate the query tile to its position (QPos + QPOS_OFF) before use
         ROT_NEW: tl.constexpr,  # rotate the new key to its position before it is stored (a cache of rotated keys)
         PDL: tl.constexpr,  # launched with programmatic dependent launch: wait for the previous kernel first
-        SWAP_AB: tl.constexpr,  # the block's products transposed (rows of the cache as the MMA's M dimension)
     ):
         if PDL:  # everything this program reads or writes comes after the previous kernel's completion
             gdc_wait()
@@ -392,10 +388,6 @@ if _triton_available():
         acc_lo = tl.zeros((BLOCK_H, BLOCK_VLO), dtype=tl.float32)
         if HAS_VHI:
             acc_hi = tl.zeros((BLOCK_H, BLOCK_VHI), dtype=tl.float32)
-        if SWAP_AB:  # the accumulators transposed, (Dv, H), during the loop
-            acct_lo = tl.zeros((BLOCK_VLO, BLOCK_H), dtype=tl.float32)
-            if HAS_VHI:
-                acct_hi = tl.zeros((BLOCK_VHI, BLOCK_H), dtype=tl.float32)
 
         k_base = K + b64 * s_kb + g * s_kg
         v_base = V + b64 * s_vb + g * s_vg
@@ -466,28 +458,17 @@ if _triton_available():
                 kr_lo = k_lo
                 if HAS_KHI:
                     kr_hi = k_hi
-            if SWAP_AB:  # scores (N, H) = k q^T: the block's rows are the product's M dimension
-                qkt = tl.dot(kr_lo, tl.trans(qb_lo), input_precision=DOT_PREC)
-                if HAS_KHI:
-                    qkt += tl.dot(kr_hi, tl.trans(qb_hi), input_precision=DOT_PREC)
-                qkt = tl.where(mask_n[:, None], qkt * qk_scale, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(qkt, axis=0))
-                alpha = tl.exp2(m_i - m_new)
-                pt = tl.exp2(qkt - m_new[None, :])  # (N, H)
-                l_i = l_i * alpha + tl.sum(pt, axis=0)
-                m_i = m_new
-            else:
-                # scores (H, N) of all heads of the group against this block, fp32 accumulation
-                qk = tl.dot(qb_lo, tl.trans(kr_lo), input_precision=DOT_PREC)
-                if HAS_KHI:
-                    qk += tl.dot(qb_hi, tl.trans(kr_hi), input_precision=DOT_PREC)
-                qk = tl.where(mask_n[None, :], qk * qk_scale, float("-inf"))
-                # online softmax: rescale what was accumulated by exp2(m_old - m_new)
-                m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-                alpha = tl.exp2(m_i - m_new)
-                p = tl.exp2(qk - m_new[:, None])  # (H, N)
-                l_i = l_i * alpha + tl.sum(p, axis=1)
-                m_i = m_new
+            # scores (H, N) of all heads of the group against this block, fp32 accumulation
+            qk = tl.dot(qb_lo, tl.trans(kr_lo), input_precision=DOT_PREC)
+            if HAS_KHI:
+                qk += tl.dot(qb_hi, tl.trans(kr_hi), input_precision=DOT_PREC)
+            qk = tl.where(mask_n[None, :], qk * qk_scale, float("-inf"))
+            # online softmax: rescale what was accumulated by exp2(m_old - m_new)
+            m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])  # (H, N)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            m_i = m_new
             if V_FROM_K:  # shared KV: the unrotated key tile is the value tile (one HBM read)
                 v_lo = k_lo
                 if HAS_VHI:
@@ -505,20 +486,10 @@ if _triton_available():
                         mv_hi = mask_n[:, None] & mask_vhi[None, :]
                     v_hi = tl.load(v_base + offs_n[:, None] * s_vn + (VSPLIT + e_hi[None, :]), mask=mv_hi,
                                    other=0.0)  # (N, Dvhi)
-            if SWAP_AB:  # acc^T (Dv, H) += v^T p^T
-                pt_v = pt.to(v_lo.dtype)
-                acct_lo = acct_lo * alpha[None, :] + tl.dot(tl.trans(v_lo), pt_v, input_precision=DOT_PREC)
-                if HAS_VHI:
-                    acct_hi = acct_hi * alpha[None, :] + tl.dot(tl.trans(v_hi), pt_v, input_precision=DOT_PREC)
-            else:
-                p_v = p.to(v_lo.dtype)
-                acc_lo = acc_lo * alpha[:, None] + tl.dot(p_v, v_lo, input_precision=DOT_PREC)
-                if HAS_VHI:
-                    acc_hi = acc_hi * alpha[:, None] + tl.dot(p_v, v_hi, input_precision=DOT_PREC)
-        if SWAP_AB:
-            acc_lo = tl.trans(acct_lo)  # (H, Dvlo)
+            p_v = p.to(v_lo.dtype)
+            acc_lo = acc_lo * alpha[:, None] + tl.dot(p_v, v_lo, input_precision=DOT_PREC)
             if HAS_VHI:
-                acc_hi = tl.trans(acct_hi)
+                acc_hi = acc_hi * alpha[:, None] + tl.dot(p_v, v_hi, input_precision=DOT_PREC)
 
         if NEW:
             # the new token (row p = length - 1), in the one split whose rows hold p: its key and value come
@@ -798,8 +769,7 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         QCORE=G is not None, QCORE_DOT=TUCKER_QCORE == "dot", OUTCORE=G_post is not None, QPOS_OFF=qpos_off,
         DOT_PREC="ieee" if k.dtype == torch.float32 else "tf32",
         NEW=new_kv is not None, ROT_Q=rotate_q, ROT_NEW=rotate_new and new_kv is not None,
-        num_warps=num_warps, num_stages=NUM_STAGES, PDL=pdl["split"], SWAP_AB=bool(SWAP_AB), **lay,
-        **_pdl_launch(pdl["split"]),
+        num_warps=num_warps, num_stages=NUM_STAGES, PDL=pdl["split"], **lay, **_pdl_launch(pdl["split"]),
     )
     block_s = _pow2(S, 1)
     if G_post is None:

@@ -128,16 +128,15 @@ CASES = {c.key: c for c in (
     Case("MHA", "mha nH=12 D=64", 32, 12, 12, 16384, 64, 64, False, "separate"),
 )}
 DEFAULT_CASES = ("T64r", "T64", "T128r", "T128", "MQA", "MLA", "B1", "cap")
-GROUPS = ("base", "sdpa", "split_only", "rope", "tiles", "splits", "swap", "tucker")
+GROUPS = ("base", "sdpa", "split_only", "rope", "tiles", "splits", "tucker")
 GROUP_CASES = {  # the knob groups' cases (base and sdpa run every selected case)
     "split_only": ("T64r", "T64", "T64kv", "MQA", "B1"),
     "rope": ("T64r", "T128r", "B1", "cap"),
     "tiles": ("T64", "T64kv", "T128", "MQA", "MLA"),
     "splits": ("T64r", "T64", "T64kv", "MQA", "MLA"),
-    "swap": ("T64", "T64kv", "T64r", "T128", "MQA", "MLA", "MHA", "B1"),
 }
 KNOBS = ("CTAS_PER_SM", "MIN_SPLIT_TOKENS", "MAX_SPLITS", "BLOCK_N", "BLOCK_N_WIDE", "NUM_WARPS", "NUM_STAGES",
-         "ROPE_MODE", "ROPE_FP32", "SWAP_AB", "COMBINE_TILE", "TUCKER_QCORE", "TUCKER_QCORE_TILE", "TUCKER_QCORE_BLOCK_J")
+         "ROPE_MODE", "ROPE_FP32", "COMBINE_TILE", "TUCKER_QCORE", "TUCKER_QCORE_TILE", "TUCKER_QCORE_BLOCK_J")
 
 
 # ----------------------------------------------------------------------------------------
@@ -221,7 +220,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", type=_ints, default=[3, 4], help="NUM_STAGES values (tiles)")
     p.add_argument("--rope_modes", type=_csv, default=["q_base", "k_angle", "rows"], help="ROPE_MODE values (rope)")
     p.add_argument("--rope_fp32", type=_bools, default=[True, False], help="ROPE_FP32 values (rope): true,false")
-    p.add_argument("--swap_ab", type=_bools, default=[False, True], help="SWAP_AB values (swap): true,false")
     p.add_argument("--ctas", type=_ints, default=[2, 4, 8], help="CTAS_PER_SM values (splits)")
     p.add_argument("--min_split", type=_ints, default=[256, 1024], help="MIN_SPLIT_TOKENS values (splits)")
     p.add_argument("--qcores", type=_csv, default=["dot", "bcast"], help="TUCKER_QCORE values (tucker)")
@@ -446,7 +444,6 @@ KNOB_GRIDS = {
     "rope": [("ROPE_MODE", "", "rope_modes"), ("ROPE_FP32", "fp32", "rope_fp32"), ("NUM_WARPS", "warps", "warps")],
     "tiles": [("NUM_WARPS", "warps", "warps"), ("BLOCK_N", "BLOCK_N", "block_n"), ("NUM_STAGES", "stages", "stages")],
     "splits": [("CTAS_PER_SM", "CTAS", "ctas"), ("MIN_SPLIT_TOKENS", "MIN_SPLIT", "min_split")],
-    "swap": [("SWAP_AB", "swap", "swap_ab"), ("NUM_WARPS", "warps", "warps"), ("BLOCK_N", "BLOCK_N", "block_n")],
 }
 
 

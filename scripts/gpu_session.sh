@@ -29,8 +29,6 @@
 #                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
 #   decode_linear_tune  decode_linear's tile knobs (PROGRAMS_PER_SM, TILE, NUM_WARPS, MAX_BLOCK_N) one run each, batch 1, 4k
 #   decode_pdl    decode_attention's PDL knob: all kernels, none, the split kernel only, the combine only (batch 1, 4k and 16k)
-#   kernel_swap   bench_decode_kernel's swap group: SWAP_AB x NUM_WARPS x BLOCK_N for the GPT-2 and 128-wide cases
-#   decode_swap   the whole step with SWAP_AB off, on, on with 4 warps (graph_merged), alternating
 #   decode_compiled_check  graph_merged against graph_merged_compiled (MHA, Tucker; batch 1 and 32, 4k)
 #   kernel_narrow  bench_decode_kernel (the split kernel alone, B=32, 16k) for the narrow heads of the GPT-2 rows: Tucker
 #                 [8,64,64] shared (T64) and with separate k, v (T64kv), MHA beside: defaults, split alone, tiles
@@ -204,19 +202,6 @@ for st in "$@"; do
             name=decode_pdl_$(echo "$kn" | tr -dc 'a-zA-Z,' | tr ',' '_')
             stage $name python3 -m scripts.bench_decode --variants mha,gqa4,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
                 --modes graph_merged --batches 1 --contexts 4096,16384 --knob "PDL=$kn" --out_dir "$WORK/bench" --name $name
-        done ;;
-    kernel_swap) stage kernel_swap timeout ${KERNEL_TIMEOUT:-300} python3 -m scripts.bench_decode_kernel \
-            --groups base,swap --cases T64,T64kv,T64r,T128,MQA,MLA,MHA,B1 --warps 2,4 --block_n 64,128 \
-            --out_dir "$WORK/bench" --name kernel_swap ;;
-    decode_swap)  # decode_attention's SWAP_AB knob in the whole step (off, on, on with 4 warps), graph_merged, batch 1
-        # and 32, 4k and 16k, alternating SWAP_ROUNDS times (default 2) on the same GPU
-        for r in $(seq 1 ${SWAP_ROUNDS:-2}); do
-            for kn in "SWAP_AB=False" "SWAP_AB=True" "SWAP_AB=True NUM_WARPS=4"; do
-                name=decode_swap_$(echo "$kn" | tr -dc 'A-Z0-9=a-z ' | tr ' =' '__')_$r
-                stage $name python3 -m scripts.bench_decode --variants mha,gqa4,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
-                    --modes graph_merged --batches 1,32 --contexts 4096,16384 $(printf -- '--knob %s ' $kn) \
-                    --out_dir "$WORK/bench" --name $name
-            done
         done ;;
     decode_compiled_check)  # the uncompiled graph step against the compiled one (torch.compile traces decode_linear's
         # torch ops: inductor's fusions instead of its kernels), MHA and Tucker, batch 1 and 32, 4k
