@@ -58,7 +58,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from model import DECODE_COMPILE_MODES, GPT, GPTConfig, StaticDecoder  # noqa: E402
 # bench_train holds the variant list and the helpers both benchmarks share
-from scripts.bench_train import (VARIANTS, add_common_args, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
+from scripts.bench_train import (VARIANTS, add_common_args, apply_blas, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
                                  markdown_table, model_config, parse_ints, peak_memory_gib, profile_iterations,
                                  render_profile,
                                  release, reset_peak_memory, run_info, sdpa_context, select_variants, short_error,
@@ -423,6 +423,7 @@ def main(argv=None):
     add_common_args(p, name="bench_decode")
     args = p.parse_args(argv)
     set_knobs(args.knob)
+    apply_blas(args.blas)
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -869,6 +869,20 @@ def add_common_args(p, name: str) -> None:
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--out_dir", default=None, help="write NAME.md and NAME.json here")
     p.add_argument("--name", default=name, help="file name stem of the outputs (e.g. one per backend)")
+    p.add_argument("--blas", default="default", choices=BLAS_CHOICES,
+                   help="torch.backends.cuda.preferred_blas_library for the run: 'default' leaves torch's choice "
+                        "(cuBLAS), 'cublaslt' routes aten's matmuls (inductor's extern mm among them) to cuBLASLt")
+
+
+BLAS_CHOICES = ("default", "cublas", "cublaslt")
+
+
+def apply_blas(choice: str) -> None:
+    """--blas: the BLAS library aten's CUDA matmuls use in this process (nothing for 'default')."""
+    if choice not in BLAS_CHOICES:
+        raise ValueError(f"--blas must be one of {BLAS_CHOICES}, got {choice!r}")
+    if choice != "default":
+        torch.backends.cuda.preferred_blas_library(choice)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1024,6 +1038,7 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --device=cpu --tiny for a smoke test")
+    apply_blas(args.blas)  # ours only: nanoGPT's bench.py runs in its own process with torch's default
     if args.nanogpt:
         if device.type != "cuda":
             raise SystemExit("--nanogpt needs a CUDA device: nanoGPT's bench.py times bf16 on the GPU "

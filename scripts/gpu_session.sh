@@ -29,6 +29,8 @@
 #                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
 #   decode_linear_tune  decode_linear's tile knobs (PROGRAMS_PER_SM, TILE, NUM_WARPS, MAX_BLOCK_N) one run each, batch 1, 4k
 #   decode_pdl    decode_attention's PDL knob: all kernels, none, the split kernel only, the combine only (batch 1, 4k and 16k)
+#   blas_train    bench_train --graph_step (MHA, Tucker, MLA) with torch's BLAS, then with --blas cublaslt
+#   blas_decode   bench_decode graph_merged with torch's BLAS and with --blas cublaslt, alternating
 #   decode_compiled_check  graph_merged against graph_merged_compiled (MHA, Tucker; batch 1 and 32, 4k)
 #   kernel_narrow  bench_decode_kernel (the split kernel alone, B=32, 16k) for the narrow heads of the GPT-2 rows: Tucker
 #                 [8,64,64] shared (T64) and with separate k, v (T64kv), MHA beside: defaults, split alone, tiles
@@ -202,6 +204,18 @@ for st in "$@"; do
             name=decode_pdl_$(echo "$kn" | tr -dc 'a-zA-Z,' | tr ',' '_')
             stage $name python3 -m scripts.bench_decode --variants mha,gqa4,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
                 --modes graph_merged --batches 1 --contexts 4096,16384 --knob "PDL=$kn" --out_dir "$WORK/bench" --name $name
+        done ;;
+    blas_train)  # --blas: cuBLAS (torch's default) against cuBLASLt for aten's matmuls, the graphed training step
+        KA=(--graph_step --shapes 12x1024,64x256 --variants mha,tucker_8_64_64,mla_shared128 --precompile 2 --out_dir "$WORK/bench")
+        stage blas_train_default python3 -m scripts.bench_train "${KA[@]}" --time_budget ${BLAS_BUDGET:-150} --name blas_train_default
+        stage blas_train_cublaslt python3 -m scripts.bench_train "${KA[@]}" --blas cublaslt --time_budget ${BLAS_BUDGET:-150} \
+            --name blas_train_cublaslt ;;
+    blas_decode)  # --blas in the decode step (batch 32: cuBLAS's matmuls), alternating BLAS_ROUNDS times (default 2)
+        for r in $(seq 1 ${BLAS_ROUNDS:-2}); do
+            for b in default cublaslt; do
+                stage blas_decode_${b}_$r python3 -m scripts.bench_decode --variants mha,mqa,mla_shared128,tucker_8_64_64,tucker_shared_8_64_64 \
+                    --modes graph_merged --batches 1,32 --contexts 4096,16384 --blas $b --out_dir "$WORK/bench" --name blas_decode_${b}_$r
+            done
         done ;;
     decode_compiled_check)  # the uncompiled graph step against the compiled one (torch.compile traces decode_linear's
         # torch ops: inductor's fusions instead of its kernels), MHA and Tucker, batch 1 and 32, 4k

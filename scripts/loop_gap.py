@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 from graph_step import WARMUP as GRAPH_WARMUP  # noqa: E402
 
-from scripts.bench_train import (VARIANTS, Clock, _ANNOTATION, add_common_args, markdown_table, parse_shapes,  # noqa: E402
+from scripts.bench_train import (VARIANTS, Clock, _ANNOTATION, add_common_args, apply_blas, markdown_table, parse_shapes,  # noqa: E402
                                  row_config, run_info, select_variants, write_report)
 
 
@@ -280,11 +280,21 @@ def main(argv=None):
         raise SystemExit(f"--graph_step: --warmup must be >= {GRAPH_WARMUP + 2} ({GRAPH_WARMUP} plain iterations, "
                          "the capture, a replay)")
     variant, = select_variants(args.variant)
-    runs = {f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}": lambda: ours(variant, batch_size, seq_len, args, device)}
+    ours_name = f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}"
+    runs = {ours_name: lambda: ours(variant, batch_size, seq_len, args, device)}
     if args.nanogpt:
         runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)
+    torch_blas = torch.backends.cuda.preferred_blas_library()  # torch's own choice: nanoGPT's runs keep it
+
+    def blas_for(name):  # --blas for our runs only, set around everything each run does (built, warmed, timed)
+        if name == ours_name and args.blas != "default":
+            apply_blas(args.blas)
+        else:
+            torch.backends.cuda.preferred_blas_library(torch_blas)
+
     steps = {}
     for name, build in runs.items():  # every run built and warmed first: the rounds then alternate between them
+        blas_for(name)
         step = build()
         for i in range(args.warmup):
             step(i).item()
@@ -294,6 +304,7 @@ def main(argv=None):
     with ClockLog(interval_ms=args.clock_ms) as clock_log:
         for k in range(args.rounds):  # unprofiled; each round runs every step's loops back to back
             for name, step in steps.items():
+                blas_for(name)
                 loops = timed_loops(step, device=device, clock_log=clock_log)
                 rounds.append({"round": k, "run": name, "loops": loops})
                 print(f"round {k} {name}: " + ", ".join(
@@ -302,6 +313,7 @@ def main(argv=None):
     summary = rounds_summary(rounds, list(steps))
     results = {}
     for name, step in steps.items():
+        blas_for(name)
         loops = {w: {"mean_ms": ms} for w, ms in summary["median_ms"][name].items()}
         first = next(r["loops"] for r in rounds if r["run"] == name)
         for w in loops:

@@ -554,6 +554,27 @@ def test_bench_train_inductor_overrides():
         bench_train.main(["--tiny", "--device", "cpu", "--compile", "--inductor", "no_such_option=1"])
 
 
+def test_blas_option_reaches_torch(monkeypatch):
+    """--blas (bench_train, bench_decode; loop_gap for our runs only) sets torch.backends.cuda.preferred_blas_library,
+    and only when asked: 'default' leaves torch's choice alone; a value not among the choices is refused."""
+    calls = []
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", lambda *a: calls.append(a))
+    bench_train.apply_blas("default")
+    assert calls == []
+    bench_train.apply_blas("cublaslt")
+    assert calls == [("cublaslt",)]
+    with pytest.raises(ValueError, match="--blas must be one of"):
+        bench_train.apply_blas("mkl")
+    assert bench_train.build_parser().parse_args(["--blas", "cublaslt"]).blas == "cublaslt"
+    with pytest.raises(SystemExit):
+        bench_train.build_parser().parse_args(["--blas", "mkl"])
+    if not torch.cuda.is_available():  # bench_decode applies it first thing (here it then stops: no CUDA device)
+        calls.clear()
+        with pytest.raises(SystemExit, match="no CUDA device"):
+            bench_decode.main(["--blas", "cublas", "--device", "cuda"])
+        assert calls == [("cublas",)]
+
+
 def test_clock_section_lists_the_rows_with_clocks():
     w = {"sm_mhz": 1800.0, "sm_mhz_min": 1650.0, "power_w": 690.4, "samples": 24}
     rows = [{"label": "MHA", "shape": "12x1024", "pos": "learned", "clock": {"timed": w, "loop": None}},
