@@ -10,9 +10,8 @@ once and never kept for the backward. Per row of logits x (V wide) and target t 
 
 (row_loss and grad 0 for an ignored row; NaN loss for a target outside [-1, V), which F.cross_entropy
 would reject). One Triton program per row: pass 1 keeps a running max and sum of exponentials block by
-block (one exp per logit) and reads x_t; pass 2 reads the row again (from L2 where it is still there: a
-GPT-2 row is 100 KB) and writes the gradient in the logits' dtype. A row of at most ROW_TILE_MAX logits is
-read once instead: the whole row is one tile held in registers through both passes. On GPT-2's 12,288 x 50,304 bf16 logits that
+block (one exp per logit) and reads x_t; pass 2 reads the row again (mostly from L2: a GPT-2 row is
+100 KB) and writes the gradient in the logits' dtype. On GPT-2's 12,288 x 50,304 bf16 logits that
 replaces three kernels of the compiled step (forward log-sum-exp 0.66 ms, backward softmax - onehot 0.84 ms,
 and a 0.36 ms zero fill of the logits' unused incoming gradient: results/bench/README.md, session 9).
 
@@ -33,9 +32,8 @@ from decode_attention import _interpret, _triton_available
 BLOCK = 8192  # logits per step of a row's loop
 NUM_WARPS = 8  # one row's program (H200 sweeps, results/bench/session9/loss_kernel*.md: 8 warps, 4k-8k blocks 0.87 ms
 #               on GPT-2's logits, 16 warps 0.93-1.02, 32 warps 1.09-2.2)
-ROW_TILE_MAX = 65536  # a row of at most this many logits (rounded up to a power of two) is read ONCE: held in
-#                      registers for both passes (GPT-2's 50,304: 128 bf16 a thread at 16 warps); 0: always the loop
-ROW_TILE_WARPS = 16  # that program's warps (one row per SM at a time: the row fills half the register file)
+STAGES = 0  # software pipelining of each pass's loop (tl.range num_stages: loads of later blocks in flight while a
+#            block is reduced); 0: a plain loop
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
 OP_NAME = "tucker_attention::cross_entropy_rows"
@@ -47,66 +45,46 @@ if _HAVE_TRITON:
 
     @triton.jit
     def _cross_entropy_rows_kernel(X, T, Loss, G, V, s_x, s_g,
-                                   BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr, ONE_TILE: tl.constexpr):
+                                   BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr, STAGES: tl.constexpr):
         LOG2E: tl.constexpr = 1.4426950408889634
         row = tl.program_id(0).to(tl.int64)
         x_row = X + row * s_x
         t = tl.load(T + row)
         offs = tl.arange(0, BLOCK)
-        if ONE_TILE:  # the whole row (BLOCK >= V) read once and held in registers, in its own dtype, for both passes
-            valid1 = (t >= 0) & (t < V)
-            mask = offs < V
-            xr = tl.load(x_row + offs, mask=mask, other=float("-inf"))  # (BLOCK,)
-            # m = max(x * log2 e): the scaling is monotonic, so the max of the scaled row is the scaled max
-            m1 = tl.max(xr, axis=0).to(tl.float32) * LOG2E
-            m1_safe = tl.where(m1 == float("-inf"), 0.0, m1)
-            s1 = tl.sum(tl.exp2(xr.to(tl.float32) * LOG2E - m1_safe), axis=0)
-            lse2_1 = m1 + tl.log2(s1)
-            x_t1 = tl.load(x_row + t, mask=valid1, other=0.0).to(tl.float32)
-            loss1 = tl.where(valid1, lse2_1 / LOG2E - x_t1, tl.where(t == -1, 0.0, float("nan")))
-            tl.store(Loss + row, loss1)
-            if WRITE_GRAD:
-                g1 = tl.exp2(xr.to(tl.float32) * LOG2E - lse2_1) - tl.where(offs == t, 1.0, 0.0)
-                g1 = tl.where(valid1, g1, 0.0)
-                tl.store(G + row * s_g + offs, g1.to(G.dtype.element_ty), mask=mask)
-        else:  # the loop over BLOCK-wide blocks: two passes over the row
-            # pass 1: running max m and sum s of exp(x - m), in base 2 (exp2 is the hardware's exponential)
-            m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
-            s = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
-            for start in range(0, V, BLOCK):
+        # pass 1: running max m and sum s of exp(x - m), in base 2 (exp2 is the hardware's exponential)
+        m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
+        s = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
+        for start in tl.range(0, V, BLOCK, num_stages=STAGES if STAGES > 0 else None):
+            cols = start + offs
+            x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * LOG2E
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            # while every logit so far is -inf (a masked row start), shift by 0: exp2(-inf - -inf) would be NaN
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = s * tl.exp2(m - m_safe) + tl.sum(tl.exp2(x - m_safe), axis=0)
+            m = m_new
+        lse2 = m + tl.log2(s)  # log2 sum exp(x) = lse / ln 2
+        valid = (t >= 0) & (t < V)
+        x_t = tl.load(x_row + t, mask=valid, other=0.0).to(tl.float32)
+        loss = tl.where(valid, lse2 / LOG2E - x_t, tl.where(t == -1, 0.0, float("nan")))
+        tl.store(Loss + row, loss)
+        if WRITE_GRAD:
+            g_row = G + row * s_g
+            for start in tl.range(0, V, BLOCK, num_stages=STAGES if STAGES > 0 else None):
                 cols = start + offs
-                x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * LOG2E
-                m_new = tl.maximum(m, tl.max(x, axis=0))
-                # while every logit so far is -inf (a masked row start), shift by 0: exp2(-inf - -inf) would be NaN
-                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-                s = s * tl.exp2(m - m_safe) + tl.sum(tl.exp2(x - m_safe), axis=0)
-                m = m_new
-            lse2 = m + tl.log2(s)  # log2 sum exp(x) = lse / ln 2
-            valid = (t >= 0) & (t < V)
-            x_t = tl.load(x_row + t, mask=valid, other=0.0).to(tl.float32)
-            loss = tl.where(valid, lse2 / LOG2E - x_t, tl.where(t == -1, 0.0, float("nan")))
-            tl.store(Loss + row, loss)
-            if WRITE_GRAD:
-                g_row = G + row * s_g
-                for start in range(0, V, BLOCK):
-                    cols = start + offs
-                    mask = cols < V
-                    x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-                    g = tl.exp2(x * LOG2E - lse2) - tl.where(cols == t, 1.0, 0.0)
-                    g = tl.where(valid, g, 0.0)  # an ignored row's gradient is 0 (even where its logits are all -inf)
-                    tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask)
+                mask = cols < V
+                x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+                g = tl.exp2(x * LOG2E - lse2) - tl.where(cols == t, 1.0, 0.0)
+                g = tl.where(valid, g, 0.0)  # an ignored row's gradient is 0 (even where its logits are all -inf)
+                tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask)
 
     def _cross_entropy_rows_impl(logits: torch.Tensor, targets: torch.Tensor,
                                  want_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
         M, V = logits.shape
         loss = torch.empty(M, device=logits.device, dtype=torch.float32)  # (M,)
         grad = torch.empty_like(logits) if want_grad else logits.new_empty(0)  # (M, V) or nothing
-        tile = 1 << max(0, V - 1).bit_length()  # the row as one power-of-two tile
-        one_tile = 0 < tile <= ROW_TILE_MAX
         torch.library.wrap_triton(_cross_entropy_rows_kernel)[(M,)](
             logits, targets, loss, grad if want_grad else loss, V, logits.stride(0), grad.stride(0) if want_grad else 0,
-            BLOCK=tile if one_tile else BLOCK, WRITE_GRAD=want_grad, ONE_TILE=one_tile,
-            num_warps=ROW_TILE_WARPS if one_tile else NUM_WARPS)
+            BLOCK=BLOCK, WRITE_GRAD=want_grad, STAGES=STAGES, num_warps=NUM_WARPS)
         return loss, grad
 
     # Registered when this module is imported, never while torch.compile traces a step: Dynamo refuses to trace

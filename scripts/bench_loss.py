@@ -11,8 +11,8 @@ Rows, per logits shape (tokens x vocab), median of --iters CUDA-event-timed call
     logits_head     model.cross_entropy (LogitsCrossEntropy) under torch.compile, forward + backward, with the
                     incoming gradient of the logits materialized as zeros and added, as the compiled training
                     step of a model that returns its logits does (the zero fill and the add are timed)
-    fused           cross_entropy_rows(want_grad=True) at the module's knobs, then the row as one tile (read once)
-                    at every --row_warps, then the loop (two passes) at every --blocks x --warps pair
+    fused           cross_entropy_rows(want_grad=True) at the module's knobs, then every --blocks x --warps x
+                    --stages setting
     loss_only       cross_entropy_rows(want_grad=False): evaluation's one read of the logits
     head_logits, head_fused   (--d_model > 0) the whole loss head, lm_head's matmuls included, compiled, forward
                     and backward under bf16 autocast: nanoGPT's head (logits returned, then the loss) against
@@ -77,25 +77,22 @@ def timed(fn, clock: Clock, iters: int, warmup: int = 3) -> float:
 
 
 def sweep(logits, targets, args, clock, add, read, write):
-    """The kernel at the module's knobs, then the row as one tile at every --row_warps (where it fits
-    ROW_TILE_MAX), then the loop at every --blocks x --warps pair, then loss only."""
-    default = (fl.BLOCK, fl.NUM_WARPS, fl.ROW_TILE_MAX, fl.ROW_TILE_WARPS)
-    settings = [("fused (module's knobs)", default)]
-    settings += [(f"fused one tile warps={w}", (fl.BLOCK, fl.NUM_WARPS, max(fl.ROW_TILE_MAX, 1 << 16), w))
-                 for w in parse_ints(args.row_warps, "row_warps")]
-    settings += [(f"fused loop BLOCK={b} warps={w}", (b, w, 0, fl.ROW_TILE_WARPS))
-                 for b, w in itertools.product(parse_ints(args.blocks, "blocks"), parse_ints(args.warps, "warps"))]
+    """The kernel at the module's knobs, then at every --blocks x --warps x --stages setting, then loss only."""
+    default = (fl.BLOCK, fl.NUM_WARPS, fl.STAGES)
+    grid = itertools.product(parse_ints(args.blocks, "blocks"), parse_ints(args.warps, "warps"),
+                             parse_ints(args.stages, "stages"))
+    settings = [default] + [st for st in grid if st != default]
     try:
-        for name, knobs in settings:
-            fl.BLOCK, fl.NUM_WARPS, fl.ROW_TILE_MAX, fl.ROW_TILE_WARPS = knobs
+        for block, warps, stages in settings:
+            fl.BLOCK, fl.NUM_WARPS, fl.STAGES = block, warps, stages
+            name = f"fused BLOCK={block} warps={warps} stages={stages}"
             try:
                 ms = timed(lambda: fl.cross_entropy_rows(logits, targets, True), clock, args.iters)
-                add(name, ms, read + write, block=knobs[0], warps=knobs[1], row_tile_max=knobs[2],
-                    row_tile_warps=knobs[3])
+                add(name, ms, read + write, block=block, warps=warps, stages=stages)
             except Exception as e:  # e.g. out of registers/shared memory at a large block
                 print(f"{name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
     finally:
-        fl.BLOCK, fl.NUM_WARPS, fl.ROW_TILE_MAX, fl.ROW_TILE_WARPS = default
+        fl.BLOCK, fl.NUM_WARPS, fl.STAGES = default
     add("loss_only (default knobs)", timed(lambda: fl.cross_entropy_rows(logits, targets, False), clock, args.iters),
         read)
 
@@ -104,8 +101,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="12288x50304,8192x128256", help="logits shapes, tokens x vocab")
     p.add_argument("--blocks", default="4096,8192,16384", help="fused_loss.BLOCK values to sweep")
-    p.add_argument("--warps", default="4,8,16", help="fused_loss.NUM_WARPS values to sweep (the loop)")
-    p.add_argument("--row_warps", default="16,32", help="fused_loss.ROW_TILE_WARPS values to sweep (one tile)")
+    p.add_argument("--warps", default="4,8,16", help="fused_loss.NUM_WARPS values to sweep")
+    p.add_argument("--stages", default="0", help="fused_loss.STAGES values to sweep (0: plain loops)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--d_model", type=int, default=768,
                    help="also time and profile the whole loss head (lm_head matmuls + loss, forward and backward, "

@@ -142,19 +142,11 @@ def test_fp16_grad_weight_does_not_overflow():
 CASES = [(5, 300), (3, 64), (6, 1000), (1, 7)]  # (M, V): 5, 1, 16 and 1 blocks of BLOCK = 64
 
 
-@pytest.fixture(params=["loop", "one_tile"])
-def row_path(request, monkeypatch):
-    """Both ways through a row: the loop over BLOCK-wide blocks (two passes), or the whole row as one tile
-    read once (rows up to ROW_TILE_MAX logits)."""
-    monkeypatch.setattr(fl, "BLOCK", 64)
-    monkeypatch.setattr(fl, "ROW_TILE_MAX", 0 if request.param == "loop" else 1 << 16)
-    return request.param
-
-
 @needs_child
 @pytest.mark.parametrize("M,V,dtype,tol", [(M, V, torch.float32, 1e-5) for M, V in CASES]
                          + [(M, V, torch.float16, 2e-3) for M, V in CASES[::3]])
-def test_interp_kernel_matches_float64(M, V, dtype, tol, row_path):
+def test_interp_kernel_matches_float64(M, V, dtype, tol, monkeypatch):
+    monkeypatch.setattr(fl, "BLOCK", 64)
     logits, targets = make(M, V, dtype)
     check(*fl.cross_entropy_rows(logits, targets, True, backend="triton"), logits, targets, tol)
     loss, grad = fl.cross_entropy_rows(logits, targets, False, backend="triton")
@@ -163,7 +155,8 @@ def test_interp_kernel_matches_float64(M, V, dtype, tol, row_path):
 
 
 @needs_child
-def test_interp_kernel_nan_for_targets_outside_the_vocabulary(row_path):
+def test_interp_kernel_nan_for_targets_outside_the_vocabulary(monkeypatch):
+    monkeypatch.setattr(fl, "BLOCK", 64)
     logits, _ = make(4, 100, torch.float32)
     targets = torch.tensor([3, -2, 100, -1])
     loss, grad = fl.cross_entropy_rows(logits, targets, True, backend="triton")
@@ -174,9 +167,10 @@ def test_interp_kernel_nan_for_targets_outside_the_vocabulary(row_path):
 
 
 @needs_child
-def test_interp_kernel_rows_with_minus_inf_blocks(row_path):
+def test_interp_kernel_rows_with_minus_inf_blocks(monkeypatch):
     """-inf logits (a masked vocabulary) in a row's first block, its last, or everywhere in an ignored row: the
     kernel's running max starts at -inf without producing NaN, as the torch rows do."""
+    monkeypatch.setattr(fl, "BLOCK", 64)
     x = torch.randn(4, 200)
     x[0, :64] = float("-inf")  # the whole first block
     x[1, :] = float("-inf")  # every logit, an ignored row
@@ -211,21 +205,28 @@ def test_interp_model_head_matches_nanogpt_head():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=n)
 
 
-@pytest.mark.parametrize("one_tile", [True, False])
+@pytest.mark.parametrize("stages", [0, 3])
 @pytest.mark.parametrize("write_grad", [True, False])
-def test_kernel_compiles_for_hopper(one_tile, write_grad):
-    """Both paths through a row compile (Triton's front end, to TTIR for sm_90, no GPU needed): the interpreter
-    runs the kernel as Python and misses what the compiler refuses (a name the one-tile branch leaves for the
-    loop's, say)."""
+def test_kernel_compiles_for_hopper(stages, write_grad):
+    """The kernel compiles (Triton's front end, to TTIR for sm_90, no GPU needed) with and without its loops
+    pipelined: the interpreter runs the kernel as Python and misses what the compiler refuses."""
     from ttir import compile_to_ttir
     if not fl._HAVE_TRITON:
         pytest.skip("triton is not installed")
     sig = {"X": "*bf16", "T": "*i64", "Loss": "*fp32", "G": "*bf16", "V": "i32", "s_x": "i32", "s_g": "i32",
-           "BLOCK": "constexpr", "WRITE_GRAD": "constexpr", "ONE_TILE": "constexpr"}
+           "BLOCK": "constexpr", "WRITE_GRAD": "constexpr", "STAGES": "constexpr"}
     ttir = compile_to_ttir(fl._cross_entropy_rows_kernel, sig,
-                           {"BLOCK": 65536 if one_tile else fl.BLOCK, "WRITE_GRAD": write_grad, "ONE_TILE": one_tile},
-                           num_warps=fl.ROW_TILE_WARPS if one_tile else fl.NUM_WARPS)
-    assert ("scf.for" in ttir) != one_tile  # the loop exactly where the row is not one tile
+                           {"BLOCK": fl.BLOCK, "WRITE_GRAD": write_grad, "STAGES": stages}, num_warps=fl.NUM_WARPS)
+    assert ttir.count("scf.for") == (2 if write_grad else 1)  # one loop per pass
+    assert ("tt.num_stages = 3" in ttir) == (stages == 3)
+
+
+@needs_child
+def test_interp_pipelined_loops_match_float64(monkeypatch):
+    monkeypatch.setattr(fl, "BLOCK", 64)
+    monkeypatch.setattr(fl, "STAGES", 3)
+    logits, targets = make(5, 300, torch.float32)
+    check(*fl.cross_entropy_rows(logits, targets, True, backend="triton"), logits, targets, 1e-5)
 
 
 # ----------------------------------------------------------------------------------------
