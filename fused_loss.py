@@ -32,8 +32,6 @@ from decode_attention import _interpret, _triton_available
 BLOCK = 8192  # logits per step of a row's loop
 NUM_WARPS = 8  # one row's program (H200 sweeps, results/bench/session9/loss_kernel*.md: 8 warps, 4k-8k blocks 0.87 ms
 #               on GPT-2's logits, 16 warps 0.93-1.02, 32 warps 1.09-2.2)
-STAGES = 0  # software pipelining of each pass's loop (tl.range num_stages: loads of later blocks in flight while a
-#            block is reduced); 0: a plain loop
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
 OP_NAME = "tucker_attention::cross_entropy_rows"
@@ -45,7 +43,7 @@ if _HAVE_TRITON:
 
     @triton.jit
     def _cross_entropy_rows_kernel(X, T, Loss, G, V, s_x, s_g,
-                                   BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr, STAGES: tl.constexpr):
+                                   BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr):
         LOG2E: tl.constexpr = 1.4426950408889634
         row = tl.program_id(0).to(tl.int64)
         x_row = X + row * s_x
@@ -54,7 +52,7 @@ if _HAVE_TRITON:
         # pass 1: running max m and sum s of exp(x - m), in base 2 (exp2 is the hardware's exponential)
         m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
         s = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
-        for start in tl.range(0, V, BLOCK, num_stages=STAGES if STAGES > 0 else None):
+        for start in range(0, V, BLOCK):
             cols = start + offs
             x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * LOG2E
             m_new = tl.maximum(m, tl.max(x, axis=0))
@@ -69,7 +67,7 @@ if _HAVE_TRITON:
         tl.store(Loss + row, loss)
         if WRITE_GRAD:
             g_row = G + row * s_g
-            for start in tl.range(0, V, BLOCK, num_stages=STAGES if STAGES > 0 else None):
+            for start in range(0, V, BLOCK):
                 cols = start + offs
                 mask = cols < V
                 x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
@@ -84,7 +82,7 @@ if _HAVE_TRITON:
         grad = torch.empty_like(logits) if want_grad else logits.new_empty(0)  # (M, V) or nothing
         torch.library.wrap_triton(_cross_entropy_rows_kernel)[(M,)](
             logits, targets, loss, grad if want_grad else loss, V, logits.stride(0), grad.stride(0) if want_grad else 0,
-            BLOCK=BLOCK, WRITE_GRAD=want_grad, STAGES=STAGES, num_warps=NUM_WARPS)
+            BLOCK=BLOCK, WRITE_GRAD=want_grad, num_warps=NUM_WARPS)
         return loss, grad
 
     # Registered when this module is imported, never while torch.compile traces a step: Dynamo refuses to trace

@@ -11,8 +11,7 @@ Rows, per logits shape (tokens x vocab), median of --iters CUDA-event-timed call
     logits_head     model.cross_entropy (LogitsCrossEntropy) under torch.compile, forward + backward, with the
                     incoming gradient of the logits materialized as zeros and added, as the compiled training
                     step of a model that returns its logits does (the zero fill and the add are timed)
-    fused           cross_entropy_rows(want_grad=True) at the module's knobs, then every --blocks x --warps x
-                    --stages setting
+    fused           cross_entropy_rows(want_grad=True) at the module's knobs, then every --blocks x --warps pair
     loss_only       cross_entropy_rows(want_grad=False): evaluation's one read of the logits
     head_logits, head_fused   (--d_model > 0) the whole loss head, lm_head's matmuls included, compiled, forward
                     and backward under bf16 autocast: nanoGPT's head (logits returned, then the loss) against
@@ -77,22 +76,20 @@ def timed(fn, clock: Clock, iters: int, warmup: int = 3) -> float:
 
 
 def sweep(logits, targets, args, clock, add, read, write):
-    """The kernel at the module's knobs, then at every --blocks x --warps x --stages setting, then loss only."""
-    default = (fl.BLOCK, fl.NUM_WARPS, fl.STAGES)
-    grid = itertools.product(parse_ints(args.blocks, "blocks"), parse_ints(args.warps, "warps"),
-                             parse_ints(args.stages, "stages"))
-    settings = [default] + [st for st in grid if st != default]
+    """The kernel at the module's knobs, then at every --blocks x --warps pair, then loss only."""
+    default = (fl.BLOCK, fl.NUM_WARPS)
+    pairs = [default] + [pr for pr in itertools.product(parse_ints(args.blocks, "blocks"),
+                                                        parse_ints(args.warps, "warps")) if pr != default]
     try:
-        for block, warps, stages in settings:
-            fl.BLOCK, fl.NUM_WARPS, fl.STAGES = block, warps, stages
-            name = f"fused BLOCK={block} warps={warps} stages={stages}"
+        for block, warps in pairs:
+            fl.BLOCK, fl.NUM_WARPS = block, warps
             try:
                 ms = timed(lambda: fl.cross_entropy_rows(logits, targets, True), clock, args.iters)
-                add(name, ms, read + write, block=block, warps=warps, stages=stages)
+                add(f"fused BLOCK={block} warps={warps}", ms, read + write, block=block, warps=warps)
             except Exception as e:  # e.g. out of registers/shared memory at a large block
-                print(f"{name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                print(f"fused BLOCK={block} warps={warps}: {type(e).__name__}: {str(e)[:200]}", flush=True)
     finally:
-        fl.BLOCK, fl.NUM_WARPS, fl.STAGES = default
+        fl.BLOCK, fl.NUM_WARPS = default
     add("loss_only (default knobs)", timed(lambda: fl.cross_entropy_rows(logits, targets, False), clock, args.iters),
         read)
 
@@ -102,7 +99,6 @@ def main(argv=None):
     p.add_argument("--shapes", default="12288x50304,8192x128256", help="logits shapes, tokens x vocab")
     p.add_argument("--blocks", default="4096,8192,16384", help="fused_loss.BLOCK values to sweep")
     p.add_argument("--warps", default="4,8,16", help="fused_loss.NUM_WARPS values to sweep")
-    p.add_argument("--stages", default="0", help="fused_loss.STAGES values to sweep (0: plain loops)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--d_model", type=int, default=768,
                    help="also time and profile the whole loss head (lm_head matmuls + loss, forward and backward, "
