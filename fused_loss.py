@@ -10,8 +10,9 @@ once and never kept for the backward. Per row of logits x (V wide) and target t 
 
 (row_loss and grad 0 for an ignored row; NaN loss for a target outside [-1, V), which F.cross_entropy
 would reject). One Triton program per row: pass 1 keeps a running max and sum of exponentials block by
-block (one exp per logit) and reads x_t; pass 2 reads the row again (mostly from L2: a GPT-2 row is
-100 KB) and writes the gradient in the logits' dtype. On GPT-2's 12,288 x 50,304 bf16 logits that
+block (one exp per logit) and reads x_t; pass 2 reads the row again (from L2 where it is still there: a
+GPT-2 row is 100 KB, and pass 1 marks its lines to be kept, L2_HINTS) and writes the gradient in the logits'
+dtype, streamed past L2. On GPT-2's 12,288 x 50,304 bf16 logits that
 replaces three kernels of the compiled step (forward log-sum-exp 0.66 ms, backward softmax - onehot 0.84 ms,
 and a 0.36 ms zero fill of the logits' unused incoming gradient: results/bench/README.md, session 9).
 
@@ -32,6 +33,10 @@ from decode_attention import _interpret, _triton_available
 BLOCK = 8192  # logits per step of a row's loop
 NUM_WARPS = 8  # one row's program (H200 sweeps, results/bench/session9/loss_kernel*.md: 8 warps, 4k-8k blocks 0.87 ms
 #               on GPT-2's logits, 16 warps 0.93-1.02, 32 warps 1.09-2.2)
+L2_HINTS = True  # pass 1's loads marked evict_last (the row stays in L2 for pass 2), pass 2's loads evict_first and the
+#                 gradient stored streaming (.cs): rows of 100 KB read twice and written once, ~1,000 of them in flight,
+#                 more than L2 holds. H200 (results/bench/session13/loss_kernel_l2hints.md): 0.886 -> 0.810 ms on GPT-2's
+#                 12288 x 50304 logits, 1.176 -> 1.078 ms on 16384 x 50304
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
 OP_NAME = "tucker_attention::cross_entropy_rows"
@@ -43,7 +48,7 @@ if _HAVE_TRITON:
 
     @triton.jit
     def _cross_entropy_rows_kernel(X, T, Loss, G, V, s_x, s_g,
-                                   BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr):
+                                   BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr, L2_HINTS: tl.constexpr):
         LOG2E: tl.constexpr = 1.4426950408889634
         row = tl.program_id(0).to(tl.int64)
         x_row = X + row * s_x
@@ -54,7 +59,11 @@ if _HAVE_TRITON:
         s = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
         for start in range(0, V, BLOCK):
             cols = start + offs
-            x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * LOG2E
+            if L2_HINTS:
+                x = tl.load(x_row + cols, mask=cols < V, other=float("-inf"), eviction_policy="evict_last")
+            else:
+                x = tl.load(x_row + cols, mask=cols < V, other=float("-inf"))
+            x = x.to(tl.float32) * LOG2E
             m_new = tl.maximum(m, tl.max(x, axis=0))
             # while every logit so far is -inf (a masked row start), shift by 0: exp2(-inf - -inf) would be NaN
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -70,10 +79,16 @@ if _HAVE_TRITON:
             for start in range(0, V, BLOCK):
                 cols = start + offs
                 mask = cols < V
-                x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+                if L2_HINTS:
+                    x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                else:
+                    x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
                 g = tl.exp2(x * LOG2E - lse2) - tl.where(cols == t, 1.0, 0.0)
                 g = tl.where(valid, g, 0.0)  # an ignored row's gradient is 0 (even where its logits are all -inf)
-                tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask)
+                if L2_HINTS:
+                    tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask, cache_modifier=".cs")
+                else:
+                    tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=mask)
 
     def _cross_entropy_rows_impl(logits: torch.Tensor, targets: torch.Tensor,
                                  want_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +97,7 @@ if _HAVE_TRITON:
         grad = torch.empty_like(logits) if want_grad else logits.new_empty(0)  # (M, V) or nothing
         torch.library.wrap_triton(_cross_entropy_rows_kernel)[(M,)](
             logits, targets, loss, grad if want_grad else loss, V, logits.stride(0), grad.stride(0) if want_grad else 0,
-            BLOCK=BLOCK, WRITE_GRAD=want_grad, num_warps=NUM_WARPS)
+            BLOCK=BLOCK, WRITE_GRAD=want_grad, L2_HINTS=bool(L2_HINTS), num_warps=NUM_WARPS)
         return loss, grad
 
     # Registered when this module is imported, never while torch.compile traces a step: Dynamo refuses to trace

@@ -76,20 +76,22 @@ def timed(fn, clock: Clock, iters: int, warmup: int = 3) -> float:
 
 
 def sweep(logits, targets, args, clock, add, read, write):
-    """The kernel at the module's knobs, then at every --blocks x --warps pair, then loss only."""
-    default = (fl.BLOCK, fl.NUM_WARPS)
-    pairs = [default] + [pr for pr in itertools.product(parse_ints(args.blocks, "blocks"),
-                                                        parse_ints(args.warps, "warps")) if pr != default]
+    """The kernel at the module's knobs, then at every --blocks x --warps x --l2_hints setting, then loss only."""
+    default = (fl.BLOCK, fl.NUM_WARPS, fl.L2_HINTS)
+    grid = itertools.product(parse_ints(args.blocks, "blocks"), parse_ints(args.warps, "warps"),
+                             [v.strip().lower() == "true" for v in args.l2_hints.split(",")])
+    settings = [default] + [st for st in grid if st != default]
     try:
-        for block, warps in pairs:
-            fl.BLOCK, fl.NUM_WARPS = block, warps
+        for block, warps, hints in settings:
+            fl.BLOCK, fl.NUM_WARPS, fl.L2_HINTS = block, warps, hints
+            name = f"fused BLOCK={block} warps={warps} l2_hints={hints}"
             try:
                 ms = timed(lambda: fl.cross_entropy_rows(logits, targets, True), clock, args.iters)
-                add(f"fused BLOCK={block} warps={warps}", ms, read + write, block=block, warps=warps)
+                add(name, ms, read + write, block=block, warps=warps, l2_hints=hints)
             except Exception as e:  # e.g. out of registers/shared memory at a large block
-                print(f"fused BLOCK={block} warps={warps}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                print(f"{name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
     finally:
-        fl.BLOCK, fl.NUM_WARPS = default
+        fl.BLOCK, fl.NUM_WARPS, fl.L2_HINTS = default
     add("loss_only (default knobs)", timed(lambda: fl.cross_entropy_rows(logits, targets, False), clock, args.iters),
         read)
 
@@ -99,6 +101,7 @@ def main(argv=None):
     p.add_argument("--shapes", default="12288x50304,8192x128256", help="logits shapes, tokens x vocab")
     p.add_argument("--blocks", default="4096,8192,16384", help="fused_loss.BLOCK values to sweep")
     p.add_argument("--warps", default="4,8,16", help="fused_loss.NUM_WARPS values to sweep")
+    p.add_argument("--l2_hints", default="False", help="fused_loss.L2_HINTS values to sweep: False,True")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--d_model", type=int, default=768,
                    help="also time and profile the whole loss head (lm_head matmuls + loss, forward and backward, "

@@ -209,6 +209,20 @@ def timed_loops(step, n: int = LOOP_STEPS, device: torch.device = torch.device("
     return out
 
 
+def settle(steps: dict, before=lambda name: None, seconds: float = 2.0) -> None:
+    """Every run's step back to back, untimed, for about `seconds` in all: the GPU reaches its working clock and
+    power before the first timed loop (an H200 at its 700 W limit: compiling the runs left it idle and cool, and a
+    first loop at a higher clock would flatter whichever run comes first). before(name) runs before each run's steps."""
+    per_run = seconds / max(1, len(steps))
+    for name, step in steps.items():
+        before(name)
+        t0 = time.perf_counter()
+        i = 0
+        while time.perf_counter() - t0 < per_run:
+            step(i).item()
+            i += 1
+
+
 def rounds_summary(rounds: list, runs: list) -> dict:
     """rounds: [{'round': r, 'run': name, 'loops': timed_loops(...)}] with every run once per round, back to back.
     Per run and way: the median over rounds of the loop's mean ms; and, where there are two runs, the ratio
@@ -300,6 +314,7 @@ def main(argv=None):
             step(i).item()
         steps[name] = step
     from scripts.gpu_clock import ClockLog
+    settle(steps, blas_for)  # the GPU at its working power state before round 0 (compiling left it idle)
     rounds = []
     with ClockLog(interval_ms=args.clock_ms) as clock_log:
         for k in range(args.rounds):  # unprofiled; each round runs every step's loops back to back

@@ -206,17 +206,19 @@ def test_interp_model_head_matches_nanogpt_head():
 
 
 @pytest.mark.parametrize("write_grad", [True, False])
-def test_kernel_compiles_for_hopper(write_grad):
+@pytest.mark.parametrize("l2_hints", [False, True])
+def test_kernel_compiles_for_hopper(write_grad, l2_hints):
     """The kernel compiles (Triton's front end, to TTIR for sm_90, no GPU needed): the interpreter runs the kernel
     as Python and misses what the compiler refuses (a variable whose type changes in a loop, say)."""
     from ttir import compile_to_ttir
     if not fl._HAVE_TRITON:
         pytest.skip("triton is not installed")
     sig = {"X": "*bf16", "T": "*i64", "Loss": "*fp32", "G": "*bf16", "V": "i32", "s_x": "i32", "s_g": "i32",
-           "BLOCK": "constexpr", "WRITE_GRAD": "constexpr"}
-    ttir = compile_to_ttir(fl._cross_entropy_rows_kernel, sig, {"BLOCK": fl.BLOCK, "WRITE_GRAD": write_grad},
-                           num_warps=fl.NUM_WARPS)
+           "BLOCK": "constexpr", "WRITE_GRAD": "constexpr", "L2_HINTS": "constexpr"}
+    ttir = compile_to_ttir(fl._cross_entropy_rows_kernel, sig,
+                           {"BLOCK": fl.BLOCK, "WRITE_GRAD": write_grad, "L2_HINTS": l2_hints}, num_warps=fl.NUM_WARPS)
     assert ttir.count("scf.for") == (2 if write_grad else 1)  # one loop per pass
+    assert ("evict_last" in ttir) == l2_hints
 
 
 # ----------------------------------------------------------------------------------------

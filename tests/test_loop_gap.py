@@ -66,6 +66,25 @@ def test_timed_loops_runs_each_way():
     assert out["item"]["median_ms"] > 0 and out["event_item"]["median_ms"] > 0 and out["no_sync"]["median_ms"] is None
 
 
+def test_settle_runs_every_step_for_its_share_of_the_time():
+    """Before the rounds every run's step runs back to back, untimed, for its share of the time, its `before` hook
+    (the run's --blas) first."""
+    seen, hooks = {"a": 0, "b": 0}, []
+
+    class Loss:
+        def item(self):
+            return 1.0
+
+    def make(name):
+        def step(i):
+            seen[name] += 1
+            return Loss()
+        return step
+
+    loop_gap.settle({"a": make("a"), "b": make("b")}, before=hooks.append, seconds=0.05)
+    assert hooks == ["a", "b"] and seen["a"] > 0 and seen["b"] > 0
+
+
 def _loops(item, no_sync, mhz=None):
     clock = {"sm_mhz": mhz, "sm_mhz_min": mhz, "power_w": 690.0, "samples": 5} if mhz else None
     return {"item": {"mean_ms": item, "median_ms": item, "clock": clock},
