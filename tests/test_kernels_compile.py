@@ -1,0 +1,158 @@
+"""Every Triton kernel of the decode step compiles for Hopper on a machine without a GPU.
+
+The interpreted tests (tests/interpreted.py) run each kernel as Python, so they cannot see what Triton's compiler
+refuses (a variable whose type changes in a loop, a name one constexpr branch leaves for another, an op the GPU
+backend lacks); until now only a GPU call could. Here each wrapper runs as it would on the GPU up to its launches,
+which are recorded instead of run, and each recorded launch (its argument types and constexprs: the variant's
+branches) is lowered to TTIR for sm_90 by Triton's front end (tests/ttir.py), PDL's branches included.
+"""
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import decode_attention as da  # noqa: E402
+import decode_linear as dl  # noqa: E402
+import fused_norm as fn  # noqa: E402
+from model import LayerNorm, RMSNorm  # noqa: E402
+from ttir import compile_to_ttir  # noqa: E402
+
+if not da._triton_available():
+    pytest.skip("triton does not import", allow_module_level=True)
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int64: "i64",
+               torch.int32: "i32"}
+
+
+class Recorder:
+    """Stands for a @triton.jit kernel: kernel[grid](*args, **kwargs) records the launch instead of running it."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((args, kwargs))
+
+
+def typed(kernel, args, kwargs):
+    """(signature, constexprs, num_warps) of a recorded launch, as the launcher would type its arguments."""
+    values = dict(zip(kernel.arg_names, args))
+    values.update({k: v for k, v in kwargs.items() if k in kernel.arg_names})
+    sig, const = {}, {}
+    for p in kernel.params:
+        v = values[p.name]
+        if p.is_constexpr:
+            sig[p.name], const[p.name] = "constexpr", v
+        elif torch.is_tensor(v):
+            sig[p.name] = "*" + DTYPE_NAMES[v.dtype]
+        elif isinstance(v, bool):
+            sig[p.name] = "i1"
+        elif isinstance(v, int):
+            sig[p.name] = "i64" if abs(v) >= 2 ** 31 else "i32"
+        elif isinstance(v, float):
+            sig[p.name] = "fp32"
+        else:
+            raise TypeError(f"{p.name}: {type(v).__name__}")
+    return sig, const, kwargs.get("num_warps", 4)
+
+
+def compile_launches(recorder, *, pdl=(False, True)) -> int:
+    """Lower every recorded launch (and its PDL twin, where the kernel has a PDL constexpr) to TTIR."""
+    n = 0
+    for args, kwargs in recorder.launches:
+        sig, const, warps = typed(recorder.kernel, args, kwargs)
+        for flag in (pdl if "PDL" in const else (None,)):
+            if flag is not None:
+                const = {**const, "PDL": flag}
+            compile_to_ttir(recorder.kernel, sig, const, num_warps=warps)
+            n += 1
+    return n
+
+
+@pytest.fixture
+def record(monkeypatch):
+    """record(module, 'name'): the module's kernel replaced by a Recorder for the test."""
+    def install(module, name):
+        rec = Recorder(getattr(module, name))
+        monkeypatch.setattr(module, name, rec)
+        return rec
+    return install
+
+
+def rnd(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape).to(dtype)
+
+
+ATTENTION_CASES = {
+    # name: (B, nH, nG, L, Dk, Dv, kv, rope: None / 'as_read' / 'stored', new token written by the call)
+    "mha": (2, 4, 4, 64, 64, 64, "separate", None, False),
+    "mqa shared latent, keys rotated as read, new token": (2, 12, 1, 64, 64, 64, "same", "as_read", True),
+    "gqa rotated keys stored, new token": (2, 8, 2, 64, 64, 64, "separate", "stored", True),
+    "mla decoupled: Dk 160, v a view": (2, 16, 1, 64, 160, 128, "view", None, False),
+    "32 heads of 128 (4 warps)": (1, 32, 1, 64, 128, 128, "same", "as_read", False),
+    "odd dims": (3, 8, 2, 70, 24, 40, "separate", None, False),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_decode_attention_kernels_compile(case, record):
+    B, nH, nG, L, Dk, Dv, kv, rope, new = ATTENTION_CASES[case]
+    split, combine = record(da, "_split_kernel"), record(da, "_combine_kernel")
+    q, k = rnd(B, nH, Dk), rnd(B, nG, L, Dk)
+    v = k if kv == "same" else (k[..., :Dv] if kv == "view" else rnd(B, nG, L, Dv))
+    length = torch.full((B,), L // 2, dtype=torch.int64)
+    half = torch.arange(Dk // 2, dtype=torch.float32)
+    tables = (torch.cos(half[None] * torch.arange(L)[:, None]), torch.sin(half[None] * torch.arange(L)[:, None]))
+    new_kv = (rnd(B, nG, Dk), None if kv == "same" else rnd(B, nG, Dv)) if new else None
+    da._launch(q, k, v, length, 1 / math.sqrt(Dk), tables if rope == "as_read" else None,
+               tables=tables if rope else None, rotate_q=rope is not None, rotate_new=rope == "stored", new_kv=new_kv)
+    assert len(split.launches) == 1 and len(combine.launches) == 1
+    assert compile_launches(split) == 2 and compile_launches(combine) == 2
+
+
+@pytest.mark.parametrize("qcore", ["dot", "bcast"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_tucker_decode_kernels_compile(qcore, shared, record, monkeypatch):
+    monkeypatch.setattr(da, "TUCKER_QCORE", qcore)
+    split, combine = record(da, "_split_kernel"), record(da, "_combine_outcore_kernel")
+    B, nH, r2, r3, p2, L = 2, 12, 64, 64, 64, 64
+    k = rnd(B, 1, L, r3)
+    v = k if shared else rnd(B, 1, L, r3)
+    half = torch.arange(r3 // 2, dtype=torch.float32)
+    tables = (torch.cos(half[None] * torch.arange(L)[:, None]), torch.sin(half[None] * torch.arange(L)[:, None]))
+    da._launch(rnd(B, r2), k, v, torch.full((B,), 9), 0.125, tables, G=rnd(nH, r2, r3), G_post=rnd(nH, p2, r3),
+               out=rnd(B, p2))
+    assert compile_launches(split) == 2 and compile_launches(combine) == 2
+
+
+LINEAR_CASES = {
+    # name: (M, N, K, norm, act, bias, residual)
+    "layernorm + qkv": (1, 2304, 768, "layernorm", None, False, False),
+    "layernorm with bias + gelu": (3, 3072, 768, "layernorm_bias", "gelu", True, False),
+    "proj + residual, K 3072": (1, 768, 3072, None, None, False, True),
+    "rmsnorm + swiglu, K loop": (2, 1024, 8192, "rmsnorm", "swiglu", False, False),
+}
+
+
+@pytest.mark.parametrize("case", list(LINEAR_CASES))
+def test_decode_linear_kernel_compiles(case, record):
+    M, N, K, norm_kind, act, bias, residual = LINEAR_CASES[case]
+    rec = record(dl, "_decode_linear_kernel")
+    norm = {None: None, "layernorm": LayerNorm(K, bias=False), "layernorm_bias": LayerNorm(K, bias=True),
+            "rmsnorm": RMSNorm(K)}[norm_kind]
+    if norm is not None:
+        norm = norm.to(torch.bfloat16)
+    dl.launch(rnd(M, K), rnd(N, K), rnd(N) if bias else None, norm=norm, act=act,
+              weight2=rnd(N, K) if act == "swiglu" else None, residual=rnd(M, N) if residual else None)
+    assert compile_launches(rec) == 2
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_add_norm_kernel_compiles(kind, record, monkeypatch):
+    rec = record(fn, "_add_norm_kernel")
+    monkeypatch.setattr(fn, "_unsupported", lambda *a: None)  # the CPU tensors stand for CUDA ones
+    norm = (LayerNorm(768, bias=True) if kind == "layernorm" else RMSNorm(768)).to(torch.bfloat16)
+    fn.add_norm(rnd(4, 768), rnd(4, 768), norm, backend="triton")
+    assert compile_launches(rec) == 1
