@@ -205,22 +205,6 @@ def test_interp_model_head_matches_nanogpt_head():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=n)
 
 
-@pytest.mark.parametrize("write_grad", [True, False])
-@pytest.mark.parametrize("l2_hints", [False, True])
-def test_kernel_compiles_for_hopper(write_grad, l2_hints):
-    """The kernel compiles (Triton's front end, to TTIR for sm_90, no GPU needed): the interpreter runs the kernel
-    as Python and misses what the compiler refuses (a variable whose type changes in a loop, say)."""
-    from ttir import compile_to_ttir
-    if not fl._HAVE_TRITON:
-        pytest.skip("triton is not installed")
-    sig = {"X": "*bf16", "T": "*i64", "Loss": "*fp32", "G": "*bf16", "V": "i32", "s_x": "i32", "s_g": "i32",
-           "BLOCK": "constexpr", "WRITE_GRAD": "constexpr", "L2_HINTS": "constexpr"}
-    ttir = compile_to_ttir(fl._cross_entropy_rows_kernel, sig,
-                           {"BLOCK": fl.BLOCK, "WRITE_GRAD": write_grad, "L2_HINTS": l2_hints}, num_warps=fl.NUM_WARPS)
-    assert ttir.count("scf.for") == (2 if write_grad else 1)  # one loop per pass
-    assert ("evict_last" in ttir) == l2_hints
-
-
 # ----------------------------------------------------------------------------------------
 # CUDA
 

@@ -1,10 +1,11 @@
-"""Every Triton kernel of the decode step compiles for Hopper on a machine without a GPU.
+"""Every Triton kernel (the decode step's and the training loss head's) compiles for Hopper on a machine without a GPU.
 
 The interpreted tests (tests/interpreted.py) run each kernel as Python, so they cannot see what Triton's compiler
 refuses (a variable whose type changes in a loop, a name one constexpr branch leaves for another, an op the GPU
 backend lacks); until now only a GPU call could. Here each wrapper runs as it would on the GPU up to its launches,
 which are recorded instead of run, and each recorded launch (its argument types and constexprs: the variant's
-branches) is lowered to TTIR for sm_90 by Triton's front end (tests/ttir.py), PDL's branches included.
+branches) is lowered to TTIR for sm_90 by Triton's front end, PDL's branches included. (Session 13 found a loss kernel
+that passed every interpreted test and was refused by the compiler on the GPU; the loss test below fails on it.)
 """
 import math
 
@@ -15,12 +16,32 @@ pytest.importorskip("triton")
 
 import decode_attention as da  # noqa: E402
 import decode_linear as dl  # noqa: E402
+import fused_loss as fl  # noqa: E402
 import fused_norm as fn  # noqa: E402
 from model import LayerNorm, RMSNorm  # noqa: E402
-from ttir import compile_to_ttir  # noqa: E402
 
 if not da._triton_available():
     pytest.skip("triton does not import", allow_module_level=True)
+
+
+def compile_to_ttir(kernel, signature: dict, constexprs: dict, num_warps: int = 4) -> str:
+    """kernel's TTIR as text for these argument types ({'X': '*bf16', 'V': 'i32', ...}, constexprs listed in the
+    signature as 'constexpr' and valued in `constexprs`), by Triton's front end for sm_90; an error where it refuses
+    the kernel. No GPU or driver needed."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.compiler.compiler import ASTSource
+
+    target = GPUTarget("cuda", 90, 32)
+    backend = CUDABackend(target)
+    options = backend.parse_options({"num_warps": num_warps})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = ASTSource(kernel, signature, constexprs=constexprs).make_ir(
+        target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
+    return str(module)
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int64: "i64",
                torch.int32: "i32"}
@@ -156,3 +177,19 @@ def test_add_norm_kernel_compiles(kind, record, monkeypatch):
     norm = (LayerNorm(768, bias=True) if kind == "layernorm" else RMSNorm(768)).to(torch.bfloat16)
     fn.add_norm(rnd(4, 768), rnd(4, 768), norm, backend="triton")
     assert compile_launches(rec) == 1
+
+
+@pytest.mark.parametrize("want_grad", [True, False])
+@pytest.mark.parametrize("l2_hints", [True, False])
+def test_loss_kernel_compiles(want_grad, l2_hints, record, monkeypatch):
+    """fused_loss's row kernel, both passes (with the gradient) or the loss alone, with and without its L2 hints."""
+    rec = record(fl, "_cross_entropy_rows_kernel")
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)  # the recorder, launched as it is
+    monkeypatch.setattr(fl, "L2_HINTS", l2_hints)
+    fl._cross_entropy_rows_impl(rnd(8, 50304), torch.randint(0, 50304, (8,)), want_grad)
+    assert compile_launches(rec) == 1
+    args, kwargs = rec.launches[0]
+    sig, const, warps = typed(rec.kernel, args, kwargs)
+    ttir = compile_to_ttir(rec.kernel, sig, const, num_warps=warps)
+    assert ttir.count("scf.for") == (2 if want_grad else 1)  # one loop per pass
+    assert ("evict_last" in ttir) == l2_hints
