@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 from graph_step import WARMUP as GRAPH_WARMUP  # noqa: E402
 
-from scripts.bench_train import (VARIANTS, Clock, _ANNOTATION, add_common_args, apply_blas, markdown_table, parse_shapes,  # noqa: E402
+from scripts.bench_train import (VARIANTS, _ANNOTATION, add_common_args, apply_blas, markdown_table, parse_shapes,  # noqa: E402
                                  row_config, run_info, select_variants, write_report)
 
 
