@@ -46,6 +46,7 @@ MLA_ROPE_CHOICES = ("decoupled", "latent")
 LOSS_HEAD_CHOICES = ("fused", "logits")
 NORM_CHOICES = ("layernorm", "rmsnorm")
 MLP_CHOICES = ("gelu", "swiglu")
+GELU_CHOICES = ("auto", "torch")
 
 
 # ----------------------------------------------------------------------------------------
@@ -92,6 +93,10 @@ class GPTConfig:
     # multiple of mlp_multiple_of (d=2048 -> 5632). An explicit value is used as given (LLaMA-3 1B: 8192).
     mlp_hidden: Optional[int] = None
     mlp_multiple_of: int = 256  # swiglu's default hidden width is rounded up to a multiple of this
+    # the exact GELU's implementation (mlp='gelu'): 'auto' = fused_gelu's Triton kernels on CUDA (Phi through erfcx,
+    # one exp2, at the copy rate; F.gelu's erf form is compute-bound there) and F.gelu elsewhere; 'torch' = F.gelu
+    # everywhere (inductor's kernels when compiled). The same function to float32 rounding (tested)
+    gelu: str = "auto"
     tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2 and LLaMA-3 1B); False: separate lm_head
     # --- memory ---
     # recompute each block's activations in the backward instead of storing them (training only):
@@ -158,6 +163,8 @@ class GPTConfig:
             raise ValueError(f"norm_eps={self.norm_eps!r} is out of range: allowed a number in (0, 1)")
         if self.mlp not in MLP_CHOICES:
             raise ValueError(f"mlp={self.mlp!r} is unknown: allowed {MLP_CHOICES}")
+        if self.gelu not in GELU_CHOICES:
+            raise ValueError(f"gelu={self.gelu!r} is unknown: allowed {GELU_CHOICES}")
         if self.mlp_hidden is not None:
             need_int("mlp_hidden", self.mlp_hidden, 1)
         need_int("mlp_multiple_of", self.mlp_multiple_of, 1)
@@ -1315,17 +1322,27 @@ def make_norm(config: GPTConfig) -> nn.Module:
 
 
 class MLP(nn.Module):
-    """GPT-2's MLP: c_proj(gelu(c_fc(x))), d -> hidden (default 4 d) -> d."""
+    """GPT-2's MLP: c_proj(gelu(c_fc(x))), d -> hidden (default 4 d) -> d. The GELU is exact (erf), as
+    config.gelu says: fused_gelu.gelu (Triton kernels on CUDA, F.gelu elsewhere) or F.gelu."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
+        self.gelu_backend = config.gelu
+        if config.gelu == "auto":
+            import fused_gelu  # noqa: F401  registers the GELU kernels' ops now, before torch.compile traces a step
         hidden = config.mlp_hidden_dim
         self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+        h = self.c_fc(x)  # (B, T, hidden)
+        if self.gelu_backend == "auto":
+            from fused_gelu import gelu  # imported (its ops registered) by __init__ already
+            h = gelu(h)
+        else:
+            h = F.gelu(h)
+        return self.dropout(self.c_proj(h))
 
     def decode(self, io: DecodeIO) -> "Stream":
         """The stream x + mlp(norm(x)): at batch 1 on CUDA two kernels, norm + c_fc + GELU and c_proj + residual."""

@@ -14,8 +14,9 @@ of it is faster). Rows, median over --repeats of the mean of --calls back-to-bac
     add             torch.add(g, x, out=y): two reads and one write, the backward's floor
     inductor_fwd    torch.compile(F.gelu)(x), exact (erf)           inductor_bwd   aten.gelu_backward(g, x), compiled
     inductor_tanh   torch.compile(F.gelu(x, approximate='tanh')): a cheaper formula, to see what arithmetic costs
-    triton_fwd/bwd  one Triton kernel per pass, erf from libdevice (the same formula), at each --blocks x --warps
+    triton_fwd/bwd  one Triton kernel per pass, erf from libdevice (inductor's formula), at each --blocks x --warps
     *_sigmoid       x * sigmoid(1.702 x) in Triton: one exp, no erf (not GELU: only a measure of the erf's cost)
+    fused_gelu_*    fused_gelu's kernels (what model.MLP runs on CUDA: Phi through erfcx, one exp2), each setting
 
 Each Triton row's result is compared with F.gelu / aten.gelu_backward in float64 (max |error| in units of the
 output's bf16 spacing) and with inductor's bf16 output (fraction of elements that differ).
@@ -32,6 +33,7 @@ if __name__ == "__main__" and not __package__:
 import torch
 import torch.nn.functional as F
 
+import fused_gelu as fg
 from scripts.bench_train import fmt, markdown_table, parse_ints, parse_shapes, run_info, write_report
 
 try:
@@ -121,8 +123,11 @@ def main(argv=None):
         g = (0.01 * torch.randn(M, N, device=device, generator=gen)).to(dtype)
         y = torch.empty_like(x)
         nbytes = x.numel() * x.element_size()
-        ref_fwd = F.gelu(x.double())
-        ref_bwd = torch.ops.aten.gelu_backward(g.double(), x.double())
+        xd = x.double()
+        cdf = 0.5 * torch.special.erfc(-xd / 2 ** 0.5)  # Phi, accurate in the negative tail (1 + erf is not)
+        ref_fwd = xd * cdf
+        ref_bwd = g.double() * (cdf + xd * torch.exp(-0.5 * xd * xd) / (2 * torch.pi) ** 0.5)
+        del xd, cdf
         inductor = {}
 
         def add(name, ms, moved, out=None, ref=None, versus=None, **kw):
@@ -153,6 +158,17 @@ def main(argv=None):
         if not (cuda and HAVE_TRITON):
             continue
         n = x.numel()
+        for block, warps in itertools.product(parse_ints(args.blocks, "blocks"), parse_ints(args.warps, "warps")):
+            grid = (triton.cdiv(n, block),)
+            dx = torch.empty_like(x)
+            tag = f"BLOCK={block} warps={warps}" + (" (module default)" if (block, warps) == (fg.BLOCK, fg.NUM_WARPS)
+                                                    else "")
+            f = lambda: fg._gelu_fwd_kernel[grid](x, y, n, BLOCK=block, num_warps=warps)  # noqa: E731
+            b = lambda: fg._gelu_bwd_kernel[grid](g, x, dx, n, BLOCK=block, num_warps=warps)  # noqa: E731
+            add(f"fused_gelu_fwd {tag}", timed(f, args.calls, args.repeats, cuda), 2 * nbytes, y.clone(), ref_fwd,
+                inductor["fwd"], block=block, warps=warps)
+            add(f"fused_gelu_bwd {tag}", timed(b, args.calls, args.repeats, cuda), 3 * nbytes, dx.clone(), ref_bwd,
+                inductor["bwd"], block=block, warps=warps)
         for block, warps, sigmoid in itertools.product(parse_ints(args.blocks, "blocks"),
                                                        parse_ints(args.warps, "warps"), (False, True)):
             grid = (triton.cdiv(n, block),)
@@ -169,7 +185,7 @@ def main(argv=None):
     md = ["# GELU alone: inductor's kernels, Triton's, and the copy rate\n",
           f"{info['date']} on {info['gpu']}, torch {info['torch']}\n", f"`{info['command']}`\n",
           "TB/s counts the bytes a pass must move (forward: x read, y written; backward: g and x read, dx written). "
-          "err: the largest |error| against float64, in bf16 spacings of the exact value; differs: the fraction "
+          "err: the largest |error| against float64 (Phi as erfc(-x / sqrt 2) / 2), in bf16 spacings of the exact value; differs: the fraction "
           "of elements whose bf16 value differs from inductor's.\n",
           markdown_table(["shape", "row", "us", "TB/s", "max err (bf16 spacings)", "differs from inductor"],
                          [[r["shape"], r["row"], fmt(r["ms"] * 1e3, ".1f"), fmt(r["tbps"], ".2f"),

@@ -358,7 +358,7 @@ for st in "$@"; do
         for v in mha tucker_8_64_64; do
             for m in "${modes[@]}"; do
                 case $m in
-                plain) ex=(--compile=False --loss_head=logits) ;;  # eager, nanoGPT's loss head
+                plain) ex=(--compile=False --loss_head=logits --gelu=torch) ;;  # eager, nanoGPT's loss head and GELU
                 compiled) ex=(--compile=True) ;;  # the defaults: compiled, the fused loss head
                 fast) ex=(--compile=True --compile_mode=reduce-overhead --loss_chunk_tokens=4096) ;;
                 graph) ex=(--compile=True --graph_step=True) ;;  # the whole iteration replayed from one CUDA graph

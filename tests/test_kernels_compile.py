@@ -1,4 +1,4 @@
-"""Every Triton kernel (the decode step's and the training loss head's) compiles for Hopper on a machine without a GPU.
+"""Every Triton kernel (the decode step's, the training loss head's and the GELU's) compiles for Hopper on a machine without a GPU.
 
 The interpreted tests (tests/interpreted.py) run each kernel as Python, so they cannot see what Triton's compiler
 refuses (a variable whose type changes in a loop, a name one constexpr branch leaves for another, an op the GPU
@@ -16,6 +16,7 @@ pytest.importorskip("triton")
 
 import decode_attention as da  # noqa: E402
 import decode_linear as dl  # noqa: E402
+import fused_gelu as fg  # noqa: E402
 import fused_loss as fl  # noqa: E402
 import fused_norm as fn  # noqa: E402
 from model import LayerNorm, RMSNorm, rope_cache  # noqa: E402
@@ -99,6 +100,7 @@ def record(monkeypatch):
     choice of the public wrappers runs as it does on the GPU."""
     monkeypatch.setattr(da, "_interpret", lambda: True)  # decode_attention, and decode_linear's / fused_norm's checks
     monkeypatch.setattr(fl, "_interpret", lambda: True)
+    monkeypatch.setattr(fg, "_interpret", lambda: True)
 
     def install(module, name):
         rec = Recorder(getattr(module, name))
@@ -195,3 +197,18 @@ def test_loss_kernel_compiles(want_grad, l2_hints, record, monkeypatch):
     ttir = compile_to_ttir(rec.kernel, sig, const, num_warps=warps)
     assert ttir.count("scf.for") == (2 if want_grad else 1)  # one loop per pass
     assert ("evict_last" in ttir) == l2_hints
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gelu_kernels_compile(dtype, record, monkeypatch):
+    """fused_gelu's forward and backward kernels, through gelu and its autograd (the recorder launches nothing: the
+    outputs are empty tensors)."""
+    fwd, bwd = record(fg, "_gelu_fwd_kernel"), record(fg, "_gelu_bwd_kernel")
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)  # the recorders, launched as they are
+    x = rnd(4, 3072, dtype=dtype).requires_grad_()
+    fg.gelu(x, backend="triton").backward(rnd(4, 3072, dtype=dtype))
+    assert compile_launches(fwd) == 1 and compile_launches(bwd) == 1
+    for rec in (fwd, bwd):
+        sig, const, warps = typed(rec.kernel, *rec.launches[0])
+        ttir = compile_to_ttir(rec.kernel, sig, const, num_warps=warps)
+        assert ttir.count("math.exp2") == 1 and "erf" not in ttir  # one exp2, no erf
