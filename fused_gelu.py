@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from decode_attention import _interpret, _triton_available
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
-BLOCK = 4096  # elements per program (H200, bench_gelu: 1,024-4,096 within 3% forward; 4,096 best backward)
-NUM_WARPS = 4
+BLOCK = 2048  # elements per program (H200, results/bench/session14/bench_gelu.md: 2,048 with 4 warps the fastest
+NUM_WARPS = 4  # forward and backward at both GPT-2 shapes, 4,096 or 8 warps 1-8% slower)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
 FWD_OP, BWD_OP = "tucker_attention::gelu_fwd", "tucker_attention::gelu_bwd"
