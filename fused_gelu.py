@@ -109,6 +109,8 @@ if _HAVE_TRITON:
     def _gelu_fwd_impl(x: torch.Tensor) -> torch.Tensor:
         y = torch.empty_like(x)
         n = x.numel()
+        if n == 0:  # no program to launch
+            return y
         torch.library.wrap_triton(_gelu_fwd_kernel)[(triton.cdiv(n, BLOCK),)](x, y, n, BLOCK=BLOCK,
                                                                                num_warps=NUM_WARPS)
         return y
@@ -116,6 +118,8 @@ if _HAVE_TRITON:
     def _gelu_bwd_impl(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         dx = torch.empty_like(x)
         n = x.numel()
+        if n == 0:
+            return dx
         torch.library.wrap_triton(_gelu_bwd_kernel)[(triton.cdiv(n, BLOCK),)](g, x, dx, n, BLOCK=BLOCK,
                                                                                num_warps=NUM_WARPS)
         return dx

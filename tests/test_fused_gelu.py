@@ -143,9 +143,9 @@ def test_interp_backward_matches_float64():
 
 
 @needs_child
-@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000])
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 1000])
 def test_interp_sizes_and_fp16(n, monkeypatch):
-    """Sizes around the block (64 here), a (..., hidden) shape, fp16: the values and the gradient against float64,
+    """Sizes around the block (64 here) and none, a (..., hidden) shape, fp16: the values and the gradient against float64,
     F.gelu's within float32's error of its own (up to 1e-6 absolute at |x| <= 9: its erf form cancels in the tail)."""
     monkeypatch.setattr(fg, "BLOCK", 64)
     torch.manual_seed(n)
