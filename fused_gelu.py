@@ -11,15 +11,16 @@ function, whose exponential factor the backward's density shares:
     GELU(x) = x Phi(x)          GELU'(x) = Phi(x) + x phi(x),   phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
 
 with erfcx(t) = exp(t^2) erfc(t) ~ u P(u), u = 1 / (1 + t/2), P of degree 8 (ERFCX_COEFFS, fit_erfcx(): relative
-error 4.3e-8 on t in [0, 10], below float32's 6e-8 spacing; beyond t = 10, i.e. x < -14.1, exp(-x^2 / 2) is
-below float32's range and Phi(x) is 0). One reciprocal, nine multiply-adds and one exp2 a value. The negative
+error 4.3e-8 on t in [0, 10], below float32's 6e-8 spacing; t is clamped there: for x < -14.1, exp(-x^2 / 2) is
+below float32's normal range and Phi(x) below 1e-44). One reciprocal, eight multiply-adds of the polynomial, a few
+multiplies and one exp2 a value. The negative
 tail is computed as the small number it is, not as 1 + erf(x) (which cancels): every bf16 input whose GELU is a
 normal number gets the correctly rounded bf16 GELU (tests/test_fused_gelu.py), where inductor's float32 erf form
 misses by up to 165 bf16 spacings in that tail (bench_gelu's err column).
 
 `gelu` is the one dispatch point: the Triton kernels on CUDA (and on the CPU under TRITON_INTERPRET=1, for tests),
 registered as torch.library triton_ops so that torch.compile keeps each as one call; F.gelu everywhere else
-(backend='torch', and always on the CPU). model.MLP calls it where GPTConfig.gelu is 'auto' (the default).
+(and with backend='torch'). model.MLP calls it where GPTConfig.gelu is 'auto' (the default).
 """
 
 from __future__ import annotations
@@ -71,11 +72,14 @@ if _HAVE_TRITON:
     _C3, _C4, _C5 = tl.constexpr(ERFCX_COEFFS[3]), tl.constexpr(ERFCX_COEFFS[4]), tl.constexpr(ERFCX_COEFFS[5])
     _C6, _C7, _C8 = tl.constexpr(ERFCX_COEFFS[6]), tl.constexpr(ERFCX_COEFFS[7]), tl.constexpr(ERFCX_COEFFS[8])
     _U_SCALE, _T_MAX = tl.constexpr(ERFCX_U_SCALE), tl.constexpr(ERFCX_T_MAX)
+    _INV_SQRT2 = tl.constexpr(0.7071067811865476)  # 1 / sqrt 2
+    _NEG_HALF_LOG2E = tl.constexpr(-0.7213475204444817)  # -log2(e) / 2: exp(-x^2 / 2) = exp2(x^2 * this)
+    _INV_SQRT_2PI = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi): the density's factor
 
     @triton.jit
-    def _phi(x):
+    def _normal_cdf(x):
         """float32 x -> (Phi(x), exp(-x^2 / 2)): the normal CDF and the exponential its density shares."""
-        t = tl.minimum(tl.abs(x) * 0.7071067811865476, _T_MAX)
+        t = tl.minimum(tl.abs(x) * _INV_SQRT2, _T_MAX)
         u = 1.0 / (1.0 + _U_SCALE * t)
         p = _C0 * u + _C1
         p = p * u + _C2
@@ -85,7 +89,7 @@ if _HAVE_TRITON:
         p = p * u + _C6
         p = p * u + _C7
         p = p * u + _C8  # erfcx(t) / u
-        e = tl.exp2(x * x * -0.7213475204444817)  # exp(-x^2 / 2) = 2^(-x^2 log2(e) / 2)
+        e = tl.exp2(x * x * _NEG_HALF_LOG2E)  # exp(-x^2 / 2)
         h = 0.5 * e * (u * p)  # 1/2 erfc(|x| / sqrt 2) = Phi(-|x|)
         return tl.where(x >= 0, 1.0 - h, h), e
 
@@ -94,8 +98,8 @@ if _HAVE_TRITON:
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-        phi, _ = _phi(x)
-        tl.store(Y + offs, (x * phi).to(Y.dtype.element_ty), mask=mask)
+        cdf, _ = _normal_cdf(x)
+        tl.store(Y + offs, (x * cdf).to(Y.dtype.element_ty), mask=mask)
 
     @triton.jit
     def _gelu_bwd_kernel(G, X, DX, n, BLOCK: tl.constexpr):
@@ -103,8 +107,8 @@ if _HAVE_TRITON:
         mask = offs < n
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
-        phi, e = _phi(x)
-        tl.store(DX + offs, (g * (phi + x * (0.3989422804014327 * e))).to(DX.dtype.element_ty), mask=mask)
+        cdf, e = _normal_cdf(x)  # GELU'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+        tl.store(DX + offs, (g * (cdf + x * (_INV_SQRT_2PI * e))).to(DX.dtype.element_ty), mask=mask)
 
     def _gelu_fwd_impl(x: torch.Tensor) -> torch.Tensor:
         y = torch.empty_like(x)

@@ -95,7 +95,8 @@ class GPTConfig:
     mlp_multiple_of: int = 256  # swiglu's default hidden width is rounded up to a multiple of this
     # the exact GELU's implementation (mlp='gelu'): 'auto' = fused_gelu's Triton kernels on CUDA (Phi through erfcx,
     # one exp2, at the copy rate; F.gelu's erf form is compute-bound there) and F.gelu elsewhere; 'torch' = F.gelu
-    # everywhere (inductor's kernels when compiled). The same function to float32 rounding (tested)
+    # everywhere (inductor's kernels when compiled). The same function within float32's error: bf16 outputs
+    # correctly rounded (tests/test_fused_gelu.py, on the CPU's interpreter and on the GPU)
     gelu: str = "auto"
     tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2 and LLaMA-3 1B); False: separate lm_head
     # --- memory ---
