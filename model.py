@@ -1594,7 +1594,8 @@ class GPT(nn.Module):
         start = caches[0].pos if caches is not None else 0
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than block_size={self.config.block_size}")
-        x = self.transformer.wte(idx)  # (B, T, d)
+        # (B, T, d) in the norms' dtype: the model's, or float32 where master_adamw made the matrices (wte) bf16
+        x = self.transformer.wte(idx).to(self.transformer.ln_f.weight.dtype)
         if self.transformer.wpe is not None:
             x = x + self.transformer.wpe(torch.arange(start, start + T, device=idx.device))
         x = self.transformer.drop(x)
@@ -1730,13 +1731,17 @@ class GPT(nn.Module):
 
     # --- training helpers ---------------------------------------------------------------------
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, master_weights: bool = False):
         """AdamW; weight decay on matrices, embeddings and cores (dim >= 2), none on biases and
-        norm weights (LayerNorm and RMSNorm, all 1-D)."""
+        norm weights (LayerNorm and RMSNorm, all 1-D). master_weights: master_adamw.MasterAdamW, which
+        turns this model's matrices into bf16 and keeps their float32 masters (an experiment: bench_train)."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if master_weights:
+            from master_adamw import MasterAdamW
+            return MasterAdamW(groups, lr=learning_rate, betas=betas)
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
 

@@ -37,6 +37,8 @@
 #                 (warps x BLOCK_N x stages) and splits (CTAS_PER_SM): which settings read the cache fastest
 #   decode_profile1  profiled graph replays of batch-1 steps at 4k (MHA, Tucker, Tucker shared): every kernel of the step
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
+#   master_weights  master_adamw's CUDA tests; bench_train --graph_step (MHA, Tucker) with fused AdamW, then with
+#                 --master_weights; loop_gap rounds against nanoGPT with --master_weights (ROUNDS, default 5)
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
 #                 -> bench/<stage>_{base,new}.md/json (COMPARE_KNOBS="--knob A=1 ...": a third run, <stage>_knobs)
@@ -290,6 +292,16 @@ for st in "$@"; do
         for shape in ${ROUNDS_SHAPES:-12x1024 64x256}; do
             stage loop_gap_rounds_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step \
                 --rounds ${ROUNDS:-7} --iters 4 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_rounds_$shape
+        done ;;
+    master_weights)  # master_adamw (bf16 matrices, float32 masters) against fused AdamW: the CUDA tests, the step, nanoGPT
+        stage tests_master python3 -m pytest -q -rs tests/test_master_adamw.py -k cuda
+        MA=(--graph_step --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --profile mha --profile_top 30 --precompile 2
+            --time_budget ${MASTER_BUDGET:-150} --out_dir "$WORK/bench")
+        stage train_adamw python3 -m scripts.bench_train "${MA[@]}" --name train_adamw
+        stage train_master python3 -m scripts.bench_train "${MA[@]}" --master_weights --name train_master
+        for shape in ${ROUNDS_SHAPES:-12x1024 64x256}; do
+            stage loop_gap_master_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step --master_weights \
+                --rounds ${ROUNDS:-5} --iters 4 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_master_$shape
         done ;;
     train_sdpa_flash)  # SDPA's flash backend against the default choice (cuDNN at these head sizes), same call
         for be in flash auto; do

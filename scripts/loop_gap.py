@@ -135,7 +135,8 @@ def ours(variant, batch_size: int, seq_len: int, args, device):
     torch.manual_seed(args.seed)
     with torch.device(device):
         model = GPT(cfg)
-    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=6e-4, betas=(0.9, 0.95), device_type="cuda")
+    opt = model.configure_optimizers(weight_decay=0.1, learning_rate=6e-4, betas=(0.9, 0.95), device_type="cuda",
+                                     master_weights=args.master_weights)
     net = torch.compile(model, options=train_compile_options("default"))  # as train.py compiles
     x = torch.randint(cfg.vocab_size, (batch_size, seq_len), device=device)
     y = torch.randint(cfg.vocab_size, (batch_size, seq_len), device=device)
@@ -278,6 +279,9 @@ def main(argv=None):
     p.add_argument("--graph_step", action="store_true",
                    help="our step replayed from one CUDA graph (train.py's graph_step; --warmup covers its plain "
                         "iterations, the capture and a replay)")
+    p.add_argument("--master_weights", action="store_true",
+                   help="our model's matrices in bf16 with float32 masters in master_adamw.MasterAdamW (bench_train's "
+                        "--master_weights)")
     p.add_argument("--rounds", type=int, default=1,
                    help="unprofiled loops this many times, the runs alternating (their ratio per round and its median)")
     p.add_argument("--clock_ms", type=int, default=50, help="nvidia-smi's sampling interval of the GPU clock, ms")
@@ -294,7 +298,8 @@ def main(argv=None):
         raise SystemExit(f"--graph_step: --warmup must be >= {GRAPH_WARMUP + 2} ({GRAPH_WARMUP} plain iterations, "
                          "the capture, a replay)")
     variant, = select_variants(args.variant)
-    ours_name = f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}"
+    ours_name = (f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}"
+                 f"{' (master weights)' if args.master_weights else ''}")
     runs = {ours_name: lambda: ours(variant, batch_size, seq_len, args, device)}
     if args.nanogpt:
         runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)

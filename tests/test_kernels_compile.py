@@ -1,4 +1,5 @@
-"""Every Triton kernel (the decode step's, the training loss head's and the GELU's) compiles for Hopper on a machine without a GPU.
+"""Every Triton kernel (the decode step's, the training loss head's, the GELU's, master_adamw's) compiles for Hopper on
+a machine without a GPU.
 
 The interpreted tests (tests/interpreted.py) run each kernel as Python, so they cannot see what Triton's compiler
 refuses (a variable whose type changes in a loop, a name one constexpr branch leaves for another, an op the GPU
@@ -19,6 +20,7 @@ import decode_linear as dl  # noqa: E402
 import fused_gelu as fg  # noqa: E402
 import fused_loss as fl  # noqa: E402
 import fused_norm as fn  # noqa: E402
+import master_adamw as ma  # noqa: E402
 from model import LayerNorm, RMSNorm, rope_cache  # noqa: E402
 
 if not da._triton_available():
@@ -101,6 +103,7 @@ def record(monkeypatch):
     monkeypatch.setattr(da, "_interpret", lambda: True)  # decode_attention, and decode_linear's / fused_norm's checks
     monkeypatch.setattr(fl, "_interpret", lambda: True)
     monkeypatch.setattr(fg, "_interpret", lambda: True)
+    monkeypatch.setattr(ma, "_interpret", lambda: True)
 
     def install(module, name):
         rec = Recorder(getattr(module, name))
@@ -212,3 +215,18 @@ def test_gelu_kernels_compile(dtype, record, monkeypatch):
         sig, const, warps = typed(rec.kernel, *rec.launches[0])
         ttir = compile_to_ttir(rec.kernel, sig, const, num_warps=warps)
         assert ttir.count("math.exp2") == 1 and "erf" not in ttir  # one exp2, no erf
+
+
+@pytest.mark.parametrize("lr_tensor", [False, True])
+def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
+    """master_adamw's update, for a bf16 matrix (its bf16 copy written) and a float32 vector, lr a float or a tensor."""
+    rec = record(ma, "_master_adamw_kernel")
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
+    w, b = torch.nn.Parameter(torch.randn(64, 96)), torch.nn.Parameter(torch.randn(96))
+    opt = ma.MasterAdamW([w, b], backend="triton")
+    if lr_tensor:
+        opt.param_groups[0]["lr"] = torch.full((), 1e-3)
+    w.grad, b.grad = torch.zeros_like(w), torch.zeros_like(b)
+    opt.step()
+    assert compile_launches(rec) == 2
+    assert [typed(rec.kernel, *launch)[1]["HAS_COPY"] for launch in rec.launches] == [True, False]

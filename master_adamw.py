@@ -1,0 +1,211 @@
+"""
+AdamW over float32 master weights for a model that holds its matrices in bf16: an experiment for the training step.
+
+Under bf16 autocast every step casts each float32 weight to bf16 for its matmul and each bf16 weight gradient back to
+float32 for the optimizer: on an H200, 96 kernels and 0.58 ms of GPT-2's 23.5 ms step at 12 x 1024
+(results/bench/session14/profile_mha_full.md), 40 bytes a parameter with AdamW's own 28. Here the matrices (every
+parameter of 2 or more dims) are bf16 in the model, so the matmuls read them as they are and their gradients come
+out in bf16; the optimizer keeps the float32 master copy of each and, in one pass per parameter group, reads the
+bf16 gradient, updates master, exp_avg and exp_avg_sq as torch's AdamW does (decoupled weight decay, bias
+corrections) and writes the new bf16 weight: 28 bytes a parameter in all. Vectors (norm weights, biases) stay float32
+and take the same update in place. One Triton kernel launch per tensor on CUDA; the same arithmetic in torch ops
+serves the CPU.
+
+    optimizer = MasterAdamW(model.optimizer_groups(weight_decay), lr=6e-4, betas=(0.9, 0.95))  # converts the model
+
+The conversion happens in the constructor: build the model in float32 (load a checkpoint first), then the optimizer.
+`model_state_dict(model)` is model.state_dict() with the float32 masters in place of the bf16 matrices (what a
+checkpoint should hold). state_dict() has AdamW's layout (per parameter 'step', 'exp_avg', 'exp_avg_sq'). The
+residual stream stays float32: GPT.forward promotes the bf16 embeddings. Gradients accumulated over micro-steps would
+add in bf16, so this is for one micro-step per iteration. Measured with `bench_train --master_weights`; not a
+train.py key yet.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+import torch
+
+from decode_attention import _interpret, _triton_available
+
+BLOCK = 2048  # elements per program
+NUM_WARPS = 4
+BACKENDS = ("auto", "triton", "torch")
+_HAVE_TRITON = _triton_available()
+
+if _HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _master_adamw_kernel(G, P, M, V, COPY, n, LR, lr_value, STEP, beta1, beta2, log2_beta1, log2_beta2, eps,
+                             weight_decay, BLOCK: tl.constexpr, LR_TENSOR: tl.constexpr, HAS_COPY: tl.constexpr):
+        """One tensor's AdamW step: gradient G (bf16 or float32), float32 weights P, moments M and V updated in
+        place; with HAS_COPY the new weights are also written to COPY in bf16 (the model's)."""
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        step = tl.load(STEP)  # already counted for this step
+        if LR_TENSOR:
+            lr = tl.load(LR)
+        else:
+            lr = lr_value
+        g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
+        p = tl.load(P + offs, mask=mask, other=0.0)
+        m = tl.load(M + offs, mask=mask, other=0.0)
+        v = tl.load(V + offs, mask=mask, other=0.0)
+        p = p * (1.0 - lr * weight_decay)
+        m = beta1 * m + (1.0 - beta1) * g
+        v = beta2 * v + (1.0 - beta2) * g * g
+        bias1 = 1.0 - tl.exp2(step * log2_beta1)  # 1 - beta1^step
+        bias2 = 1.0 - tl.exp2(step * log2_beta2)
+        p = p - (lr / bias1) * m / (tl.sqrt(v) / tl.sqrt(bias2) + eps)
+        tl.store(P + offs, p, mask=mask)
+        tl.store(M + offs, m, mask=mask)
+        tl.store(V + offs, v, mask=mask)
+        if HAS_COPY:
+            tl.store(COPY + offs, p.to(COPY.dtype.element_ty), mask=mask)
+
+
+def _torch_update(grad, master, exp_avg, exp_avg_sq, copy, lr, step, beta1, beta2, eps, weight_decay) -> None:
+    """The kernel's arithmetic for one tensor in torch ops (float32), in place."""
+    g = grad.float()
+    master.mul_(1.0 - lr * weight_decay)
+    exp_avg.mul_(beta1).add_(g, alpha=1.0 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+    bias1 = 1.0 - beta1 ** step
+    bias2 = 1.0 - beta2 ** step
+    master.sub_((lr / bias1) * exp_avg / (exp_avg_sq.sqrt() / math.sqrt(bias2) + eps))
+    if copy is not None:
+        copy.copy_(master)
+
+
+class MasterAdamW(torch.optim.Optimizer):
+    """AdamW whose matrices (parameters of 2 or more dims) are bf16 in the model and float32 here (see the module
+    docstring). lr may be a float or a 0-d float32 tensor on the parameters' device (graph_step's)."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, backend: str = "auto"):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        self.backend = backend
+        for group in self.param_groups:
+            device = group["params"][0].device if group["params"] else torch.device("cpu")
+            group["step_count"] = torch.zeros((), dtype=torch.float32, device=device)  # the group's 'step'
+            for p in group["params"]:
+                if p.dtype != torch.float32:
+                    raise ValueError(f"MasterAdamW takes float32 parameters (it makes the bf16 copies); got {p.dtype}")
+                state = self.state[p]
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                if p.dim() >= 2:
+                    state["master"] = p.detach().clone(memory_format=torch.contiguous_format)
+                    p.data = p.data.to(torch.bfloat16)  # the model's copy (Module.half() converts the same way)
+
+    def master(self, p: torch.Tensor) -> torch.Tensor:
+        """The float32 weights behind p (p itself where it is float32)."""
+        return self.state[p].get("master", p)
+
+    def model_state_dict(self, model: torch.nn.Module) -> dict:
+        """model.state_dict() with each bf16 matrix replaced by its float32 master (the same keys; tied weights,
+        listed under two keys, both get it)."""
+        masters = {p.data_ptr(): self.state[p]["master"] for g in self.param_groups for p in g["params"]
+                   if "master" in self.state[p]}
+        return {k: masters.get(v.data_ptr(), v) if v.dtype == torch.bfloat16 else v
+                for k, v in model.state_dict().items()}
+
+    def state_dict(self) -> dict:
+        """AdamW's layout: per parameter 'step' (the group's), 'exp_avg', 'exp_avg_sq'; each group's
+        hyperparameters with lr a float. No masters: they are the model's float32 weights (model_state_dict)."""
+        state, groups, index = {}, [], 0
+        for group in self.param_groups:
+            ids = []
+            for p in group["params"]:
+                st = self.state[p]
+                state[index] = {"step": group["step_count"].clone(), "exp_avg": st["exp_avg"],
+                                "exp_avg_sq": st["exp_avg_sq"]}
+                ids.append(index)
+                index += 1
+            groups.append({**{k: v for k, v in group.items() if k not in ("params", "step_count")},
+                           "lr": float(group["lr"]), "params": ids})
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """AdamW's or this optimizer's state_dict (parameters matched in order, as torch does): the moments, the
+        step, lr, betas, eps and weight decay. The masters stay: they are the model's float32 weights, loaded
+        before this optimizer was built."""
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups) or any(len(s["params"]) != len(g["params"])
+                                                       for s, g in zip(saved, self.param_groups)):
+            raise ValueError("MasterAdamW.load_state_dict: the saved groups do not match this optimizer's "
+                             f"({[len(s['params']) for s in saved]} against "
+                             f"{[len(g['params']) for g in self.param_groups]} parameters)")
+        for group, s in zip(self.param_groups, saved):
+            if torch.is_tensor(group["lr"]):
+                group["lr"].fill_(float(s["lr"]))  # graph_step's device lr stays the same tensor
+            else:
+                group["lr"] = float(s["lr"])
+            group["betas"], group["eps"], group["weight_decay"] = tuple(s["betas"]), s["eps"], s["weight_decay"]
+            steps = []
+            for p, idx in zip(group["params"], s["params"]):
+                entry = state_dict["state"].get(idx)
+                if entry is None:
+                    continue
+                self.state[p]["exp_avg"].copy_(entry["exp_avg"])
+                self.state[p]["exp_avg_sq"].copy_(entry["exp_avg_sq"])
+                steps.append(float(entry["step"]))
+            group["step_count"].fill_(max(steps) if steps else 0.0)
+
+    def _use_triton(self, t: torch.Tensor) -> bool:
+        ok = _HAVE_TRITON and (t.device.type == "cuda" or (_interpret() and t.device.type == "cpu"))
+        if self.backend == "triton" and not ok:
+            raise ValueError(f"MasterAdamW: the Triton kernel cannot run on {t.device.type}"
+                             + ("" if _HAVE_TRITON else " (triton is not installed)"))
+        return ok and self.backend != "torch"
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One update of every parameter with a gradient: a kernel launch per tensor on CUDA (the launches are what
+        a CUDA graph replays: no host-side table of addresses to capture), the torch ops elsewhere."""
+        if closure is not None:
+            raise ValueError("MasterAdamW.step takes no closure")
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            count = group["step_count"]
+            count += 1
+            beta1, beta2 = group["betas"]
+            lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+            if self._use_triton(params[0]):
+                lr_tensor = torch.is_tensor(lr)
+                for p in params:
+                    st = self.state[p]
+                    lowp = "master" in st
+                    n = p.numel()
+                    torch.library.wrap_triton(_master_adamw_kernel)[(triton.cdiv(n, BLOCK),)](
+                        p.grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n,
+                        lr if lr_tensor else count, 0.0 if lr_tensor else float(lr), count, beta1, beta2,
+                        math.log2(beta1), math.log2(beta2), eps, wd,
+                        BLOCK=BLOCK, LR_TENSOR=lr_tensor, HAS_COPY=lowp, num_warps=NUM_WARPS)
+            else:
+                step = float(count)
+                for p in params:
+                    st = self.state[p]
+                    lowp = "master" in st
+                    _torch_update(p.grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"],
+                                  p if lowp else None, float(lr), step, beta1, beta2, eps, wd)
+        return None
+
+
+def check_supported(dtype: str, accum: int, distributed: bool) -> Optional[str]:
+    """Why MasterAdamW cannot train this run (None when it can): bf16 autocast, one process, one micro-step."""
+    if dtype != "bfloat16":
+        return f"dtype={dtype!r} (master weights need 'bfloat16')"
+    if distributed:
+        return "DDP/FSDP (the gradients would be reduced in bf16)"
+    if accum != 1:
+        return f"gradient_accumulation_steps={accum} (micro-step gradients would add in bf16)"
+    return None

@@ -1,0 +1,246 @@
+"""master_adamw.MasterAdamW: AdamW over float32 masters of a model whose matrices it turns bf16.
+
+Properties: the masters follow torch's AdamW fed the same (bf16) gradients, and each bf16 matrix is its master rounded;
+vectors stay float32 and take AdamW's update; the model's state_dict with the masters in place is the float32 one;
+state_dict has AdamW's layout both ways, and a run rebuilt from its checkpoint (masters = the saved float32 weights)
+continues exactly; a tiny GPT trains (loss goes down) with its residual stream in float32; errors name what is
+wrong. CPU: the torch ops, and the Triton kernel through the interpreter (tests/interpreted.py); CUDA (skipped
+without a GPU): the kernel against the torch ops, and graph_step's replays against plain iterations.
+"""
+import copy
+
+import pytest
+import torch
+
+import master_adamw as ma
+from interpreted import needs_child
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+HYPER = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
+
+
+def make_params(device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.nn.Parameter(torch.randn(37, 65, generator=g).to(device))  # a matrix: bf16 in the model
+    b = torch.nn.Parameter(torch.randn(65, generator=g).to(device))  # a vector: stays float32
+    return w, b
+
+
+def grads(step, device="cpu"):
+    g = torch.Generator().manual_seed(100 + step)
+    return (torch.randn(37, 65, generator=g) * 0.1).to(device), (torch.randn(65, generator=g) * 0.1).to(device)
+
+
+def run_master(steps, backend="torch", device="cpu", lr_tensor=False):
+    w, b = make_params(device)
+    opt = ma.MasterAdamW([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
+                         backend=backend, **HYPER)
+    if lr_tensor:
+        for group in opt.param_groups:
+            group["lr"] = torch.full((), HYPER["lr"], device=device)
+    for s in range(steps):
+        gw, gb = grads(s, device)
+        w.grad, b.grad = gw.to(torch.bfloat16), gb
+        opt.step()
+    return w, b, opt
+
+
+def run_adamw(steps, device="cpu"):
+    w, b = make_params(device)
+    opt = torch.optim.AdamW([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
+                            foreach=False, **HYPER)
+    for s in range(steps):
+        gw, gb = grads(s, device)
+        w.grad, b.grad = gw.to(torch.bfloat16).float(), gb  # the gradients the bf16 model would give
+        opt.step()
+    return w, b, opt
+
+
+def test_masters_follow_torch_adamw():
+    w, b, opt = run_master(6)
+    w_ref, b_ref, ref = run_adamw(6)
+    assert w.dtype == torch.bfloat16 and b.dtype == torch.float32
+    torch.testing.assert_close(opt.master(w), w_ref.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=1e-6, atol=1e-7)
+    assert torch.equal(w.detach(), opt.master(w).to(torch.bfloat16))  # the model's copy: its master rounded
+    for p, q in ((w, w_ref), (b, b_ref)):  # torch's lerp for exp_avg rounds differently near 0: atol
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt.state[p][key], ref.state[q][key], rtol=1e-6, atol=1e-8)
+
+
+def test_state_dict_is_adamw_layout_both_ways():
+    w, b, opt = run_master(3)
+    _, _, ref = run_adamw(3)
+    sd, ref_sd = opt.state_dict(), ref.state_dict()
+    assert sd["state"].keys() == ref_sd["state"].keys()
+    for i in sd["state"]:
+        assert set(sd["state"][i]) == set(ref_sd["state"][i]) == {"step", "exp_avg", "exp_avg_sq"}
+        assert float(sd["state"][i]["step"]) == float(ref_sd["state"][i]["step"]) == 3.0
+    assert [g["params"] for g in sd["param_groups"]] == [g["params"] for g in ref_sd["param_groups"]]
+    assert isinstance(sd["param_groups"][0]["lr"], float)
+    # AdamW's state_dict loads into a MasterAdamW (a run that switches optimizers resumes its moments and step)
+    w2, b2 = make_params()
+    opt2 = ma.MasterAdamW([{"params": [w2], "weight_decay": 0.1}, {"params": [b2], "weight_decay": 0.0}], **HYPER)
+    opt2.load_state_dict(ref_sd)
+    assert float(opt2.param_groups[0]["step_count"]) == 3.0
+    torch.testing.assert_close(opt2.state[w2]["exp_avg"], ref.state[ref.param_groups[0]["params"][0]]["exp_avg"])
+    # and a MasterAdamW's into AdamW
+    w3, b3 = make_params()
+    adamw = torch.optim.AdamW([{"params": [w3], "weight_decay": 0.1}, {"params": [b3], "weight_decay": 0.0}], **HYPER)
+    adamw.load_state_dict(sd)
+    torch.testing.assert_close(adamw.state[w3]["exp_avg_sq"], opt.state[w]["exp_avg_sq"])
+
+
+def test_resume_from_checkpoint_continues_exactly():
+    """Five steps straight against three, a checkpoint (model_state_dict's float32 weights and state_dict), a model
+    and optimizer rebuilt from it, and two more: the same masters, moments and bf16 weights, bit for bit."""
+    from model import GPT, GPTConfig
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64, bias=True)
+    x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
+
+    def train(model, opt, steps):
+        for _ in range(steps):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                _, loss = model(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    torch.manual_seed(0)
+    straight = GPT(cfg)
+    half = copy.deepcopy(straight)
+    opt = straight.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", master_weights=True)
+    train(straight, opt, 5)
+    opt_half = half.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", master_weights=True)
+    train(half, opt_half, 3)
+    checkpoint = copy.deepcopy({"model": opt_half.model_state_dict(half), "optimizer": opt_half.state_dict()})
+    assert all(v.dtype == torch.float32 for v in checkpoint["model"].values() if v.is_floating_point())
+    resumed = GPT(cfg)
+    resumed.load_state_dict(checkpoint["model"])
+    opt_resumed = resumed.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", master_weights=True)
+    opt_resumed.load_state_dict(checkpoint["optimizer"])
+    train(resumed, opt_resumed, 2)
+    for (name, p), q in zip(straight.named_parameters(), resumed.parameters()):
+        assert torch.equal(p, q), name
+        assert torch.equal(opt.master(p), opt_resumed.master(q)), name
+        assert torch.equal(opt.state[p]["exp_avg_sq"], opt_resumed.state[q]["exp_avg_sq"]), name
+
+
+def test_model_converted_trains_with_a_float32_stream():
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=128, bias=False))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = model.configure_optimizers(0.1, 3e-3, (0.9, 0.95), "cpu", master_weights=True)
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    assert matrices and all(p.dtype == torch.bfloat16 for p in matrices)
+    assert all(p.dtype == torch.float32 for p in model.parameters() if p.dim() < 2)
+    masters = opt.model_state_dict(model)
+    assert masters.keys() == before.keys() and all(torch.equal(masters[k], before[k]) for k in before)
+    streams = []
+    model.transformer.h[0].register_forward_pre_hook(lambda m, args: streams.append(args[0].dtype))
+    x = torch.randint(0, 128, (4, 32))
+    y = torch.roll(x, -1, dims=1)  # a learnable target: the next token of a fixed batch
+    losses = []
+    for _ in range(30):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    assert set(streams) == {torch.float32}  # the embeddings promoted: the residual stream is not bf16
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_errors():
+    w = torch.nn.Parameter(torch.randn(4, 4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="float32 parameters"):
+        ma.MasterAdamW([w])
+    with pytest.raises(ValueError, match="backend='bogus'"):
+        ma.MasterAdamW(list(make_params()), backend="bogus")
+    w, b = make_params()
+    opt = ma.MasterAdamW([w, b])
+    with pytest.raises(ValueError, match="closure"):
+        opt.step(lambda: 0.0)
+    with pytest.raises(ValueError, match="do not match"):
+        opt.load_state_dict(torch.optim.AdamW([torch.nn.Parameter(torch.randn(3))]).state_dict())
+    if not ma._interpret():  # the CPU without the interpreter: a forced kernel is an error
+        w2, b2 = make_params()
+        forced = ma.MasterAdamW([w2, b2], backend="triton")
+        w2.grad, b2.grad = torch.zeros_like(w2), torch.zeros_like(b2)
+        with pytest.raises(ValueError, match="cannot run on cpu"):
+            forced.step()
+    assert "dtype='float16'" in ma.check_supported("float16", 1, False)
+    assert "DDP" in ma.check_supported("bfloat16", 1, True)
+    assert "gradient_accumulation_steps=4" in ma.check_supported("bfloat16", 4, False)
+    assert ma.check_supported("bfloat16", 1, False) is None
+
+
+# ----------------------------------------------------------------------------------------
+# The kernel through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
+
+
+@needs_child
+@pytest.mark.parametrize("lr_tensor", [False, True])
+def test_interp_kernel_matches_torch_ops(lr_tensor, monkeypatch):
+    """A block smaller than the tensors (several programs, a partial last block), lr a float or a tensor."""
+    monkeypatch.setattr(ma, "BLOCK", 256)
+    w, b, opt = run_master(4, backend="triton", lr_tensor=lr_tensor)
+    w_ref, b_ref, ref = run_master(4, backend="torch")
+    torch.testing.assert_close(opt.master(w), ref.master(w_ref), rtol=2e-6, atol=1e-7)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=2e-6, atol=1e-7)
+    # the interpreter converts float32 to bf16 by truncation (the GPU rounds to nearest: the CUDA test asks equality)
+    master = opt.master(w)
+    assert ((w.detach().float() - master).abs() <= master.abs() * 2 ** -7).all()
+    for p, q in ((w, w_ref), (b, b_ref)):
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt.state[p][key], ref.state[q][key], rtol=1e-6, atol=1e-8)
+
+
+# ----------------------------------------------------------------------------------------
+# On the GPU
+
+
+@needs_cuda
+def test_cuda_kernel_matches_torch_ops():
+    w, b, opt = run_master(4, backend="triton", device="cuda")
+    w_ref, b_ref, ref = run_master(4, backend="torch", device="cuda")
+    torch.testing.assert_close(opt.master(w), ref.master(w_ref), rtol=2e-6, atol=1e-7)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=2e-6, atol=1e-7)
+    assert torch.equal(w.detach(), opt.master(w).to(torch.bfloat16))
+
+
+@needs_cuda
+def test_cuda_graph_step_replays_plain_iterations():
+    """graph_step.GraphedTrainStep with MasterAdamW (lr a device tensor, the kernels captured) against the same
+    iterations run plainly: the same losses and weights."""
+    from graph_step import GraphedTrainStep
+    from model import GPT, GPTConfig
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=32, vocab_size=256, bias=False)
+    torch.manual_seed(0)
+    base = GPT(cfg).cuda()
+    batches = [(torch.randint(0, 256, (4, 32), device="cuda"), torch.randint(0, 256, (4, 32), device="cuda"))
+               for _ in range(8)]
+    out = {}
+    for mode in ("plain", "graph"):
+        model = copy.deepcopy(base)
+        opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cuda", master_weights=True)
+        losses = []
+        if mode == "graph":
+            step = GraphedTrainStep(model, opt, accum=1, batch_size=4, seq_len=32, device=torch.device("cuda"),
+                                    dtype="bfloat16")
+            losses = [step([b], 1e-3).item() for b in batches]
+        else:
+            for x, y in batches:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    _, loss = model(x, y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(loss.item())
+        out[mode] = (losses, [opt.master(p).clone() for p in model.parameters()])
+    assert out["graph"][0] == pytest.approx(out["plain"][0], rel=1e-5)
+    for a, b in zip(out["graph"][1], out["plain"][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
