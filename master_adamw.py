@@ -5,13 +5,13 @@ Under bf16 autocast every step casts each float32 weight to bf16 for its matmul 
 float32 for the optimizer: on an H200, 96 kernels and 0.58 ms of GPT-2's 23.5 ms step at 12 x 1024
 (results/bench/session14/profile_mha_full.md), 40 bytes a parameter with AdamW's own 28. Here the matrices (every
 parameter of 2 or more dims) are bf16 in the model, so the matmuls read them as they are and their gradients come
-out in bf16; the optimizer keeps the float32 master copy of each and, in one pass per parameter group, reads the
+out in bf16; the optimizer keeps the float32 master copy of each and, in one pass over each tensor, reads the
 bf16 gradient, updates master, exp_avg and exp_avg_sq as torch's AdamW does (decoupled weight decay, bias
-corrections) and writes the new bf16 weight: 28 bytes a parameter in all. Vectors (norm weights, biases) stay float32
+corrections) and writes the new bf16 weight in the same pass: 28 bytes a parameter in all. Vectors (norm weights, biases) stay float32
 and take the same update in place. One Triton kernel launch per tensor on CUDA; the same arithmetic in torch ops
 serves the CPU.
 
-    optimizer = MasterAdamW(model.optimizer_groups(weight_decay), lr=6e-4, betas=(0.9, 0.95))  # converts the model
+    optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cuda", master_weights=True)  # converts the model
 
 The conversion happens in the constructor: build the model in float32 (load a checkpoint first), then the optimizer.
 `model_state_dict(model)` is model.state_dict() with the float32 masters in place of the bf16 matrices (what a
@@ -102,7 +102,8 @@ class MasterAdamW(torch.optim.Optimizer):
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 if p.dim() >= 2:
                     state["master"] = p.detach().clone(memory_format=torch.contiguous_format)
-                    p.data = p.data.to(torch.bfloat16)  # the model's copy (Module.half() converts the same way)
+                    # the model's copy, contiguous as the kernel writes it (Module.half() converts the same way)
+                    p.data = p.data.to(torch.bfloat16, memory_format=torch.contiguous_format)
 
     def master(self, p: torch.Tensor) -> torch.Tensor:
         """The float32 weights behind p (p itself where it is float32)."""
@@ -181,12 +182,18 @@ class MasterAdamW(torch.optim.Optimizer):
             lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
             if self._use_triton(params[0]):
                 lr_tensor = torch.is_tensor(lr)
+                if lr_tensor and lr.device != params[0].device:
+                    raise ValueError(f"MasterAdamW: lr is a tensor on {lr.device}, the parameters are on "
+                                     f"{params[0].device} (the kernel reads it there)")
                 for p in params:
                     st = self.state[p]
                     lowp = "master" in st
                     n = p.numel()
-                    torch.library.wrap_triton(_master_adamw_kernel)[(triton.cdiv(n, BLOCK),)](
-                        p.grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n,
+                    if n == 0:  # no program to launch
+                        continue
+                    grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()  # read as flat memory
+                    _master_adamw_kernel[(triton.cdiv(n, BLOCK),)](  # launched as is: the step is not traced
+                        grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n,
                         lr if lr_tensor else count, 0.0 if lr_tensor else float(lr), count, beta1, beta2,
                         math.log2(beta1), math.log2(beta2), eps, wd,
                         BLOCK=BLOCK, LR_TENSOR=lr_tensor, HAS_COPY=lowp, num_warps=NUM_WARPS)

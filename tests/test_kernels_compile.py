@@ -221,7 +221,6 @@ def test_gelu_kernels_compile(dtype, record, monkeypatch):
 def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
     """master_adamw's update, for a bf16 matrix (its bf16 copy written) and a float32 vector, lr a float or a tensor."""
     rec = record(ma, "_master_adamw_kernel")
-    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
     w, b = torch.nn.Parameter(torch.randn(64, 96)), torch.nn.Parameter(torch.randn(96))
     opt = ma.MasterAdamW([w, b], backend="triton")
     if lr_tensor:
