@@ -13,10 +13,12 @@ serves the CPU.
 
     optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cuda", master_weights=True)  # converts the model
 
-The conversion happens in the constructor: build the model in float32 (load a checkpoint first), then the optimizer.
-`model_state_dict(model)` is model.state_dict() with the float32 masters in place of the bf16 matrices (what a
-checkpoint should hold). state_dict() has AdamW's layout (per parameter 'step', 'exp_avg', 'exp_avg_sq'). The
-residual stream stays float32: GPT.forward promotes the bf16 embeddings. Gradients accumulated over micro-steps would
+The conversion happens in the constructor: build the model in float32 (load a checkpoint first, or later through
+`load_model_state_dict(model, sd)`, which sets the masters too), then the optimizer. `model_state_dict(model)` is
+model.state_dict() with the float32 masters in place of the bf16 matrices (what a checkpoint should hold).
+state_dict() has AdamW's layout (per parameter 'step', 'exp_avg', 'exp_avg_sq') and loads both ways. The residual
+stream stays float32 (GPT.forward and decode_step take the embeddings in the norms' dtype), and the model runs under
+bf16 autocast. Gradients accumulated over micro-steps would
 add in bf16, so this is for one micro-step per iteration. Measured with `bench_train --master_weights`; not a
 train.py key yet.
 """
@@ -40,17 +42,15 @@ if _HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
-    def _master_adamw_kernel(G, P, M, V, COPY, n, LR, lr_value, STEP, beta1, beta2, log2_beta1, log2_beta2, eps,
-                             weight_decay, BLOCK: tl.constexpr, LR_TENSOR: tl.constexpr, HAS_COPY: tl.constexpr):
+    def _master_adamw_kernel(G, P, M, V, COPY, n, LR, STEP, beta1, beta2, log2_beta1, log2_beta2, eps, weight_decay,
+                             BLOCK: tl.constexpr, HAS_COPY: tl.constexpr):
         """One tensor's AdamW step: gradient G (bf16 or float32), float32 weights P, moments M and V updated in
-        place; with HAS_COPY the new weights are also written to COPY in bf16 (the model's)."""
+        place; with HAS_COPY the new weights are also written to COPY in bf16 (the model's). lr and the step are
+        read from the device (LR, STEP: 0-d float32), so that a CUDA graph's replays see their new values."""
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         step = tl.load(STEP)  # already counted for this step
-        if LR_TENSOR:
-            lr = tl.load(LR)
-        else:
-            lr = lr_value
+        lr = tl.load(LR)
         g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
         p = tl.load(P + offs, mask=mask, other=0.0)
         m = tl.load(M + offs, mask=mask, other=0.0)
@@ -83,7 +83,8 @@ def _torch_update(grad, master, exp_avg, exp_avg_sq, copy, lr, step, beta1, beta
 
 class MasterAdamW(torch.optim.Optimizer):
     """AdamW whose matrices (parameters of 2 or more dims) are bf16 in the model and float32 here (see the module
-    docstring). lr may be a float or a 0-d float32 tensor on the parameters' device (graph_step's)."""
+    docstring). lr may be a float or a 0-d float32 tensor on the parameters' device (graph_step's). The model then
+    runs under bf16 autocast (its vectors are float32)."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, backend: str = "auto"):
@@ -93,11 +94,14 @@ class MasterAdamW(torch.optim.Optimizer):
         self.backend = backend
         for group in self.param_groups:
             device = group["params"][0].device if group["params"] else torch.device("cpu")
-            group["step_count"] = torch.zeros((), dtype=torch.float32, device=device)  # the group's 'step'
+            # the lr the kernel reads: the group's own tensor where graph_step made lr one, else this, filled per step
+            # (one kernel variant whatever lr is, so none is first loaded inside a graph capture)
+            group["lr_device"] = torch.zeros((), dtype=torch.float32, device=device)
             for p in group["params"]:
                 if p.dtype != torch.float32:
                     raise ValueError(f"MasterAdamW takes float32 parameters (it makes the bf16 copies); got {p.dtype}")
                 state = self.state[p]
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)  # AdamW's, per parameter
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 if p.dim() >= 2:
@@ -109,55 +113,75 @@ class MasterAdamW(torch.optim.Optimizer):
         """The float32 weights behind p (p itself where it is float32)."""
         return self.state[p].get("master", p)
 
+    def _masters_by_address(self) -> dict:
+        return {p.data_ptr(): (p, self.state[p]["master"]) for g in self.param_groups for p in g["params"]
+                if "master" in self.state[p]}
+
     def model_state_dict(self, model: torch.nn.Module) -> dict:
         """model.state_dict() with each bf16 matrix replaced by its float32 master (the same keys; tied weights,
-        listed under two keys, both get it)."""
-        masters = {p.data_ptr(): self.state[p]["master"] for g in self.param_groups for p in g["params"]
-                   if "master" in self.state[p]}
-        return {k: masters.get(v.data_ptr(), v) if v.dtype == torch.bfloat16 else v
+        listed under two keys, both get it): what a checkpoint holds."""
+        masters = self._masters_by_address()
+        return {k: masters[v.data_ptr()][1] if v.dtype == torch.bfloat16 and v.data_ptr() in masters else v
                 for k, v in model.state_dict().items()}
 
+    def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict) -> None:
+        """model.load_state_dict(state_dict) for a converted model: float32 weights go to the masters as they are
+        and to the model's bf16 copies rounded (loading into the model alone would leave the masters stale)."""
+        model.load_state_dict(state_dict)  # the bf16 copies rounded, the vectors and buffers as they are
+        masters = self._masters_by_address()
+        for k, v in model.state_dict().items():
+            if v.dtype == torch.bfloat16 and v.data_ptr() in masters:
+                masters[v.data_ptr()][1].copy_(state_dict[k])
+
     def state_dict(self) -> dict:
-        """AdamW's layout: per parameter 'step' (the group's), 'exp_avg', 'exp_avg_sq'; each group's
-        hyperparameters with lr a float. No masters: they are the model's float32 weights (model_state_dict)."""
+        """AdamW's layout: per parameter 'step', 'exp_avg', 'exp_avg_sq' (parameters that never had a gradient:
+        none, as AdamW); each group's hyperparameters with lr a float. No masters: they are the model's float32
+        weights (model_state_dict)."""
         state, groups, index = {}, [], 0
         for group in self.param_groups:
             ids = []
             for p in group["params"]:
                 st = self.state[p]
-                state[index] = {"step": group["step_count"].clone(), "exp_avg": st["exp_avg"],
-                                "exp_avg_sq": st["exp_avg_sq"]}
+                if float(st["step"]) > 0:
+                    state[index] = {"step": st["step"].detach().cpu().clone(), "exp_avg": st["exp_avg"],
+                                    "exp_avg_sq": st["exp_avg_sq"]}
                 ids.append(index)
                 index += 1
-            groups.append({**{k: v for k, v in group.items() if k not in ("params", "step_count")},
+            groups.append({**{k: v for k, v in group.items() if k not in ("params", "lr_device")},
                            "lr": float(group["lr"]), "params": ids})
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """AdamW's or this optimizer's state_dict (parameters matched in order, as torch does): the moments, the
-        step, lr, betas, eps and weight decay. The masters stay: they are the model's float32 weights, loaded
-        before this optimizer was built."""
+        steps, lr, betas, eps and weight decay. The masters stay (load_model_state_dict loads them)."""
         saved = state_dict["param_groups"]
         if len(saved) != len(self.param_groups) or any(len(s["params"]) != len(g["params"])
                                                        for s, g in zip(saved, self.param_groups)):
             raise ValueError("MasterAdamW.load_state_dict: the saved groups do not match this optimizer's "
                              f"({[len(s['params']) for s in saved]} against "
                              f"{[len(g['params']) for g in self.param_groups]} parameters)")
+        for s in saved:
+            for flag in ("amsgrad", "maximize"):
+                if s.get(flag):
+                    raise ValueError(f"MasterAdamW.load_state_dict: a state saved with {flag}=True (not supported)")
         for group, s in zip(self.param_groups, saved):
+            for p, idx in zip(group["params"], s["params"]):
+                entry = state_dict["state"].get(idx)
+                st = self.state[p]
+                if entry is None:
+                    st["step"].zero_()
+                    continue
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if tuple(entry[key].shape) != tuple(st[key].shape):
+                        raise ValueError(f"MasterAdamW.load_state_dict: {key} of shape {tuple(entry[key].shape)} "
+                                         f"for a parameter of shape {tuple(st[key].shape)}")
+                    st[key].copy_(entry[key])
+                st["step"].fill_(float(entry["step"]))
             if torch.is_tensor(group["lr"]):
                 group["lr"].fill_(float(s["lr"]))  # graph_step's device lr stays the same tensor
             else:
                 group["lr"] = float(s["lr"])
             group["betas"], group["eps"], group["weight_decay"] = tuple(s["betas"]), s["eps"], s["weight_decay"]
-            steps = []
-            for p, idx in zip(group["params"], s["params"]):
-                entry = state_dict["state"].get(idx)
-                if entry is None:
-                    continue
-                self.state[p]["exp_avg"].copy_(entry["exp_avg"])
-                self.state[p]["exp_avg_sq"].copy_(entry["exp_avg_sq"])
-                steps.append(float(entry["step"]))
-            group["step_count"].fill_(max(steps) if steps else 0.0)
 
     def _use_triton(self, t: torch.Tensor) -> bool:
         ok = _HAVE_TRITON and (t.device.type == "cuda" or (_interpret() and t.device.type == "cpu"))
@@ -168,23 +192,32 @@ class MasterAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One update of every parameter with a gradient: a kernel launch per tensor on CUDA (the launches are what
-        a CUDA graph replays: no host-side table of addresses to capture), the torch ops elsewhere."""
+        """One update of every parameter with a gradient (its own step counted): a kernel launch per tensor on
+        CUDA (what a CUDA graph replays: lr and the steps are read from the device), the torch ops elsewhere."""
         if closure is not None:
             raise ValueError("MasterAdamW.step takes no closure")
+        capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            count = group["step_count"]
-            count += 1
+            triton_path = self._use_triton(params[0])
+            if capturing and not triton_path:
+                raise ValueError("MasterAdamW: the torch ops read lr and the step on the host, which a CUDA graph "
+                                 "capture cannot; use the Triton kernel (backend='auto' with Triton installed)")
+            steps = [self.state[p]["step"] for p in params]
+            torch._foreach_add_(steps, 1.0)
             beta1, beta2 = group["betas"]
             lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
-            if self._use_triton(params[0]):
-                lr_tensor = torch.is_tensor(lr)
-                if lr_tensor and lr.device != params[0].device:
-                    raise ValueError(f"MasterAdamW: lr is a tensor on {lr.device}, the parameters are on "
-                                     f"{params[0].device} (the kernel reads it there)")
+            if triton_path:
+                if torch.is_tensor(lr):
+                    if lr.device != params[0].device:
+                        raise ValueError(f"MasterAdamW: lr is a tensor on {lr.device}, the parameters are on "
+                                         f"{params[0].device} (the kernel reads it there)")
+                    lr_device = lr
+                else:
+                    lr_device = group["lr_device"]
+                    lr_device.fill_(lr)
                 for p in params:
                     st = self.state[p]
                     lowp = "master" in st
@@ -193,17 +226,18 @@ class MasterAdamW(torch.optim.Optimizer):
                         continue
                     grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()  # read as flat memory
                     _master_adamw_kernel[(triton.cdiv(n, BLOCK),)](  # launched as is: the step is not traced
-                        grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n,
-                        lr if lr_tensor else count, 0.0 if lr_tensor else float(lr), count, beta1, beta2,
-                        math.log2(beta1), math.log2(beta2), eps, wd,
-                        BLOCK=BLOCK, LR_TENSOR=lr_tensor, HAS_COPY=lowp, num_warps=NUM_WARPS)
+                        grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n, lr_device,
+                        st["step"], beta1, beta2, math.log2(beta1), math.log2(beta2), eps, wd,
+                        BLOCK=BLOCK, HAS_COPY=lowp, num_warps=NUM_WARPS)
+                if not capturing:  # the kernel wrote through pointers: tell autograd's version counters (decode
+                    for p in params:  # caches built from the weights check them)
+                        torch.autograd.graph.increment_version(p)
             else:
-                step = float(count)
                 for p in params:
                     st = self.state[p]
                     lowp = "master" in st
                     _torch_update(p.grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"],
-                                  p if lowp else None, float(lr), step, beta1, beta2, eps, wd)
+                                  p if lowp else None, float(lr), float(st["step"]), beta1, beta2, eps, wd)
         return None
 
 

@@ -1634,7 +1634,7 @@ class GPT(nn.Module):
         to positions 0 .. pos. Returns the logits (B, vocab). Every shape and address is fixed
         and no value goes to the host, so one captured CUDA graph serves every position
         (StaticDecoder). Attention runs through decode_attention (Triton on CUDA, SDPA elsewhere)."""
-        x = self.transformer.wte(idx.view(-1))  # (B, d)
+        x = self.transformer.wte(idx.view(-1)).to(self.transformer.ln_f.weight.dtype)  # (B, d), as in forward
         # the position's embedding (1, d), over the batch: added with the first norm (a pending add)
         stream = (x, self.transformer.wpe(pos).expand_as(x) if self.transformer.wpe is not None else None)
         rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None

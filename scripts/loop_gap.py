@@ -126,7 +126,8 @@ def profile_loop(step, n: int) -> dict:
 
 
 def ours(variant, batch_size: int, seq_len: int, args, device):
-    """Our model as bench_train builds it (compiled as train.py compiles, fused AdamW, bf16 autocast) and its
+    """Our model as bench_train builds it (compiled as train.py compiles, fused AdamW or with --master_weights
+    master_adamw.MasterAdamW, bf16 autocast) and its
     step: plain, or replayed from one CUDA graph (--graph_step, graph_step.GraphedTrainStep). step(i) returns
     the loss tensor (no sync)."""
     from graph_step import GraphedTrainStep

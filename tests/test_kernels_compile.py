@@ -218,8 +218,9 @@ def test_gelu_kernels_compile(dtype, record, monkeypatch):
 
 
 @pytest.mark.parametrize("lr_tensor", [False, True])
-def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
-    """master_adamw's update, for a bf16 matrix (its bf16 copy written) and a float32 vector, lr a float or a tensor."""
+def test_master_adamw_kernel_compiles(lr_tensor, record):
+    """master_adamw's update, for a bf16 matrix (its bf16 copy written) and a float32 vector; lr a float or a tensor
+    (the kernel reads it from the device either way: one variant)."""
     rec = record(ma, "_master_adamw_kernel")
     w, b = torch.nn.Parameter(torch.randn(64, 96)), torch.nn.Parameter(torch.randn(96))
     opt = ma.MasterAdamW([w, b], backend="triton")
@@ -229,3 +230,5 @@ def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
     opt.step()
     assert compile_launches(rec) == 2
     assert [typed(rec.kernel, *launch)[1]["HAS_COPY"] for launch in rec.launches] == [True, False]
+    lrs = [dict(zip(rec.kernel.arg_names, args))["LR"] for args, _ in rec.launches]
+    assert all(lr is (opt.param_groups[0]["lr"] if lr_tensor else opt.param_groups[0]["lr_device"]) for lr in lrs)

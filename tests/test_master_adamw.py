@@ -83,13 +83,70 @@ def test_state_dict_is_adamw_layout_both_ways():
     w2, b2 = make_params()
     opt2 = ma.MasterAdamW([{"params": [w2], "weight_decay": 0.1}, {"params": [b2], "weight_decay": 0.0}], **HYPER)
     opt2.load_state_dict(ref_sd)
-    assert float(opt2.param_groups[0]["step_count"]) == 3.0
+    assert float(opt2.state[w2]["step"]) == float(opt2.state[b2]["step"]) == 3.0
     torch.testing.assert_close(opt2.state[w2]["exp_avg"], ref.state[ref.param_groups[0]["params"][0]]["exp_avg"])
     # and a MasterAdamW's into AdamW
     w3, b3 = make_params()
     adamw = torch.optim.AdamW([{"params": [w3], "weight_decay": 0.1}, {"params": [b3], "weight_decay": 0.0}], **HYPER)
     adamw.load_state_dict(sd)
     torch.testing.assert_close(adamw.state[w3]["exp_avg_sq"], opt.state[w]["exp_avg_sq"])
+
+
+def test_a_parameter_without_a_gradient_keeps_its_own_step():
+    """AdamW counts each parameter's steps and skips one without a gradient: the vector, gradient-free for two
+    steps, is then updated as AdamW updates it (its own bias corrections), and has no state until then."""
+    w, b = make_params()
+    w_ref, b_ref = make_params()
+    opt = ma.MasterAdamW([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}], **HYPER)
+    ref = torch.optim.AdamW([{"params": [w_ref], "weight_decay": 0.1}, {"params": [b_ref], "weight_decay": 0.0}],
+                            foreach=False, **HYPER)
+    for s in range(5):
+        gw, gb = grads(s)
+        w.grad, w_ref.grad = gw.to(torch.bfloat16), gw.to(torch.bfloat16).float()
+        b.grad = b_ref.grad = None if s < 2 else gb
+        if s == 1:
+            assert 1 not in opt.state_dict()["state"] and 1 not in ref.state_dict()["state"]
+        opt.step()
+        ref.step()
+    assert float(opt.state[b]["step"]) == float(ref.state[b_ref]["step"]) == 3.0
+    torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(opt.master(w), w_ref.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_load_state_dict_takes_hyperparameters_and_refuses_what_it_cannot():
+    w, b, opt = run_master(2)
+    sd = opt.state_dict()
+    sd["param_groups"][0].update(lr=1e-5, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.3)
+    w2, b2 = make_params()
+    opt2 = ma.MasterAdamW([{"params": [w2], "weight_decay": 0.1}, {"params": [b2], "weight_decay": 0.0}], **HYPER)
+    opt2.load_state_dict(sd)
+    g = opt2.param_groups[0]
+    assert (g["lr"], g["betas"], g["eps"], g["weight_decay"]) == (1e-5, (0.8, 0.9), 1e-6, 0.3)
+    bad = copy.deepcopy(sd)
+    bad["param_groups"][1]["amsgrad"] = True
+    with pytest.raises(ValueError, match="amsgrad=True"):
+        opt2.load_state_dict(bad)
+    bad = copy.deepcopy(sd)
+    bad["state"][0]["exp_avg"] = torch.zeros(65)
+    with pytest.raises(ValueError, match=r"exp_avg of shape \(65,\) for a parameter of shape \(37, 65\)"):
+        opt2.load_state_dict(bad)
+
+
+def test_load_model_state_dict_sets_the_masters():
+    """Weights loaded into a converted model through the optimizer reach the masters unrounded (and the bf16
+    copies rounded); the next step starts from them."""
+    from model import GPT, GPTConfig
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64, bias=True)
+    torch.manual_seed(0)
+    source = GPT(cfg).state_dict()
+    torch.manual_seed(1)
+    model = GPT(cfg)
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", master_weights=True)
+    opt.load_model_state_dict(model, source)
+    saved = opt.model_state_dict(model)
+    assert all(torch.equal(saved[k], source[k]) for k in source)
+    wte = model.transformer.wte.weight
+    assert wte.dtype == torch.bfloat16 and torch.equal(wte, source["transformer.wte.weight"].to(torch.bfloat16))
 
 
 def test_resume_from_checkpoint_continues_exactly():
@@ -117,14 +174,15 @@ def test_resume_from_checkpoint_continues_exactly():
     checkpoint = copy.deepcopy({"model": opt_half.model_state_dict(half), "optimizer": opt_half.state_dict()})
     assert all(v.dtype == torch.float32 for v in checkpoint["model"].values() if v.is_floating_point())
     resumed = GPT(cfg)
-    resumed.load_state_dict(checkpoint["model"])
+    resumed.load_state_dict(checkpoint["model"])  # float32, before the optimizer converts it
     opt_resumed = resumed.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", master_weights=True)
     opt_resumed.load_state_dict(checkpoint["optimizer"])
     train(resumed, opt_resumed, 2)
     for (name, p), q in zip(straight.named_parameters(), resumed.parameters()):
         assert torch.equal(p, q), name
         assert torch.equal(opt.master(p), opt_resumed.master(q)), name
-        assert torch.equal(opt.state[p]["exp_avg_sq"], opt_resumed.state[q]["exp_avg_sq"]), name
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(opt.state[p][key], opt_resumed.state[q][key]), (name, key)
 
 
 def test_model_converted_trains_with_a_float32_stream():
