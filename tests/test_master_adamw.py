@@ -57,6 +57,19 @@ def run_adamw(steps, device="cpu"):
     return w, b, opt
 
 
+def train(model, opt, batches, device="cpu"):
+    """Plain iterations under bf16 autocast, as train.py steps: their losses."""
+    losses = []
+    for x, y in batches:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
 def test_masters_follow_torch_adamw():
     w, b, opt = run_master(6)
     w_ref, b_ref, ref = run_adamw(6)
@@ -154,30 +167,22 @@ def test_resume_from_checkpoint_continues_exactly():
     and optimizer rebuilt from it, and two more: the same masters, moments and bf16 weights, bit for bit."""
     from model import GPT, GPTConfig
     cfg = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64, bias=True)
-    x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
-
-    def train(model, opt, steps):
-        for _ in range(steps):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                _, loss = model(x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+    batch = (torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16)))
 
     torch.manual_seed(0)
     straight = GPT(cfg)
     half = copy.deepcopy(straight)
     opt = straight.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", master_weights=True)
-    train(straight, opt, 5)
+    train(straight, opt, [batch] * 5)
     opt_half = half.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", master_weights=True)
-    train(half, opt_half, 3)
+    train(half, opt_half, [batch] * 3)
     checkpoint = copy.deepcopy({"model": opt_half.model_state_dict(half), "optimizer": opt_half.state_dict()})
     assert all(v.dtype == torch.float32 for v in checkpoint["model"].values() if v.is_floating_point())
     resumed = GPT(cfg)
     resumed.load_state_dict(checkpoint["model"])  # float32, before the optimizer converts it
     opt_resumed = resumed.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu", master_weights=True)
     opt_resumed.load_state_dict(checkpoint["optimizer"])
-    train(resumed, opt_resumed, 2)
+    train(resumed, opt_resumed, [batch] * 2)
     for (name, p), q in zip(straight.named_parameters(), resumed.parameters()):
         assert torch.equal(p, q), name
         assert torch.equal(opt.master(p), opt_resumed.master(q)), name
@@ -200,14 +205,7 @@ def test_model_converted_trains_with_a_float32_stream():
     model.transformer.h[0].register_forward_pre_hook(lambda m, args: streams.append(args[0].dtype))
     x = torch.randint(0, 128, (4, 32))
     y = torch.roll(x, -1, dims=1)  # a learnable target: the next token of a fixed batch
-    losses = []
-    for _ in range(30):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
+    losses = train(model, opt, [(x, y)] * 30)
     assert set(streams) == {torch.float32}  # the embeddings promoted: the residual stream is not bf16
     assert losses[-1] < 0.5 * losses[0]
 
@@ -285,19 +283,12 @@ def test_cuda_graph_step_replays_plain_iterations():
     for mode in ("plain", "graph"):
         model = copy.deepcopy(base)
         opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cuda", master_weights=True)
-        losses = []
         if mode == "graph":
             step = GraphedTrainStep(model, opt, accum=1, batch_size=4, seq_len=32, device=torch.device("cuda"),
                                     dtype="bfloat16")
             losses = [step([b], 1e-3).item() for b in batches]
         else:
-            for x, y in batches:
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    _, loss = model(x, y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                losses.append(loss.item())
+            losses = train(model, opt, batches, "cuda")
         out[mode] = (losses, [opt.master(p).clone() for p in model.parameters()])
     assert out["graph"][0] == pytest.approx(out["plain"][0], rel=1e-5)
     for a, b in zip(out["graph"][1], out["plain"][1]):
