@@ -2,7 +2,7 @@
 AdamW over float32 master weights for a model that holds its matrices in bf16: an experiment for the training step.
 
 Under bf16 autocast every step casts each float32 weight to bf16 for its matmul and each bf16 weight gradient back to
-float32 for the optimizer: on an H200, 96 kernels and 0.58 ms of GPT-2's 23.5 ms step at 12 x 1024
+float32 for the optimizer: on an H200, 98 kernels and 0.58 ms of GPT-2's 23.5 ms step at 12 x 1024
 (results/bench/session14/profile_mha_full.md), 40 bytes a parameter with AdamW's own 28. Here the matrices (every
 parameter of 2 or more dims) are bf16 in the model, so the matmuls read them as they are and their gradients come
 out in bf16; the optimizer keeps the float32 master copy of each and, in one pass over each tensor, reads the
