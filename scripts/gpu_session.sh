@@ -37,7 +37,7 @@
 #                 (warps x BLOCK_N x stages) and splits (CTAS_PER_SM): which settings read the cache fastest
 #   decode_profile1  profiled graph replays of batch-1 steps at 4k (MHA, Tucker, Tucker shared): every kernel of the step
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
-#   master_weights  master_adamw's CUDA tests; bench_train --graph_step (MHA, Tucker) with fused AdamW, then with
+#   master_weights  master_adamw's and fused_gelu's CUDA tests; bench_train --graph_step (MHA, Tucker) with fused AdamW, then with
 #                 --master_weights; loop_gap rounds against nanoGPT with --master_weights (ROUNDS, default 5)
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
@@ -294,7 +294,7 @@ for st in "$@"; do
                 --rounds ${ROUNDS:-7} --iters 4 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_rounds_$shape
         done ;;
     master_weights)  # master_adamw (bf16 matrices, float32 masters) against fused AdamW: the CUDA tests, the step, nanoGPT
-        stage tests_master python3 -m pytest -q -rs tests/test_master_adamw.py -k cuda
+        stage tests_master python3 -m pytest -q -rs tests/test_master_adamw.py tests/test_fused_gelu.py -k cuda
         MA=(--graph_step --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --profile mha --profile_top 30 --precompile 2
             --time_budget ${MASTER_BUDGET:-150} --out_dir "$WORK/bench")
         stage train_adamw python3 -m scripts.bench_train "${MA[@]}" --name train_adamw
