@@ -54,6 +54,15 @@ def check_graph_step(device: torch.device, dtype: str, distributed: bool, compil
     return None
 
 
+def clip_gradients(optimizer: torch.optim.Optimizer, params: Sequence, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_(params, max_norm), or the optimizer's own where it has one
+    (master_adamw.MasterAdamW: the norm in float32, the scaling done inside its step). The total norm."""
+    own = getattr(optimizer, "clip_grad_norm_", None)
+    if own is not None:
+        return own(max_norm)
+    return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+
+
 class GraphedTrainStep:
     """One training iteration of `model` (micro-steps of (B, T) batches, mean loss, clip, AdamW
     step), replayed from a CUDA graph after `warmup` plain iterations. Call it with the
@@ -87,8 +96,8 @@ class GraphedTrainStep:
                 loss = loss / self.accum
             loss_sum += loss.detach()
             loss.backward()
-        if self.grad_clip != 0.0:
-            torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)  # no host sync: scales on device
+        if self.grad_clip != 0.0:  # no host sync: the coefficient stays on the device
+            clip_gradients(self.optimizer, self.params, self.grad_clip)
         self.optimizer.step()
         return loss_sum
 

@@ -42,16 +42,17 @@ if _HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
-    def _master_adamw_kernel(G, P, M, V, COPY, n, LR, STEP, beta1, beta2, log2_beta1, log2_beta2, eps, weight_decay,
-                             BLOCK: tl.constexpr, HAS_COPY: tl.constexpr):
-        """One tensor's AdamW step: gradient G (bf16 or float32), float32 weights P, moments M and V updated in
-        place; with HAS_COPY the new weights are also written to COPY in bf16 (the model's). lr and the step are
-        read from the device (LR, STEP: 0-d float32), so that a CUDA graph's replays see their new values."""
+    def _master_adamw_kernel(G, P, M, V, COPY, n, LR, STEP, SCALE, beta1, beta2, log2_beta1, log2_beta2, eps,
+                             weight_decay, BLOCK: tl.constexpr, HAS_COPY: tl.constexpr):
+        """One tensor's AdamW step: gradient G (bf16 or float32) times SCALE (the clip coefficient), float32
+        weights P, moments M and V updated in place; with HAS_COPY the new weights are also written to COPY in
+        bf16 (the model's). lr, the step and the scale are read from the device (LR, STEP, SCALE: 0-d float32), so
+        that a CUDA graph's replays see their new values."""
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         step = tl.load(STEP)  # already counted for this step
         lr = tl.load(LR)
-        g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32) * tl.load(SCALE)
         p = tl.load(P + offs, mask=mask, other=0.0)
         m = tl.load(M + offs, mask=mask, other=0.0)
         v = tl.load(V + offs, mask=mask, other=0.0)
@@ -68,9 +69,10 @@ if _HAVE_TRITON:
             tl.store(COPY + offs, p.to(COPY.dtype.element_ty), mask=mask)
 
 
-def _torch_update(grad, master, exp_avg, exp_avg_sq, copy, lr, step, beta1, beta2, eps, weight_decay) -> None:
-    """The kernel's arithmetic for one tensor in torch ops (float32), in place."""
-    g = grad.float()
+def _torch_update(grad, master, exp_avg, exp_avg_sq, copy, lr, step, beta1, beta2, eps, weight_decay,
+                  scale=None) -> None:
+    """The kernel's arithmetic for one tensor in torch ops (float32), in place; scale: the clip coefficient."""
+    g = grad.float() if scale is None else grad.float() * scale
     master.mul_(1.0 - lr * weight_decay)
     exp_avg.mul_(beta1).add_(g, alpha=1.0 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
@@ -92,6 +94,10 @@ class MasterAdamW(torch.optim.Optimizer):
             raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         self.backend = backend
+        # the clip coefficient the next step multiplies the gradients by, one per device (clip_grad_norm_ sets it)
+        self.grad_scale = {p.device: torch.ones((), dtype=torch.float32, device=p.device)
+                           for group in self.param_groups for p in group["params"]}
+        self._clipped = False  # clip_grad_norm_ was called since the last step: the step resets the scale to 1
         for group in self.param_groups:
             device = group["params"][0].device if group["params"] else torch.device("cpu")
             # the lr the kernel reads: the group's own tensor where graph_step made lr one, else this, filled per step
@@ -183,6 +189,28 @@ class MasterAdamW(torch.optim.Optimizer):
                 group["lr"] = float(s["lr"])
             group["betas"], group["eps"], group["weight_decay"] = tuple(s["betas"]), s["eps"], s["weight_decay"]
 
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_(params, max_norm) for this optimizer's parameters: the total 2-norm of
+        the gradients, each tensor's norm taken in float32 (bf16 gradients' too), and the coefficient
+        min(1, max_norm / (norm + 1e-6)) applied by the next step() as it reads each gradient in float32: no pass
+        over the gradients to scale them, and no rounding of the scaled gradients to bf16. Returns the total norm
+        (a 0-d float32 tensor on the parameters' device: no sync)."""
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        if not grads:
+            return torch.zeros(())
+        by_dtype = {}
+        for g in grads:  # one foreach launch per dtype (a mixed list takes the slow path)
+            by_dtype.setdefault(g.dtype, []).append(g)
+        device = grads[0].device
+        norms = [n.to(device) for group in by_dtype.values() for n in torch._foreach_norm(group, 2.0, dtype=torch.float32)]
+        total = torch.linalg.vector_norm(torch.stack(norms))
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # torch's clip_grad_norm_, the same float32 ops
+        for scale in self.grad_scale.values():
+            scale.copy_(coef)
+        self._clipped = True
+        return total
+
     def _use_triton(self, t: torch.Tensor) -> bool:
         ok = _HAVE_TRITON and (t.device.type == "cuda" or (_interpret() and t.device.type == "cpu"))
         if self.backend == "triton" and not ok:
@@ -227,7 +255,7 @@ class MasterAdamW(torch.optim.Optimizer):
                     grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()  # read as flat memory
                     _master_adamw_kernel[(triton.cdiv(n, BLOCK),)](  # launched as is: the step is not traced
                         grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n, lr_device,
-                        st["step"], beta1, beta2, math.log2(beta1), math.log2(beta2), eps, wd,
+                        st["step"], self.grad_scale[p.device], beta1, beta2, math.log2(beta1), math.log2(beta2), eps, wd,
                         BLOCK=BLOCK, HAS_COPY=lowp, num_warps=NUM_WARPS)
                 if not capturing:  # the kernel wrote through pointers: tell autograd's version counters (decode
                     for p in params:  # caches built from the weights check them)
@@ -237,7 +265,12 @@ class MasterAdamW(torch.optim.Optimizer):
                     st = self.state[p]
                     lowp = "master" in st
                     _torch_update(p.grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"],
-                                  p if lowp else None, float(lr), float(st["step"]), beta1, beta2, eps, wd)
+                                  p if lowp else None, float(lr), float(st["step"]), beta1, beta2, eps, wd,
+                                  self.grad_scale[p.device] if self._clipped else None)
+        if self._clipped:  # the coefficient served this step only (a graph captured with the clip replays both)
+            for scale in self.grad_scale.values():
+                scale.fill_(1.0)
+            self._clipped = False
         return None
 
 

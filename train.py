@@ -46,6 +46,7 @@ from checkpoint import (CKPT_NAME, TRAINING_KEYS, git_commit, make_checkpoint, m
 from configurator import check_device, format_config, parse_config
 from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
+from master_adamw import check_supported as check_master_weights
 from model import GPT, GPTConfig, train_compile_options
 from train_config import TRAIN_DEFAULTS, validate_train_config
 
@@ -277,6 +278,11 @@ def setup(cfg: dict, gptconf: GPTConfig) -> Env:
                                    gptconf.activation_checkpointing)
         if why_not:
             fail(why_not)
+    if cfg["master_weights"]:
+        why_not = check_master_weights(dtype, cfg["gradient_accumulation_steps"], ddp)
+        if why_not:
+            fail(f"master_weights=True cannot train this run: {why_not}; allowed with dtype 'bfloat16', "
+                 "gradient_accumulation_steps=1 and one process, else master_weights=False")
     out_dir = cfg["out_dir"]
     if rank == 0:
         make_out_dir(out_dir)
@@ -326,8 +332,10 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
     model.to(env.device)
     if env.fsdp:  # every rank holds the same full weights (same seed, or the checkpoint): each keeps its shard
         shard_model(model, env)
+    # master_weights: the optimizer turns the model's matrices bf16 (the float32 weights built or loaded above become
+    # its masters)
     optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]),
-                                           env.device.type)
+                                           env.device.type, master_weights=cfg["master_weights"])
     scaler = torch.amp.GradScaler(env.device.type, enabled=(env.dtype == "float16"))
     # dropout: every rank continues its own saved RNG stream, or starts its own seeded one
     saved = None
@@ -428,7 +436,10 @@ def load_sharded_optimizer_state(model, optimizer, state: dict) -> None:
 
 def full_model_state(run) -> Optional[dict]:
     """The model's state_dict with plain full tensors: gathered on every rank under FSDP (rank 0 gets
-    it, the others {}); None otherwise (make_checkpoint then takes model.state_dict())."""
+    it, the others {}); with master_weights, the float32 masters in place of the bf16 matrices; None
+    otherwise (make_checkpoint then takes model.state_dict())."""
+    if run.cfg["master_weights"]:
+        return run.optimizer.model_state_dict(run.raw_model)
     if not run.env.fsdp:
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -483,7 +494,10 @@ def train_step(run: Run, timer: PhaseTimer, timed: bool, lr: float) -> torch.Ten
     t3 = timer.mark()
     if cfg["grad_clip"] != 0.0:
         run.scaler.unscale_(run.optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])  # FSDP: DTensor grads, global norm
+        if cfg["master_weights"]:  # the norm in float32, the scaling inside the optimizer's step
+            run.optimizer.clip_grad_norm_(cfg["grad_clip"])
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])  # FSDP: DTensor grads, global norm
     run.scaler.step(run.optimizer)
     run.scaler.update()
     run.optimizer.zero_grad(set_to_none=True)
@@ -625,7 +639,8 @@ def open_outputs(run: Run) -> None:
     print(format_config(cfg))
     print(f"model: {m.get_num_params() / 1e6:.2f}M params, attention {m.attn_params() / 1e6:.3f}M, KV cache "
           f"{m.kv_values_per_token_per_layer()} values/token/layer; {run.tokens_per_iter:,} tokens/iter; "
-          f"device {env.device} {env.dtype}; {env.world} process(es){' (FSDP)' if env.fsdp else ''}")
+          f"device {env.device} {env.dtype}{' (bf16 matrices, float32 masters)' if cfg['master_weights'] else ''}; "
+          f"{env.world} process(es){' (FSDP)' if env.fsdp else ''}")
     write_json(os.path.join(env.out_dir, "config.json"), {**cfg, "device": str(env.device), "dtype": env.dtype,
                                                           "world_size": env.world})
     trim_log(run.log_path, run.state.iter_num if run.resumed else -1)

@@ -37,7 +37,10 @@
 #                 (warps x BLOCK_N x stages) and splits (CTAS_PER_SM): which settings read the cache fastest
 #   decode_profile1  profiled graph replays of batch-1 steps at 4k (MHA, Tucker, Tucker shared): every kernel of the step
 #   decode_profile32  profiled graph replays of batch-32 steps (4k, 16k; MHA, Tucker, Tucker shared, MQA): the top kernels
-#   master_weights  master_adamw's and fused_gelu's CUDA tests; bench_train --graph_step (MHA, Tucker) with fused AdamW, then with
+#   train_master_all  bench_train --graph_step --master_weights: MHA, Tucker [8,64,64], Tucker shared, GQA-4, MLA shared
+#                 128, both shapes, Tucker profiled (TRAIN_BUDGET, default 300)
+#   tests_master  master_adamw's and fused_gelu's CUDA tests (MASTER_TESTS: more test files)
+#   master_weights  tests_master; bench_train --graph_step (MHA, Tucker) with fused AdamW, then with
 #                 --master_weights; loop_gap rounds against nanoGPT with --master_weights (ROUNDS, default 5)
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
 #                 the tree of .carry/base (git archive of the commit before a change; carried) and this tree
@@ -90,8 +93,8 @@
 #                 the same stage on the warm machine continues. $OUT/enwiki_runs.tar.gz, convert_runs.tar.gz.
 #   fastpath_curve  train.py, GPT-2 124M MHA and Tucker [8,64,64] on Shakespeare (carried: .carry/shakespeare), 200
 #                 iterations each plain (eager), compiled, fast (compiled with CUDA graphs and the chunked loss
-#                 head) and graph (compiled, graph_step=True), on all GPUs at once (CURVE_MODES: which of them, plain
-#                 first; CURVE_PAR: runs at once, default one per GPU); scripts/compare_runs.py compares the loss curves
+#                 head), graph (compiled, graph_step=True) and master (graph with master_weights=True), on all GPUs at
+#                 once (CURVE_MODES: which of them, the reference first; CURVE_PAR: runs at once, default one per GPU); scripts/compare_runs.py compares the loss curves
 #                 with the plain run's
 #   mg_scaling    bench_multigpu scaling: GPT-2 124M MHA and Tucker [8,64,64] at 480 x 1024, 1/2/4 GPUs (DDP)
 #                 (train.py's default since session 4: no Dynamo DDP graph split; MG_NAME=scaling_split
@@ -260,6 +263,10 @@ for st in "$@"; do
             --shapes 12x1024,64x256 --variants ${TRAIN_VARIANTS:-mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4,mla_shared128} \
             --profile mha,tucker_8_64_64 --profile_top 25 --precompile 4 --time_budget ${TRAIN_BUDGET:-360} \
             --out_dir "$WORK/bench" --name train_graph_step ;;
+    train_master_all) stage train_master_all python3 -m scripts.bench_train --graph_step --master_weights \
+            --shapes 12x1024,64x256 --variants ${TRAIN_VARIANTS:-mha,tucker_8_64_64,tucker_shared_8_64_64,gqa4,mla_shared128} \
+            --profile tucker_8_64_64 --profile_top 30 --precompile 4 --time_budget ${TRAIN_BUDGET:-300} \
+            --out_dir "$WORK/bench" --name train_master_all ;;
     train_graph_autotune) stage train_graph_autotune python3 -m scripts.bench_train --nanogpt .carry/nanogpt --graph_step \
             --compile_mode max-autotune-no-cudagraphs --shapes 12x1024 --variants mha,tucker_8_64_64 --profile mha,tucker_8_64_64 \
             --profile_top 25 --precompile 2 --time_budget ${TRAIN_BUDGET:-300} --out_dir "$WORK/bench" --name train_graph_autotune ;;
@@ -293,8 +300,10 @@ for st in "$@"; do
             stage loop_gap_rounds_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step \
                 --rounds ${ROUNDS:-7} --iters 4 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_rounds_$shape
         done ;;
+    tests_master) stage tests_master python3 -m pytest -q -rs tests/test_master_adamw.py tests/test_fused_gelu.py \
+            ${MASTER_TESTS:-} -k cuda ;;
     master_weights)  # master_adamw (bf16 matrices, float32 masters) against fused AdamW: the CUDA tests, the step, nanoGPT
-        stage tests_master python3 -m pytest -q -rs tests/test_master_adamw.py tests/test_fused_gelu.py -k cuda
+        stage tests_master python3 -m pytest -q -rs tests/test_master_adamw.py tests/test_fused_gelu.py ${MASTER_TESTS:-} -k cuda
         MA=(--graph_step --shapes 12x1024,64x256 --variants mha,tucker_8_64_64 --profile mha --profile_top 30 --precompile 2
             --time_budget ${MASTER_BUDGET:-150} --out_dir "$WORK/bench")
         stage train_adamw python3 -m scripts.bench_train "${MA[@]}" --name train_adamw
@@ -374,6 +383,7 @@ for st in "$@"; do
                 compiled) ex=(--compile=True) ;;  # the defaults: compiled, the fused loss head
                 fast) ex=(--compile=True --compile_mode=reduce-overhead --loss_chunk_tokens=4096) ;;
                 graph) ex=(--compile=True --graph_step=True) ;;  # the whole iteration replayed from one CUDA graph
+                master) ex=(--compile=True --graph_step=True --master_weights=True) ;;  # and bf16 matrices, float32 masters
                 esac
                 CUDA_VISIBLE_DEVICES=$((i % NGPU)) python3 train.py config/shakespeare_$v.py --max_iters=200 --eval_interval=100 \
                     --log_interval=1 --save_checkpoint=False --out_dir=out-curve/$v-$m "${ex[@]}" > "$WORK/curve_$v-$m.log" 2>&1 &

@@ -32,29 +32,40 @@ def grads(step, device="cpu"):
     return (torch.randn(37, 65, generator=g) * 0.1).to(device), (torch.randn(65, generator=g) * 0.1).to(device)
 
 
-def run_master(steps, backend="torch", device="cpu", lr_tensor=False):
+CLIP = 1.0  # below the gradients' norm (about 5): clipping scales them
+
+
+def run_master(steps, backend="torch", device="cpu", lr_tensor=False, clip_steps=()):
+    """`steps` updates of make_params' tensors by grads(); on clip_steps the optimizer's clip_grad_norm_(CLIP) first.
+    Returns the parameters, the optimizer and the total norms the clips returned."""
     w, b = make_params(device)
     opt = ma.MasterAdamW([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
                          backend=backend, **HYPER)
     if lr_tensor:
         for group in opt.param_groups:
             group["lr"] = torch.full((), HYPER["lr"], device=device)
+    norms = []
     for s in range(steps):
         gw, gb = grads(s, device)
         w.grad, b.grad = gw.to(torch.bfloat16), gb
+        if s in clip_steps:
+            norms.append(opt.clip_grad_norm_(CLIP))
         opt.step()
-    return w, b, opt
+    return w, b, opt, norms
 
 
-def run_adamw(steps, device="cpu"):
+def run_adamw(steps, device="cpu", clip_steps=()):
     w, b = make_params(device)
     opt = torch.optim.AdamW([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
                             foreach=False, **HYPER)
+    norms = []
     for s in range(steps):
         gw, gb = grads(s, device)
         w.grad, b.grad = gw.to(torch.bfloat16).float(), gb  # the gradients the bf16 model would give
+        if s in clip_steps:
+            norms.append(torch.nn.utils.clip_grad_norm_([w, b], CLIP))
         opt.step()
-    return w, b, opt
+    return w, b, opt, norms
 
 
 def train(model, opt, batches, device="cpu"):
@@ -71,8 +82,8 @@ def train(model, opt, batches, device="cpu"):
 
 
 def test_masters_follow_torch_adamw():
-    w, b, opt = run_master(6)
-    w_ref, b_ref, ref = run_adamw(6)
+    w, b, opt, _ = run_master(6)
+    w_ref, b_ref, ref, _ = run_adamw(6)
     assert w.dtype == torch.bfloat16 and b.dtype == torch.float32
     torch.testing.assert_close(opt.master(w), w_ref.detach(), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=1e-6, atol=1e-7)
@@ -82,9 +93,23 @@ def test_masters_follow_torch_adamw():
             torch.testing.assert_close(opt.state[p][key], ref.state[q][key], rtol=1e-6, atol=1e-8)
 
 
+def test_clip_folded_into_the_step_is_torchs_clip():
+    """clip_grad_norm_ then step against torch's clip_grad_norm_ over the float32 gradients then AdamW: the same
+    norms and masters; the coefficient serves one step (steps 0, 3, 4, 5 unclipped)."""
+    w, b, opt, norms = run_master(6, clip_steps=(1, 2))
+    w_ref, b_ref, ref, ref_norms = run_adamw(6, clip_steps=(1, 2))
+    assert all(float(n) > 2 * CLIP for n in ref_norms)  # the clip scaled these steps
+    torch.testing.assert_close(torch.stack(norms), torch.stack(ref_norms), rtol=1e-6, atol=0)
+    torch.testing.assert_close(opt.master(w), w_ref.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=1e-6, atol=1e-7)
+    assert all(float(s) == 1.0 for s in opt.grad_scale.values())
+    unclipped, *_ = run_master(6)  # and the clip changed the result
+    assert not torch.allclose(opt.master(w), unclipped.float(), rtol=0, atol=1e-4)
+
+
 def test_state_dict_is_adamw_layout_both_ways():
-    w, b, opt = run_master(3)
-    _, _, ref = run_adamw(3)
+    w, b, opt, _ = run_master(3)
+    _, _, ref, _ = run_adamw(3)
     sd, ref_sd = opt.state_dict(), ref.state_dict()
     assert sd["state"].keys() == ref_sd["state"].keys()
     for i in sd["state"]:
@@ -127,7 +152,7 @@ def test_a_parameter_without_a_gradient_keeps_its_own_step():
 
 
 def test_load_state_dict_takes_hyperparameters_and_refuses_what_it_cannot():
-    w, b, opt = run_master(2)
+    w, b, opt, _ = run_master(2)
     sd = opt.state_dict()
     sd["param_groups"][0].update(lr=1e-5, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.3)
     w2, b2 = make_params()
@@ -235,6 +260,70 @@ def test_errors():
 
 
 # ----------------------------------------------------------------------------------------
+# train.py with master_weights=True (CPU: bf16 autocast, the torch ops)
+
+TRAIN_ARGS = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--vocab_size=64", "--batch_size=2",
+              "--bias=False", "--device=cpu", "--compile=False", "--dtype=bfloat16", "--eval_iters=2",
+              "--log_interval=1", "--eval_interval=4", "--warmup_iters=0", "--lr_decay_iters=8", "--learning_rate=1e-3",
+              "--grad_clip=0.05"]  # a clip that scales every step
+
+
+@pytest.fixture
+def token_dir(tmp_path):
+    import numpy as np
+    d = tmp_path / "data"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        rng.integers(0, 64, 3000).astype(np.uint16).tofile(d / f"{split}.bin")
+    return d
+
+
+def train_py(out, data, *extra):
+    """train.main over TRAIN_ARGS: the checkpoint and the logged losses by iteration."""
+    import json
+
+    import train as train_module
+    train_module.main([*TRAIN_ARGS, f"--data_dir={data}", f"--out_dir={out}", *extra])
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return (torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False),
+            {r["iter"]: r["loss"] for r in log if "loss" in r})
+
+
+def test_train_py_master_weights_checkpoints_float32_and_resumes_exactly(token_dir, tmp_path):
+    straight, losses = train_py(tmp_path / "straight", token_dir, "--max_iters=8", "--master_weights=True")
+    assert all(v.dtype == torch.float32 for v in straight["model"].values() if v.is_floating_point())
+    half = tmp_path / "half"
+    train_py(half, token_dir, "--max_iters=4", "--master_weights=True")
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    (copied / "ckpt.pt").write_bytes((half / "ckpt.pt").read_bytes())
+    resumed, resumed_losses = train_py(half, token_dir, "--max_iters=8", "--master_weights=True", "--init_from=resume")
+    for k, v in straight["model"].items():
+        assert torch.equal(v, resumed["model"][k]), k
+    assert [resumed_losses[i] for i in range(5, 9)] == [losses[i] for i in range(5, 9)]
+    # the same checkpoint resumed under autocast with float32 weights (master_weights=False) continues the run:
+    # bf16 rounding apart (the embeddings are read in float32 there), the same losses
+    _, autocast_losses = train_py(copied, token_dir, "--max_iters=8", "--master_weights=False", "--init_from=resume")
+    assert [autocast_losses[i] for i in range(5, 9)] == pytest.approx([losses[i] for i in range(5, 9)], rel=2e-2)
+
+
+@pytest.mark.parametrize("args,what", [
+    (["--dtype=float32"], "dtype='float32'"),
+    (["--gradient_accumulation_steps=2"], "gradient_accumulation_steps=2"),
+])
+def test_train_py_master_weights_refuses_what_it_cannot_train(args, what, token_dir, tmp_path, capsys):
+    import train as train_module
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train_module.main([*TRAIN_ARGS, f"--data_dir={token_dir}", f"--out_dir={tmp_path / 'out'}", "--max_iters=2",
+                           "--master_weights=True", *args])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error: master_weights=True") and what in err, err
+    assert "master_weights=False" in err and not (tmp_path / "out" / "ckpt.pt").exists()
+
+
+# ----------------------------------------------------------------------------------------
 # The kernel through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
 
 
@@ -243,8 +332,9 @@ def test_errors():
 def test_interp_kernel_matches_torch_ops(lr_tensor, monkeypatch):
     """A block smaller than the tensors (several programs, a partial last block), lr a float or a tensor."""
     monkeypatch.setattr(ma, "BLOCK", 256)
-    w, b, opt = run_master(4, backend="triton", lr_tensor=lr_tensor)
-    w_ref, b_ref, ref = run_master(4, backend="torch")
+    w, b, opt, norms = run_master(4, backend="triton", lr_tensor=lr_tensor, clip_steps=(1, 2))
+    w_ref, b_ref, ref, ref_norms = run_master(4, backend="torch", clip_steps=(1, 2))
+    torch.testing.assert_close(torch.stack(norms), torch.stack(ref_norms))
     torch.testing.assert_close(opt.master(w), ref.master(w_ref), rtol=2e-6, atol=1e-7)
     torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=2e-6, atol=1e-7)
     # the interpreter converts float32 to bf16 by truncation (the GPU rounds to nearest: the CUDA test asks equality)
@@ -261,8 +351,8 @@ def test_interp_kernel_matches_torch_ops(lr_tensor, monkeypatch):
 
 @needs_cuda
 def test_cuda_kernel_matches_torch_ops():
-    w, b, opt = run_master(4, backend="triton", device="cuda")
-    w_ref, b_ref, ref = run_master(4, backend="torch", device="cuda")
+    w, b, opt, _ = run_master(4, backend="triton", device="cuda", clip_steps=(1, 2))
+    w_ref, b_ref, ref, _ = run_master(4, backend="torch", device="cuda", clip_steps=(1, 2))
     torch.testing.assert_close(opt.master(w), ref.master(w_ref), rtol=2e-6, atol=1e-7)
     torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=2e-6, atol=1e-7)
     assert torch.equal(w.detach(), opt.master(w).to(torch.bfloat16))
@@ -293,3 +383,43 @@ def test_cuda_graph_step_replays_plain_iterations():
     assert out["graph"][0] == pytest.approx(out["plain"][0], rel=1e-5)
     for a, b in zip(out["graph"][1], out["plain"][1]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@needs_cuda
+def test_cuda_train_py_master_weights_graphed_plain_and_autocast(tmp_path):
+    """train.py on the GPU, bf16, clip 1.0 (the clip folded into the kernel): master_weights with graph_step replays
+    the plain master_weights iterations; both follow the autocast run within bf16 rounding; stopped at 6 and resumed,
+    the graphed run continues."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from test_graph_step import REPO, _token_dir
+    data = _token_dir(tmp_path / "data", 512)
+
+    def run(name, *extra):
+        out = tmp_path / name
+        args = ["train.py", "--device=cuda", "--dtype=bfloat16", "--compile=False", f"--data_dir={data}",
+                f"--out_dir={out}", "--n_layer=2", "--n_head=4", "--n_embd=64", "--block_size=32", "--vocab_size=512",
+                "--bias=False", "--attn=tucker", "--tucker_ranks=4,16,16", "--batch_size=8", "--learning_rate=3e-3",
+                "--warmup_iters=3", "--lr_decay_iters=12", "--min_lr=3e-4", "--grad_clip=1.0", "--eval_interval=6",
+                "--eval_iters=2", "--log_interval=1", *extra]
+        proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+        losses = {r["iter"]: r["loss"] for r in log if "loss" in r}
+        return [losses[i] for i in range(1, int(extra[0].split("=")[1]) + 1)]  # iterations 1..max_iters
+
+    autocast = run("autocast", "--max_iters=12")
+    plain = run("plain", "--max_iters=12", "--master_weights=True")
+    graph = run("graph", "--max_iters=12", "--master_weights=True", "--graph_step=True")
+    np.testing.assert_allclose(graph, plain, rtol=1e-4)
+    np.testing.assert_allclose(plain, autocast, rtol=2e-2)
+    assert graph[-1] < graph[0] - 0.5  # it learns
+    run("half", "--max_iters=6", "--master_weights=True", "--graph_step=True")
+    resumed = run("half", "--max_iters=12", "--master_weights=True", "--graph_step=True", "--init_from=resume")
+    np.testing.assert_allclose(resumed[6:], graph[6:], rtol=1e-4)
