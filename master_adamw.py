@@ -20,9 +20,11 @@ state_dict() has AdamW's layout (per parameter 'step', 'exp_avg', 'exp_avg_sq') 
 stream stays float32 (GPT.forward and decode_step take the embeddings in the norms' dtype), and the model runs under
 bf16 autocast. `clip_grad_norm_(max_norm)` is torch's clip with each norm taken in float32; its coefficient is applied
 by the next step's kernel as it reads each gradient (no pass to scale the gradients, no bf16 rounding of the scaled
-ones). Gradients accumulated over micro-steps (or reduced by DDP) would add in bf16, so this is for one process and
-one micro-step per iteration (`check_supported`). Measured on an H200 (results/bench/README.md, session 15): GPT-2
-MHA's step 1.6-1.8% faster (`bench_train --graph_step --master_weights`), the 200-iteration Shakespeare loss curve
+ones). With `micro_steps > 1` each micro-step's bf16 gradient is added to a float32 sum as soon as the backward has
+made it (a post-accumulate-grad hook) and dropped, so that gradients never add in bf16; the step reads the sum and
+zeroes it in its pass (10 bytes a parameter a micro-step, against autocast's float32 accumulation's 18). DDP and
+FSDP would reduce the gradients in bf16, so this is for one process (`check_supported`). Measured on an H200
+(results/bench/README.md, session 15): GPT-2 MHA's step 1.6-1.8% faster (`bench_train --graph_step --master_weights`), the 200-iteration Shakespeare loss curve
 within 0.055 of fused AdamW's.
 """
 
@@ -46,11 +48,12 @@ if _HAVE_TRITON:
 
     @triton.jit
     def _master_adamw_kernel(G, P, M, V, COPY, n, LR, STEP, SCALE, beta1, beta2, log2_beta1, log2_beta2, eps,
-                             weight_decay, BLOCK: tl.constexpr, HAS_COPY: tl.constexpr):
+                             weight_decay, BLOCK: tl.constexpr, HAS_COPY: tl.constexpr, ZERO_G: tl.constexpr):
         """One tensor's AdamW step: gradient G (bf16 or float32) times SCALE (the clip coefficient), float32
         weights P, moments M and V updated in place; with HAS_COPY the new weights are also written to COPY in
-        bf16 (the model's). lr, the step and the scale are read from the device (LR, STEP, SCALE: 0-d float32), so
-        that a CUDA graph's replays see their new values."""
+        bf16 (the model's); with ZERO_G, G (a float32 sum over micro-steps) is zeroed for the next iteration. lr,
+        the step and the scale are read from the device (LR, STEP, SCALE: 0-d float32), so that a CUDA graph's
+        replays see their new values."""
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         step = tl.load(STEP)  # already counted for this step
@@ -70,6 +73,8 @@ if _HAVE_TRITON:
         tl.store(V + offs, v, mask=mask)
         if HAS_COPY:
             tl.store(COPY + offs, p.to(COPY.dtype.element_ty), mask=mask)
+        if ZERO_G:
+            tl.store(G + offs, tl.zeros([BLOCK], dtype=G.dtype.element_ty), mask=mask)
 
 
 def _torch_update(grad, master, exp_avg, exp_avg_sq, copy, lr, step, beta1, beta2, eps, weight_decay,
@@ -89,14 +94,20 @@ def _torch_update(grad, master, exp_avg, exp_avg_sq, copy, lr, step, beta1, beta
 class MasterAdamW(torch.optim.Optimizer):
     """AdamW whose matrices (parameters of 2 or more dims) are bf16 in the model and float32 here (see the module
     docstring). lr may be a float or a 0-d float32 tensor on the parameters' device (graph_step's). The model then
-    runs under bf16 autocast (its vectors are float32)."""
+    runs under bf16 autocast (its vectors are float32). micro_steps: the backward passes per step; above 1 the
+    matrices' gradients are summed in float32 (hooks), not in p.grad."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, backend: str = "auto"):
+                 weight_decay: float = 1e-2, backend: str = "auto", micro_steps: int = 1):
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+        if not (isinstance(micro_steps, int) and micro_steps >= 1):
+            raise ValueError(f"micro_steps={micro_steps!r}: expected an int >= 1")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         self.backend = backend
+        self.micro_steps = micro_steps
+        self._summed = set()  # the bf16 matrices whose float32 gradient sum holds this iteration's gradient
+        self._hooks = []
         # the clip coefficient the next step multiplies the gradients by, one per device (clip_grad_norm_ sets it)
         self.grad_scale = {p.device: torch.ones((), dtype=torch.float32, device=p.device)
                            for group in self.param_groups for p in group["params"]}
@@ -117,6 +128,28 @@ class MasterAdamW(torch.optim.Optimizer):
                     state["master"] = p.detach().clone(memory_format=torch.contiguous_format)
                     # the model's copy, contiguous as the kernel writes it (Module.half() converts the same way)
                     p.data = p.data.to(torch.bfloat16, memory_format=torch.contiguous_format)
+                    if micro_steps > 1:  # each micro-step's bf16 gradient added into a float32 sum, then dropped
+                        state["grad_sum"] = torch.zeros_like(state["master"])
+                        self._hooks.append(p.register_post_accumulate_grad_hook(self._add_to_sum))
+
+    @torch.no_grad()
+    def _add_to_sum(self, p: torch.Tensor) -> None:
+        """After a backward has put p's bf16 gradient in p.grad: add it to p's float32 sum and drop it, so that the
+        next micro-step's gradient is not added to it in bf16."""
+        self.state[p]["grad_sum"].add_(p.grad)
+        p.grad = None
+        self._summed.add(p)
+
+    def _gradient(self, p: torch.Tensor) -> Optional[torch.Tensor]:
+        """This iteration's gradient of p: its float32 sum over micro-steps, p.grad, or None (no gradient)."""
+        return self.state[p]["grad_sum"] if p in self._summed else p.grad
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's zero_grad, and the float32 sums of an iteration that did not step are zeroed too."""
+        super().zero_grad(set_to_none)
+        for p in self._summed:
+            self.state[p]["grad_sum"].zero_()
+        self._summed.clear()
 
     def master(self, p: torch.Tensor) -> torch.Tensor:
         """The float32 weights behind p (p itself where it is float32)."""
@@ -199,7 +232,7 @@ class MasterAdamW(torch.optim.Optimizer):
         min(1, max_norm / (norm + 1e-6)) applied by the next step() as it reads each gradient in float32: no pass
         over the gradients to scale them, and no rounding of the scaled gradients to bf16. Returns the total norm
         (a 0-d float32 tensor on the parameters' device: no sync)."""
-        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        grads = [g for group in self.param_groups for g in map(self._gradient, group["params"]) if g is not None]
         if not grads:
             return torch.zeros(())
         by_dtype = {}
@@ -229,7 +262,7 @@ class MasterAdamW(torch.optim.Optimizer):
             raise ValueError("MasterAdamW.step takes no closure")
         capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+            params = [p for p in group["params"] if self._gradient(p) is not None]
             if not params:
                 continue
             triton_path = self._use_triton(params[0])
@@ -255,11 +288,13 @@ class MasterAdamW(torch.optim.Optimizer):
                     n = p.numel()
                     if n == 0:  # no program to launch
                         continue
-                    grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()  # read as flat memory
+                    summed = p in self._summed  # the float32 sum (contiguous), zeroed by the kernel
+                    grad = self._gradient(p)
+                    grad = grad if grad.is_contiguous() else grad.contiguous()  # read as flat memory
                     _master_adamw_kernel[(triton.cdiv(n, BLOCK),)](  # launched as is: the step is not traced
                         grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n, lr_device,
                         st["step"], self.grad_scale[p.device], beta1, beta2, math.log2(beta1), math.log2(beta2), eps, wd,
-                        BLOCK=BLOCK, HAS_COPY=lowp, num_warps=NUM_WARPS)
+                        BLOCK=BLOCK, HAS_COPY=lowp, ZERO_G=summed, num_warps=NUM_WARPS)
                 if not capturing:  # the kernel wrote through pointers: tell autograd's version counters (decode
                     for p in params:  # caches built from the weights check them)
                         torch.autograd.graph.increment_version(p)
@@ -267,9 +302,12 @@ class MasterAdamW(torch.optim.Optimizer):
                 for p in params:
                     st = self.state[p]
                     lowp = "master" in st
-                    _torch_update(p.grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"],
+                    _torch_update(self._gradient(p), st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"],
                                   p if lowp else None, float(lr), float(st["step"]), beta1, beta2, eps, wd,
                                   self.grad_scale[p.device] if self._clipped else None)
+                    if p in self._summed:
+                        st["grad_sum"].zero_()
+        self._summed.clear()  # the sums are zero again: the next iteration's micro-steps start them
         if self._clipped:  # the coefficient served this step only (a graph captured with the clip replays both)
             for scale in self.grad_scale.values():
                 scale.fill_(1.0)
@@ -277,12 +315,10 @@ class MasterAdamW(torch.optim.Optimizer):
         return None
 
 
-def check_supported(dtype: str, accum: int, distributed: bool) -> Optional[str]:
-    """Why MasterAdamW cannot train this run (None when it can): bf16 autocast, one process, one micro-step."""
+def check_supported(dtype: str, distributed: bool) -> Optional[str]:
+    """Why MasterAdamW cannot train this run (None when it can): bf16 autocast, one process."""
     if dtype != "bfloat16":
         return f"dtype={dtype!r} (master weights need 'bfloat16')"
     if distributed:
         return "DDP/FSDP (the gradients would be reduced in bf16)"
-    if accum != 1:
-        return f"gradient_accumulation_steps={accum} (micro-step gradients would add in bf16)"
     return None

@@ -1731,17 +1731,19 @@ class GPT(nn.Module):
 
     # --- training helpers ---------------------------------------------------------------------
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, master_weights: bool = False):
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, master_weights: bool = False,
+                             micro_steps: int = 1):
         """AdamW; weight decay on matrices, embeddings and cores (dim >= 2), none on biases and
         norm weights (LayerNorm and RMSNorm, all 1-D). master_weights: master_adamw.MasterAdamW, which
-        turns this model's matrices into bf16 and keeps their float32 masters (an experiment: bench_train)."""
+        turns this model's matrices into bf16 and keeps their float32 masters (train.py's master_weights);
+        micro_steps: the backward passes per step (> 1: their gradients summed in float32)."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         if master_weights:
             from master_adamw import MasterAdamW
-            return MasterAdamW(groups, lr=learning_rate, betas=betas)
+            return MasterAdamW(groups, lr=learning_rate, betas=betas, micro_steps=micro_steps)
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
 

@@ -279,10 +279,10 @@ def setup(cfg: dict, gptconf: GPTConfig) -> Env:
         if why_not:
             fail(why_not)
     if cfg["master_weights"]:
-        why_not = check_master_weights(dtype, cfg["gradient_accumulation_steps"], ddp)
+        why_not = check_master_weights(dtype, ddp)
         if why_not:
-            fail(f"master_weights=True cannot train this run: {why_not}; allowed with dtype 'bfloat16', "
-                 "gradient_accumulation_steps=1 and one process, else master_weights=False")
+            fail(f"master_weights=True cannot train this run: {why_not}; allowed with dtype 'bfloat16' in one "
+                 "process, else master_weights=False")
     out_dir = cfg["out_dir"]
     if rank == 0:
         make_out_dir(out_dir)
@@ -335,7 +335,8 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
     # master_weights: the optimizer turns the model's matrices bf16 (the float32 weights built or loaded above become
     # its masters)
     optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]),
-                                           env.device.type, master_weights=cfg["master_weights"])
+                                           env.device.type, master_weights=cfg["master_weights"],
+                                           micro_steps=cfg["gradient_accumulation_steps"] // env.world)
     scaler = torch.amp.GradScaler(env.device.type, enabled=(env.dtype == "float16"))
     # dropout: every rank continues its own saved RNG stream, or starts its own seeded one
     saved = None

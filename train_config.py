@@ -55,8 +55,8 @@ TRAIN_DEFAULTS = dict(
     # the model's matrices held in bf16, their float32 masters and AdamW's moments in the optimizer
     # (master_adamw.MasterAdamW): no per-step autocast casts of the weights to bf16 and of their gradients back
     # to float32, one kernel per tensor for the update and the clip folded into it (GPT-2 MHA on an H200: 1.8% off
-    # the step, results/bench/README.md). Checkpoints hold the float32 masters, so a run resumes with either
-    # value. One process, gradient_accumulation_steps=1, dtype 'bfloat16'
+    # the step, results/bench/README.md). Micro-steps' gradients are summed in float32. Checkpoints hold the
+    # float32 masters, so a run resumes with either value. One process (no DDP/FSDP), dtype 'bfloat16'
     master_weights=False,
     # DDP + compile: True splits the compiled graph at DDP's gradient buckets so that all-reduce overlaps
     # the backward (torch._dynamo.config.optimize_ddp, torch's default). False (ours): one graph, gradients

@@ -526,7 +526,8 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     row = {"attn_params": model.attn_params(), "attn_params_mb": model.attn_params() * 2 / 1e6,
            "n_params": model.get_num_params(), "flops_per_token": model.flops_per_token(seq_len)}
     optimizer = model.configure_optimizers(weight_decay=0.1, learning_rate=6e-4, betas=(0.9, 0.95),
-                                           device_type=device.type, master_weights=args.master_weights)
+                                           device_type=device.type, master_weights=args.master_weights,
+                                           micro_steps=args.grad_accum)
     row["fused_adamw"] = bool(optimizer.defaults.get("fused"))
     row["optimizer"] = type(optimizer).__name__
     net = model
@@ -999,9 +1000,9 @@ def build_parser():
                    help="train.py's graph_step: capture the whole iteration (forward, backward, AdamW) in one CUDA "
                         "graph and replay it (graph_step.py; with --compile_mode default)")
     p.add_argument("--master_weights", action="store_true",
-                   help="an experiment: the model's matrices in bf16 with float32 masters in master_adamw.MasterAdamW "
-                        "(no autocast weight casts; AdamW reads bf16 gradients and writes the bf16 copy); one "
-                        "micro-step per iteration")
+                   help="train.py's master_weights: the model's matrices in bf16 with float32 masters in "
+                        "master_adamw.MasterAdamW (no autocast weight casts; AdamW reads the bf16 gradients, or "
+                        "their float32 sum over --grad_accum micro-steps, and writes the bf16 copy)")
     p.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
                    help="an inductor option over train.py's (model.train_compile_options), e.g. "
                         "triton.mix_order_reduction=True; repeatable; VALUE True, False, an integer or a string")
@@ -1062,11 +1063,6 @@ def main(argv=None):
         raise SystemExit("--suite llama1b is RoPE only (the paper's table): leave --rope out")
     if args.grad_accum < 1:
         raise SystemExit("--grad_accum must be >= 1")
-    if args.master_weights:
-        from master_adamw import check_supported
-        why_not = check_supported("bfloat16", args.grad_accum, False)
-        if why_not:
-            raise SystemExit(f"--master_weights cannot run: {why_not}")
     if args.graph_step:
         why_not = check_graph_step(device, "bfloat16", False, args.compile is not False, args.compile_mode,
                                    args.act_ckpt)

@@ -232,3 +232,14 @@ def test_master_adamw_kernel_compiles(lr_tensor, record):
     assert [typed(rec.kernel, *launch)[1]["HAS_COPY"] for launch in rec.launches] == [True, False]
     lrs = [dict(zip(rec.kernel.arg_names, args))["LR"] for args, _ in rec.launches]
     assert all(lr is (opt.param_groups[0]["lr"] if lr_tensor else opt.param_groups[0]["lr_device"]) for lr in lrs)
+
+
+def test_master_adamw_kernel_compiles_summing_micro_steps(record):
+    """With micro_steps=2 the matrix's gradient is its float32 sum, which the kernel zeroes (ZERO_G): that variant too."""
+    rec = record(ma, "_master_adamw_kernel")
+    w, b = torch.nn.Parameter(torch.randn(64, 96)), torch.nn.Parameter(torch.randn(96))
+    opt = ma.MasterAdamW([w, b], backend="triton", micro_steps=2)
+    (w.float().sum() + b.sum()).backward()
+    opt.step()
+    assert compile_launches(rec) == 2
+    assert [typed(rec.kernel, *launch)[1]["ZERO_G"] for launch in rec.launches] == [True, False]

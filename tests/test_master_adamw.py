@@ -93,6 +93,60 @@ def test_masters_follow_torch_adamw():
             torch.testing.assert_close(opt.state[p][key], ref.state[q][key], rtol=1e-6, atol=1e-8)
 
 
+def micro_grads(step, micro, device="cpu"):
+    g = torch.Generator().manual_seed(1000 + 10 * step + micro)
+    return (torch.randn(37, 65, generator=g) * 0.1).to(device), (torch.randn(65, generator=g) * 0.1).to(device)
+
+
+def run_micro(steps, micro_steps, backend="torch", device="cpu", summed=True, clip=False):
+    """`steps` iterations of `micro_steps` backward passes each (the matrix's gradient bf16, the vector's float32),
+    through MasterAdamW built for micro_steps (summed=True) or for one (summed=False: the bf16 gradients add in
+    bf16 in p.grad); clip: clip_grad_norm_(CLIP) before each step."""
+    w, b = make_params(device)
+    opt = ma.MasterAdamW([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}],
+                         backend=backend, micro_steps=micro_steps if summed else 1, **HYPER)
+    for s in range(steps):
+        for micro in range(micro_steps):
+            gw, gb = micro_grads(s, micro, device)
+            ((w.float() * gw).sum() + (b * gb).sum()).backward()  # w's gradient: gw in bf16
+        if clip:
+            opt.clip_grad_norm_(CLIP)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return w, b, opt
+
+
+def test_micro_steps_sum_in_float32():
+    """micro_steps=3: the optimizer follows AdamW fed the float32 sum of the three bf16 gradients (with the clip);
+    a bf16 sum in p.grad (micro_steps=1) would not."""
+    w, b, opt = run_micro(4, 3, clip=True)
+    w_ref, b_ref = make_params()
+    ref = torch.optim.AdamW([{"params": [w_ref], "weight_decay": 0.1}, {"params": [b_ref], "weight_decay": 0.0}],
+                            foreach=False, **HYPER)
+    for s in range(4):
+        pairs = [micro_grads(s, m) for m in range(3)]
+        w_ref.grad = sum(gw.to(torch.bfloat16).float() for gw, _ in pairs)
+        b_ref.grad = sum(gb for _, gb in pairs)
+        torch.nn.utils.clip_grad_norm_([w_ref, b_ref], CLIP)
+        ref.step()
+    torch.testing.assert_close(opt.master(w), w_ref.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=1e-6, atol=1e-7)
+    assert not opt.state[w]["grad_sum"].any() and w.grad is None  # zeroed by the step; never left in p.grad
+    w_bf16, _, opt_bf16 = run_micro(4, 3, summed=False, clip=True)
+    assert not torch.allclose(opt_bf16.master(w_bf16), w_ref.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_zero_grad_drops_an_unstepped_sum():
+    w, b = make_params()
+    opt = ma.MasterAdamW([w, b], micro_steps=2, **HYPER)
+    (w.float().sum() + b.sum()).backward()
+    assert w.grad is None and opt.state[w]["grad_sum"].abs().sum() == w.numel()
+    opt.zero_grad()
+    assert not opt.state[w]["grad_sum"].any() and b.grad is None
+    opt.step()  # nothing to do: no gradient
+    assert float(opt.state[w]["step"]) == 0.0
+
+
 def test_clip_folded_into_the_step_is_torchs_clip():
     """clip_grad_norm_ then step against torch's clip_grad_norm_ over the float32 gradients then AdamW: the same
     norms and masters; the coefficient serves one step (steps 0, 3, 4, 5 unclipped)."""
@@ -253,10 +307,11 @@ def test_errors():
         w2.grad, b2.grad = torch.zeros_like(w2), torch.zeros_like(b2)
         with pytest.raises(ValueError, match="cannot run on cpu"):
             forced.step()
-    assert "dtype='float16'" in ma.check_supported("float16", 1, False)
-    assert "DDP" in ma.check_supported("bfloat16", 1, True)
-    assert "gradient_accumulation_steps=4" in ma.check_supported("bfloat16", 4, False)
-    assert ma.check_supported("bfloat16", 1, False) is None
+    with pytest.raises(ValueError, match="micro_steps=0"):
+        ma.MasterAdamW(list(make_params()), micro_steps=0)
+    assert "dtype='float16'" in ma.check_supported("float16", False)
+    assert "DDP" in ma.check_supported("bfloat16", True)
+    assert ma.check_supported("bfloat16", False) is None
 
 
 # ----------------------------------------------------------------------------------------
@@ -290,27 +345,30 @@ def train_py(out, data, *extra):
             {r["iter"]: r["loss"] for r in log if "loss" in r})
 
 
-def test_train_py_master_weights_checkpoints_float32_and_resumes_exactly(token_dir, tmp_path):
-    straight, losses = train_py(tmp_path / "straight", token_dir, "--max_iters=8", "--master_weights=True")
+@pytest.mark.parametrize("accum", [1, 2])
+def test_train_py_master_weights_checkpoints_float32_and_resumes_exactly(accum, token_dir, tmp_path):
+    master = ["--master_weights=True", f"--gradient_accumulation_steps={accum}"]
+    straight, losses = train_py(tmp_path / "straight", token_dir, "--max_iters=8", *master)
     assert all(v.dtype == torch.float32 for v in straight["model"].values() if v.is_floating_point())
     half = tmp_path / "half"
-    train_py(half, token_dir, "--max_iters=4", "--master_weights=True")
+    train_py(half, token_dir, "--max_iters=4", *master)
     copied = tmp_path / "copied"
     copied.mkdir()
     (copied / "ckpt.pt").write_bytes((half / "ckpt.pt").read_bytes())
-    resumed, resumed_losses = train_py(half, token_dir, "--max_iters=8", "--master_weights=True", "--init_from=resume")
+    resumed, resumed_losses = train_py(half, token_dir, "--max_iters=8", *master, "--init_from=resume")
     for k, v in straight["model"].items():
         assert torch.equal(v, resumed["model"][k]), k
     assert [resumed_losses[i] for i in range(5, 9)] == [losses[i] for i in range(5, 9)]
     # the same checkpoint resumed under autocast with float32 weights (master_weights=False) continues the run:
     # bf16 rounding apart (the embeddings are read in float32 there), the same losses
-    _, autocast_losses = train_py(copied, token_dir, "--max_iters=8", "--master_weights=False", "--init_from=resume")
+    _, autocast_losses = train_py(copied, token_dir, "--max_iters=8", "--master_weights=False",
+                                  f"--gradient_accumulation_steps={accum}", "--init_from=resume")
     assert [autocast_losses[i] for i in range(5, 9)] == pytest.approx([losses[i] for i in range(5, 9)], rel=2e-2)
 
 
 @pytest.mark.parametrize("args,what", [
     (["--dtype=float32"], "dtype='float32'"),
-    (["--gradient_accumulation_steps=2"], "gradient_accumulation_steps=2"),
+    (["--dtype=float16"], "dtype='float16'"),
 ])
 def test_train_py_master_weights_refuses_what_it_cannot_train(args, what, token_dir, tmp_path, capsys):
     import train as train_module
@@ -325,6 +383,17 @@ def test_train_py_master_weights_refuses_what_it_cannot_train(args, what, token_
 
 # ----------------------------------------------------------------------------------------
 # The kernel through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
+
+
+@needs_child
+def test_interp_kernel_sums_micro_steps_as_torch_ops(monkeypatch):
+    """micro_steps=2 through the kernel (it reads the float32 sum and zeroes it) against the torch ops."""
+    monkeypatch.setattr(ma, "BLOCK", 256)
+    w, b, opt = run_micro(3, 2, backend="triton", clip=True)
+    w_ref, b_ref, ref = run_micro(3, 2, backend="torch", clip=True)
+    torch.testing.assert_close(opt.master(w), ref.master(w_ref), rtol=2e-6, atol=1e-7)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=2e-6, atol=1e-7)
+    assert not opt.state[w]["grad_sum"].any()
 
 
 @needs_child
@@ -389,7 +458,7 @@ def test_cuda_graph_step_replays_plain_iterations():
 def test_cuda_train_py_master_weights_graphed_plain_and_autocast(tmp_path):
     """train.py on the GPU, bf16, clip 1.0 (the clip folded into the kernel): master_weights with graph_step replays
     the plain master_weights iterations; both follow the autocast run within bf16 rounding; stopped at 6 and resumed,
-    the graphed run continues."""
+    the graphed run continues; the same with two micro-steps an iteration."""
     import json
     import os
     import subprocess
@@ -423,3 +492,10 @@ def test_cuda_train_py_master_weights_graphed_plain_and_autocast(tmp_path):
     run("half", "--max_iters=6", "--master_weights=True", "--graph_step=True")
     resumed = run("half", "--max_iters=12", "--master_weights=True", "--graph_step=True", "--init_from=resume")
     np.testing.assert_allclose(resumed[6:], graph[6:], rtol=1e-4)
+    # two micro-steps of 4 sequences: their gradients summed in float32 by the hooks, inside the graph too
+    accum = ["--gradient_accumulation_steps=2", "--batch_size=4"]
+    autocast2 = run("autocast2", "--max_iters=12", *accum)
+    plain2 = run("plain2", "--max_iters=12", "--master_weights=True", *accum)
+    graph2 = run("graph2", "--max_iters=12", "--master_weights=True", "--graph_step=True", *accum)
+    np.testing.assert_allclose(graph2, plain2, rtol=1e-4)
+    np.testing.assert_allclose(plain2, autocast2, rtol=2e-2)
