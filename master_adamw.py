@@ -7,9 +7,9 @@ float32 for the optimizer: on an H200, 98 kernels and 0.58 ms of GPT-2's 23.5 ms
 parameter of 2 or more dims) are bf16 in the model, so the matmuls read them as they are and their gradients come
 out in bf16; the optimizer keeps the float32 master copy of each and, in one pass over each tensor, reads the
 bf16 gradient, updates master, exp_avg and exp_avg_sq as torch's AdamW does (decoupled weight decay, bias
-corrections) and writes the new bf16 weight in the same pass: 28 bytes a parameter in all. Vectors (norm weights, biases) stay float32
-and take the same update in place. One Triton kernel launch per tensor on CUDA; the same arithmetic in torch ops
-serves the CPU.
+corrections) and writes the new bf16 weight in the same pass: 28 bytes a parameter in all. Vectors (norm weights,
+biases) stay float32 and take the same update in place. One Triton kernel launch per tensor on CUDA; the same
+arithmetic in torch ops serves the CPU.
 
     optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cuda", master_weights=True)  # converts the model
 
@@ -24,8 +24,8 @@ ones). With `micro_steps > 1` each micro-step's bf16 gradient is added to a floa
 made it (a post-accumulate-grad hook) and dropped, so that gradients never add in bf16; the step reads the sum and
 zeroes it in its pass (10 bytes a parameter a micro-step, against autocast's float32 accumulation's 18). DDP and
 FSDP would reduce the gradients in bf16, so this is for one process (`check_supported`). Measured on an H200
-(results/bench/README.md, session 15): GPT-2 MHA's step 1.6-1.8% faster (`bench_train --graph_step --master_weights`), the 200-iteration Shakespeare loss curve
-within 0.055 of fused AdamW's.
+(results/bench/README.md, session 15): GPT-2 MHA's step 1.6-1.8% faster (`bench_train --graph_step
+--master_weights`), 0.8% at 4 micro-steps; the 200-iteration Shakespeare loss curve within 0.055 of fused AdamW's.
 """
 
 from __future__ import annotations
@@ -239,7 +239,8 @@ class MasterAdamW(torch.optim.Optimizer):
         for g in grads:  # one foreach launch per dtype (a mixed list takes the slow path)
             by_dtype.setdefault(g.dtype, []).append(g)
         device = grads[0].device
-        norms = [n.to(device) for group in by_dtype.values() for n in torch._foreach_norm(group, 2.0, dtype=torch.float32)]
+        norms = [n.to(device) for group in by_dtype.values()
+                 for n in torch._foreach_norm(group, 2.0, dtype=torch.float32)]
         total = torch.linalg.vector_norm(torch.stack(norms))
         coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # torch's clip_grad_norm_, the same float32 ops
         for scale in self.grad_scale.values():
@@ -293,8 +294,8 @@ class MasterAdamW(torch.optim.Optimizer):
                     grad = grad if grad.is_contiguous() else grad.contiguous()  # read as flat memory
                     _master_adamw_kernel[(triton.cdiv(n, BLOCK),)](  # launched as is: the step is not traced
                         grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n, lr_device,
-                        st["step"], self.grad_scale[p.device], beta1, beta2, math.log2(beta1), math.log2(beta2), eps, wd,
-                        BLOCK=BLOCK, HAS_COPY=lowp, ZERO_G=summed, num_warps=NUM_WARPS)
+                        st["step"], self.grad_scale[p.device], beta1, beta2, math.log2(beta1), math.log2(beta2), eps,
+                        wd, BLOCK=BLOCK, HAS_COPY=lowp, ZERO_G=summed, num_warps=NUM_WARPS)
                 if not capturing:  # the kernel wrote through pointers: tell autograd's version counters (decode
                     for p in params:  # caches built from the weights check them)
                         torch.autograd.graph.increment_version(p)
