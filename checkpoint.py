@@ -3,9 +3,10 @@ The ckpt.pt layout, written atomically and read back with one-line errors.
 
 A checkpoint is one dict saved with torch.save (read back with weights_only=True):
 
-    model           the GPT's state_dict (train.py saves float32 weights)
+    model           the GPT's state_dict (train.py saves float32 weights: with master_weights, the masters)
     model_config    GPTConfig.to_dict(): the model is rebuilt from this alone
-    optimizer       AdamW state_dict (its param groups keep weight decay, betas, fused)
+    optimizer       AdamW's state_dict layout (MasterAdamW writes the same; its param groups keep weight decay and
+                    betas; a resumed run keeps its own fused/foreach choice: train.load_optimizer_state)
     config          the run's resolved config (training and model keys)
     iter_num        iterations done
     best_val_loss   best val loss so far (inf before any evaluation)

@@ -91,6 +91,12 @@ def _torch_update(grad, master, exp_avg, exp_avg_sq, copy, lr, step, beta1, beta
         copy.copy_(master)
 
 
+# the keys torch's AdamW writes in each param group of its state_dict besides the hyperparameters: a MasterAdamW state
+# loaded into an AdamW then reads plain AdamW's choices (the loader's fused/foreach: train.load_optimizer_state)
+ADAMW_GROUP_FLAGS = dict(amsgrad=False, maximize=False, foreach=None, capturable=False, differentiable=False,
+                         fused=None, decoupled_weight_decay=True)
+
+
 class MasterAdamW(torch.optim.Optimizer):
     """AdamW whose matrices (parameters of 2 or more dims) are bf16 in the model and float32 here (see the module
     docstring). lr may be a float or a 0-d float32 tensor on the parameters' device (graph_step's). The model then
@@ -145,11 +151,16 @@ class MasterAdamW(torch.optim.Optimizer):
         return self.state[p]["grad_sum"] if p in self._summed else p.grad
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """torch's zero_grad, and the float32 sums of an iteration that did not step are zeroed too."""
+        """torch's zero_grad; the float32 sums and the clip coefficient of an iteration that did not step are
+        dropped too."""
         super().zero_grad(set_to_none)
         for p in self._summed:
             self.state[p]["grad_sum"].zero_()
         self._summed.clear()
+        if self._clipped:
+            for scale in self.grad_scale.values():
+                scale.fill_(1.0)
+            self._clipped = False
 
     def master(self, p: torch.Tensor) -> torch.Tensor:
         """The float32 weights behind p (p itself where it is float32)."""
@@ -189,7 +200,7 @@ class MasterAdamW(torch.optim.Optimizer):
                                     "exp_avg_sq": st["exp_avg_sq"]}
                 ids.append(index)
                 index += 1
-            groups.append({**{k: v for k, v in group.items() if k not in ("params", "lr_device")},
+            groups.append({**ADAMW_GROUP_FLAGS, **{k: v for k, v in group.items() if k not in ("params", "lr_device")},
                            "lr": float(group["lr"]), "params": ids})
         return {"state": state, "param_groups": groups}
 
@@ -234,7 +245,7 @@ class MasterAdamW(torch.optim.Optimizer):
         (a 0-d float32 tensor on the parameters' device: no sync)."""
         grads = [g for group in self.param_groups for g in map(self._gradient, group["params"]) if g is not None]
         if not grads:
-            return torch.zeros(())
+            return torch.zeros((), device=next(iter(self.grad_scale), torch.device("cpu")))
         by_dtype = {}
         for g in grads:  # one foreach launch per dtype (a mixed list takes the slow path)
             by_dtype.setdefault(g.dtype, []).append(g)
@@ -270,6 +281,9 @@ class MasterAdamW(torch.optim.Optimizer):
             if capturing and not triton_path:
                 raise ValueError("MasterAdamW: the torch ops read lr and the step on the host, which a CUDA graph "
                                  "capture cannot; use the Triton kernel (backend='auto' with Triton installed)")
+            if capturing and not torch.is_tensor(group["lr"]):  # fill_ with a float: a constant in every replay
+                raise ValueError("MasterAdamW: capturing a step with a float lr would freeze it in the graph; make "
+                                 "the group's lr a 0-d float32 tensor on the device (graph_step does)")
             steps = [self.state[p]["step"] for p in params]
             torch._foreach_add_(steps, 1.0)
             beta1, beta2 = group["betas"]

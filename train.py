@@ -344,7 +344,7 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
         if env.fsdp:
             load_sharded_optimizer_state(model, optimizer, checkpoint["optimizer"])
         else:
-            optimizer.load_state_dict(checkpoint["optimizer"])
+            load_optimizer_state(optimizer, checkpoint["optimizer"])
         if checkpoint.get("scaler"):
             scaler.load_state_dict(checkpoint["scaler"])
         saved = saved_rng_state(checkpoint, env.rank)
@@ -373,6 +373,25 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
                                  dtype=env.dtype, grad_clip=cfg["grad_clip"])
     return Run(cfg, env, model, raw_model, optimizer, scaler, batches, state, resumed=checkpoint is not None,
                graph=graph)
+
+
+RUN_FLAGS = ("fused", "foreach", "capturable")  # how this run's AdamW steps: its own choice, not the checkpoint's
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """optimizer.load_state_dict(state), keeping the implementation flags this run built its AdamW with: torch would
+    take the saved groups' (a checkpoint from MasterAdamW, or from a CPU run, says fused=None: the run would
+    continue on foreach AdamW, and a graph_step capture would fail on CPU step counters). Step counters go to the
+    parameters' device where fused or capturable AdamW reads them there, as torch's own loading does."""
+    flags = [{k: g[k] for k in RUN_FLAGS if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, own in zip(optimizer.param_groups, flags):
+        group.update(own)
+        if group.get("fused") or group.get("capturable"):
+            for p in group["params"]:
+                st = optimizer.state.get(p, {})
+                if torch.is_tensor(st.get("step")) and st["step"].device != p.device:
+                    st["step"] = st["step"].to(p.device, torch.float32)
 
 
 def compile_model(model: GPT, cfg: dict, env: Env):
