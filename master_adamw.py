@@ -9,7 +9,8 @@ out in bf16; the optimizer keeps the float32 master copy of each and, in one pas
 bf16 gradient, updates master, exp_avg and exp_avg_sq as torch's AdamW does (decoupled weight decay, bias
 corrections) and writes the new bf16 weight in the same pass: 28 bytes a parameter in all. Vectors (norm weights,
 biases) stay float32 and take the same update in place. One Triton kernel launch per tensor on CUDA; the same
-arithmetic in torch ops serves the CPU.
+arithmetic in torch ops serves the CPU. TENSORS_PER_LAUNCH > 1 updates that many tensors a launch (a multi-tensor
+kernel: small tensors cost a launch's fixed time each; not yet measured, so the default is 1).
 
     optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cuda", master_weights=True)  # converts the model
 
@@ -39,6 +40,10 @@ from decode_attention import _interpret, _triton_available
 
 BLOCK = 2048  # elements per program
 NUM_WARPS = 4
+# tensors updated by one launch: 1 = a launch per tensor (measured in session 15); above 1, the tensors of a group
+# (same device, gradient dtype, bf16 copy or not) go TENSORS_PER_LAUNCH at a time through the multi-tensor kernel
+# (built after session 15's GPU calls; tested in the interpreter and compiled to TTIR, not yet measured)
+TENSORS_PER_LAUNCH = 1
 BACKENDS = ("auto", "triton", "torch")
 _HAVE_TRITON = _triton_available()
 
@@ -47,18 +52,16 @@ if _HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
-    def _master_adamw_kernel(G, P, M, V, COPY, n, LR, STEP, SCALE, beta1, beta2, log2_beta1, log2_beta2, eps,
-                             weight_decay, BLOCK: tl.constexpr, HAS_COPY: tl.constexpr, ZERO_G: tl.constexpr):
-        """One tensor's AdamW step: gradient G (bf16 or float32) times SCALE (the clip coefficient), float32
-        weights P, moments M and V updated in place; with HAS_COPY the new weights are also written to COPY in
-        bf16 (the model's); with ZERO_G, G (a float32 sum over micro-steps) is zeroed for the next iteration. lr,
-        the step and the scale are read from the device (LR, STEP, SCALE: 0-d float32), so that a CUDA graph's
-        replays see their new values."""
-        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    def _adamw_block(G, P, M, V, COPY, STEP, n, block, lr, scale, beta1, beta2, log2_beta1, log2_beta2, eps,
+                     weight_decay, BLOCK: tl.constexpr, HAS_COPY: tl.constexpr, ZERO_G: tl.constexpr):
+        """Block `block` of one tensor's AdamW step: gradient G (bf16 or float32) times scale (the clip
+        coefficient), float32 weights P, moments M and V updated in place; with HAS_COPY the new weights are also
+        written to COPY in bf16 (the model's); with ZERO_G, G (a float32 sum over micro-steps) is zeroed for the
+        next iteration. STEP: the tensor's 0-d float32 step, already counted for this step."""
+        offs = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        step = tl.load(STEP)  # already counted for this step
-        lr = tl.load(LR)
-        g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32) * tl.load(SCALE)
+        step = tl.load(STEP)
+        g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32) * scale
         p = tl.load(P + offs, mask=mask, other=0.0)
         m = tl.load(M + offs, mask=mask, other=0.0)
         v = tl.load(V + offs, mask=mask, other=0.0)
@@ -75,6 +78,29 @@ if _HAVE_TRITON:
             tl.store(COPY + offs, p.to(COPY.dtype.element_ty), mask=mask)
         if ZERO_G:
             tl.store(G + offs, tl.zeros([BLOCK], dtype=G.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _master_adamw_kernel(G, P, M, V, COPY, n, LR, STEP, SCALE, beta1, beta2, log2_beta1, log2_beta2, eps,
+                             weight_decay, BLOCK: tl.constexpr, HAS_COPY: tl.constexpr, ZERO_G: tl.constexpr):
+        """One tensor's AdamW step (_adamw_block), a program per block. lr, the step and the scale are read from
+        the device (LR, STEP, SCALE: 0-d float32), so that a CUDA graph's replays see their new values."""
+        _adamw_block(G, P, M, V, COPY, STEP, n, tl.program_id(0), tl.load(LR), tl.load(SCALE), beta1, beta2,
+                     log2_beta1, log2_beta2, eps, weight_decay, BLOCK, HAS_COPY, ZERO_G)
+
+    @triton.jit
+    def _master_adamw_multi_kernel(Gs, Ps, Ms, Vs, COPYs, STEPs, Ns, STARTs, LR, SCALE, beta1, beta2, log2_beta1,
+                                   log2_beta2, eps, weight_decay, NT: tl.constexpr, BLOCK: tl.constexpr,
+                                   HAS_COPY: tl.constexpr, ZERO_G: tl.constexpr):
+        """The AdamW steps of NT tensors in one launch (tuples of pointers, sizes, and the tensors' first program
+        ids STARTs, NT + 1 of them): program pid updates block pid - STARTs[i] of the tensor i it falls in. One
+        launch instead of NT: small tensors (norm weights, Tucker's cores) cost a launch's fixed time each."""
+        pid = tl.program_id(0)
+        lr = tl.load(LR)
+        scale = tl.load(SCALE)
+        for i in tl.static_range(NT):
+            if (pid >= STARTs[i]) & (pid < STARTs[i + 1]):
+                _adamw_block(Gs[i], Ps[i], Ms[i], Vs[i], COPYs[i], STEPs[i], Ns[i], pid - STARTs[i], lr, scale,
+                             beta1, beta2, log2_beta1, log2_beta2, eps, weight_decay, BLOCK, HAS_COPY, ZERO_G)
 
 
 def _torch_update(grad, master, exp_avg, exp_avg_sq, copy, lr, step, beta1, beta2, eps, weight_decay,
@@ -259,6 +285,25 @@ class MasterAdamW(torch.optim.Optimizer):
         self._clipped = True
         return total
 
+    def _launch_classes(self, params) -> dict:
+        """params with a gradient, by what one kernel variant serves: (bf16 copy, float32 sum, device, gradient
+        dtype) -> [params] in their order; empty tensors left out (no program to launch)."""
+        classes = {}
+        for p in params:
+            if p.numel() == 0:
+                continue
+            key = ("master" in self.state[p], p in self._summed, p.device, self._gradient(p).dtype)
+            classes.setdefault(key, []).append(p)
+        return classes
+
+    def _kernel_args(self, p) -> tuple:
+        """(gradient, float32 weights, exp_avg, exp_avg_sq, bf16 copy, step, numel) of p for the kernels; the copy
+        is p itself (unused) where p is float32."""
+        st = self.state[p]
+        grad = self._gradient(p)
+        grad = grad if grad.is_contiguous() else grad.contiguous()  # read as flat memory
+        return grad, st.get("master", p), st["exp_avg"], st["exp_avg_sq"], p, st["step"], p.numel()
+
     def _use_triton(self, t: torch.Tensor) -> bool:
         ok = _HAVE_TRITON and (t.device.type == "cuda" or (_interpret() and t.device.type == "cpu"))
         if self.backend == "triton" and not ok:
@@ -297,19 +342,24 @@ class MasterAdamW(torch.optim.Optimizer):
                 else:
                     lr_device = group["lr_device"]
                     lr_device.fill_(lr)
-                for p in params:
-                    st = self.state[p]
-                    lowp = "master" in st
-                    n = p.numel()
-                    if n == 0:  # no program to launch
+                hyper = (beta1, beta2, math.log2(beta1), math.log2(beta2), eps, wd)
+                for (lowp, summed, device, _), ps in self._launch_classes(params).items():
+                    args = [self._kernel_args(p) for p in ps]  # (G, P, M, V, COPY, STEP, n) each
+                    if TENSORS_PER_LAUNCH <= 1:
+                        for g, w, m, v, copy, step, n in args:  # launched as is: the step is not traced
+                            _master_adamw_kernel[(triton.cdiv(n, BLOCK),)](
+                                g, w, m, v, copy, n, lr_device, step, self.grad_scale[device], *hyper,
+                                BLOCK=BLOCK, HAS_COPY=lowp, ZERO_G=summed, num_warps=NUM_WARPS)
                         continue
-                    summed = p in self._summed  # the float32 sum (contiguous), zeroed by the kernel
-                    grad = self._gradient(p)
-                    grad = grad if grad.is_contiguous() else grad.contiguous()  # read as flat memory
-                    _master_adamw_kernel[(triton.cdiv(n, BLOCK),)](  # launched as is: the step is not traced
-                        grad, st["master"] if lowp else p, st["exp_avg"], st["exp_avg_sq"], p, n, lr_device,
-                        st["step"], self.grad_scale[p.device], beta1, beta2, math.log2(beta1), math.log2(beta2), eps,
-                        wd, BLOCK=BLOCK, HAS_COPY=lowp, ZERO_G=summed, num_warps=NUM_WARPS)
+                    for at in range(0, len(args), TENSORS_PER_LAUNCH):
+                        chunk = args[at:at + TENSORS_PER_LAUNCH]
+                        starts = [0]
+                        for *_, n in chunk:
+                            starts.append(starts[-1] + triton.cdiv(n, BLOCK))
+                        gs, ws, ms, vs, copies, steps, ns = (tuple(column) for column in zip(*chunk))
+                        _master_adamw_multi_kernel[(starts[-1],)](
+                            gs, ws, ms, vs, copies, steps, ns, tuple(starts), lr_device, self.grad_scale[device],
+                            *hyper, NT=len(chunk), BLOCK=BLOCK, HAS_COPY=lowp, ZERO_G=summed, num_warps=NUM_WARPS)
                 if not capturing:  # the kernel wrote through pointers: tell autograd's version counters (decode
                     for p in params:  # caches built from the weights check them)
                         torch.autograd.graph.increment_version(p)

@@ -58,7 +58,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from model import DECODE_COMPILE_MODES, GPT, GPTConfig, StaticDecoder  # noqa: E402
 # bench_train holds the variant list and the helpers both benchmarks share
-from scripts.bench_train import (VARIANTS, add_common_args, apply_blas, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
+from scripts.bench_train import (VARIANTS, add_common_args, apply_blas, set_module_knobs, Clock, add_ratios, fmt, kernel_table,  # noqa: E402
                                  markdown_table, model_config, parse_ints, peak_memory_gib, profile_iterations,
                                  render_profile,
                                  release, reset_peak_memory, run_info, sdpa_context, select_variants, short_error,
@@ -165,29 +165,8 @@ KNOB_MODULES = ("decode_attention", "decode_linear")  # whose upper-case constan
 
 def set_knobs(pairs) -> dict:
     """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
-    default) or decode_linear, the value a Python literal. An unknown module or name or a value that is not a
-    literal is an error naming it."""
-    import ast
-    import importlib
-    done = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        mod_name, dot, name = name.strip().rpartition(".")
-        mod_name = mod_name if dot else KNOB_MODULES[0]
-        if mod_name not in KNOB_MODULES:
-            raise SystemExit(f"--knob {pair!r}: the module must be one of {', '.join(KNOB_MODULES)}")
-        module = importlib.import_module(mod_name)
-        if not sep or not name.isupper() or not hasattr(module, name):
-            known = sorted(n for n in vars(module) if n.isupper() and not n.startswith("_"))
-            raise SystemExit(f"--knob {pair!r}: expected [MODULE.]NAME=VALUE with NAME one of {mod_name}'s "
-                             f"{', '.join(known)}")
-        try:
-            value = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            raise SystemExit(f"--knob {pair!r}: the value must be a Python literal (e.g. True, 4, 'q_base')")
-        setattr(module, name, value)
-        done[f"{mod_name}.{name}" if dot else name] = value
-    return done
+    default) or decode_linear, the value a Python literal (bench_train.set_knobs)."""
+    return set_module_knobs(pairs, KNOB_MODULES)
 
 
 @contextmanager

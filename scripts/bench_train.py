@@ -825,6 +825,7 @@ def run_line(info) -> str:
             f"bf16 autocast, "
             f"{'bf16 matrices with float32 masters in master_adamw.MasterAdamW (--master_weights)' if a.get('master_weights') else 'fused AdamW'}"
             f"{accum}, SDPA backend {a['sdpa_backend']}"
+            f"{', knobs ' + ' '.join(a['knob']) if a.get('knob') else ''}"
             f"{', activation checkpointing' if a.get('act_ckpt') else ''}"
             f"{', loss head in chunks of %d tokens' % a['loss_chunk'] if a.get('loss_chunk') else ''}; "
             f"median of {a['iters']} iterations after {a['warmup']} warm-up; "
@@ -879,6 +880,41 @@ def add_common_args(p, name: str) -> None:
 
 
 BLAS_CHOICES = ("default", "cublas", "cublaslt")
+TRAIN_KNOB_MODULES = ("master_adamw", "fused_gelu")  # whose upper-case constants bench_train's --knob may set
+
+
+def set_module_knobs(pairs, modules: Sequence[str]) -> dict:
+    """--knob [MODULE.]NAME=VALUE: a module constant (an upper-case name it defines) of one of `modules` (the first
+    where MODULE is left out), the value a Python literal. An unknown module or name or a value that is not a literal
+    exits naming it. Returns {name as given: value}."""
+    import ast
+    import importlib
+    done = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        mod_name, dot, name = name.strip().rpartition(".")
+        mod_name = mod_name if dot else modules[0]
+        if mod_name not in modules:
+            raise SystemExit(f"--knob {pair!r}: the module must be one of {', '.join(modules)}")
+        module = importlib.import_module(mod_name)
+        if not sep or not name.isupper() or not hasattr(module, name):
+            known = sorted(n for n in vars(module) if n.isupper() and not n.startswith("_"))
+            raise SystemExit(f"--knob {pair!r}: expected [MODULE.]NAME=VALUE with NAME one of {mod_name}'s "
+                             f"{', '.join(known)}")
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"--knob {pair!r}: the value must be a Python literal (e.g. True, 4, 'q_base')")
+        setattr(module, name, value)
+        done[f"{mod_name}.{name}" if dot else name] = value
+    return done
+
+
+def add_knob_arg(p) -> None:
+    """bench_train's and loop_gap's --knob (bench_decode has its own, over the decode modules)."""
+    p.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                   help="set a tuning constant of master_adamw (the default module) or fused_gelu for the run (a "
+                        "Python literal; repeatable), e.g. --knob TENSORS_PER_LAUNCH=16 (with --master_weights)")
 
 
 def apply_blas(choice: str) -> None:
@@ -999,6 +1035,7 @@ def build_parser():
     p.add_argument("--graph_step", action="store_true",
                    help="train.py's graph_step: capture the whole iteration (forward, backward, AdamW) in one CUDA "
                         "graph and replay it (graph_step.py; with --compile_mode default)")
+    add_knob_arg(p)
     p.add_argument("--master_weights", action="store_true",
                    help="train.py's master_weights: the model's matrices in bf16 with float32 masters in "
                         "master_adamw.MasterAdamW (no autocast weight casts; AdamW reads the bf16 gradients, or "
@@ -1047,6 +1084,7 @@ def main(argv=None):
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --device=cpu --tiny for a smoke test")
     apply_blas(args.blas)  # ours only: nanoGPT's bench.py runs in its own process with torch's default
+    set_module_knobs(args.knob, TRAIN_KNOB_MODULES)  # ours only, as --blas
     if args.nanogpt:
         if device.type != "cuda":
             raise SystemExit("--nanogpt needs a CUDA device: nanoGPT's bench.py times bf16 on the GPU "

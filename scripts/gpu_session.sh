@@ -40,6 +40,9 @@
 #   train_master_all  bench_train --graph_step --master_weights: MHA, Tucker [8,64,64], Tucker shared, GQA-4, MLA shared
 #                 128, both shapes, Tucker profiled (TRAIN_BUDGET, default 300)
 #   tests_master  master_adamw's and fused_gelu's CUDA tests (MASTER_TESTS: more test files)
+#   master_multi  bench_train --graph_step --master_weights (MULTI_VARIANTS: MHA, Tucker [8,64,64]; both shapes, Tucker
+#                 profiled) with a launch per tensor, then with --knob TENSORS_PER_LAUNCH=PER_LAUNCH (16): the
+#                 multi-tensor kernel -> bench/master_per_tensor, bench/master_multi
 #   master_weights  tests_master; bench_train --graph_step (MHA, Tucker) with fused AdamW, then with
 #                 --master_weights; loop_gap rounds against nanoGPT with --master_weights (ROUNDS, default 5)
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
@@ -300,6 +303,13 @@ for st in "$@"; do
             stage loop_gap_rounds_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step \
                 --rounds ${ROUNDS:-7} --iters 4 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_rounds_$shape
         done ;;
+    master_multi)  # master_adamw's multi-tensor kernel (TENSORS_PER_LAUNCH) against a launch per tensor, same call
+        MM=(--graph_step --master_weights --shapes 12x1024,64x256 --variants ${MULTI_VARIANTS:-mha,tucker_8_64_64}
+            --profile ${MULTI_PROFILE:-tucker_8_64_64} --profile_top 30 --precompile 2 --time_budget ${MULTI_BUDGET:-150}
+            --out_dir "$WORK/bench")
+        stage master_per_tensor python3 -m scripts.bench_train "${MM[@]}" --name master_per_tensor
+        stage master_multi python3 -m scripts.bench_train "${MM[@]}" --knob TENSORS_PER_LAUNCH=${PER_LAUNCH:-16} \
+            --name master_multi ;;
     tests_master) stage tests_master python3 -m pytest -q -rs tests/test_master_adamw.py tests/test_fused_gelu.py \
             ${MASTER_TESTS:-} -k cuda ;;
     master_weights)  # master_adamw (bf16 matrices, float32 masters) against fused AdamW: the CUDA tests, the step, nanoGPT

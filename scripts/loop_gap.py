@@ -36,7 +36,8 @@ import torch  # noqa: E402
 
 from graph_step import WARMUP as GRAPH_WARMUP  # noqa: E402
 
-from scripts.bench_train import (VARIANTS, _ANNOTATION, add_common_args, apply_blas, markdown_table, parse_shapes,  # noqa: E402
+from scripts.bench_train import (VARIANTS, _ANNOTATION, TRAIN_KNOB_MODULES, add_common_args, add_knob_arg, apply_blas,
+                                 set_module_knobs, markdown_table, parse_shapes,  # noqa: E402
                                  row_config, run_info, select_variants, write_report)
 
 
@@ -286,8 +287,10 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=1,
                    help="unprofiled loops this many times, the runs alternating (their ratio per round and its median)")
     p.add_argument("--clock_ms", type=int, default=50, help="nvidia-smi's sampling interval of the GPU clock, ms")
+    add_knob_arg(p)  # our modules' constants (nanoGPT's model does not use them)
     add_common_args(p, name="loop_gap")
     args = p.parse_args(argv)
+    set_module_knobs(args.knob, TRAIN_KNOB_MODULES)
     args.suite, args.compile = "gpt2", True
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
@@ -300,7 +303,7 @@ def main(argv=None):
                          "the capture, a replay)")
     variant, = select_variants(args.variant)
     ours_name = (f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}"
-                 f"{' (master weights)' if args.master_weights else ''}")
+                 f"{' (master weights)' if args.master_weights else ''}{' ' + ' '.join(args.knob) if args.knob else ''}")
     runs = {ours_name: lambda: ours(variant, batch_size, seq_len, args, device)}
     if args.nanogpt:
         runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)

@@ -531,6 +531,23 @@ def test_bench_decode_knobs(monkeypatch):
             bench_decode.set_knobs([bad])
 
 
+def test_bench_train_knobs(monkeypatch):
+    """bench_train's and loop_gap's --knob: master_adamw's constants (the default module) or fused_gelu's; the decode
+    modules' are bench_decode's, not these."""
+    import fused_gelu
+    import master_adamw
+    from scripts import bench_train
+    monkeypatch.setattr(master_adamw, "TENSORS_PER_LAUNCH", 1)
+    monkeypatch.setattr(fused_gelu, "BLOCK", fused_gelu.BLOCK)
+    assert bench_train.set_module_knobs(["TENSORS_PER_LAUNCH=16", "fused_gelu.BLOCK=4096"],
+                                        bench_train.TRAIN_KNOB_MODULES) == {"TENSORS_PER_LAUNCH": 16,
+                                                                            "fused_gelu.BLOCK": 4096}
+    assert master_adamw.TENSORS_PER_LAUNCH == 16 and fused_gelu.BLOCK == 4096
+    for bad in ("decode_attention.ROPE_FP32=True", "NO_SUCH=1", "TENSORS_PER_LAUNCH=many"):
+        with pytest.raises(SystemExit, match="--knob"):
+            bench_train.set_module_knobs([bad], bench_train.TRAIN_KNOB_MODULES)
+
+
 def test_bench_loss_cli_on_cpu(tmp_path):
     """scripts/bench_loss.py runs on the CPU (the torch rows, both whole heads) and writes its report."""
     from scripts import bench_loss

@@ -64,21 +64,26 @@ def typed(kernel, args, kwargs):
     """(signature, constexprs, num_warps) of a recorded launch, as the launcher would type its arguments."""
     values = dict(zip(kernel.arg_names, args))
     values.update({k: v for k, v in kwargs.items() if k in kernel.arg_names})
+    def type_of(name, v):
+        if torch.is_tensor(v):
+            return "*" + DTYPE_NAMES[v.dtype]
+        if isinstance(v, bool):
+            return "i1"
+        if isinstance(v, int):
+            return "i64" if abs(v) >= 2 ** 31 else "i32"
+        if isinstance(v, float):
+            return "fp32"
+        if isinstance(v, tuple):  # a tuple argument (master_adamw's multi-tensor kernel): its elements' types
+            return tuple(type_of(name, x) for x in v)
+        raise TypeError(f"{name}: {type(v).__name__}")
+
     sig, const = {}, {}
     for p in kernel.params:
         v = values[p.name]
         if p.is_constexpr:
             sig[p.name], const[p.name] = "constexpr", v
-        elif torch.is_tensor(v):
-            sig[p.name] = "*" + DTYPE_NAMES[v.dtype]
-        elif isinstance(v, bool):
-            sig[p.name] = "i1"
-        elif isinstance(v, int):
-            sig[p.name] = "i64" if abs(v) >= 2 ** 31 else "i32"
-        elif isinstance(v, float):
-            sig[p.name] = "fp32"
         else:
-            raise TypeError(f"{p.name}: {type(v).__name__}")
+            sig[p.name] = type_of(p.name, v)
     return sig, const, kwargs.get("num_warps", 4)
 
 
@@ -243,3 +248,21 @@ def test_master_adamw_kernel_compiles_summing_micro_steps(record):
     opt.step()
     assert compile_launches(rec) == 2
     assert [typed(rec.kernel, *launch)[1]["ZERO_G"] for launch in rec.launches] == [True, False]
+
+
+@pytest.mark.parametrize("micro_steps", [1, 2])
+def test_master_adamw_multi_tensor_kernel_compiles(micro_steps, record, monkeypatch):
+    """TENSORS_PER_LAUNCH > 1: the multi-tensor kernel (tuples of pointers, sizes and first program ids) for the
+    matrices (bf16 gradients and copies, or the float32 sums it zeroes) and the vectors, a short last chunk too."""
+    monkeypatch.setattr(ma, "TENSORS_PER_LAUNCH", 2)
+    rec = record(ma, "_master_adamw_multi_kernel")
+    mats = [torch.nn.Parameter(torch.randn(64, 96)) for _ in range(3)]
+    vecs = [torch.nn.Parameter(torch.randn(96)) for _ in range(2)]
+    opt = ma.MasterAdamW([{"params": mats}, {"params": vecs, "weight_decay": 0.0}], backend="triton",
+                         micro_steps=micro_steps)
+    (sum(m.float().sum() for m in mats) + sum(v.sum() for v in vecs)).backward()
+    opt.step()
+    assert compile_launches(rec) == 3  # matrices in chunks of 2 and 1, the vectors in one
+    consts = [typed(rec.kernel, *launch)[1] for launch in rec.launches]
+    assert [(c["NT"], c["HAS_COPY"], c["ZERO_G"]) for c in consts] == [(2, True, micro_steps > 1),
+                                                                      (1, True, micro_steps > 1), (2, False, False)]
