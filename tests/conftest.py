@@ -32,6 +32,18 @@ def shakespeare_txt() -> Path:
 
 
 @pytest.fixture
+def small_data(tmp_path) -> Path:
+    """train.bin and val.bin of 3,000 random token ids below 64 (a 1-layer model's vocabulary) in tmp_path/data."""
+    import numpy as np
+    d = tmp_path / "data"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        rng.integers(0, 64, 3000).astype(np.uint16).tofile(d / f"{split}.bin")
+    return d
+
+
+@pytest.fixture
 def processes_running():
     """processes_running(*words): the pids of live processes whose command line holds those words in a row."""
     def find(*words: str) -> list:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from model import GPT, GPTConfig, cross_entropy, linear_cross_entropy
-from test_train import SMALL, small_data, train_losses  # noqa: F401 (small_data: a fixture)
+from test_train import SMALL, train_losses
 
 
 def problem(M=37, d=8, V=50, dtype=torch.float64, ignored=(3, 20)):

@@ -330,17 +330,6 @@ TRAIN_ARGS = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--
               "--grad_clip=0.05"]  # a clip that scales every step
 
 
-@pytest.fixture
-def token_dir(tmp_path):
-    import numpy as np
-    d = tmp_path / "data"
-    d.mkdir()
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        rng.integers(0, 64, 3000).astype(np.uint16).tofile(d / f"{split}.bin")
-    return d
-
-
 def train_py(out, data, *extra):
     """train.main over TRAIN_ARGS: the checkpoint and the logged losses by iteration."""
     import json
@@ -353,22 +342,22 @@ def train_py(out, data, *extra):
 
 
 @pytest.mark.parametrize("accum", [1, 2])
-def test_train_py_master_weights_checkpoints_float32_and_resumes_exactly(accum, token_dir, tmp_path):
+def test_train_py_master_weights_checkpoints_float32_and_resumes_exactly(accum, small_data, tmp_path):
     master = ["--master_weights=True", f"--gradient_accumulation_steps={accum}"]
-    straight, losses = train_py(tmp_path / "straight", token_dir, "--max_iters=8", *master)
+    straight, losses = train_py(tmp_path / "straight", small_data, "--max_iters=8", *master)
     assert all(v.dtype == torch.float32 for v in straight["model"].values() if v.is_floating_point())
     half = tmp_path / "half"
-    train_py(half, token_dir, "--max_iters=4", *master)
+    train_py(half, small_data, "--max_iters=4", *master)
     copied = tmp_path / "copied"
     copied.mkdir()
     (copied / "ckpt.pt").write_bytes((half / "ckpt.pt").read_bytes())
-    resumed, resumed_losses = train_py(half, token_dir, "--max_iters=8", *master, "--init_from=resume")
+    resumed, resumed_losses = train_py(half, small_data, "--max_iters=8", *master, "--init_from=resume")
     for k, v in straight["model"].items():
         assert torch.equal(v, resumed["model"][k]), k
     assert [resumed_losses[i] for i in range(5, 9)] == [losses[i] for i in range(5, 9)]
     # the same checkpoint resumed under autocast with float32 weights (master_weights=False) continues the run:
     # bf16 rounding apart (the embeddings are read in float32 there), the same losses
-    _, autocast_losses = train_py(copied, token_dir, "--max_iters=8", "--master_weights=False",
+    _, autocast_losses = train_py(copied, small_data, "--max_iters=8", "--master_weights=False",
                                   f"--gradient_accumulation_steps={accum}", "--init_from=resume")
     assert [autocast_losses[i] for i in range(5, 9)] == pytest.approx([losses[i] for i in range(5, 9)], rel=2e-2)
 
@@ -402,11 +391,11 @@ def test_resume_keeps_this_runs_fused_adamw():
     (["--dtype=float32"], "dtype='float32'"),
     (["--dtype=float16"], "dtype='float16'"),
 ])
-def test_train_py_master_weights_refuses_what_it_cannot_train(args, what, token_dir, tmp_path, capsys):
+def test_train_py_master_weights_refuses_what_it_cannot_train(args, what, small_data, tmp_path, capsys):
     import train as train_module
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
-        train_module.main([*TRAIN_ARGS, f"--data_dir={token_dir}", f"--out_dir={tmp_path / 'out'}", "--max_iters=2",
+        train_module.main([*TRAIN_ARGS, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'out'}", "--max_iters=2",
                            "--master_weights=True", *args])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith("error: master_weights=True") and what in err, err

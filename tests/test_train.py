@@ -271,17 +271,6 @@ SMALL = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--vocab
          "--warmup_iters=0", "--lr_decay_iters=8", "--learning_rate=1e-3"]
 
 
-@pytest.fixture
-def small_data(tmp_path):
-    import numpy as np
-    d = tmp_path / "data"
-    d.mkdir()
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        rng.integers(0, 64, 3000).astype(np.uint16).tofile(d / f"{split}.bin")
-    return d
-
-
 def train_in_process(args):
     import train
     train.main([*SMALL, *args])
