@@ -314,7 +314,8 @@ class MasterAdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One update of every parameter with a gradient (its own step counted): a kernel launch per tensor on
-        CUDA (what a CUDA graph replays: lr and the steps are read from the device), the torch ops elsewhere."""
+        CUDA, or per TENSORS_PER_LAUNCH tensors (what a CUDA graph replays: lr, the steps and the clip coefficient are
+        read from the device), the torch ops elsewhere."""
         if closure is not None:
             raise ValueError("MasterAdamW.step takes no closure")
         capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
@@ -356,9 +357,9 @@ class MasterAdamW(torch.optim.Optimizer):
                         starts = [0]
                         for *_, n in chunk:
                             starts.append(starts[-1] + triton.cdiv(n, BLOCK))
-                        gs, ws, ms, vs, copies, steps, ns = (tuple(column) for column in zip(*chunk))
+                        gs, ws, ms, vs, copies, step_ts, ns = (tuple(column) for column in zip(*chunk))
                         _master_adamw_multi_kernel[(starts[-1],)](
-                            gs, ws, ms, vs, copies, steps, ns, tuple(starts), lr_device, self.grad_scale[device],
+                            gs, ws, ms, vs, copies, step_ts, ns, tuple(starts), lr_device, self.grad_scale[device],
                             *hyper, NT=len(chunk), BLOCK=BLOCK, HAS_COPY=lowp, ZERO_G=summed, num_warps=NUM_WARPS)
                 if not capturing:  # the kernel wrote through pointers: tell autograd's version counters (decode
                     for p in params:  # caches built from the weights check them)
