@@ -1,11 +1,15 @@
 """master_adamw.MasterAdamW: AdamW over float32 masters of a model whose matrices it turns bf16.
 
 Properties: the masters follow torch's AdamW fed the same (bf16) gradients, and each bf16 matrix is its master rounded;
-vectors stay float32 and take AdamW's update; the model's state_dict with the masters in place is the float32 one;
-state_dict has AdamW's layout both ways, and a run rebuilt from its checkpoint (masters = the saved float32 weights)
-continues exactly; a tiny GPT trains (loss goes down) with its residual stream in float32; errors name what is
-wrong. CPU: the torch ops, and the Triton kernel through the interpreter (tests/interpreted.py); CUDA (skipped
-without a GPU): the kernel against the torch ops, and graph_step's replays against plain iterations.
+vectors stay float32 and take AdamW's update; the clip folded into the step is torch's clip over the float32
+gradients, for one step; micro-steps' gradients are summed in float32 (a bf16 sum would fail the same comparison)
+and the sums are zeroed by the step or by zero_grad; the model's state_dict with the masters in place is the float32
+one; state_dict has AdamW's layout both ways, and a run rebuilt from its checkpoint (masters = the saved float32
+weights) continues exactly, also through train.py, with either value of master_weights; a tiny GPT trains (loss
+goes down) with its residual stream in float32; errors name what is wrong. CPU: the torch ops, and the Triton
+kernels (a launch per tensor, and the multi-tensor kernel) through the interpreter (tests/interpreted.py); CUDA
+(skipped without a GPU): the kernels against the torch ops, graph_step's replays against plain iterations, and
+train.py's runs graphed, plain and under autocast.
 """
 import copy
 
