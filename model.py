@@ -1328,22 +1328,18 @@ class MLP(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.gelu_backend = config.gelu
         if config.gelu == "auto":
-            import fused_gelu  # noqa: F401  registers the GELU kernels' ops now, before torch.compile traces a step
+            import fused_gelu  # registers the GELU kernels' ops now, before torch.compile traces a step
+            self.gelu = fused_gelu.gelu
+        else:
+            self.gelu = F.gelu
         hidden = config.mlp_hidden_dim
         self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        h = self.c_fc(x)  # (B, T, hidden)
-        if self.gelu_backend == "auto":
-            from fused_gelu import gelu  # imported (its ops registered) by __init__ already
-            h = gelu(h)
-        else:
-            h = F.gelu(h)
-        return self.dropout(self.c_proj(h))
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))  # (B, T, d) via (B, T, hidden)
 
     def decode(self, io: DecodeIO) -> "Stream":
         """The stream x + mlp(norm(x)): at batch 1 on CUDA two kernels, norm + c_fc + GELU and c_proj + residual."""
