@@ -472,10 +472,12 @@ def test_interp_kernel_sums_micro_steps_as_torch_ops(monkeypatch):
 
 
 @needs_child
-@pytest.mark.parametrize("lr_tensor", [False, True])
-def test_interp_kernel_matches_torch_ops(lr_tensor, monkeypatch):
-    """A block smaller than the tensors (several programs, a partial last block), lr a float or a tensor."""
+@pytest.mark.parametrize("lr_tensor, per_launch", [(False, 1), (True, 16)])
+def test_interp_kernel_matches_torch_ops(lr_tensor, per_launch, monkeypatch):
+    """A block smaller than the tensors (several programs, a partial last block), lr a float or a tensor; a launch
+    per tensor (_master_adamw_kernel) or the default's multi-tensor kernel."""
     monkeypatch.setattr(ma, "BLOCK", 256)
+    monkeypatch.setattr(ma, "TENSORS_PER_LAUNCH", per_launch)
     w, b, opt, norms = run_master(4, backend="triton", lr_tensor=lr_tensor, clip_steps=(1, 2))
     w_ref, b_ref, ref, ref_norms = run_master(4, backend="torch", clip_steps=(1, 2))
     torch.testing.assert_close(torch.stack(norms), torch.stack(ref_norms))
