@@ -1476,8 +1476,11 @@ class StaticDecoder:
     prompt) into the same cache buffers; step(tokens (B, 1)) -> logits: one token per sequence."""
 
     def __init__(self, model: "GPT", batch_size: int, device=None, use_graph: bool = False,
-                 max_len: Optional[int] = None, compile: bool = False, compile_mode: str = "default"):
+                 max_len: Optional[int] = None, compile: bool = False, compile_mode: str = "default",
+                 mega: bool = False):
         self.model, self.use_graph = model, use_graph
+        if mega and compile:
+            raise ValueError("StaticDecoder: mega=True (the step as one kernel) and compile=True exclude each other")
         # compile: torch.compile the step (fuses the norms, residual adds, RoPE and GELU into few
         # kernels; attention and the inference form stay opaque calls), then capture it as usual
         check_compile_mode(compile_mode)
@@ -1487,6 +1490,13 @@ class StaticDecoder:
         # weights' (fp32): one dtype for q and the cache, as the Triton kernel wants, and half the bytes
         self.caches = model.new_caches(batch_size, max_len, device=device,
                                        dtype=activation_dtype(model.lm_head.weight))
+        # mega: the whole step as one persistent kernel (decode_mega.MegaDecoder; it re-points the caches at its
+        # stacked buffers), where it can serve the model (a ValueError says why not)
+        self.mega = None
+        if mega:
+            from decode_mega import MegaDecoder
+            self.mega = MegaDecoder(model, self.caches)
+            self.step_fn = self.mega.decode_step
         device = self.caches[0].store[next(iter(self.caches[0].store))].device
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # where the next token goes
         self.tokens = torch.zeros(batch_size, 1, dtype=torch.long, device=device)

@@ -139,7 +139,7 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
 
 
 MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused", "graph_merged",
-         "graph_merged_compiled", "graph_autotune", "graph_merged_autotune")
+         "graph_merged_compiled", "graph_autotune", "graph_merged_autotune", "graph_mega")
 MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
@@ -154,18 +154,20 @@ MODE_NOTES = {
                     "everything x feeds in one matrix and W_UV W_O in another (LatentAttention.merged_decode: 2, "
                     "not 5); others as graph",
     "graph_merged_compiled": "as graph_merged, the step torch.compiled first",
+    "graph_mega": "the whole step as ONE persistent kernel (decode_mega.MegaDecoder: grid barriers between its phases, "
+                  "Tucker in its merged form), captured in a graph with the memset of its counters",
     "graph_autotune": "as graph_compiled with mode='max-autotune-no-cudagraphs' (Triton GEMM templates: "
                       "elementwise work fused into the matmuls' epilogues; minutes of autotuning)",
     "graph_merged_autotune": "as graph_merged, compiled as graph_autotune",
 }
 
 
-KNOB_MODULES = ("decode_attention", "decode_linear")  # whose upper-case constants --knob may set
+KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega")  # whose upper-case constants --knob may set
 
 
 def set_knobs(pairs) -> dict:
     """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
-    default) or decode_linear, the value a Python literal (bench_train.set_knobs)."""
+    default), decode_linear or decode_mega, the value a Python literal (bench_train.set_knobs)."""
     return set_module_knobs(pairs, KNOB_MODULES)
 
 
@@ -202,6 +204,9 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     if mode.endswith("_compiled") or mode.endswith("_autotune"):
         compile_mode = DECODE_COMPILE_MODES["max-autotune" if mode.endswith("_autotune") else "default"]
         step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)  # graphs: captured below
+    elif mode == "graph_mega":
+        from decode_mega import MegaDecoder
+        step_fn = MegaDecoder(model, decoder.caches).decode_step  # the caches' contents copied into its stacked ones
     else:
         step_fn = model.decode_step
 
@@ -216,7 +221,7 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     for attn in switchable:  # Tucker and MLA layers: the decode path this mode times (graph: unmerged)
         if hasattr(attn, "fused_decode"):  # Tucker only
             attn.fused_decode = mode == "graph_fused"
-        attn.merged_decode = mode.startswith("graph_merged")
+        attn.merged_decode = mode.startswith("graph_merged") or mode == "graph_mega"  # mega: the merged forms
     try:
         w_bytes = weight_bytes_per_step(model, forward_step if mode == "forward" else None)  # this mode's path
         with attention_backend(backend):

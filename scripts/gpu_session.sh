@@ -43,6 +43,10 @@
 #   master_multi  bench_train --graph_step --master_weights (MULTI_VARIANTS: MHA, Tucker [8,64,64]; both shapes, Tucker
 #                 profiled) with a launch per tensor, then with --knob TENSORS_PER_LAUNCH=PER_LAUNCH (16): the
 #                 multi-tensor kernel -> bench/master_per_tensor, bench/master_multi
+#   mega          decode_mega's CUDA tests (the one-launch step against its phases and the model), then bench_decode
+#                 graph_merged against graph_mega (the whole step as one persistent kernel), batch 1, 4k and 16k, MHA,
+#                 GQA-4, MQA, Tucker, Tucker shared, profiled (MEGA_ARGS: more bench_decode arguments, e.g. --knob
+#                 decode_mega.NUM_WARPS=4) -> bench/decode_mega
 #   master_weights  tests_master; bench_train --graph_step (MHA, Tucker) with fused AdamW, then with
 #                 --master_weights; loop_gap rounds against nanoGPT with --master_weights (ROUNDS, default 5)
 #   decode_vs_base[_rope|_llama]  bench_decode (GPT-2 learned / GPT-2 RoPE / LLaMA-1B rows) twice in a row on GPU 0:
@@ -310,6 +314,11 @@ for st in "$@"; do
         stage master_per_tensor python3 -m scripts.bench_train "${MM[@]}" --name master_per_tensor
         stage master_multi python3 -m scripts.bench_train "${MM[@]}" --knob TENSORS_PER_LAUNCH=${PER_LAUNCH:-16} \
             --name master_multi ;;
+    mega) stage tests_mega timeout ${MEGA_TEST_TIMEOUT:-300} python3 -m pytest -q -rs tests/test_decode_mega.py -k cuda
+        stage decode_mega timeout ${MEGA_TIMEOUT:-300} python3 -m scripts.bench_decode \
+            --variants ${MEGA_VARIANTS:-mha,gqa4,mqa,tucker_8_64_64,tucker_shared_8_64_64} --modes graph_merged,graph_mega \
+            --batches ${MEGA_BATCHES:-1} --contexts 4096,16384 --profile_rows 20 --out_dir "$WORK/bench" \
+            --name ${MEGA_NAME:-decode_mega} ${MEGA_ARGS:-} ;;
     tests_master) stage tests_master python3 -m pytest -q -rs tests/test_master_adamw.py tests/test_fused_gelu.py \
             ${MASTER_TESTS:-} -k cuda ;;
     master_weights)  # master_adamw (bf16 matrices, float32 masters) against fused AdamW: the CUDA tests, the step, nanoGPT

@@ -266,3 +266,32 @@ def test_master_adamw_multi_tensor_kernel_compiles(micro_steps, record, monkeypa
     consts = [typed(rec.kernel, *launch)[1] for launch in rec.launches]
     assert [(c["NT"], c["HAS_COPY"], c["ZERO_G"]) for c in consts] == [(2, True, micro_steps > 1),
                                                                       (1, True, micro_steps > 1), (2, False, False)]
+
+
+@pytest.mark.parametrize("variant", ["mha", "gqa", "tucker", "tucker_shared"])
+def test_decode_mega_step_kernel_compiles(variant, record, monkeypatch):
+    """decode_mega's one-launch step (ONLY=0: the grid barriers' spin loop, the atomics, every phase) and its
+    phase-by-phase launches, bf16, for GroupedQueryAttention and Tucker (separate and shared latent K/V)."""
+    import decode_mega as dm
+    from model import GPT, GPTConfig
+    monkeypatch.setattr(dm, "_interpret", lambda: True)
+    over = {"mha": dict(attn="mha"), "gqa": dict(attn="gqa", n_kv_head=2),
+            "tucker": dict(attn="tucker", tucker_ranks=(2, 16, 16)),
+            "tucker_shared": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True)}[variant]
+    model = GPT(GPTConfig(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=101, bias=True,
+                          **over)).to(torch.bfloat16).eval()
+    caches = model.new_caches(1, 64)
+    mega = dm.MegaDecoder(model, caches)
+    rec = record(dm, "_mega_step_kernel")
+    idx, pos = torch.tensor([[3]]), torch.tensor([10])
+    mega.decode_step(idx, caches, pos)  # the interpreter's way: a launch per phase and layer, then the head
+    mega._launch(idx.view(-1), pos, 0, 0, 2, True)  # the GPU's: one launch, barriers between the phases
+    assert sorted({typed(rec.kernel, *launch)[1]["ONLY"] for launch in rec.launches}) == [0, 1, 2, 3, 4, 5]
+    seen = set()
+    for args, kwargs in rec.launches:
+        sig, const, warps = typed(rec.kernel, args, kwargs)
+        key = (const["ONLY"], const["FINAL"])
+        if key not in seen:
+            seen.add(key)
+            compile_to_ttir(rec.kernel, sig, const, num_warps=warps)
+    assert (0, True) in seen

@@ -1,0 +1,487 @@
+"""
+The whole decode step of a GPT in ONE persistent Triton kernel: the launches of a batch-1 step become grid barriers.
+
+A batch-1 decode step of GPT-2 124M is bound by its chain of dependent kernels, not by its bytes: 77 launches of
+2.5-4 us each inside a CUDA graph (decode_linear + decode_attention, ~0.27 ms on an H200) for 0.05-0.09 ms of weight
+and cache reads (results/bench/README.md). Here one launch of one program per SM runs every layer's phases in turn,
+
+    A  norm1 + [q | k | v] = norm(x) W_qkv^T + b     the new k, v written into the cache at `pos`
+    B  attention of the new token to rows 0 .. pos   split over programs; the last split of each (sequence, KV
+                                                     head) to finish (an atomic count) merges the partials
+    D  x += o W_O^T + b_O                            output projection and residual add
+    E  h = gelu(norm2(x) W_fc^T + b_fc)
+    F  x += h W_proj^T + b_proj
+    and at the end the final norm and the LM head,
+
+with a grid barrier between phases (5 a layer: a counter in global memory that every program increments and waits
+on; Hopper's 132 programs are all resident, one per SM, so nobody waits for a program that never starts). Each
+program takes every `nprog`-th tile of a phase's output columns (or of the attention's splits). The attention of
+every variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
+MQA (GroupedQueryAttention) and Tucker (its merged form [U2 G_q | U3 | U~3] and G_o U~2^T: one latent K/V head, or
+one shared latent with shared_kv). Not served (`unsupported` says why; model.StaticDecoder keeps its kernels):
+RoPE, SwiGLU, MLA, more than MAX_ROWS sequences, autocast, mixed dtypes.
+
+The arithmetic follows the unfused model's rounding points (each op's result rounded to the activations' dtype, as
+decode_linear does), in another summation order: tested against GPT.decode_step to float32 rounding, in Triton's
+interpreter on the CPU, where the phases run as separate launches (`ONLY`), since the interpreter runs programs
+one after another and a barrier would wait forever; on the GPU the same phases run behind the barriers (CUDA test:
+one launch against the phase-by-phase launches and the model). A barrier that waits more than MAX_SPIN polls sets
+`error` and lets the step finish (garbage, but no hang): `MegaDecoder.check()` raises on it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional
+
+import torch
+
+from decode_attention import DTYPES, _cdiv, _interpret, _pow2, _triton_available, kernel_unavailable
+
+MAX_ROWS = 4  # sequences a step serves (the GEMV tiles broadcast over rows in registers)
+MAX_DIM = 8192  # n_embd: a whole row of x is one register tile
+TILE = 8192  # fp32 elements of one (rows x columns x K) broadcast product of a GEMV tile
+NUM_WARPS = 8
+PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): one per SM
+MAX_SPLITS = 32  # attention splits per (sequence, KV head), at most (the last one merges them: its serial work)
+MIN_CHUNK = 128  # cache rows a split reads, at least
+BLOCK_N = 64  # cache rows per step of a split's loop
+BLOCK_S = 8  # splits per step of the merge's loop
+MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
+INTERPRET_PROGRAMS = 3  # programs in Triton's interpreter (several: the tile striding is exercised)
+
+
+if _triton_available():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _grid_sync(SYNC, target, ERR, MAX_SPIN: tl.constexpr):
+        """Wait until the counter SYNC reaches `target` (every program's arrival at this barrier), after adding
+        this program's arrival: the program's stores before it are visible to every program after it."""
+        tl.debug_barrier()  # every thread's stores issued before the (one-thread) release below
+        tl.atomic_add(SYNC, 1, sem="release", scope="gpu")
+        seen = tl.load(SYNC, volatile=True)
+        spins = 0
+        while (seen < target) & (spins < MAX_SPIN):
+            seen = tl.load(SYNC, volatile=True)
+            spins += 1
+        if seen < target:
+            tl.atomic_or(ERR, 1)
+        # acquire: the others' stores happen before what follows (an atomic add of 0 would be folded away); the
+        # loads of what other programs wrote go through L2 anyway (.cg), never a stale L1 line
+        tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, $1;", "=r,r", [seen], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+        tl.debug_barrier()
+
+    @triton.jit
+    def _norm_rows(x, k_ok, NW, NB, rk, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr):
+        """LayerNorm (NORM 1) or RMSNorm (2) of the fp32 rows x (BLOCK_M, BLOCK_D), zero outside the d columns."""
+        if NORM == 2:
+            mean = tl.zeros([x.shape[0]], tl.float32)
+            rstd = tl.rsqrt(tl.sum(x * x, axis=1) / d + eps)
+        else:
+            mean = tl.sum(x, axis=1) / d
+            c = tl.where(k_ok[None, :], x - mean[:, None], 0.0)
+            rstd = tl.rsqrt(tl.sum(c * c, axis=1) / d + eps)
+        a = (x - mean[:, None]) * rstd[:, None] * tl.load(NW + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        if HAS_NB:
+            a += tl.load(NB + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        return tl.where(k_ok[None, :], a, 0.0)
+
+    @triton.jit
+    def _load_rows(X, rm, m_ok, rk, k_ok, d):
+        """Rows of a buffer other programs wrote in this launch, fp32: through L2 (.cg), never a stale L1 line."""
+        return tl.load(X + rm[:, None] * d + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0,
+                       cache_modifier=".cg").to(tl.float32)
+
+    @triton.jit
+    def _gemv_rows(a, W, rn, n_ok, rk, k_ok, K):
+        """a (BLOCK_M, BLOCK_K) fp32 rows (zero outside K) times the weight rows rn of W (N, K), K in one tile."""
+        w = tl.load(W + rn.to(tl.int64)[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        return tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BLOCK_N)
+
+    @triton.jit
+    def _gemv_chunks(A, K, W, rn, n_ok, rm, m_ok, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+        """A (rows, K), written in this launch, times the weight rows rn of W (N, K), K in chunks of BLOCK_K."""
+        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+        rn64 = rn.to(tl.int64)
+        for k0 in range(0, K, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
+            k_ok = rk < K
+            w = tl.load(W + rn64[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            a = tl.load(A + rm[:, None] * K + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0,
+                        cache_modifier=".cg")
+            acc += a.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+        return tl.sum(acc, axis=2)
+
+    @triton.jit
+    def _residual_tile(X, rm, m_ok, rn, n_ok, d, y, dt):
+        """x[:, rn] = x + y, y rounded to the activations' dtype first (as the unfused ops store it)."""
+        ptr = X + rm[:, None] * d + rn[None, :]
+        ok = m_ok[:, None] & n_ok[None, :]
+        r = tl.load(ptr, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+        tl.store(ptr, (y.to(dt).to(tl.float32) + r).to(dt), mask=ok)
+
+    @triton.jit
+    def _mega_step_kernel(
+            IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
+            X, Q, O, H, PO, PM, PL, LOGITS, SYNC, CNT, ERR,
+            B, layer_lo, layer_hi, d, hidden, vocab, max_len, eps, qk_scale, s_max,
+            NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+            N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr, HAS_NB: tl.constexpr,
+            BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN_D: tl.constexpr, BN_K: tl.constexpr,
+            BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+            MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr,
+            MAX_SPIN: tl.constexpr):
+        """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
+        grid barrier after each; ONLY 1-5: phase A, B, D, E or F alone (the interpreter's launches, no barrier)."""
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        dt = X.dtype.element_ty
+        pos = tl.load(POS)  # the new token's row; rows 0 .. pos are attended
+        length = pos + 1
+        rm = tl.arange(0, BLOCK_M)
+        m_ok = rm < B
+        rk = tl.arange(0, BLOCK_D)
+        k_ok = rk < d
+        KO: tl.constexpr = NH * DV  # the output projection's K
+        barriers = 0
+        for layer in range(layer_lo, layer_hi):
+            layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
+            # ---- A: norm1, [q | k | v], the new k and v into the cache
+            if (ONLY == 0) | (ONLY == 1):
+                if layer == 0:  # the embeddings: every program needs the rows; program 0 keeps them in X
+                    tok = tl.load(IDX + rm, mask=m_ok, other=0)
+                    x = (tl.load(WTE + tok[:, None] * d + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                                 other=0.0).to(tl.float32)
+                         + tl.load(WPE + pos * d + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :])
+                    x = x.to(dt).to(tl.float32)
+                    if pid == 0:
+                        tl.store(X + rm[:, None] * d + rk[None, :], x.to(dt), mask=m_ok[:, None] & k_ok[None, :])
+                else:
+                    x = _load_rows(X, rm, m_ok, rk, k_ok, d)
+                a = _norm_rows(x, k_ok, N1W + layer * d, N1B + layer * d, rk, d, eps, NORM, HAS_NB)
+                a = a.to(dt).to(tl.float32)
+                for t in range(pid, tl.cdiv(N_QKV, BN_D), nprog):
+                    rn = t * BN_D + tl.arange(0, BN_D)
+                    n_ok = rn < N_QKV
+                    y = _gemv_rows(a, WQKV + layer64 * N_QKV * d, rn, n_ok, rk, k_ok, d)
+                    y = (y + tl.load(BQKV + layer * N_QKV + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]).to(dt)
+                    is_q = n_ok & (rn < NH * DK)
+                    tl.store(Q + rm[:, None] * (NH * DK) + rn[None, :], y, mask=m_ok[:, None] & is_q[None, :])
+                    ck = tl.maximum(rn - NH * DK, 0)
+                    is_k = n_ok & (rn >= NH * DK) & (ck < NKV * DK)
+                    row = (layer64 * B + rm[:, None]) * NKV + (ck // DK)[None, :]  # (rows, columns): cache row
+                    tl.store(KC + row * max_len * DK + pos * DK + (ck % DK)[None, :], y,
+                             mask=m_ok[:, None] & is_k[None, :])
+                    if not SHARED_KV:
+                        cv = tl.maximum(rn - NH * DK - NKV * DK, 0)
+                        is_v = n_ok & (rn >= NH * DK + NKV * DK)
+                        row = (layer64 * B + rm[:, None]) * NKV + (cv // DV)[None, :]
+                        tl.store(VC + row * max_len * DV + pos * DV + (cv % DV)[None, :], y,
+                                 mask=m_ok[:, None] & is_v[None, :])
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+            # ---- B: attention, split over the cache rows; the last split of each (sequence, KV head) merges
+            if (ONLY == 0) | (ONLY == 2):
+                chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
+                n_split = tl.cdiv(length, chunk)
+                hh = tl.arange(0, BLOCK_H)
+                h_ok = hh < HPG
+                ek = tl.arange(0, DK)
+                ev = tl.arange(0, DV)
+                for item in range(pid, B * NKV * n_split, nprog):
+                    bg = item // n_split  # (sequence, KV head) = b * NKV + g
+                    s = item % n_split
+                    b = bg // NKV
+                    g = bg % NKV
+                    heads = g * HPG + hh
+                    q = tl.load(Q + b * (NH * DK) + heads[:, None] * DK + ek[None, :], mask=h_ok[:, None],
+                                other=0.0, cache_modifier=".cg")  # (BLOCK_H, DK)
+                    k_base = KC + ((layer64 * B + b) * NKV + g) * max_len * DK
+                    v_base = VC + ((layer64 * B + b) * NKV + g) * max_len * DV
+                    start = s * chunk
+                    end = tl.minimum(start + chunk, length)
+                    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+                    l_i = tl.zeros([BLOCK_H], tl.float32)
+                    acc = tl.zeros([BLOCK_H, DV], tl.float32)
+                    for n0 in range(start, end, BLOCK_N):
+                        rows = n0 + tl.arange(0, BLOCK_N)
+                        r_ok = rows < end
+                        k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
+                                    cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
+                        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
+                        qk = tl.where(r_ok[None, :], qk * qk_scale, float("-inf"))
+                        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+                        alpha = tl.exp2(m_i - m_new)
+                        p = tl.exp2(qk - m_new[:, None])
+                        l_i = l_i * alpha + tl.sum(p, axis=1)
+                        m_i = m_new
+                        if SHARED_KV:  # the latent is key and value: one read
+                            v = k
+                        else:
+                            v = tl.load(v_base + rows[:, None] * DV + ev[None, :], mask=r_ok[:, None], other=0.0,
+                                        cache_modifier=".cg")
+                        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+                    slot = (bg * s_max + s) * BLOCK_H + hh  # (BLOCK_H,) partial rows of this split
+                    tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
+                    tl.store(PM + slot, m_i)
+                    tl.store(PL + slot, l_i)
+                    tl.debug_barrier()  # every thread's partial stored before the (one-thread) count below
+                    done = tl.atomic_add(CNT + bg, 1, sem="acq_rel", scope="gpu")
+                    if done == (layer + 1) * n_split - 1:  # the last split of this (b, g) in this layer: merge
+                        m_all = tl.full([BLOCK_H], float("-inf"), tl.float32)
+                        for s0 in range(0, n_split, BLOCK_S):
+                            ss = s0 + tl.arange(0, BLOCK_S)
+                            at = (bg * s_max + ss[:, None]) * BLOCK_H + hh[None, :]  # (BLOCK_S, BLOCK_H)
+                            pm = tl.load(PM + at, mask=(ss < n_split)[:, None], other=float("-inf"),
+                                         cache_modifier=".cg")
+                            m_all = tl.maximum(m_all, tl.max(pm, axis=0))
+                        l_all = tl.zeros([BLOCK_H], tl.float32)
+                        o = tl.zeros([BLOCK_H, DV], tl.float32)
+                        for s0 in range(0, n_split, BLOCK_S):
+                            ss = s0 + tl.arange(0, BLOCK_S)
+                            s_ok = (ss < n_split)[:, None]
+                            at = (bg * s_max + ss[:, None]) * BLOCK_H + hh[None, :]
+                            pm = tl.load(PM + at, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+                            w = tl.where(s_ok, tl.exp2(pm - m_all[None, :]), 0.0)  # (BLOCK_S, BLOCK_H)
+                            l_all += tl.sum(w * tl.load(PL + at, mask=s_ok, other=0.0, cache_modifier=".cg"), axis=0)
+                            po = tl.load(PO + at[:, :, None] * DV + ev[None, None, :], mask=s_ok[:, :, None],
+                                         other=0.0, cache_modifier=".cg")  # (BLOCK_S, BLOCK_H, DV)
+                            o += tl.sum(w[:, :, None] * po, axis=0)
+                        o = o / l_all[:, None]
+                        tl.store(O + b * KO + heads[:, None] * DV + ev[None, :], o.to(dt), mask=h_ok[:, None])
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+            # ---- D: x += o W_O^T + b_O
+            if (ONLY == 0) | (ONLY == 3):
+                for t in range(pid, tl.cdiv(d, BN_K), nprog):
+                    rn = t * BN_K + tl.arange(0, BN_K)
+                    n_ok = rn < d
+                    y = _gemv_chunks(O, KO, WO + layer64 * d * KO, rn, n_ok, rm, m_ok, BLOCK_M, BN_K, BLOCK_K)
+                    y += tl.load(BO + layer * d + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                    _residual_tile(X, rm, m_ok, rn, n_ok, d, y, dt)
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+            # ---- E: h = gelu(norm2(x) W_fc^T + b_fc)
+            if (ONLY == 0) | (ONLY == 4):
+                x = _load_rows(X, rm, m_ok, rk, k_ok, d)
+                a = _norm_rows(x, k_ok, N2W + layer * d, N2B + layer * d, rk, d, eps, NORM, HAS_NB)
+                a = a.to(dt).to(tl.float32)
+                for t in range(pid, tl.cdiv(hidden, BN_D), nprog):
+                    rn = t * BN_D + tl.arange(0, BN_D)
+                    n_ok = rn < hidden
+                    y = _gemv_rows(a, WFC + layer64 * hidden * d, rn, n_ok, rk, k_ok, d)
+                    y += tl.load(BFC + layer * hidden + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                    y = y.to(dt).to(tl.float32)  # F.gelu of the linear's stored output
+                    y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+                    tl.store(H + rm[:, None] * hidden + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+            # ---- F: x += h W_proj^T + b_proj
+            if (ONLY == 0) | (ONLY == 5):
+                for t in range(pid, tl.cdiv(d, BN_K), nprog):
+                    rn = t * BN_K + tl.arange(0, BN_K)
+                    n_ok = rn < d
+                    y = _gemv_chunks(H, hidden, WPR + layer64 * d * hidden, rn, n_ok, rm, m_ok, BLOCK_M, BN_K,
+                                     BLOCK_K)
+                    y += tl.load(BPR + layer * d + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                    _residual_tile(X, rm, m_ok, rn, n_ok, d, y, dt)
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+        # ---- the final norm and the LM head
+        if FINAL:
+            x = _load_rows(X, rm, m_ok, rk, k_ok, d)
+            a = _norm_rows(x, k_ok, NFW, NFB, rk, d, eps, NORM, HAS_NB).to(dt).to(tl.float32)
+            for t in range(pid, tl.cdiv(vocab, BN_D), nprog):
+                rn = t * BN_D + tl.arange(0, BN_D)
+                n_ok = rn < vocab
+                y = _gemv_rows(a, WLM, rn, n_ok, rk, k_ok, d)
+                tl.store(LOGITS + rm[:, None] * vocab + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
+
+
+def _attention_form(attn):
+    """(W_qkv (N, d), b_qkv (N) or None, W_O (d, nH Dv), b_O or None, nH, nKV, Dk, Dv, shared_kv, scale) of one
+    layer's decode form, or a string saying why this layer is not served."""
+    from model import GroupedQueryAttention, TuckerAttention
+    if getattr(attn, "rope", False):
+        return "RoPE (its rotations are not in the step kernel)"
+    if isinstance(attn, GroupedQueryAttention):
+        dH = attn.head_dim
+        return (attn.c_attn.weight, attn.c_attn.bias, attn.c_proj.weight, attn.c_proj.bias, attn.n_head,
+                attn.n_kv_head, dH, dH, False, 1.0 / math.sqrt(dH))
+    if isinstance(attn, TuckerAttention):
+        (_, _, r3), (_, _, p3) = attn.ranks, attn.ranks_post
+        form = attn.merged_form()  # W_qkv (d, nH r3 + r3 (+ r~3)), W_out (nH r~3, d), transposes of contiguous
+        return (form["W_qkv"].t(), None, form["W_out"].t(), attn.bias, attn.n_head, 1, r3, p3, attn.shared_kv,
+                1.0 / math.sqrt(attn.head_dim))
+    return f"{type(attn).__name__} (served: MHA, GQA, MQA, Tucker)"
+
+
+def unsupported(model, batch_size: int) -> Optional[str]:
+    """Why the step kernel cannot decode this model at this batch now (None when it can)."""
+    from model import MLP
+    p = model.lm_head.weight
+    if not 1 <= batch_size <= MAX_ROWS:
+        return f"batch {batch_size}: the step kernel serves 1 .. {MAX_ROWS} sequences"
+    cfg = model.config
+    if model.transformer.wpe is None:
+        return "positions other than learned (RoPE)"
+    if cfg.n_embd > MAX_DIM:
+        return f"n_embd {cfg.n_embd} > {MAX_DIM}"
+    if p.dtype not in DTYPES or any(t.dtype != p.dtype for t in model.parameters()):
+        return "every parameter in one of fp16/bf16/fp32"
+    kinds = set()
+    for block in model.transformer.h:
+        if type(block.mlp) is not MLP:
+            return f"MLP {type(block.mlp).__name__} (served: GELU's)"
+        form = _attention_form(block.attn)
+        if isinstance(form, str):
+            return form
+        _, _, _, _, nH, nKV, dk, dv, shared, _ = form
+        if dk != _pow2(dk, 16) or dv != _pow2(dv, 16):
+            return f"head dims {dk}, {dv}: powers of two >= 16"
+        kinds.add((nH, nKV, dk, dv, shared))
+        norms = (block.ln_1, block.ln_2)
+        if any(getattr(n, "kind", None) not in ("layernorm", "rmsnorm") for n in norms):
+            return "norms other than model.LayerNorm / model.RMSNorm"
+    if len(kinds) != 1:
+        return "layers of different attention shapes"
+    if not _triton_available():
+        return "triton is not installed"
+    return kernel_unavailable(p, "the decode step")
+
+
+class MegaDecoder:
+    """The model's decode step as one launch (decode_step(idx, caches, pos) -> logits, GPT.decode_step's
+    signature, for model.StaticDecoder). Holds the layers' weights stacked (L, ...) in one buffer each (a copy:
+    GPT-2 124M ~170 MB in bf16), rebuilt when a parameter changes, and the caches stacked too: the LayerCaches
+    given are re-pointed at views of the stacked buffers (their contents copied), so a prefill through
+    GPT.forward fills what the kernel reads."""
+
+    def __init__(self, model, caches, programs: Optional[int] = None):
+        B = next(iter(caches[0].store.values())).size(0)
+        why = unsupported(model, B)
+        if why:
+            raise ValueError(f"the decode step kernel cannot serve this model: {why}")
+        self.model, self.caches, self.batch = model, caches, B
+        p = model.lm_head.weight
+        self.device, self.dtype = p.device, p.dtype
+        cfg = model.config
+        self.n_layer, self.d, self.vocab = cfg.n_layer, cfg.n_embd, cfg.vocab_size
+        first = _attention_form(model.transformer.h[0].attn)
+        _, _, _, _, self.nH, self.nKV, self.dk, self.dv, self.shared, self.scale = first
+        self.hidden = model.transformer.h[0].mlp.c_fc.out_features
+        self.max_len = caches[0].max_len
+        if self.device.type == "cuda" and not _interpret():
+            self.programs = programs or torch.cuda.get_device_properties(self.device).multi_processor_count * \
+                PROGRAMS_PER_SM
+        else:
+            self.programs = programs or INTERPRET_PROGRAMS
+        self._stack_caches()
+        self._key, self.weights = None, None
+        dev, f32 = self.device, torch.float32
+        self.block_h = _pow2(self.nH // self.nKV, 16)
+        self.s_max = max(1, min(MAX_SPLITS, self.programs // (B * self.nKV)))
+        parts = B * self.nKV * self.s_max * self.block_h
+        self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)
+        self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
+        self.o = torch.zeros(B, self.nH * self.dv, device=dev, dtype=self.dtype)
+        self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
+        self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
+        self.pm = torch.zeros(parts, device=dev, dtype=f32)
+        self.pl = torch.zeros(parts, device=dev, dtype=f32)
+        self.logits = torch.zeros(B, self.vocab, device=dev, dtype=self.dtype)
+        self.counters = torch.zeros(1 + B * self.nKV, device=dev, dtype=torch.int32)  # [barrier, merge counts]
+        self.error = torch.zeros(1, device=dev, dtype=torch.int32)
+
+    def _stack_caches(self) -> None:
+        names = ("kv",) if "kv" in self.caches[0].store else ("k", "v")
+        self.cache_k = torch.stack([c.store[names[0]] for c in self.caches])  # (L, B, nKV, max_len, Dk)
+        self.cache_v = self.cache_k if len(names) == 1 else torch.stack([c.store["v"] for c in self.caches])
+        for i, c in enumerate(self.caches):
+            c.store[names[0]] = self.cache_k[i]
+            if len(names) == 2:
+                c.store["v"] = self.cache_v[i]
+
+    def _stacked_weights(self) -> dict:
+        """The kernel's weights, stacked over layers; rebuilt when a parameter (or a Tucker merged form) changes."""
+        key = tuple((t.data_ptr(), t._version) for t in self.model.parameters())
+        if self.weights is not None and key == self._key:
+            return self.weights
+        blocks = self.model.transformer.h
+        zeros = lambda n: torch.zeros(n, device=self.device, dtype=self.dtype)
+        forms = [_attention_form(b.attn) for b in blocks]
+        norm = lambda n, w: getattr(n, w, None) if getattr(n, w, None) is not None else zeros(self.d)
+        with torch.no_grad():
+            w = dict(
+                n1w=torch.stack([b.ln_1.weight for b in blocks]), n1b=torch.stack([norm(b.ln_1, "bias") for b in blocks]),
+                wqkv=torch.stack([f[0] for f in forms]).contiguous(),
+                bqkv=torch.stack([f[1] if f[1] is not None else zeros(f[0].size(0)) for f in forms]),
+                wo=torch.stack([f[2] for f in forms]).contiguous(),
+                bo=torch.stack([f[3] if f[3] is not None else zeros(self.d) for f in forms]),
+                n2w=torch.stack([b.ln_2.weight for b in blocks]), n2b=torch.stack([norm(b.ln_2, "bias") for b in blocks]),
+                wfc=torch.stack([b.mlp.c_fc.weight for b in blocks]),
+                bfc=torch.stack([b.mlp.c_fc.bias if b.mlp.c_fc.bias is not None else zeros(self.hidden) for b in blocks]),
+                wpr=torch.stack([b.mlp.c_proj.weight for b in blocks]),
+                bpr=torch.stack([b.mlp.c_proj.bias if b.mlp.c_proj.bias is not None else zeros(self.d) for b in blocks]),
+                nfw=self.model.transformer.ln_f.weight, nfb=norm(self.model.transformer.ln_f, "bias"))
+        self.has_nb = getattr(blocks[0].ln_1, "bias", None) is not None
+        self.norm_kind = 1 if blocks[0].ln_1.kind == "layernorm" else 2
+        self.eps = float(blocks[0].ln_1.eps)
+        self.weights, self._key = w, key
+        return w
+
+    def _launch(self, idx, pos, only: int, layer_lo: int, layer_hi: int, final: bool) -> None:
+        w = self._stacked_weights()
+        tr = self.model.transformer
+        B, d = self.batch, self.d
+        block_m = _pow2(B, 1)
+        block_d = _pow2(d, 16)
+        bn_d = max(1, min(64, TILE // (block_m * block_d)))
+        block_k = min(block_d, 512)
+        bn_k = max(1, min(64, TILE // (block_m * block_k)))
+        n_qkv = w["wqkv"].size(1)
+        _mega_step_kernel[(self.programs,)](
+            idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
+            self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
+            w["nfb"], self.model.lm_head.weight,
+            self.x, self.q, self.o, self.h, self.po, self.pm, self.pl, self.logits, self.counters[:1],
+            self.counters[1:], self.error,
+            B, layer_lo, layer_hi, d, self.hidden, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e),
+            self.s_max,
+            NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
+            SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=block_m, BLOCK_D=block_d,
+            BN_D=bn_d, BN_K=bn_k, BLOCK_K=block_k, BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S,
+            MIN_CHUNK=MIN_CHUNK, DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only,
+            FINAL=final, MAX_SPIN=MAX_SPIN, num_warps=NUM_WARPS)
+
+    def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
+        """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must
+        be the ones this decoder stacked. Returns the logits (B, vocab) (a buffer the next step overwrites).
+        phases=True (always in the interpreter): a launch per phase and layer instead of the barriers."""
+        if caches is not self.caches:
+            raise ValueError("MegaDecoder.decode_step: pass the caches the decoder was built on (it reads its own "
+                             "stacked copy of them)")
+        idx = idx.reshape(-1)
+        self.counters.zero_()
+        if phases or _interpret():
+            for layer in range(self.n_layer):
+                for only in range(1, 6):
+                    self._launch(idx, pos, only, layer, layer + 1, False)
+            self._launch(idx, pos, 5, 0, 0, True)  # no layer: only the final norm and the LM head
+        else:
+            self._launch(idx, pos, 0, 0, self.n_layer, True)
+        return self.logits
+
+    def check(self) -> None:
+        """Raise if a barrier of an earlier step gave up waiting (a step's results were then not valid)."""
+        if self.error.item():
+            raise RuntimeError("decode_mega: a grid barrier timed out (were all programs resident?)")

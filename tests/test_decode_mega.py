@@ -1,0 +1,147 @@
+"""decode_mega: the whole decode step in one persistent kernel (grid barriers between its phases).
+
+Properties: for MHA, GQA, MQA, Tucker and Tucker with shared KV (with and without biases, LayerNorm and RMSNorm),
+the step kernel's logits and the cache rows it writes equal GPT.decode_step's (the model's own decode path) over
+several consecutive steps, at 1 and 3 sequences, with the cache split over several programs and merged by the last
+split to finish; a weight change reaches the next step (the stacked copy is rebuilt); StaticDecoder(mega=True)
+decodes what the eager step decodes. Unsupported models (RoPE, SwiGLU, MLA, too many rows) are refused with the
+reason. CPU: the kernel through Triton's interpreter (each phase a launch: a barrier would wait forever there),
+float32, to float32 rounding. CUDA (skipped without a GPU): the one-launch step with its barriers, bf16, against
+the phase-by-phase launches and against the model.
+"""
+import pytest
+import torch
+
+import decode_mega as dm
+from interpreted import needs_child
+from model import GPT, GPTConfig, StaticDecoder
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+VARIANTS = {
+    "mha": dict(attn="mha"),
+    "gqa": dict(attn="gqa", n_kv_head=2),
+    "mqa": dict(attn="gqa", n_kv_head=1),
+    "tucker": dict(attn="tucker", tucker_ranks=(2, 16, 16)),
+    "tucker_shared": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True),
+}
+
+
+def tiny(variant, bias=False, norm="layernorm", dtype=torch.float32, device="cpu", **over):
+    cfg = dict(n_layer=2, n_head=4, n_embd=64, block_size=96, vocab_size=101, bias=bias, norm=norm, dropout=0.0)
+    cfg.update(VARIANTS[variant])
+    cfg.update(over)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**cfg)).eval()
+    with torch.no_grad():  # non-trivial norms and biases (zeros and ones would hide a wrong index)
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "ln" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model.to(device=device, dtype=dtype)
+
+
+def decode_both(model, batch, context, steps, programs, device="cpu"):
+    """Logits and caches of `steps` decode steps after a random `context`-row cache, by the model's step and by
+    the kernel, from the same start."""
+    gen = torch.Generator().manual_seed(1)
+    ref_caches = model.new_caches(batch, context + steps + 1, device=device)
+    for c in ref_caches:
+        for buf in c.store.values():
+            buf.copy_(torch.randn(buf.shape, generator=gen))
+    caches = model.new_caches(batch, context + steps + 1, device=device)
+    for c, r in zip(caches, ref_caches):
+        for name in c.store:
+            c.store[name].copy_(r.store[name])
+    mega = dm.MegaDecoder(model, caches, programs=programs)
+    tokens = torch.randint(model.config.vocab_size, (steps, batch, 1), generator=gen).to(device)
+    got, want = [], []
+    with torch.no_grad():
+        for i in range(steps):
+            pos = torch.tensor([context + i], device=device)
+            want.append(model.decode_step(tokens[i], ref_caches, pos).float().clone())
+            got.append(mega.decode_step(tokens[i], caches, pos).float().clone())
+    return got, want, caches, ref_caches, mega
+
+
+@needs_child
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_interp_step_kernel_matches_the_model(variant, batch, monkeypatch):
+    """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
+    in several (16-row chunks over 8 programs) and merged by the last split."""
+    monkeypatch.setattr(dm, "BLOCK_N", 16)
+    monkeypatch.setattr(dm, "MIN_CHUNK", 16)
+    monkeypatch.setattr(dm, "BLOCK_S", 2)
+    model = tiny(variant, bias=batch == 3, norm="layernorm" if batch == 1 else "rmsnorm")
+    got, want, caches, ref, mega = decode_both(model, batch, 40, 3, programs=8)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    for c, r in zip(caches, ref):
+        for name in c.store:
+            torch.testing.assert_close(c.store[name][:, :, :43], r.store[name][:, :, :43], rtol=1e-5, atol=1e-5)
+    assert not mega.error.item()
+
+
+@needs_child
+def test_interp_step_kernel_follows_a_weight_change(monkeypatch):
+    model = tiny("tucker")
+    got, want, caches, _, mega = decode_both(model, 1, 20, 1, programs=3)
+    with torch.no_grad():
+        model.transformer.h[1].attn.core.mul_(1.5)  # an in-place change: a new version of the parameter
+        model.lm_head.weight.mul_(0.5)
+    ref_caches = model.new_caches(1, 22)
+    for c, r in zip(caches, ref_caches):
+        for name in c.store:
+            r.store[name].copy_(c.store[name])
+    tok, pos = torch.tensor([[5]]), torch.tensor([21])
+    want = model.decode_step(tok, ref_caches, pos)
+    torch.testing.assert_close(mega.decode_step(tok, caches, pos), want, rtol=1e-4, atol=1e-4)
+
+
+@needs_child
+def test_interp_static_decoder_with_the_step_kernel_matches_eager():
+    model = tiny("tucker_shared")
+    prompt = torch.randint(101, (2, 7), generator=torch.Generator().manual_seed(3))
+    outs = []
+    for mega in (False, True):
+        dec = StaticDecoder(model, 2, max_len=20, mega=mega)
+        logits = [dec.prefill(prompt)]
+        for _ in range(4):
+            logits.append(dec.step(logits[-1].argmax(-1, keepdim=True)).clone())
+        outs.append(torch.stack(logits))
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+
+
+def test_unsupported_models_are_refused_with_the_reason():
+    cases = {"RoPE": dict(pos_emb="rope"), "SwiGLU": dict(mlp="swiglu"), "LatentAttention": dict(attn="mla", q_rank=16, kv_rank=16)}
+    for why, over in cases.items():
+        model = tiny("mha", **over)
+        assert why in (dm.unsupported(model, 1) or ""), why
+    assert "batch" in dm.unsupported(tiny("mha"), dm.MAX_ROWS + 1)
+
+
+def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
+    with pytest.raises(ValueError, match="decode step kernel"):
+        StaticDecoder(tiny("mha", pos_emb="rope"), 1, max_len=8, mega=True)
+
+
+@needs_cuda
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cuda_one_launch_matches_the_phases_and_the_model(variant):
+    """bf16 at GPT-2-like widths: the one-launch step (barriers) against the same phases launched one by one
+    (the same arithmetic: equal up to the merge's order of arrival), and both against the model's step."""
+    over = dict(n_layer=3, n_head=12, n_embd=768, block_size=2048, vocab_size=50304)
+    if variant.startswith("tucker"):
+        over["tucker_ranks"] = (8, 64, 64)
+    model = tiny(variant, dtype=torch.bfloat16, device="cuda", **over)
+    got, want, caches, _, mega = decode_both(model, 1, 1500, 3, programs=None, device="cuda")
+    mega.check()
+    for g, w in zip(got, want):
+        assert ((g - w).norm() / w.norm()).item() < 2e-2
+    pos = torch.tensor([1503], device="cuda")
+    tok = torch.tensor([[7]], device="cuda")
+    one = mega.decode_step(tok, caches, pos).float().clone()
+    phased = mega.decode_step(tok, caches, pos, phases=True).float().clone()
+    mega.check()
+    assert ((one - phased).norm() / phased.norm()).item() < 1e-2
