@@ -36,11 +36,12 @@ from typing import List, Optional
 
 import torch
 
-from decode_attention import DTYPES, _cdiv, _interpret, _pow2, _triton_available, kernel_unavailable
+from decode_attention import (DTYPES, _cdiv, _interpret, _pow2, _pow2_floor, _triton_available,
+                              kernel_unavailable)
 
 MAX_ROWS = 4  # sequences a step serves (the GEMV tiles broadcast over rows in registers)
 MAX_DIM = 8192  # n_embd: a whole row of x is one register tile
-TILE = 8192  # fp32 elements of one (rows x columns x K) broadcast product of a GEMV tile
+TILE = 16384  # elements of one GEMV tile's (rows x columns x K) product (a program holds two tiles' weights)
 NUM_WARPS = 8
 PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): one per SM
 MAX_SPLITS = 32  # attention splits per (sequence, KV head), at most (the last one merges them: its serial work)
@@ -96,47 +97,70 @@ if _triton_available():
                        cache_modifier=".cg").to(tl.float32)
 
     @triton.jit
-    def _gemv_rows(a, W, rn, n_ok, rk, k_ok, K):
-        """a (BLOCK_M, BLOCK_K) fp32 rows (zero outside K) times the weight rows rn of W (N, K), K in one tile."""
-        w = tl.load(W + rn.to(tl.int64)[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        return tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BLOCK_N)
+    def _weight_tile(W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Rows t*BN .. t*BN + BN - 1 of the weight W (N, K), all of K (zero outside N and K): one tile's loads, all
+        issued at once (a tile past N loads nothing)."""
+        rn = (t * BN + tl.arange(0, BN)).to(tl.int64)
+        rk = tl.arange(0, BLOCK_K)
+        return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < N)[:, None] & (rk < K)[None, :], other=0.0)
 
     @triton.jit
-    def _gemv_chunks(A, K, W, rn, n_ok, rm, m_ok, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr):
-        """A (rows, K), written in this launch, times the weight rows rn of W (N, K), K in chunks of BLOCK_K."""
-        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
-        rn64 = rn.to(tl.int64)
-        for k0 in range(0, K, BLOCK_K):
-            rk = k0 + tl.arange(0, BLOCK_K)
-            k_ok = rk < K
-            w = tl.load(W + rn64[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            a = tl.load(A + rm[:, None] * K + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0,
-                        cache_modifier=".cg")
-            acc += a.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
-        return tl.sum(acc, axis=2)
-
-    @triton.jit
-    def _residual_tile(X, rm, m_ok, rn, n_ok, d, y, dt):
-        """x[:, rn] = x + y, y rounded to the activations' dtype first (as the unfused ops store it)."""
-        ptr = X + rm[:, None] * d + rn[None, :]
-        ok = m_ok[:, None] & n_ok[None, :]
-        r = tl.load(ptr, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
-        tl.store(ptr, (y.to(dt).to(tl.float32) + r).to(dt), mask=ok)
+    def _gemv_phase(a, w, W, N, pid, nprog, Bias, OUT, OUT2, X, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
+                    BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr,
+                    NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
+                    D: tl.constexpr):
+        """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
+        w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
+        are issued before each tile's arithmetic. The epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the
+        caches at `pos`), 1 the residual add into X, 2 GELU into OUT, 3 logits into OUT."""
+        for t in range(pid, tl.cdiv(N, BN), nprog):
+            w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
+            rn = t * BN + tl.arange(0, BN)
+            n_ok = rn < N
+            y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
+            if EPI != 3:
+                y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            ok = m_ok[:, None] & n_ok[None, :]
+            if EPI == 0:
+                y = y.to(dt)
+                is_q = rn < NH * DK
+                tl.store(OUT + rm[:, None] * (NH * DK) + rn[None, :], y, mask=ok & is_q[None, :])
+                ck = tl.maximum(rn - NH * DK, 0)
+                is_k = (rn >= NH * DK) & (ck < NKV * DK)
+                row = (layer64 * B + rm[:, None]) * NKV + (ck // DK)[None, :]  # (rows, columns): its cache row
+                tl.store(KC + row * max_len * DK + pos * DK + (ck % DK)[None, :], y, mask=ok & is_k[None, :])
+                if not SHARED_KV:
+                    cv = tl.maximum(rn - NH * DK - NKV * DK, 0)
+                    is_v = rn >= NH * DK + NKV * DK
+                    row = (layer64 * B + rm[:, None]) * NKV + (cv // DV)[None, :]
+                    tl.store(VC + row * max_len * DV + pos * DV + (cv % DV)[None, :], y, mask=ok & is_v[None, :])
+            elif EPI == 1:  # x + y, y rounded to the activations' dtype first (as the unfused ops store it)
+                ptr = X + rm[:, None] * D + rn[None, :]
+                r = tl.load(ptr, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+                tl.store(ptr, (y.to(dt).to(tl.float32) + r).to(dt), mask=ok)
+            elif EPI == 2:  # F.gelu (exact) of the linear's stored output
+                y = y.to(dt).to(tl.float32)
+                y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+                tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
+            else:
+                tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
+            w = w_next
 
     @triton.jit
     def _mega_step_kernel(
             IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
             X, Q, O, H, PO, PM, PL, LOGITS, SYNC, CNT, ERR,
-            B, layer_lo, layer_hi, d, hidden, vocab, max_len, eps, qk_scale, s_max,
-            NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-            N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr, HAS_NB: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN_D: tl.constexpr, BN_K: tl.constexpr,
-            BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-            MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr,
-            MAX_SPIN: tl.constexpr):
+            B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
+            D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
+            DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
+            HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_KO: tl.constexpr,
+            BLOCK_HID: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr, BN_FC: tl.constexpr,
+            BN_PR: tl.constexpr, BN_LM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+            BLOCK_S: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
+            FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
-        grid barrier after each; ONLY 1-5: phase A, B, D, E or F alone (the interpreter's launches, no barrier)."""
+        grid barrier after each, each phase's first weight tile loaded before the barrier in front of it; ONLY
+        1-5: phase A, B, D, E or F alone (the interpreter's launches, no barrier)."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -145,47 +169,34 @@ if _triton_available():
         rm = tl.arange(0, BLOCK_M)
         m_ok = rm < B
         rk = tl.arange(0, BLOCK_D)
-        k_ok = rk < d
+        k_ok = rk < D
         KO: tl.constexpr = NH * DV  # the output projection's K
         barriers = 0
+        w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
         for layer in range(layer_lo, layer_hi):
             layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
             # ---- A: norm1, [q | k | v], the new k and v into the cache
             if (ONLY == 0) | (ONLY == 1):
                 if layer == 0:  # the embeddings: every program needs the rows; program 0 keeps them in X
                     tok = tl.load(IDX + rm, mask=m_ok, other=0)
-                    x = (tl.load(WTE + tok[:, None] * d + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                    x = (tl.load(WTE + tok[:, None] * D + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
                                  other=0.0).to(tl.float32)
-                         + tl.load(WPE + pos * d + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :])
+                         + tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :])
                     x = x.to(dt).to(tl.float32)
                     if pid == 0:
-                        tl.store(X + rm[:, None] * d + rk[None, :], x.to(dt), mask=m_ok[:, None] & k_ok[None, :])
+                        tl.store(X + rm[:, None] * D + rk[None, :], x.to(dt), mask=m_ok[:, None] & k_ok[None, :])
                 else:
-                    x = _load_rows(X, rm, m_ok, rk, k_ok, d)
-                a = _norm_rows(x, k_ok, N1W + layer * d, N1B + layer * d, rk, d, eps, NORM, HAS_NB)
+                    x = _load_rows(X, rm, m_ok, rk, k_ok, D)
+                a = _norm_rows(x, k_ok, N1W + layer * D, N1B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
-                for t in range(pid, tl.cdiv(N_QKV, BN_D), nprog):
-                    rn = t * BN_D + tl.arange(0, BN_D)
-                    n_ok = rn < N_QKV
-                    y = _gemv_rows(a, WQKV + layer64 * N_QKV * d, rn, n_ok, rk, k_ok, d)
-                    y = (y + tl.load(BQKV + layer * N_QKV + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]).to(dt)
-                    is_q = n_ok & (rn < NH * DK)
-                    tl.store(Q + rm[:, None] * (NH * DK) + rn[None, :], y, mask=m_ok[:, None] & is_q[None, :])
-                    ck = tl.maximum(rn - NH * DK, 0)
-                    is_k = n_ok & (rn >= NH * DK) & (ck < NKV * DK)
-                    row = (layer64 * B + rm[:, None]) * NKV + (ck // DK)[None, :]  # (rows, columns): cache row
-                    tl.store(KC + row * max_len * DK + pos * DK + (ck % DK)[None, :], y,
-                             mask=m_ok[:, None] & is_k[None, :])
-                    if not SHARED_KV:
-                        cv = tl.maximum(rn - NH * DK - NKV * DK, 0)
-                        is_v = n_ok & (rn >= NH * DK + NKV * DK)
-                        row = (layer64 * B + rm[:, None]) * NKV + (cv // DV)[None, :]
-                        tl.store(VC + row * max_len * DV + pos * DV + (cv % DV)[None, :], y,
-                                 mask=m_ok[:, None] & is_v[None, :])
+                _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, Q, Q, X,
+                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, NH, NKV, DK, DV,
+                            SHARED_KV, D)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- B: attention, split over the cache rows; the last split of each (sequence, KV head) merges
+            w_o = _weight_tile(WO + layer64 * D * KO, pid, D, BN_O, KO, BLOCK_KO)  # D's weights, in flight meanwhile
             if (ONLY == 0) | (ONLY == 2):
                 chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
                 n_split = tl.cdiv(length, chunk)
@@ -259,52 +270,46 @@ if _triton_available():
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- D: x += o W_O^T + b_O
             if (ONLY == 0) | (ONLY == 3):
-                for t in range(pid, tl.cdiv(d, BN_K), nprog):
-                    rn = t * BN_K + tl.arange(0, BN_K)
-                    n_ok = rn < d
-                    y = _gemv_chunks(O, KO, WO + layer64 * d * KO, rn, n_ok, rm, m_ok, BLOCK_M, BN_K, BLOCK_K)
-                    y += tl.load(BO + layer * d + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-                    _residual_tile(X, rm, m_ok, rn, n_ok, d, y, dt)
+                ro = tl.arange(0, BLOCK_KO)
+                o_rows = _load_rows(O, rm, m_ok, ro, ro < KO, KO)
+                _gemv_phase(o_rows, w_o, WO + layer64 * D * KO, D, pid, nprog, BO + layer * D, X, X, X, KC, VC, rm,
+                            m_ok, B, layer64, pos, max_len, dt, BN_O, KO, BLOCK_KO, 1, NH, NKV, DK, DV, SHARED_KV, D)
+            w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- E: h = gelu(norm2(x) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 4):
-                x = _load_rows(X, rm, m_ok, rk, k_ok, d)
-                a = _norm_rows(x, k_ok, N2W + layer * d, N2B + layer * d, rk, d, eps, NORM, HAS_NB)
+                x = _load_rows(X, rm, m_ok, rk, k_ok, D)
+                a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
-                for t in range(pid, tl.cdiv(hidden, BN_D), nprog):
-                    rn = t * BN_D + tl.arange(0, BN_D)
-                    n_ok = rn < hidden
-                    y = _gemv_rows(a, WFC + layer64 * hidden * d, rn, n_ok, rk, k_ok, d)
-                    y += tl.load(BFC + layer * hidden + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-                    y = y.to(dt).to(tl.float32)  # F.gelu of the linear's stored output
-                    y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-                    tl.store(H + rm[:, None] * hidden + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
+                _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H, H, X,
+                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, NH, NKV, DK, DV,
+                            SHARED_KV, D)
+            w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- F: x += h W_proj^T + b_proj
             if (ONLY == 0) | (ONLY == 5):
-                for t in range(pid, tl.cdiv(d, BN_K), nprog):
-                    rn = t * BN_K + tl.arange(0, BN_K)
-                    n_ok = rn < d
-                    y = _gemv_chunks(H, hidden, WPR + layer64 * d * hidden, rn, n_ok, rm, m_ok, BLOCK_M, BN_K,
-                                     BLOCK_K)
-                    y += tl.load(BPR + layer * d + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-                    _residual_tile(X, rm, m_ok, rn, n_ok, d, y, dt)
+                rh = tl.arange(0, BLOCK_HID)
+                h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
+                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR + layer * D, X, X, X, KC,
+                            VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, NH, NKV, DK,
+                            DV, SHARED_KV, D)
+            # the next layer's first tile, or the LM head's
+            if layer + 1 < layer_hi:
+                w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
         # ---- the final norm and the LM head
         if FINAL:
-            x = _load_rows(X, rm, m_ok, rk, k_ok, d)
-            a = _norm_rows(x, k_ok, NFW, NFB, rk, d, eps, NORM, HAS_NB).to(dt).to(tl.float32)
-            for t in range(pid, tl.cdiv(vocab, BN_D), nprog):
-                rn = t * BN_D + tl.arange(0, BN_D)
-                n_ok = rn < vocab
-                y = _gemv_rows(a, WLM, rn, n_ok, rk, k_ok, d)
-                tl.store(LOGITS + rm[:, None] * vocab + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
+            w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
+            x = _load_rows(X, rm, m_ok, rk, k_ok, D)
+            a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
+            _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, LOGITS, X, KC, VC, rm, m_ok, B, 0, pos,
+                        max_len, dt, BN_LM, D, BLOCK_D, 3, NH, NKV, DK, DV, SHARED_KV, D)
 
 
 def _attention_form(attn):
@@ -439,15 +444,17 @@ class MegaDecoder:
         self.weights, self._key = w, key
         return w
 
+    def _bn(self, N: int, K: int) -> int:
+        """Output columns of a GEMV tile: enough for one tile a program where the register budget allows (TILE
+        fp32 products of rows x columns x K), a power of two."""
+        block_m, block_k = _pow2(self.batch, 1), _pow2(K, 16)
+        room = max(1, _pow2_floor(max(1, TILE // (block_m * block_k))))
+        return max(1, min(_pow2(_cdiv(N, self.programs), 1), room))
+
     def _launch(self, idx, pos, only: int, layer_lo: int, layer_hi: int, final: bool) -> None:
         w = self._stacked_weights()
         tr = self.model.transformer
-        B, d = self.batch, self.d
-        block_m = _pow2(B, 1)
-        block_d = _pow2(d, 16)
-        bn_d = max(1, min(64, TILE // (block_m * block_d)))
-        block_k = min(block_d, 512)
-        bn_k = max(1, min(64, TILE // (block_m * block_k)))
+        B, d, ko, hid = self.batch, self.d, self.nH * self.dv, self.hidden
         n_qkv = w["wqkv"].size(1)
         _mega_step_kernel[(self.programs,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
@@ -455,11 +462,12 @@ class MegaDecoder:
             w["nfb"], self.model.lm_head.weight,
             self.x, self.q, self.o, self.h, self.po, self.pm, self.pl, self.logits, self.counters[:1],
             self.counters[1:], self.error,
-            B, layer_lo, layer_hi, d, self.hidden, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e),
-            self.s_max,
-            NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
-            SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=block_m, BLOCK_D=block_d,
-            BN_D=bn_d, BN_K=bn_k, BLOCK_K=block_k, BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S,
+            B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
+            D=d, HIDDEN=hid, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
+            SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
+            BLOCK_D=_pow2(d, 16), BLOCK_KO=_pow2(ko, 16), BLOCK_HID=_pow2(hid, 16),
+            BN_QKV=self._bn(n_qkv, d), BN_O=self._bn(d, ko), BN_FC=self._bn(hid, d), BN_PR=self._bn(d, hid),
+            BN_LM=self._bn(self.vocab, d), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S,
             MIN_CHUNK=MIN_CHUNK, DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only,
             FINAL=final, MAX_SPIN=MAX_SPIN, num_warps=NUM_WARPS)
 
