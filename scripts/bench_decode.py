@@ -139,7 +139,8 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
 
 
 MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused", "graph_merged",
-         "graph_merged_compiled", "graph_autotune", "graph_merged_autotune", "graph_mega")
+         "graph_merged_compiled", "graph_autotune", "graph_merged_autotune", "graph_mega",
+         "graph_mega_phases")
 MODE_NOTES = {
     "forward": "eager GPT.forward with the cache (the path before the static step)",
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
@@ -156,6 +157,8 @@ MODE_NOTES = {
     "graph_merged_compiled": "as graph_merged, the step torch.compiled first",
     "graph_mega": "the whole step as ONE persistent kernel (decode_mega.MegaDecoder: grid barriers between its phases, "
                   "Tucker in its merged form), captured in a graph with the memset of its counters",
+    "graph_mega_phases": "as graph_mega, each phase of each layer a launch of its own instead of the barriers (where "
+                         "the time goes: the phases' own work against the barriers)",
     "graph_autotune": "as graph_compiled with mode='max-autotune-no-cudagraphs' (Triton GEMM templates: "
                       "elementwise work fused into the matmuls' epilogues; minutes of autotuning)",
     "graph_merged_autotune": "as graph_merged, compiled as graph_autotune",
@@ -204,9 +207,10 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     if mode.endswith("_compiled") or mode.endswith("_autotune"):
         compile_mode = DECODE_COMPILE_MODES["max-autotune" if mode.endswith("_autotune") else "default"]
         step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)  # graphs: captured below
-    elif mode == "graph_mega":
+    elif mode.startswith("graph_mega"):
         from decode_mega import MegaDecoder
-        step_fn = MegaDecoder(model, decoder.caches).decode_step  # the caches' contents copied into its stacked ones
+        mega = MegaDecoder(model, decoder.caches)  # the caches' contents copied into its stacked ones
+        step_fn = functools.partial(mega.decode_step, phases=mode == "graph_mega_phases")
     else:
         step_fn = model.decode_step
 
@@ -221,7 +225,7 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     for attn in switchable:  # Tucker and MLA layers: the decode path this mode times (graph: unmerged)
         if hasattr(attn, "fused_decode"):  # Tucker only
             attn.fused_decode = mode == "graph_fused"
-        attn.merged_decode = mode.startswith("graph_merged") or mode == "graph_mega"  # mega: the merged forms
+        attn.merged_decode = mode.startswith(("graph_merged", "graph_mega"))  # mega: the merged forms
     try:
         w_bytes = weight_bytes_per_step(model, forward_step if mode == "forward" else None)  # this mode's path
         with attention_backend(backend):
