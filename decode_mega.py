@@ -6,14 +6,15 @@ A batch-1 decode step of GPT-2 124M is bound by its chain of dependent kernels, 
 and cache reads (results/bench/README.md). Here one launch of one program per SM runs every layer's phases in turn,
 
     A  norm1 + [q | k | v] = norm(x) W_qkv^T + b     the new k, v written into the cache at `pos`
-    B  attention of the new token to rows 0 .. pos   split over programs; the last split of each (sequence, KV
-                                                     head) to finish (an atomic count) merges the partials
+    B1 attention of the new token to rows 0 .. pos   split over programs: each split's partial output, row max
+                                                     and row sum for the query heads of its KV head
+    B2 the merge of the partials                     a program per (sequence, query head), one load of them all
     D  x += o W_O^T + b_O                            output projection and residual add
     E  h = gelu(norm2(x) W_fc^T + b_fc)
     F  x += h W_proj^T + b_proj
     and at the end the final norm and the LM head,
 
-with a grid barrier between phases (5 a layer: a counter in global memory that every program increments and waits
+with a grid barrier between phases (6 a layer: a counter in global memory that every program increments and waits
 on; Hopper's 132 programs are all resident, one per SM, so nobody waits for a program that never starts). Each
 program takes every `nprog`-th tile of a phase's output columns (or of the attention's splits). The attention of
 every variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
@@ -44,10 +45,10 @@ MAX_DIM = 8192  # n_embd: a whole row of x is one register tile
 TILE = 16384  # elements of one GEMV tile's (rows x columns x K) product (a program holds two tiles' weights)
 NUM_WARPS = 8
 PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): one per SM
-MAX_SPLITS = 32  # attention splits per (sequence, KV head), at most (the last one merges them: its serial work)
-MIN_CHUNK = 128  # cache rows a split reads, at least
+MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2 merges them, one load per head)
+MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
-BLOCK_S = 8  # splits per step of the merge's loop
+SPLIT_STAGES = 1  # software-pipelining stages of a split's loop over its blocks of cache rows (1: none)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
 INTERPRET_PROGRAMS = 3  # programs in Triton's interpreter (several: the tile striding is exercised)
 
@@ -148,18 +149,18 @@ if _triton_available():
     @triton.jit
     def _mega_step_kernel(
             IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
-            X, Q, O, H, PO, PM, PL, LOGITS, SYNC, CNT, ERR,
+            X, Q, O, H, PO, PM, PL, LOGITS, SYNC, ERR,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_KO: tl.constexpr,
             BLOCK_HID: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr, BN_FC: tl.constexpr,
             BN_PR: tl.constexpr, BN_LM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_S: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
+            BLOCK_SM: tl.constexpr, SPLIT_STAGES: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
             FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weight tile loaded before the barrier in front of it; ONLY
-        1-5: phase A, B, D, E or F alone (the interpreter's launches, no barrier)."""
+        1-6: phase A, B1, B2, D, E or F alone (the interpreter's launches, no barrier)."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -171,7 +172,8 @@ if _triton_available():
         k_ok = rk < D
         KO: tl.constexpr = NH * DV  # the output projection's K
         barriers = 0
-        w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
+        if (ONLY == 0) | (ONLY == 1):
+            w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
         for layer in range(layer_lo, layer_hi):
             layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
             # ---- A: norm1, [q | k | v], the new k and v into the cache
@@ -194,15 +196,17 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
-            # ---- B: attention, split over the cache rows; the last split of each (sequence, KV head) merges
-            w_o = _weight_tile(WO + layer64 * D * KO, pid, D, BN_O, KO, BLOCK_KO)  # D's weights, in flight meanwhile
+            # ---- B1: attention, the cache rows split over programs: each split's partial (unnormalized output, row
+            # max, row sum) of every query head of its KV head
+            if ONLY == 0:
+                w_o = _weight_tile(WO + layer64 * D * KO, pid, D, BN_O, KO, BLOCK_KO)  # D's, in flight meanwhile
+            chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
+            n_split = tl.cdiv(length, chunk)
+            hh = tl.arange(0, BLOCK_H)
+            h_ok = hh < HPG
+            ev = tl.arange(0, DV)
             if (ONLY == 0) | (ONLY == 2):
-                chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
-                n_split = tl.cdiv(length, chunk)
-                hh = tl.arange(0, BLOCK_H)
-                h_ok = hh < HPG
                 ek = tl.arange(0, DK)
-                ev = tl.arange(0, DV)
                 for item in range(pid, B * NKV * n_split, nprog):
                     bg = item // n_split  # (sequence, KV head) = b * NKV + g
                     s = item % n_split
@@ -218,7 +222,7 @@ if _triton_available():
                     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
                     l_i = tl.zeros([BLOCK_H], tl.float32)
                     acc = tl.zeros([BLOCK_H, DV], tl.float32)
-                    for n0 in range(start, end, BLOCK_N):
+                    for n0 in tl.range(start, end, BLOCK_N, num_stages=SPLIT_STAGES):
                         rows = n0 + tl.arange(0, BLOCK_N)
                         r_ok = rows < end
                         k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
@@ -240,66 +244,63 @@ if _triton_available():
                     tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
                     tl.store(PM + slot, m_i)
                     tl.store(PL + slot, l_i)
-                    tl.debug_barrier()  # every thread's partial stored before the (one-thread) count below
-                    done = tl.atomic_add(CNT + bg, 1, sem="acq_rel", scope="gpu")
-                    if done == (layer + 1) * n_split - 1:  # the last split of this (b, g) in this layer: merge
-                        m_all = tl.full([BLOCK_H], float("-inf"), tl.float32)
-                        for s0 in range(0, n_split, BLOCK_S):
-                            ss = s0 + tl.arange(0, BLOCK_S)
-                            at = (bg * s_max + ss[:, None]) * BLOCK_H + hh[None, :]  # (BLOCK_S, BLOCK_H)
-                            pm = tl.load(PM + at, mask=(ss < n_split)[:, None], other=float("-inf"),
-                                         cache_modifier=".cg")
-                            m_all = tl.maximum(m_all, tl.max(pm, axis=0))
-                        l_all = tl.zeros([BLOCK_H], tl.float32)
-                        o = tl.zeros([BLOCK_H, DV], tl.float32)
-                        for s0 in range(0, n_split, BLOCK_S):
-                            ss = s0 + tl.arange(0, BLOCK_S)
-                            s_ok = (ss < n_split)[:, None]
-                            at = (bg * s_max + ss[:, None]) * BLOCK_H + hh[None, :]
-                            pm = tl.load(PM + at, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
-                            w = tl.where(s_ok, tl.exp2(pm - m_all[None, :]), 0.0)  # (BLOCK_S, BLOCK_H)
-                            l_all += tl.sum(w * tl.load(PL + at, mask=s_ok, other=0.0, cache_modifier=".cg"), axis=0)
-                            po = tl.load(PO + at[:, :, None] * DV + ev[None, None, :], mask=s_ok[:, :, None],
-                                         other=0.0, cache_modifier=".cg")  # (BLOCK_S, BLOCK_H, DV)
-                            o += tl.sum(w[:, :, None] * po, axis=0)
-                        o = o / l_all[:, None]
-                        tl.store(O + b * KO + heads[:, None] * DV + ev[None, :], o.to(dt), mask=h_ok[:, None])
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+            # ---- B2: the merge, a program per (sequence, query head): every split's partial in one load
+            if (ONLY == 0) | (ONLY == 3):
+                ss = tl.arange(0, BLOCK_SM)
+                s_ok = ss < n_split
+                for item in range(pid, B * NH, nprog):
+                    b = item // NH
+                    h = item % NH
+                    at = ((b * NKV + h // HPG) * s_max + ss) * BLOCK_H + h % HPG  # (BLOCK_SM,) its partials
+                    pm = tl.load(PM + at, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+                    w = tl.where(s_ok, tl.exp2(pm - tl.max(pm, axis=0)), 0.0)
+                    l_all = tl.sum(w * tl.load(PL + at, mask=s_ok, other=0.0, cache_modifier=".cg"), axis=0)
+                    po = tl.load(PO + at[:, None] * DV + ev[None, :], mask=s_ok[:, None], other=0.0,
+                                 cache_modifier=".cg")  # (BLOCK_SM, DV)
+                    o = tl.sum(w[:, None] * po, axis=0) / l_all
+                    tl.store(O + b * KO + h * DV + ev, o.to(dt))
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- D: x += o W_O^T + b_O
-            if (ONLY == 0) | (ONLY == 3):
+            if (ONLY == 0) | (ONLY == 4):
+                if ONLY == 4:  # a launch of its own (interpreter, phases=True): the tile was not loaded in B
+                    w_o = _weight_tile(WO + layer64 * D * KO, pid, D, BN_O, KO, BLOCK_KO)
                 ro = tl.arange(0, BLOCK_KO)
                 o_rows = _load_rows(O, rm, m_ok, ro, ro < KO, KO)
                 _gemv_phase(o_rows, w_o, WO + layer64 * D * KO, D, pid, nprog, BO + layer * D, X, X, X, KC, VC, rm,
                             m_ok, B, layer64, pos, max_len, dt, BN_O, KO, BLOCK_KO, 1, NH, NKV, DK, DV, SHARED_KV, D)
-            w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
+            if (ONLY == 0) | (ONLY == 5):
+                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- E: h = gelu(norm2(x) W_fc^T + b_fc)
-            if (ONLY == 0) | (ONLY == 4):
+            if (ONLY == 0) | (ONLY == 5):
                 x = _load_rows(X, rm, m_ok, rk, k_ok, D)
                 a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H, H, X,
                             KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, NH, NKV, DK, DV,
                             SHARED_KV, D)
-            w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
+            if (ONLY == 0) | (ONLY == 6):
+                w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- F: x += h W_proj^T + b_proj
-            if (ONLY == 0) | (ONLY == 5):
+            if (ONLY == 0) | (ONLY == 6):
                 rh = tl.arange(0, BLOCK_HID)
                 h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
                 _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR + layer * D, X, X, X, KC,
                             VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, NH, NKV, DK,
                             DV, SHARED_KV, D)
-            # the next layer's first tile, or the LM head's
-            if layer + 1 < layer_hi:
-                w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
             if ONLY == 0:
+                if layer + 1 < layer_hi:  # the next layer's first tile, in flight during the barrier
+                    w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
         # ---- the final norm and the LM head
@@ -403,7 +404,7 @@ class MegaDecoder:
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)
         self.logits = torch.zeros(B, self.vocab, device=dev, dtype=self.dtype)
-        self.counters = torch.zeros(1 + B * self.nKV, device=dev, dtype=torch.int32)  # [barrier, merge counts]
+        self.counters = torch.zeros(1, device=dev, dtype=torch.int32)  # the barriers' arrivals, zeroed each step
         self.error = torch.zeros(1, device=dev, dtype=torch.int32)
 
     def _stack_caches(self) -> None:
@@ -459,14 +460,14 @@ class MegaDecoder:
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
             w["nfb"], self.model.lm_head.weight,
-            self.x, self.q, self.o, self.h, self.po, self.pm, self.pl, self.logits, self.counters[:1],
-            self.counters[1:], self.error,
+            self.x, self.q, self.o, self.h, self.po, self.pm, self.pl, self.logits, self.counters, self.error,
             B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
             D=d, HIDDEN=hid, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
             SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
             BLOCK_D=_pow2(d, 16), BLOCK_KO=_pow2(ko, 16), BLOCK_HID=_pow2(hid, 16),
             BN_QKV=self._bn(n_qkv, d), BN_O=self._bn(d, ko), BN_FC=self._bn(hid, d), BN_PR=self._bn(d, hid),
-            BN_LM=self._bn(self.vocab, d), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_S=BLOCK_S,
+            BN_LM=self._bn(self.vocab, d), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_SM=_pow2(self.s_max, 1),
+            SPLIT_STAGES=SPLIT_STAGES,
             MIN_CHUNK=MIN_CHUNK, DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only,
             FINAL=final, MAX_SPIN=MAX_SPIN, num_warps=NUM_WARPS)
 
@@ -481,9 +482,9 @@ class MegaDecoder:
         self.counters.zero_()
         if phases or _interpret():
             for layer in range(self.n_layer):
-                for only in range(1, 6):
+                for only in range(1, 7):
                     self._launch(idx, pos, only, layer, layer + 1, False)
-            self._launch(idx, pos, 5, 0, 0, True)  # no layer: only the final norm and the LM head
+            self._launch(idx, pos, 6, 0, 0, True)  # no layer: only the final norm and the LM head
         else:
             self._launch(idx, pos, 0, 0, self.n_layer, True)
         return self.logits

@@ -2,8 +2,7 @@
 
 Properties: for MHA, GQA, MQA, Tucker and Tucker with shared KV (with and without biases, LayerNorm and RMSNorm),
 the step kernel's logits and the cache rows it writes equal GPT.decode_step's (the model's own decode path) over
-several consecutive steps, at 1 and 3 sequences, with the cache split over several programs and merged by the last
-split to finish; a weight change reaches the next step (the stacked copy is rebuilt); StaticDecoder(mega=True)
+several consecutive steps, at 1 and 3 sequences, with the cache split over several programs and merged; a weight change reaches the next step (the stacked copy is rebuilt); StaticDecoder(mega=True)
 decodes what the eager step decodes. Unsupported models (RoPE, SwiGLU, MLA, too many rows) are refused with the
 reason. CPU: the kernel through Triton's interpreter (each phase a launch: a barrier would wait forever there),
 float32, to float32 rounding. CUDA (skipped without a GPU): the one-launch step with its barriers, bf16, against
@@ -69,10 +68,9 @@ def decode_both(model, batch, context, steps, programs, device="cpu"):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_interp_step_kernel_matches_the_model(variant, batch, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
-    in several (16-row chunks over 8 programs) and merged by the last split."""
+    in several (16-row chunks over 8 programs) and merged."""
     monkeypatch.setattr(dm, "BLOCK_N", 16)
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
-    monkeypatch.setattr(dm, "BLOCK_S", 2)
     model = tiny(variant, bias=batch == 3, norm="layernorm" if batch == 1 else "rmsnorm")
     got, want, caches, ref, mega = decode_both(model, batch, 40, 3, programs=8)
     for g, w in zip(got, want):
