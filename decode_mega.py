@@ -48,7 +48,6 @@ PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): on
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2 merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
-SPLIT_STAGES = 1  # software-pipelining stages of a split's loop over its blocks of cache rows (1: none)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
 INTERPRET_PROGRAMS = 3  # programs in Triton's interpreter (several: the tile striding is exercised)
 
@@ -156,7 +155,7 @@ if _triton_available():
             HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_KO: tl.constexpr,
             BLOCK_HID: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr, BN_FC: tl.constexpr,
             BN_PR: tl.constexpr, BN_LM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, SPLIT_STAGES: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
             FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weight tile loaded before the barrier in front of it; ONLY
@@ -222,7 +221,7 @@ if _triton_available():
                     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
                     l_i = tl.zeros([BLOCK_H], tl.float32)
                     acc = tl.zeros([BLOCK_H, DV], tl.float32)
-                    for n0 in tl.range(start, end, BLOCK_N, num_stages=SPLIT_STAGES):
+                    for n0 in range(start, end, BLOCK_N):
                         rows = n0 + tl.arange(0, BLOCK_N)
                         r_ok = rows < end
                         k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
@@ -467,7 +466,6 @@ class MegaDecoder:
             BLOCK_D=_pow2(d, 16), BLOCK_KO=_pow2(ko, 16), BLOCK_HID=_pow2(hid, 16),
             BN_QKV=self._bn(n_qkv, d), BN_O=self._bn(d, ko), BN_FC=self._bn(hid, d), BN_PR=self._bn(d, hid),
             BN_LM=self._bn(self.vocab, d), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_SM=_pow2(self.s_max, 1),
-            SPLIT_STAGES=SPLIT_STAGES,
             MIN_CHUNK=MIN_CHUNK, DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only,
             FINAL=final, MAX_SPIN=MAX_SPIN, num_warps=NUM_WARPS)
 
