@@ -42,7 +42,8 @@ from decode_attention import (DTYPES, _cdiv, _interpret, _pow2, _pow2_floor, _tr
 
 MAX_ROWS = 4  # sequences a step serves (the GEMV tiles broadcast over rows in registers)
 MAX_DIM = 8192  # n_embd: a whole row of x is one register tile
-TILE = 16384  # elements of one GEMV tile's (rows x columns x K) product (a program holds two tiles' weights)
+TILE = 32768  # elements (rows x columns x K) of a layer's GEMV tile: GPT-2's phases take one tile a program
+TILE_LM = 16384  # the LM head's tiles (many a program: two tiles' weights in registers, the next one's in flight)
 NUM_WARPS = 8
 PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): one per SM
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2 merges them, one load per head)
@@ -105,15 +106,17 @@ if _triton_available():
 
     @triton.jit
     def _gemv_phase(a, w, W, N, pid, nprog, Bias, OUT, OUT2, X, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
-                    BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr,
+                    BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
                     NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
                     D: tl.constexpr):
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
-        are issued before each tile's arithmetic. The epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the
+        are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers). The
+        epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the
         caches at `pos`), 1 the residual add into X, 2 GELU into OUT, 3 logits into OUT."""
-        for t in range(pid, tl.cdiv(N, BN), nprog):
-            w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
+        for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
+            if not ONE:
+                w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
             rn = t * BN + tl.arange(0, BN)
             n_ok = rn < N
             y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
@@ -143,7 +146,8 @@ if _triton_available():
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
             else:
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
-            w = w_next
+            if not ONE:
+                w = w_next
 
     @triton.jit
     def _mega_step_kernel(
@@ -154,7 +158,8 @@ if _triton_available():
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_KO: tl.constexpr,
             BLOCK_HID: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr, BN_FC: tl.constexpr,
-            BN_PR: tl.constexpr, BN_LM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+            BN_PR: tl.constexpr, BN_LM: tl.constexpr, ONE_QKV: tl.constexpr, ONE_O: tl.constexpr,
+            ONE_FC: tl.constexpr, ONE_PR: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
             FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
@@ -190,7 +195,7 @@ if _triton_available():
                 a = _norm_rows(x, k_ok, N1W + layer * D, N1B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, Q, Q, X,
-                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, NH, NKV, DK, DV,
+                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV, NH, NKV, DK, DV,
                             SHARED_KV, D)
             if ONLY == 0:
                 barriers += 1
@@ -271,7 +276,7 @@ if _triton_available():
                 ro = tl.arange(0, BLOCK_KO)
                 o_rows = _load_rows(O, rm, m_ok, ro, ro < KO, KO)
                 _gemv_phase(o_rows, w_o, WO + layer64 * D * KO, D, pid, nprog, BO + layer * D, X, X, X, KC, VC, rm,
-                            m_ok, B, layer64, pos, max_len, dt, BN_O, KO, BLOCK_KO, 1, NH, NKV, DK, DV, SHARED_KV, D)
+                            m_ok, B, layer64, pos, max_len, dt, BN_O, KO, BLOCK_KO, 1, ONE_O, NH, NKV, DK, DV, SHARED_KV, D)
             if (ONLY == 0) | (ONLY == 5):
                 w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
             if ONLY == 0:
@@ -283,7 +288,7 @@ if _triton_available():
                 a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H, H, X,
-                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, NH, NKV, DK, DV,
+                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV, DK, DV,
                             SHARED_KV, D)
             if (ONLY == 0) | (ONLY == 6):
                 w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
@@ -295,7 +300,7 @@ if _triton_available():
                 rh = tl.arange(0, BLOCK_HID)
                 h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
                 _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR + layer * D, X, X, X, KC,
-                            VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, NH, NKV, DK,
+                            VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
                             DV, SHARED_KV, D)
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # the next layer's first tile, in flight during the barrier
@@ -308,7 +313,7 @@ if _triton_available():
             x = _load_rows(X, rm, m_ok, rk, k_ok, D)
             a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
             _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, LOGITS, X, KC, VC, rm, m_ok, B, 0, pos,
-                        max_len, dt, BN_LM, D, BLOCK_D, 3, NH, NKV, DK, DV, SHARED_KV, D)
+                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, D)
 
 
 def _attention_form(attn):
@@ -443,18 +448,24 @@ class MegaDecoder:
         self.weights, self._key = w, key
         return w
 
-    def _bn(self, N: int, K: int) -> int:
-        """Output columns of a GEMV tile: enough for one tile a program where the register budget allows (TILE
-        fp32 products of rows x columns x K), a power of two."""
+    def _bn(self, N: int, K: int, tile: int = 0) -> int:
+        """Output columns of a GEMV tile: enough for one tile a program where the register budget allows (`tile`,
+        TILE by default: elements of rows x columns x K), a power of two."""
         block_m, block_k = _pow2(self.batch, 1), _pow2(K, 16)
-        room = max(1, _pow2_floor(max(1, TILE // (block_m * block_k))))
+        room = max(1, _pow2_floor(max(1, (tile or TILE) // (block_m * block_k))))
         return max(1, min(_pow2(_cdiv(N, self.programs), 1), room))
+
+    def _tiling(self, N: int, K: int):
+        """(columns a tile, one tile a program at most) of a layer's GEMV phase."""
+        bn = self._bn(N, K)
+        return bn, _cdiv(N, bn) <= self.programs
 
     def _launch(self, idx, pos, only: int, layer_lo: int, layer_hi: int, final: bool) -> None:
         w = self._stacked_weights()
         tr = self.model.transformer
         B, d, ko, hid = self.batch, self.d, self.nH * self.dv, self.hidden
         n_qkv = w["wqkv"].size(1)
+        qkv, out, fc, pr = self._tiling(n_qkv, d), self._tiling(d, ko), self._tiling(hid, d), self._tiling(d, hid)
         _mega_step_kernel[(self.programs,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
@@ -464,8 +475,8 @@ class MegaDecoder:
             D=d, HIDDEN=hid, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
             SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
             BLOCK_D=_pow2(d, 16), BLOCK_KO=_pow2(ko, 16), BLOCK_HID=_pow2(hid, 16),
-            BN_QKV=self._bn(n_qkv, d), BN_O=self._bn(d, ko), BN_FC=self._bn(hid, d), BN_PR=self._bn(d, hid),
-            BN_LM=self._bn(self.vocab, d), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_SM=_pow2(self.s_max, 1),
+            BN_QKV=qkv[0], BN_O=out[0], BN_FC=fc[0], BN_PR=pr[0], BN_LM=self._bn(self.vocab, d, TILE_LM),
+            ONE_QKV=qkv[1], ONE_O=out[1], ONE_FC=fc[1], ONE_PR=pr[1], BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_SM=_pow2(self.s_max, 1),
             MIN_CHUNK=MIN_CHUNK, DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only,
             FINAL=final, MAX_SPIN=MAX_SPIN, num_warps=NUM_WARPS)
 

@@ -68,9 +68,12 @@ def decode_both(model, batch, context, steps, programs, device="cpu"):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_interp_step_kernel_matches_the_model(variant, batch, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
-    in several (16-row chunks over 8 programs) and merged."""
+    in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
+    takes several a phase."""
     monkeypatch.setattr(dm, "BLOCK_N", 16)
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
+    if batch == 3:  # small tiles: every phase takes several a program (the next one's loads in flight)
+        monkeypatch.setattr(dm, "TILE", 512)
     model = tiny(variant, bias=batch == 3, norm="layernorm" if batch == 1 else "rmsnorm")
     got, want, caches, ref, mega = decode_both(model, batch, 40, 3, programs=8)
     for g, w in zip(got, want):
