@@ -5,17 +5,21 @@ A batch-1 decode step of GPT-2 124M is bound by its chain of dependent kernels, 
 2.5-4 us each inside a CUDA graph (decode_linear + decode_attention, ~0.27 ms on an H200) for 0.05-0.09 ms of weight
 and cache reads (results/bench/README.md). Here one launch of one program per SM runs every layer's phases in turn,
 
-    A  norm1 + [q | k | v] = norm(x) W_qkv^T + b     the new k, v written into the cache at `pos`
-    B1 attention of the new token to rows 0 .. pos   split over programs: each split's partial output, row max
-                                                     and row sum for the query heads of its KV head
-    B2 the merge of the partials                     a program per (sequence, query head), one load of them all
-    D  x += o W_O^T + b_O                            output projection and residual add
-    E  h = gelu(norm2(x) W_fc^T + b_fc)
-    F  x += h W_proj^T + b_proj
-    and at the end the final norm and the LM head,
+    A   x0 = the embeddings, or the last layer's x1 + its MLP output; norm1; [q | k | v] = norm(x0) W_qkv^T + b,
+        the new k, v written into the cache at `pos`
+    B1  attention of the new token to rows 0 .. pos, split over programs: each split's partial output, row max and
+        row sum for the query heads of its KV head
+    B2D a program per (sequence, query head, chunk of outputs): the head's partials merged (one load of them all),
+        o_h W_O[:, head]^T for its outputs added (fp32 atomics) into the attention's output
+    EF  x1 = x0 + attention output (+ b_O); a program per slice of hidden units: gelu(norm2(x1) W_fc^T + b_fc) for
+        its units times their columns of W_proj, added (fp32 atomics) into the MLP's output
+    and at the end x2 = x1 + MLP output, the final norm and the LM head,
 
-with a grid barrier between phases (6 a layer: a counter in global memory that every program increments and waits
-on; Hopper's 132 programs are all resident, one per SM, so nobody waits for a program that never starts). Each
+with a grid barrier between phases (4 a layer: a counter in global memory that every program increments and one
+thread of each polls; Hopper's 132 programs are all resident, one per SM, so nobody waits for a program that never
+starts). The output projection and the MLP's second matmul are split over their K (heads, hidden units), so a
+sublayer costs one phase after its inputs are complete; their sums are fp32 atomic adds, in the order the programs
+arrive: the step's logits vary run to run in their last bits (the model's default path is deterministic). Each
 program takes every `nprog`-th tile of a phase's output columns (or of the attention's splits). The attention of
 every variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
 MQA (GroupedQueryAttention) and Tucker (its merged form [U2 G_q | U3 | U~3] and G_o U~2^T: one latent K/V head, or
@@ -113,7 +117,7 @@ if _triton_available():
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers). The
         epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the
-        caches at `pos`), 1 the residual add into X, 2 GELU into OUT, 3 logits into OUT."""
+        caches at `pos`), 3 logits into OUT."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
                 w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
@@ -136,35 +140,59 @@ if _triton_available():
                     is_v = rn >= NH * DK + NKV * DK
                     row = (layer64 * B + rm[:, None]) * NKV + (cv // DV)[None, :]
                     tl.store(VC + row * max_len * DV + pos * DV + (cv % DV)[None, :], y, mask=ok & is_v[None, :])
-            elif EPI == 1:  # x + y, y rounded to the activations' dtype first (as the unfused ops store it)
-                ptr = X + rm[:, None] * D + rn[None, :]
-                r = tl.load(ptr, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
-                tl.store(ptr, (y.to(dt).to(tl.float32) + r).to(dt), mask=ok)
-            elif EPI == 2:  # F.gelu (exact) of the linear's stored output
-                y = y.to(dt).to(tl.float32)
-                y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-                tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
             else:
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
             if not ONE:
                 w = w_next
 
     @triton.jit
+    def _out_tile(WO, layer64, item, NH: tl.constexpr, NCH: tl.constexpr, D: tl.constexpr, KO: tl.constexpr,
+                  DV: tl.constexpr, BN_OD: tl.constexpr):
+        """W_O's columns of query head h, rows of output chunk c ((b, h, c) = item): (BN_OD, DV)."""
+        h = (item // NCH) % NH
+        rn = ((item % NCH) * BN_OD + tl.arange(0, BN_OD)).to(tl.int64)
+        ev = tl.arange(0, DV)
+        return tl.load(WO + layer64 * D * KO + rn[:, None] * KO + h * DV + ev[None, :], mask=(rn < D)[:, None],
+                       other=0.0)
+
+    @triton.jit
+    def _mlp_tiles(WFC, WPR, layer64, t, HS: tl.constexpr, HIDDEN: tl.constexpr, D: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+        """Hidden units t*HS .. t*HS + HS - 1: their rows of W_fc (HS, BLOCK_D) and columns of W_proj (BLOCK_D, HS)."""
+        rj = (t * HS + tl.arange(0, HS)).to(tl.int64)
+        rk = tl.arange(0, BLOCK_D)
+        ok = (rj < HIDDEN)[:, None] & (rk < D)[None, :]
+        w_fc = tl.load(WFC + layer64 * HIDDEN * D + rj[:, None] * D + rk[None, :], mask=ok, other=0.0)
+        w_pr = tl.load(WPR + layer64 * D * HIDDEN + rk[:, None] * HIDDEN + rj[None, :],
+                       mask=(rk < D)[:, None] & (rj < HIDDEN)[None, :], other=0.0)
+        return w_fc, w_pr
+
+    @triton.jit
+    def _stream_rows(X, ACC, Bias, rm, m_ok, rk, k_ok, D: tl.constexpr, dt):
+        """x + (acc + bias), the sublayer's output (its sum over programs, fp32) rounded as the unfused ops store it,
+        then the sum rounded: the residual stream after a sublayer, every row, fp32."""
+        y = _load_rows(ACC, rm, m_ok, rk, k_ok, D) + tl.load(Bias + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
+
+    @triton.jit
     def _mega_step_kernel(
             IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
-            X, Q, O, H, PO, PM, PL, LOGITS, SYNC, ERR,
+            X, X1, ACC, Q, PO, PM, PL, LOGITS, SYNC, ERR,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
-            HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_KO: tl.constexpr,
-            BLOCK_HID: tl.constexpr, BN_QKV: tl.constexpr, BN_O: tl.constexpr, BN_FC: tl.constexpr,
-            BN_PR: tl.constexpr, BN_LM: tl.constexpr, ONE_QKV: tl.constexpr, ONE_O: tl.constexpr,
-            ONE_FC: tl.constexpr, ONE_PR: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
-            FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
+            HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN_QKV: tl.constexpr,
+            ONE_QKV: tl.constexpr, NCH: tl.constexpr, BN_OD: tl.constexpr, HS: tl.constexpr, BN_LM: tl.constexpr,
+            BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
+            DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
-        grid barrier after each, each phase's first weight tile loaded before the barrier in front of it; ONLY
-        1-6: phase A, B1, B2, D, E or F alone (the interpreter's launches, no barrier)."""
+        grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-4:
+        phase A, B1, B2D or EF alone (the interpreter's launches, no barrier).
+
+        The residual stream: X holds the layer's input x0 and X1 its middle x1 (each written by program 0, in a
+        phase where nobody reads that buffer); ACC[0] collects the attention's output o W_O^T over the programs
+        of B2D, ACC[1] the MLP's over those of EF (fp32 atomic adds), each zeroed by program 0 a phase after its
+        last reader, and the next phase forms x1 = x0 + (ACC[0] + b_O), x2 = x1 + (ACC[1] + b_proj) as it reads."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -174,42 +202,49 @@ if _triton_available():
         m_ok = rm < B
         rk = tl.arange(0, BLOCK_D)
         k_ok = rk < D
+        row_ok = m_ok[:, None] & k_ok[None, :]
         KO: tl.constexpr = NH * DV  # the output projection's K
+        ACC_A = ACC
+        ACC_M = ACC + B * D
         barriers = 0
         if (ONLY == 0) | (ONLY == 1):
             w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
         for layer in range(layer_lo, layer_hi):
             layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
-            # ---- A: norm1, [q | k | v], the new k and v into the cache
+            # ---- A: x0 (the embeddings, or the last layer's x1 + MLP output), norm1, [q | k | v], the new k, v cached
             if (ONLY == 0) | (ONLY == 1):
-                if layer == 0:  # the embeddings: every program needs the rows; program 0 keeps them in X
+                if layer == 0:
                     tok = tl.load(IDX + rm, mask=m_ok, other=0)
-                    x = (tl.load(WTE + tok[:, None] * D + rk[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                                 other=0.0).to(tl.float32)
+                    x = (tl.load(WTE + tok[:, None] * D + rk[None, :], mask=row_ok, other=0.0).to(tl.float32)
                          + tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :])
                     x = x.to(dt).to(tl.float32)
-                    if pid == 0:
-                        tl.store(X + rm[:, None] * D + rk[None, :], x.to(dt), mask=m_ok[:, None] & k_ok[None, :])
                 else:
-                    x = _load_rows(X, rm, m_ok, rk, k_ok, D)
+                    x = _stream_rows(X1, ACC_M, BPR + (layer - 1) * D, rm, m_ok, rk, k_ok, D, dt)
+                if pid == 0:
+                    tl.store(X + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
+                    tl.store(ACC_A + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
+                             mask=row_ok)  # last read in the previous layer's EF
                 a = _norm_rows(x, k_ok, N1W + layer * D, N1B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, Q, Q, X,
-                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV, NH, NKV, DK, DV,
-                            SHARED_KV, D)
+                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV, NH, NKV,
+                            DK, DV, SHARED_KV, D)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- B1: attention, the cache rows split over programs: each split's partial (unnormalized output, row
             # max, row sum) of every query head of its KV head
-            if ONLY == 0:
-                w_o = _weight_tile(WO + layer64 * D * KO, pid, D, BN_O, KO, BLOCK_KO)  # D's, in flight meanwhile
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
             n_split = tl.cdiv(length, chunk)
             hh = tl.arange(0, BLOCK_H)
             h_ok = hh < HPG
             ev = tl.arange(0, DV)
+            if (ONLY == 0) | (ONLY == 3):
+                w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
             if (ONLY == 0) | (ONLY == 2):
+                if pid == 0:  # ACC[1] was last read in this layer's A
+                    tl.store(ACC_M + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
+                             mask=row_ok)
                 ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
                     bg = item // n_split  # (sequence, KV head) = b * NKV + g
@@ -251,66 +286,58 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
-            # ---- B2: the merge, a program per (sequence, query head): every split's partial in one load
+            # ---- B2D: a program per (sequence, query head, chunk of outputs): the head's splits merged (one load
+            # of them all), o_h rounded as stored, o_h W_O[:, head]^T for its outputs added into ACC[0]
             if (ONLY == 0) | (ONLY == 3):
                 ss = tl.arange(0, BLOCK_SM)
                 s_ok = ss < n_split
-                for item in range(pid, B * NH, nprog):
-                    b = item // NH
-                    h = item % NH
+                for item in range(pid, B * NH * NCH, nprog):
+                    if item != pid:
+                        w_o = _out_tile(WO, layer64, item, NH, NCH, D, KO, DV, BN_OD)
+                    b = item // (NH * NCH)
+                    h = (item // NCH) % NH
                     at = ((b * NKV + h // HPG) * s_max + ss) * BLOCK_H + h % HPG  # (BLOCK_SM,) its partials
                     pm = tl.load(PM + at, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
                     w = tl.where(s_ok, tl.exp2(pm - tl.max(pm, axis=0)), 0.0)
                     l_all = tl.sum(w * tl.load(PL + at, mask=s_ok, other=0.0, cache_modifier=".cg"), axis=0)
                     po = tl.load(PO + at[:, None] * DV + ev[None, :], mask=s_ok[:, None], other=0.0,
                                  cache_modifier=".cg")  # (BLOCK_SM, DV)
-                    o = tl.sum(w[:, None] * po, axis=0) / l_all
-                    tl.store(O + b * KO + h * DV + ev, o.to(dt))
-            if ONLY == 0:
-                barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
-            # ---- D: x += o W_O^T + b_O
+                    o = (tl.sum(w[:, None] * po, axis=0) / l_all).to(dt).to(tl.float32)  # (DV,)
+                    y = tl.sum(o[None, :] * w_o.to(tl.float32), axis=1)  # (BN_OD,)
+                    rn = (item % NCH) * BN_OD + tl.arange(0, BN_OD)
+                    tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
             if (ONLY == 0) | (ONLY == 4):
-                if ONLY == 4:  # a launch of its own (interpreter, phases=True): the tile was not loaded in B
-                    w_o = _weight_tile(WO + layer64 * D * KO, pid, D, BN_O, KO, BLOCK_KO)
-                ro = tl.arange(0, BLOCK_KO)
-                o_rows = _load_rows(O, rm, m_ok, ro, ro < KO, KO)
-                _gemv_phase(o_rows, w_o, WO + layer64 * D * KO, D, pid, nprog, BO + layer * D, X, X, X, KC, VC, rm,
-                            m_ok, B, layer64, pos, max_len, dt, BN_O, KO, BLOCK_KO, 1, ONE_O, NH, NKV, DK, DV, SHARED_KV, D)
-            if (ONLY == 0) | (ONLY == 5):
-                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
+                w_fc, w_pr = _mlp_tiles(WFC, WPR, layer64, pid, HS, HIDDEN, D, BLOCK_D)  # EF's, before the barrier
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
-            # ---- E: h = gelu(norm2(x) W_fc^T + b_fc)
-            if (ONLY == 0) | (ONLY == 5):
-                x = _load_rows(X, rm, m_ok, rk, k_ok, D)
+            # ---- EF: x1 = x0 + attention output; a program per slice of HS hidden units: gelu(norm2(x1) W_fc^T +
+            # b_fc) for its units, times their columns of W_proj, added into ACC[1]
+            if (ONLY == 0) | (ONLY == 4):
+                x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
+                if pid == 0:
+                    tl.store(X1 + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                 a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
-                _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H, H, X,
-                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV, DK, DV,
-                            SHARED_KV, D)
-            if (ONLY == 0) | (ONLY == 6):
-                w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
-            if ONLY == 0:
-                barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
-            # ---- F: x += h W_proj^T + b_proj
-            if (ONLY == 0) | (ONLY == 6):
-                rh = tl.arange(0, BLOCK_HID)
-                h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
-                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR + layer * D, X, X, X, KC,
-                            VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
-                            DV, SHARED_KV, D)
+                for t in range(pid, tl.cdiv(HIDDEN, HS), nprog):
+                    if t != pid:
+                        w_fc, w_pr = _mlp_tiles(WFC, WPR, layer64, t, HS, HIDDEN, D, BLOCK_D)
+                    rj = t * HS + tl.arange(0, HS)
+                    hid = tl.sum(a[:, None, :] * w_fc.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, HS)
+                    hid += tl.load(BFC + layer * HIDDEN + rj, mask=rj < HIDDEN, other=0.0).to(tl.float32)[None, :]
+                    hid = hid.to(dt).to(tl.float32)  # F.gelu (exact) of the linear's stored output, stored
+                    hid = (0.5 * hid * (1.0 + tl.math.erf(hid * 0.7071067811865476))).to(dt).to(tl.float32)
+                    y = tl.sum(hid[:, None, :] * w_pr.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BLOCK_D)
+                    tl.atomic_add(ACC_M + rm[:, None] * D + rk[None, :], y, mask=row_ok, sem="relaxed", scope="gpu")
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # the next layer's first tile, in flight during the barrier
                     w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
-        # ---- the final norm and the LM head
+        # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
         if FINAL:
             w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
-            x = _load_rows(X, rm, m_ok, rk, k_ok, D)
+            x = _stream_rows(X1, ACC_M, BPR + (layer_hi - 1) * D, rm, m_ok, rk, k_ok, D, dt)
             a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
             _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, LOGITS, X, KC, VC, rm, m_ok, B, 0, pos,
                         max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, D)
@@ -400,10 +427,10 @@ class MegaDecoder:
         self.block_h = _pow2(self.nH // self.nKV, 16)
         self.s_max = max(1, min(MAX_SPLITS, self.programs // (B * self.nKV)))
         parts = B * self.nKV * self.s_max * self.block_h
-        self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)
+        self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # a layer's input x0
+        self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
+        self.acc = torch.zeros(2, B, self.d, device=dev, dtype=f32)  # attention's and MLP's outputs, summed
         self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
-        self.o = torch.zeros(B, self.nH * self.dv, device=dev, dtype=self.dtype)
-        self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)
@@ -456,29 +483,31 @@ class MegaDecoder:
         return max(1, min(_pow2(_cdiv(N, self.programs), 1), room))
 
     def _tiling(self, N: int, K: int):
-        """(columns a tile, one tile a program at most) of a layer's GEMV phase."""
+        """(columns a tile, one tile a program at most) of a GEMV phase."""
         bn = self._bn(N, K)
         return bn, _cdiv(N, bn) <= self.programs
 
     def _launch(self, idx, pos, only: int, layer_lo: int, layer_hi: int, final: bool) -> None:
         w = self._stacked_weights()
         tr = self.model.transformer
-        B, d, ko, hid = self.batch, self.d, self.nH * self.dv, self.hidden
+        B, d, hid, P = self.batch, self.d, self.hidden, self.programs
         n_qkv = w["wqkv"].size(1)
-        qkv, out, fc, pr = self._tiling(n_qkv, d), self._tiling(d, ko), self._tiling(hid, d), self._tiling(d, hid)
-        _mega_step_kernel[(self.programs,)](
+        qkv = self._tiling(n_qkv, d)
+        bn_od = _pow2(_cdiv(d, max(1, P // (B * self.nH))), 1)  # B2D: output chunks a (sequence, head)
+        hs = max(1, min(_pow2(_cdiv(hid, P), 1), _pow2_floor(max(1, TILE // (_pow2(B, 1) * _pow2(d, 16))))))
+        _mega_step_kernel[(P,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
             w["nfb"], self.model.lm_head.weight,
-            self.x, self.q, self.o, self.h, self.po, self.pm, self.pl, self.logits, self.counters, self.error,
+            self.x, self.x1, self.acc, self.q, self.po, self.pm, self.pl, self.logits, self.counters, self.error,
             B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
             D=d, HIDDEN=hid, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
             SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
-            BLOCK_D=_pow2(d, 16), BLOCK_KO=_pow2(ko, 16), BLOCK_HID=_pow2(hid, 16),
-            BN_QKV=qkv[0], BN_O=out[0], BN_FC=fc[0], BN_PR=pr[0], BN_LM=self._bn(self.vocab, d, TILE_LM),
-            ONE_QKV=qkv[1], ONE_O=out[1], ONE_FC=fc[1], ONE_PR=pr[1], BLOCK_H=self.block_h, BLOCK_N=BLOCK_N, BLOCK_SM=_pow2(self.s_max, 1),
-            MIN_CHUNK=MIN_CHUNK, DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only,
-            FINAL=final, MAX_SPIN=MAX_SPIN, num_warps=NUM_WARPS)
+            BLOCK_D=_pow2(d, 16), BN_QKV=qkv[0], ONE_QKV=qkv[1], NCH=_cdiv(d, bn_od), BN_OD=bn_od, HS=hs,
+            BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
+            BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
+            DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
+            num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must
@@ -491,9 +520,9 @@ class MegaDecoder:
         self.counters.zero_()
         if phases or _interpret():
             for layer in range(self.n_layer):
-                for only in range(1, 7):
+                for only in range(1, 5):
                     self._launch(idx, pos, only, layer, layer + 1, False)
-            self._launch(idx, pos, 6, 0, 0, True)  # no layer: only the final norm and the LM head
+            self._launch(idx, pos, 5, self.n_layer, self.n_layer, True)  # no layer: the final norm and the LM head
         else:
             self._launch(idx, pos, 0, 0, self.n_layer, True)
         return self.logits
