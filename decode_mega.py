@@ -11,15 +11,15 @@ and cache reads (results/bench/README.md). Here one launch of one program per SM
         row sum for the query heads of its KV head
     B2D a program per (sequence, query head, chunk of outputs): the head's partials merged (one load of them all),
         o_h W_O[:, head]^T for its outputs added (fp32 atomics) into the attention's output
-    EF  x1 = x0 + attention output (+ b_O); a program per slice of hidden units: gelu(norm2(x1) W_fc^T + b_fc) for
-        its units times their columns of W_proj, added (fp32 atomics) into the MLP's output
+    E   x1 = x0 + attention output (+ b_O); h = gelu(norm2(x1) W_fc^T + b_fc)
+    F   h W_proj^T (the next phase adds it and b_proj to x1)
     and at the end x2 = x1 + MLP output, the final norm and the LM head,
 
-with a grid barrier between phases (4 a layer: a counter in global memory that every program increments and one
+with a grid barrier between phases (5 a layer: a counter in global memory that every program increments and one
 thread of each polls; Hopper's 132 programs are all resident, one per SM, so nobody waits for a program that never
-starts). The output projection and the MLP's second matmul are split over their K (heads, hidden units), so a
-sublayer costs one phase after its inputs are complete; their sums are fp32 atomic adds, in the order the programs
-arrive: the step's logits vary run to run in their last bits (the model's default path is deterministic). Each
+starts). The output projection is split over its K (the heads), so the merge and the projection are one phase;
+its sums are fp32 atomic adds, in the order the programs arrive: the step's logits vary run to run in their last
+bits (the model's default path is deterministic). Each
 program takes every `nprog`-th tile of a phase's output columns (or of the attention's splits). The attention of
 every variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
 MQA (GroupedQueryAttention) and Tucker (its merged form [U2 G_q | U3 | U~3] and G_o U~2^T: one latent K/V head, or
@@ -117,14 +117,14 @@ if _triton_available():
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers). The
         epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the
-        caches at `pos`), 3 logits into OUT."""
+        caches at `pos`), 1 the fp32 sum into OUT (without the bias), 2 GELU into OUT, 3 logits into OUT."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
                 w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
             rn = t * BN + tl.arange(0, BN)
             n_ok = rn < N
             y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
-            if EPI != 3:
+            if (EPI == 0) | (EPI == 2):
                 y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
             ok = m_ok[:, None] & n_ok[None, :]
             if EPI == 0:
@@ -140,6 +140,12 @@ if _triton_available():
                     is_v = rn >= NH * DK + NKV * DK
                     row = (layer64 * B + rm[:, None]) * NKV + (cv // DV)[None, :]
                     tl.store(VC + row * max_len * DV + pos * DV + (cv % DV)[None, :], y, mask=ok & is_v[None, :])
+            elif EPI == 1:  # the fp32 sum (no bias), for the next phase to add to the stream
+                tl.store(OUT + rm[:, None] * N + rn[None, :], y, mask=ok)
+            elif EPI == 2:  # F.gelu (exact) of the linear's stored output
+                y = y.to(dt).to(tl.float32)
+                y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+                tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
             else:
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
             if not ONE:
@@ -156,18 +162,6 @@ if _triton_available():
                        other=0.0)
 
     @triton.jit
-    def _mlp_tiles(WFC, WPR, layer64, t, HS: tl.constexpr, HIDDEN: tl.constexpr, D: tl.constexpr,
-                   BLOCK_D: tl.constexpr):
-        """Hidden units t*HS .. t*HS + HS - 1: their rows of W_fc (HS, BLOCK_D) and columns of W_proj (BLOCK_D, HS)."""
-        rj = (t * HS + tl.arange(0, HS)).to(tl.int64)
-        rk = tl.arange(0, BLOCK_D)
-        ok = (rj < HIDDEN)[:, None] & (rk < D)[None, :]
-        w_fc = tl.load(WFC + layer64 * HIDDEN * D + rj[:, None] * D + rk[None, :], mask=ok, other=0.0)
-        w_pr = tl.load(WPR + layer64 * D * HIDDEN + rk[:, None] * HIDDEN + rj[None, :],
-                       mask=(rk < D)[:, None] & (rj < HIDDEN)[None, :], other=0.0)
-        return w_fc, w_pr
-
-    @triton.jit
     def _stream_rows(X, ACC, Bias, rm, m_ok, rk, k_ok, D: tl.constexpr, dt):
         """x + (acc + bias), the sublayer's output (its sum over programs, fp32) rounded as the unfused ops store it,
         then the sum rounded: the residual stream after a sublayer, every row, fp32."""
@@ -177,22 +171,24 @@ if _triton_available():
     @triton.jit
     def _mega_step_kernel(
             IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
-            X, X1, ACC, Q, PO, PM, PL, LOGITS, SYNC, ERR,
+            X, X1, ACC, Q, H, PO, PM, PL, LOGITS, SYNC, ERR,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN_QKV: tl.constexpr,
-            ONE_QKV: tl.constexpr, NCH: tl.constexpr, BN_OD: tl.constexpr, HS: tl.constexpr, BN_LM: tl.constexpr,
+            ONE_QKV: tl.constexpr, NCH: tl.constexpr, BN_OD: tl.constexpr, BLOCK_HID: tl.constexpr,
+            BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr, ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-4:
-        phase A, B1, B2D or EF alone (the interpreter's launches, no barrier).
+        phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
 
         The residual stream: X holds the layer's input x0 and X1 its middle x1 (each written by program 0, in a
         phase where nobody reads that buffer); ACC[0] collects the attention's output o W_O^T over the programs
-        of B2D, ACC[1] the MLP's over those of EF (fp32 atomic adds), each zeroed by program 0 a phase after its
-        last reader, and the next phase forms x1 = x0 + (ACC[0] + b_O), x2 = x1 + (ACC[1] + b_proj) as it reads."""
+        of B2D (fp32 atomic adds; zeroed by program 0 in A, a phase after its last reader), ACC[1] holds F's
+        h W_proj^T, and the phase after each forms x1 = x0 + (ACC[0] + b_O), x2 = x1 + (ACC[1] + b_proj) as it
+        reads."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -223,7 +219,7 @@ if _triton_available():
                 if pid == 0:
                     tl.store(X + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                     tl.store(ACC_A + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
-                             mask=row_ok)  # last read in the previous layer's EF
+                             mask=row_ok)  # last read in the previous layer's E
                 a = _norm_rows(x, k_ok, N1W + layer * D, N1B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, Q, Q, X,
@@ -242,9 +238,6 @@ if _triton_available():
             if (ONLY == 0) | (ONLY == 3):
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
             if (ONLY == 0) | (ONLY == 2):
-                if pid == 0:  # ACC[1] was last read in this layer's A
-                    tl.store(ACC_M + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
-                             mask=row_ok)
                 ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
                     bg = item // n_split  # (sequence, KV head) = b * NKV + g
@@ -307,28 +300,32 @@ if _triton_available():
                     rn = (item % NCH) * BN_OD + tl.arange(0, BN_OD)
                     tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
             if (ONLY == 0) | (ONLY == 4):
-                w_fc, w_pr = _mlp_tiles(WFC, WPR, layer64, pid, HS, HIDDEN, D, BLOCK_D)  # EF's, before the barrier
+                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)  # before the barrier
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
-            # ---- EF: x1 = x0 + attention output; a program per slice of HS hidden units: gelu(norm2(x1) W_fc^T +
-            # b_fc) for its units, times their columns of W_proj, added into ACC[1]
+            # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 4):
                 x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
                 if pid == 0:
                     tl.store(X1 + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                 a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
-                for t in range(pid, tl.cdiv(HIDDEN, HS), nprog):
-                    if t != pid:
-                        w_fc, w_pr = _mlp_tiles(WFC, WPR, layer64, t, HS, HIDDEN, D, BLOCK_D)
-                    rj = t * HS + tl.arange(0, HS)
-                    hid = tl.sum(a[:, None, :] * w_fc.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, HS)
-                    hid += tl.load(BFC + layer * HIDDEN + rj, mask=rj < HIDDEN, other=0.0).to(tl.float32)[None, :]
-                    hid = hid.to(dt).to(tl.float32)  # F.gelu (exact) of the linear's stored output, stored
-                    hid = (0.5 * hid * (1.0 + tl.math.erf(hid * 0.7071067811865476))).to(dt).to(tl.float32)
-                    y = tl.sum(hid[:, None, :] * w_pr.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BLOCK_D)
-                    tl.atomic_add(ACC_M + rm[:, None] * D + rk[None, :], y, mask=row_ok, sem="relaxed", scope="gpu")
+                _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H, H, X,
+                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
+                            DK, DV, SHARED_KV, D)
+            if (ONLY == 0) | (ONLY == 5):
+                w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+            # ---- F: h W_proj^T, its fp32 sums into ACC[1] (the next layer's A adds it to x1)
+            if (ONLY == 0) | (ONLY == 5):
+                rh = tl.arange(0, BLOCK_HID)
+                h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
+                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, ACC_M, ACC_M, X, KC, VC,
+                            rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
+                            DV, SHARED_KV, D)
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # the next layer's first tile, in flight during the barrier
                     w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
@@ -430,6 +427,7 @@ class MegaDecoder:
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # a layer's input x0
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
         self.acc = torch.zeros(2, B, self.d, device=dev, dtype=f32)  # attention's and MLP's outputs, summed
+        self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)  # the MLP's hidden activations
         self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
@@ -494,16 +492,17 @@ class MegaDecoder:
         n_qkv = w["wqkv"].size(1)
         qkv = self._tiling(n_qkv, d)
         bn_od = _pow2(_cdiv(d, max(1, P // (B * self.nH))), 1)  # B2D: output chunks a (sequence, head)
-        hs = max(1, min(_pow2(_cdiv(hid, P), 1), _pow2_floor(max(1, TILE // (_pow2(B, 1) * _pow2(d, 16))))))
+        fc, pr = self._tiling(hid, d), self._tiling(d, hid)
         _mega_step_kernel[(P,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
             w["nfb"], self.model.lm_head.weight,
-            self.x, self.x1, self.acc, self.q, self.po, self.pm, self.pl, self.logits, self.counters, self.error,
+            self.x, self.x1, self.acc, self.q, self.h, self.po, self.pm, self.pl, self.logits, self.counters, self.error,
             B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
             D=d, HIDDEN=hid, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
             SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
-            BLOCK_D=_pow2(d, 16), BN_QKV=qkv[0], ONE_QKV=qkv[1], NCH=_cdiv(d, bn_od), BN_OD=bn_od, HS=hs,
+            BLOCK_D=_pow2(d, 16), BN_QKV=qkv[0], ONE_QKV=qkv[1], NCH=_cdiv(d, bn_od), BN_OD=bn_od,
+            BLOCK_HID=_pow2(hid, 16), BN_FC=fc[0], ONE_FC=fc[1], BN_PR=pr[0], ONE_PR=pr[1],
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
@@ -520,9 +519,9 @@ class MegaDecoder:
         self.counters.zero_()
         if phases or _interpret():
             for layer in range(self.n_layer):
-                for only in range(1, 5):
+                for only in range(1, 6):
                     self._launch(idx, pos, only, layer, layer + 1, False)
-            self._launch(idx, pos, 5, self.n_layer, self.n_layer, True)  # no layer: the final norm and the LM head
+            self._launch(idx, pos, 6, self.n_layer, self.n_layer, True)  # no layer: the final norm and the LM head
         else:
             self._launch(idx, pos, 0, 0, self.n_layer, True)
         return self.logits

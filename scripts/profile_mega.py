@@ -1,6 +1,6 @@
 """Where decode_mega's step goes, phase by phase: the step launched a phase at a time (MegaDecoder.decode_step's
 phases=True) under the CUDA profiler, each launch's kernel time attributed to its phase (A the layer's input, norm1 +
-QKV; B1 attention splits; B2D their merge and the output projection; EF x1, norm2 and the MLP; and the LM head),
+QKV; B1 attention splits; B2D their merge and the output projection; E x1, norm2, fc and GELU; F proj; and the LM head),
 median over the profiled steps.
 
     python3 -m scripts.profile_mega --variants mha,tucker_8_64_64 --context 4096 [--knob decode_mega.NUM_WARPS=4]
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.bench_decode import KNOB_MODULES, build_model, fill_caches  # noqa: E402
 from scripts.bench_train import VARIANTS, set_module_knobs  # noqa: E402
 
-PHASES = ("A x0+norm1+qkv", "B1 attention splits", "B2D merge+out proj", "EF x1+norm2+MLP")
+PHASES = ("A x0+norm1+qkv", "B1 attention splits", "B2D merge+out proj", "E x1+norm2+fc+gelu", "F proj")
 
 
 @torch.no_grad()
