@@ -37,7 +37,7 @@ one launch against the phase-by-phase launches and the model). A barrier that wa
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from typing import Optional
 
 import torch
 
@@ -50,7 +50,7 @@ TILE = 32768  # elements (rows x columns x K) of a layer's GEMV tile: GPT-2's ph
 TILE_LM = 16384  # the LM head's tiles (many a program: two tiles' weights in registers, the next one's in flight)
 NUM_WARPS = 8
 PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): one per SM
-MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2 merges them, one load per head)
+MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -109,15 +109,15 @@ if _triton_available():
         return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < N)[:, None] & (rk < K)[None, :], other=0.0)
 
     @triton.jit
-    def _gemv_phase(a, w, W, N, pid, nprog, Bias, OUT, OUT2, X, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
+    def _gemv_phase(a, w, W, N, pid, nprog, Bias, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
                     BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
                     NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
                     D: tl.constexpr):
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers). The
-        epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the
-        caches at `pos`), 1 the fp32 sum into OUT (without the bias), 2 GELU into OUT, 3 logits into OUT."""
+        epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without
+        the bias), 2 GELU into OUT, 3 logits into OUT."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
                 w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
@@ -222,7 +222,7 @@ if _triton_available():
                              mask=row_ok)  # last read in the previous layer's E
                 a = _norm_rows(x, k_ok, N1W + layer * D, N1B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
-                _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, Q, Q, X,
+                _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, Q,
                             KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV, NH, NKV,
                             DK, DV, SHARED_KV, D)
             if ONLY == 0:
@@ -311,7 +311,7 @@ if _triton_available():
                     tl.store(X1 + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                 a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
-                _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H, H, X,
+                _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H,
                             KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
                             DK, DV, SHARED_KV, D)
             if (ONLY == 0) | (ONLY == 5):
@@ -323,7 +323,7 @@ if _triton_available():
             if (ONLY == 0) | (ONLY == 5):
                 rh = tl.arange(0, BLOCK_HID)
                 h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
-                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, ACC_M, ACC_M, X, KC, VC,
+                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, ACC_M, KC, VC,
                             rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
                             DV, SHARED_KV, D)
             if ONLY == 0:
@@ -336,7 +336,7 @@ if _triton_available():
             w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
             x = _stream_rows(X1, ACC_M, BPR + (layer_hi - 1) * D, rm, m_ok, rk, k_ok, D, dt)
             a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
-            _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, LOGITS, X, KC, VC, rm, m_ok, B, 0, pos,
+            _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
                         max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, D)
 
 
