@@ -1,8 +1,10 @@
 """decode_mega: the whole decode step in one persistent kernel (grid barriers between its phases).
 
-Properties: for MHA, GQA, MQA, Tucker and Tucker with shared KV (with and without biases, LayerNorm and RMSNorm),
-the step kernel's logits and the cache rows it writes equal GPT.decode_step's (the model's own decode path) over
-several consecutive steps, at 1 and 3 sequences, with the cache split over several programs and merged; a weight change reaches the next step (the stacked copy is rebuilt); StaticDecoder(mega=True)
+Properties: for MHA, GQA, MQA, Tucker and Tucker with shared KV (LayerNorm, no biases), the step kernel's logits and
+the cache rows it writes equal GPT.decode_step's (the model's own decode path) over several consecutive steps, with
+the cache split over several programs and merged; at 3 sequences for GQA and shared-latent Tucker (RMSNorm, biases,
+tiles small enough that each program takes several a phase); a weight change reaches the next step (the stacked
+copy is rebuilt); StaticDecoder(mega=True)
 decodes what the eager step decodes. Unsupported models (RoPE, SwiGLU, MLA, too many rows) are refused with the
 reason. CPU: the kernel through Triton's interpreter (each phase a launch: a barrier would wait forever there),
 float32, to float32 rounding. CUDA (skipped without a GPU): the one-launch step with its barriers, bf16, against
@@ -64,12 +66,11 @@ def decode_both(model, batch, context, steps, programs, device="cpu"):
 
 
 @needs_child
-@pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("variant, batch", [(v, 1) for v in VARIANTS] + [("gqa", 3), ("tucker_shared", 3)])
 def test_interp_step_kernel_matches_the_model(variant, batch, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
     in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
-    takes several a phase."""
+    takes several a phase (GQA's several KV heads, Tucker's shared latent)."""
     monkeypatch.setattr(dm, "BLOCK_N", 16)
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
     if batch == 3:  # small tiles: every phase takes several a program (the next one's loads in flight)

@@ -223,9 +223,10 @@ def test_gelu_kernels_compile(dtype, record, monkeypatch):
 
 
 @pytest.mark.parametrize("lr_tensor", [False, True])
-def test_master_adamw_kernel_compiles(lr_tensor, record):
-    """master_adamw's update, for a bf16 matrix (its bf16 copy written) and a float32 vector; lr a float or a tensor
-    (the kernel reads it from the device either way: one variant)."""
+def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
+    """master_adamw's update a launch per tensor (TENSORS_PER_LAUNCH=1), for a bf16 matrix (its bf16 copy written)
+    and a float32 vector; lr a float or a tensor (the kernel reads it from the device either way: one variant)."""
+    monkeypatch.setattr(ma, "TENSORS_PER_LAUNCH", 1)
     rec = record(ma, "_master_adamw_kernel")
     w, b = torch.nn.Parameter(torch.randn(64, 96)), torch.nn.Parameter(torch.randn(96))
     opt = ma.MasterAdamW([w, b], backend="triton")
@@ -239,8 +240,10 @@ def test_master_adamw_kernel_compiles(lr_tensor, record):
     assert all(lr is (opt.param_groups[0]["lr"] if lr_tensor else opt.param_groups[0]["lr_device"]) for lr in lrs)
 
 
-def test_master_adamw_kernel_compiles_summing_micro_steps(record):
-    """With micro_steps=2 the matrix's gradient is its float32 sum, which the kernel zeroes (ZERO_G): that variant too."""
+def test_master_adamw_kernel_compiles_summing_micro_steps(record, monkeypatch):
+    """With micro_steps=2 the matrix's gradient is its float32 sum, which the kernel zeroes (ZERO_G): that variant too
+    (a launch per tensor)."""
+    monkeypatch.setattr(ma, "TENSORS_PER_LAUNCH", 1)
     rec = record(ma, "_master_adamw_kernel")
     w, b = torch.nn.Parameter(torch.randn(64, 96)), torch.nn.Parameter(torch.randn(96))
     opt = ma.MasterAdamW([w, b], backend="triton", micro_steps=2)
