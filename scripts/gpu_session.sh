@@ -41,8 +41,8 @@
 #                 128, both shapes, Tucker profiled (TRAIN_BUDGET, default 300)
 #   tests_master  master_adamw's and fused_gelu's CUDA tests (MASTER_TESTS: more test files)
 #   master_multi  bench_train --graph_step --master_weights (MULTI_VARIANTS: MHA, Tucker [8,64,64]; both shapes, Tucker
-#                 profiled) with a launch per tensor, then with --knob TENSORS_PER_LAUNCH=PER_LAUNCH (16): the
-#                 multi-tensor kernel -> bench/master_per_tensor, bench/master_multi
+#                 profiled) with --knob TENSORS_PER_LAUNCH=1 (a launch per tensor), then with PER_LAUNCH (16, the
+#                 default since session 16): the multi-tensor kernel -> bench/master_per_tensor, bench/master_multi
 #   mega          decode_mega's CUDA tests (the one-launch step against its phases and the model), then bench_decode
 #                 graph_merged against graph_mega (the whole step as one persistent kernel), batch 1, 4k and 16k, MHA,
 #                 GQA-4, MQA, Tucker, Tucker shared, profiled (MEGA_ARGS: more bench_decode arguments, e.g. --knob
@@ -311,7 +311,7 @@ for st in "$@"; do
         MM=(--graph_step --master_weights --shapes 12x1024,64x256 --variants ${MULTI_VARIANTS:-mha,tucker_8_64_64}
             --profile ${MULTI_PROFILE:-tucker_8_64_64} --profile_top 30 --precompile 2 --time_budget ${MULTI_BUDGET:-150}
             --out_dir "$WORK/bench")
-        stage master_per_tensor python3 -m scripts.bench_train "${MM[@]}" --name master_per_tensor
+        stage master_per_tensor python3 -m scripts.bench_train "${MM[@]}" --knob TENSORS_PER_LAUNCH=1 --name master_per_tensor
         stage master_multi python3 -m scripts.bench_train "${MM[@]}" --knob TENSORS_PER_LAUNCH=${PER_LAUNCH:-16} \
             --name master_multi ;;
     mega) stage tests_mega timeout ${MEGA_TEST_TIMEOUT:-300} python3 -m pytest -q -rs tests/test_decode_mega.py -k cuda
