@@ -61,6 +61,8 @@ if _triton_available():
     import triton
     import triton.language as tl
 
+    from decode_linear import _normalize
+
     @triton.jit
     def _grid_sync(SYNC, target, ERR, MAX_SPIN: tl.constexpr):
         """Wait until the counter SYNC reaches `target` (every program's arrival at this barrier), after adding
@@ -89,10 +91,7 @@ if _triton_available():
             mean = tl.sum(x, axis=1) / d
             c = tl.where(k_ok[None, :], x - mean[:, None], 0.0)
             rstd = tl.rsqrt(tl.sum(c * c, axis=1) / d + eps)
-        a = (x - mean[:, None]) * rstd[:, None] * tl.load(NW + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
-        if HAS_NB:
-            a += tl.load(NB + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
-        return tl.where(k_ok[None, :], a, 0.0)
+        return _normalize(x, mean, rstd, NW, NB, rk, k_ok, NORM, HAS_NB)  # decode_linear's: the same formula
 
     @triton.jit
     def _load_rows(X, rm, m_ok, rk, k_ok, d):
@@ -485,8 +484,7 @@ class MegaDecoder:
         bn = self._bn(N, K)
         return bn, _cdiv(N, bn) <= self.programs
 
-    def _launch(self, idx, pos, only: int, layer_lo: int, layer_hi: int, final: bool) -> None:
-        w = self._stacked_weights()
+    def _launch(self, w: dict, idx, pos, only: int, layer_lo: int, layer_hi: int, final: bool) -> None:
         tr = self.model.transformer
         B, d, hid, P = self.batch, self.d, self.hidden, self.programs
         n_qkv = w["wqkv"].size(1)
@@ -516,14 +514,15 @@ class MegaDecoder:
             raise ValueError("MegaDecoder.decode_step: pass the caches the decoder was built on (it reads its own "
                              "stacked copy of them)")
         idx = idx.reshape(-1)
+        w = self._stacked_weights()  # checked once a step (a parameter's change rebuilds them)
         self.counters.zero_()
         if phases or _interpret():
             for layer in range(self.n_layer):
                 for only in range(1, 6):
-                    self._launch(idx, pos, only, layer, layer + 1, False)
-            self._launch(idx, pos, 6, self.n_layer, self.n_layer, True)  # no layer: the final norm and the LM head
+                    self._launch(w, idx, pos, only, layer, layer + 1, False)
+            self._launch(w, idx, pos, 6, self.n_layer, self.n_layer, True)  # no layer: the final norm and LM head
         else:
-            self._launch(idx, pos, 0, 0, self.n_layer, True)
+            self._launch(w, idx, pos, 0, 0, self.n_layer, True)
         return self.logits
 
     def check(self) -> None:

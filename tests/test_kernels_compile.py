@@ -288,7 +288,7 @@ def test_decode_mega_step_kernel_compiles(variant, record, monkeypatch):
     rec = record(dm, "_mega_step_kernel")
     idx, pos = torch.tensor([[3]]), torch.tensor([10])
     mega.decode_step(idx, caches, pos)  # the interpreter's way: a launch per phase and layer, then the head
-    mega._launch(idx.view(-1), pos, 0, 0, 2, True)  # the GPU's: one launch, barriers between the phases
+    mega._launch(mega._stacked_weights(), idx.view(-1), pos, 0, 0, 2, True)  # the GPU's: one launch, barriers
     assert sorted({typed(rec.kernel, *launch)[1]["ONLY"] for launch in rec.launches}) == [0, 1, 2, 3, 4, 5, 6]
     seen = set()
     for args, kwargs in rec.launches:
