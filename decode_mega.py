@@ -411,6 +411,16 @@ class MegaDecoder:
         first = _attention_form(model.transformer.h[0].attn)
         _, _, _, _, self.nH, self.nKV, self.dk, self.dv, self.shared, self.scale = first
         self.hidden = model.transformer.h[0].mlp.c_fc.out_features
+        want = {"kv": (self.nKV, self.dk)} if self.shared else {"k": (self.nKV, self.dk), "v": (self.nKV, self.dv)}
+        if len(caches) != self.n_layer:
+            raise ValueError(f"MegaDecoder: {len(caches)} caches for {self.n_layer} layers")
+        for i, c in enumerate(caches):
+            got = {name: (t.size(1), t.size(3)) for name, t in c.store.items()}
+            bad = [t for t in c.store.values() if t.dtype != self.dtype or t.size(0) != B or t.size(2) != c.max_len]
+            if got != want or bad:
+                raise ValueError(f"MegaDecoder: layer {i}'s cache is {got} in {[t.dtype for t in c.store.values()]}, "
+                                 f"expected {want} (heads, dim) in {self.dtype} for {B} sequences (model.new_caches "
+                                 f"with the weights' dtype)")
         self.max_len = caches[0].max_len
         if self.device.type == "cuda" and not _interpret():
             self.programs = programs or torch.cuda.get_device_properties(self.device).multi_processor_count * \

@@ -147,3 +147,23 @@ def test_cuda_one_launch_matches_the_phases_and_the_model(variant):
     phased = mega.decode_step(tok, caches, pos, phases=True).float().clone()
     mega.check()
     assert ((one - phased).norm() / phased.norm()).item() < 1e-2
+
+
+def test_caches_of_another_dtype_or_shape_are_refused(monkeypatch):
+    """The kernel writes and reads the caches as the weights' dtype and the layer's (heads, dim): anything else is a
+    ValueError naming the layer, before any launch (the device checks made to pass as in the interpreter)."""
+    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+    monkeypatch.setattr(dm, "_triton_available", lambda: True)
+    model = tiny("tucker")
+    with pytest.raises(ValueError, match="layer 0's cache"):
+        dm.MegaDecoder(model, model.new_caches(1, 16, dtype=torch.float16))
+    with pytest.raises(ValueError, match="caches for 2 layers"):
+        dm.MegaDecoder(model, model.new_caches(1, 16)[:1])
+    with pytest.raises(ValueError, match="layer 0's cache"):
+        dm.MegaDecoder(model, tiny("mha").new_caches(1, 16))  # MHA's 4 heads of 16, not one latent
+
+
+def test_profile_script_refuses_an_unknown_variant():
+    from scripts import profile_mega
+    with pytest.raises(SystemExit, match="unknown variant 'nope'.*tucker_8_64_64"):
+        profile_mega.profile_variant("nope", 16, 1, 1)
