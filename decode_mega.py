@@ -43,6 +43,7 @@ import torch
 
 from decode_attention import (DTYPES, _cdiv, _interpret, _pow2, _pow2_floor, _triton_available,
                               kernel_unavailable)
+from decode_linear import NORM_KINDS, _norm_params
 
 MAX_ROWS = 4  # sequences a step serves (the GEMV tiles broadcast over rows in registers)
 MAX_DIM = 8192  # n_embd: a whole row of x is one register tile
@@ -110,8 +111,7 @@ if _triton_available():
     @triton.jit
     def _gemv_phase(a, w, W, N, pid, nprog, Bias, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
                     BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
-                    NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
-                    D: tl.constexpr):
+                    NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr):
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers). The
@@ -180,7 +180,7 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
-        grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-4:
+        grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-5:
         phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
 
         The residual stream: X holds the layer's input x0 and X1 its middle x1 (each written by program 0, in a
@@ -223,7 +223,7 @@ if _triton_available():
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, Q,
                             KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV, NH, NKV,
-                            DK, DV, SHARED_KV, D)
+                            DK, DV, SHARED_KV)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
@@ -312,7 +312,7 @@ if _triton_available():
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H,
                             KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
-                            DK, DV, SHARED_KV, D)
+                            DK, DV, SHARED_KV)
             if (ONLY == 0) | (ONLY == 5):
                 w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
             if ONLY == 0:
@@ -324,7 +324,7 @@ if _triton_available():
                 h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
                 _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, ACC_M, KC, VC,
                             rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
-                            DV, SHARED_KV, D)
+                            DV, SHARED_KV)
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # the next layer's first tile, in flight during the barrier
                     w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
@@ -336,7 +336,7 @@ if _triton_available():
             x = _stream_rows(X1, ACC_M, BPR + (layer_hi - 1) * D, rm, m_ok, rk, k_ok, D, dt)
             a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
             _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
-                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, D)
+                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV)
 
 
 def _attention_form(attn):
@@ -382,7 +382,7 @@ def unsupported(model, batch_size: int) -> Optional[str]:
             return f"head dims {dk}, {dv}: powers of two >= 16"
         kinds.add((nH, nKV, dk, dv, shared))
         norms = (block.ln_1, block.ln_2)
-        if any(getattr(n, "kind", None) not in ("layernorm", "rmsnorm") for n in norms):
+        if any(getattr(n, "kind", None) not in NORM_KINDS for n in norms):
             return "norms other than model.LayerNorm / model.RMSNorm"
     if len(kinds) != 1:
         return "layers of different attention shapes"
@@ -462,23 +462,22 @@ class MegaDecoder:
         blocks = self.model.transformer.h
         zeros = lambda n: torch.zeros(n, device=self.device, dtype=self.dtype)
         forms = [_attention_form(b.attn) for b in blocks]
-        norm = lambda n, w: getattr(n, w, None) if getattr(n, w, None) is not None else zeros(self.d)
+        norm_bias = lambda n: _norm_params(n)[2] if _norm_params(n)[2] is not None else zeros(self.d)
         with torch.no_grad():
             w = dict(
-                n1w=torch.stack([b.ln_1.weight for b in blocks]), n1b=torch.stack([norm(b.ln_1, "bias") for b in blocks]),
+                n1w=torch.stack([b.ln_1.weight for b in blocks]), n1b=torch.stack([norm_bias(b.ln_1) for b in blocks]),
                 wqkv=torch.stack([f[0] for f in forms]).contiguous(),
                 bqkv=torch.stack([f[1] if f[1] is not None else zeros(f[0].size(0)) for f in forms]),
                 wo=torch.stack([f[2] for f in forms]).contiguous(),
                 bo=torch.stack([f[3] if f[3] is not None else zeros(self.d) for f in forms]),
-                n2w=torch.stack([b.ln_2.weight for b in blocks]), n2b=torch.stack([norm(b.ln_2, "bias") for b in blocks]),
+                n2w=torch.stack([b.ln_2.weight for b in blocks]), n2b=torch.stack([norm_bias(b.ln_2) for b in blocks]),
                 wfc=torch.stack([b.mlp.c_fc.weight for b in blocks]),
                 bfc=torch.stack([b.mlp.c_fc.bias if b.mlp.c_fc.bias is not None else zeros(self.hidden) for b in blocks]),
                 wpr=torch.stack([b.mlp.c_proj.weight for b in blocks]),
                 bpr=torch.stack([b.mlp.c_proj.bias if b.mlp.c_proj.bias is not None else zeros(self.d) for b in blocks]),
-                nfw=self.model.transformer.ln_f.weight, nfb=norm(self.model.transformer.ln_f, "bias"))
-        self.has_nb = getattr(blocks[0].ln_1, "bias", None) is not None
-        self.norm_kind = 1 if blocks[0].ln_1.kind == "layernorm" else 2
-        self.eps = float(blocks[0].ln_1.eps)
+                nfw=self.model.transformer.ln_f.weight, nfb=norm_bias(self.model.transformer.ln_f))
+        self.norm_kind, _, bias, self.eps = _norm_params(blocks[0].ln_1)  # decode_linear's reading of a norm
+        self.has_nb = bias is not None
         self.weights, self._key = w, key
         return w
 
