@@ -54,6 +54,8 @@ PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): on
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
+EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
+#                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
 INTERPRET_PROGRAMS = 3  # programs in Triton's interpreter (several: the tile striding is exercised)
 
@@ -65,22 +67,34 @@ if _triton_available():
     from decode_linear import _normalize
 
     @triton.jit
-    def _grid_sync(SYNC, target, ERR, MAX_SPIN: tl.constexpr):
-        """Wait until the counter SYNC reaches `target` (every program's arrival at this barrier), after adding
-        this program's arrival: the program's stores before it are visible to every program after it. One thread
-        of the program touches the counter (Triton runs a scalar atomic in one thread and hands its result to the
-        others): 132 programs x 256 threads polling one L2 line made each barrier cost microseconds."""
+    def _grid_arrive(SYNC):
+        """This program's arrival at a grid barrier (returns the count it saw, its own included): every thread's
+        stores before it are visible to every program that has seen the count complete. One thread touches the
+        counter (Triton runs a scalar atomic in one thread and hands its result to the others). The release is a
+        fence (MEMBAR) that waits for that thread's outstanding memory operations: loads issued just before it
+        delay the arrival, so the next phase's weights are loaded between _grid_arrive and _grid_wait."""
         tl.debug_barrier()  # every thread's stores issued before the (one-thread) release below
-        seen = tl.atomic_add(SYNC, 1, sem="release", scope="gpu") + 1
+        return tl.atomic_add(SYNC, 1, sem="release", scope="gpu") + 1
+
+    @triton.jit
+    def _grid_wait(SYNC, seen, target, ERR, MAX_SPIN: tl.constexpr):
+        """Wait until the counter SYNC reaches `target` (every program's arrival at this barrier): the others'
+        stores before their arrivals happen before what follows. One thread polls: 132 programs x 256 threads
+        polling one L2 line made each barrier cost microseconds."""
         spins = 0
         while (seen < target) & (spins < MAX_SPIN):
             # a compare-and-swap that never swaps (the count is never -1) reads the counter with acquire semantics
-            # (an atomic add of 0 is folded away by Triton): the others' stores happen before what follows
+            # (an atomic add of 0 is folded away by Triton)
             seen = tl.atomic_cas(SYNC, -1, -1, sem="acquire", scope="gpu")
             spins += 1
         if seen < target:
             tl.atomic_or(ERR, 1)
         tl.debug_barrier()
+
+    @triton.jit
+    def _grid_sync(SYNC, target, ERR, MAX_SPIN: tl.constexpr):
+        """A grid barrier: _grid_arrive, then _grid_wait."""
+        _grid_wait(SYNC, _grid_arrive(SYNC), target, ERR, MAX_SPIN)
 
     @triton.jit
     def _norm_rows(x, k_ok, NW, NB, rk, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr):
@@ -178,7 +192,8 @@ if _triton_available():
             ONE_QKV: tl.constexpr, NCH: tl.constexpr, BN_OD: tl.constexpr, BLOCK_HID: tl.constexpr,
             BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr, ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
-            DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
+            DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
+            EARLY_ARRIVE: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-5:
         phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
@@ -226,7 +241,10 @@ if _triton_available():
                             DK, DV, SHARED_KV)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+                if EARLY_ARRIVE:
+                    seen = _grid_arrive(SYNC)
+                else:
+                    _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
             # ---- B1: attention, the cache rows split over programs: each split's partial (unnormalized output, row
             # max, row sum) of every query head of its KV head
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
@@ -236,6 +254,9 @@ if _triton_available():
             ev = tl.arange(0, DV)
             if (ONLY == 0) | (ONLY == 3):
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
+            if ONLY == 0:
+                if EARLY_ARRIVE:
+                    _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
             if (ONLY == 0) | (ONLY == 2):
                 ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
@@ -298,11 +319,16 @@ if _triton_available():
                     y = tl.sum(o[None, :] * w_o.to(tl.float32), axis=1)  # (BN_OD,)
                     rn = (item % NCH) * BN_OD + tl.arange(0, BN_OD)
                     tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
-            if (ONLY == 0) | (ONLY == 4):
-                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)  # before the barrier
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+                if EARLY_ARRIVE:
+                    seen = _grid_arrive(SYNC)
+            if (ONLY == 0) | (ONLY == 4):
+                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)  # during the barrier
+            if ONLY == 0:
+                if not EARLY_ARRIVE:
+                    seen = _grid_arrive(SYNC)
+                _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
             # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 4):
                 x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
@@ -313,11 +339,16 @@ if _triton_available():
                 _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H,
                             KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
                             DK, DV, SHARED_KV)
+            if ONLY == 0:
+                barriers += 1
+                if EARLY_ARRIVE:
+                    seen = _grid_arrive(SYNC)
             if (ONLY == 0) | (ONLY == 5):
                 w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
             if ONLY == 0:
-                barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+                if not EARLY_ARRIVE:
+                    seen = _grid_arrive(SYNC)
+                _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
             # ---- F: h W_proj^T, its fp32 sums into ACC[1] (the next layer's A adds it to x1)
             if (ONLY == 0) | (ONLY == 5):
                 rh = tl.arange(0, BLOCK_HID)
@@ -326,13 +357,26 @@ if _triton_available():
                             rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
                             DV, SHARED_KV)
             if ONLY == 0:
-                if layer + 1 < layer_hi:  # the next layer's first tile, in flight during the barrier
+                if layer + 1 < layer_hi:  # (the last layer's barrier comes after the loop, the LM head's tile in it)
+                    barriers += 1
+                    if EARLY_ARRIVE:
+                        seen = _grid_arrive(SYNC)
                     w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
-                barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+                    if not EARLY_ARRIVE:
+                        seen = _grid_arrive(SYNC)
+                    _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
         # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
+        if ONLY == 0:
+            barriers += 1
+            if EARLY_ARRIVE:
+                seen = _grid_arrive(SYNC)
         if FINAL:
             w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
+        if ONLY == 0:
+            if not EARLY_ARRIVE:
+                seen = _grid_arrive(SYNC)
+            _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
+        if FINAL:
             x = _stream_rows(X1, ACC_M, BPR + (layer_hi - 1) * D, rm, m_ok, rk, k_ok, D, dt)
             a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
             _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
@@ -513,7 +557,7 @@ class MegaDecoder:
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
-            num_warps=NUM_WARPS)
+            EARLY_ARRIVE=EARLY_ARRIVE, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must
