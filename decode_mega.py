@@ -67,17 +67,31 @@ if _triton_available():
     from decode_linear import _normalize
 
     @triton.jit
-    def _grid_arrive(SYNC):
+    def _stamp(AT, TIMING: tl.constexpr):
+        """TIMING: the GPU's global nanosecond timer and this SM's cycle counter into AT[0], AT[1] (one thread's
+        reading; MegaDecoder.barrier_times reads them back)."""
+        if TIMING:
+            zero = tl.full([], 0, tl.int32)
+            ns = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [zero], dtype=tl.int64,
+                                           is_pure=False, pack=1)
+            cycles = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [zero], dtype=tl.int64,
+                                               is_pure=False, pack=1)
+            tl.store(AT, ns)
+            tl.store(AT + 1, cycles)
+
+    @triton.jit
+    def _grid_arrive(SYNC, AT, TIMING: tl.constexpr):
         """This program's arrival at a grid barrier (returns the count it saw, its own included): every thread's
         stores before it are visible to every program that has seen the count complete. One thread touches the
         counter (Triton runs a scalar atomic in one thread and hands its result to the others). The release is a
         fence (MEMBAR) that waits for that thread's outstanding memory operations: loads issued just before it
         delay the arrival, so the next phase's weights are loaded between _grid_arrive and _grid_wait."""
         tl.debug_barrier()  # every thread's stores issued before the (one-thread) release below
+        _stamp(AT, TIMING)  # the arrival (AT: this barrier's 4 stamps)
         return tl.atomic_add(SYNC, 1, sem="release", scope="gpu") + 1
 
     @triton.jit
-    def _grid_wait(SYNC, seen, target, ERR, MAX_SPIN: tl.constexpr):
+    def _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr):
         """Wait until the counter SYNC reaches `target` (every program's arrival at this barrier): the others'
         stores before their arrivals happen before what follows. One thread polls: 132 programs x 256 threads
         polling one L2 line made each barrier cost microseconds."""
@@ -90,11 +104,12 @@ if _triton_available():
         if seen < target:
             tl.atomic_or(ERR, 1)
         tl.debug_barrier()
+        _stamp(AT + 2, TIMING)  # the release
 
     @triton.jit
-    def _grid_sync(SYNC, target, ERR, MAX_SPIN: tl.constexpr):
+    def _grid_sync(SYNC, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr):
         """A grid barrier: _grid_arrive, then _grid_wait."""
-        _grid_wait(SYNC, _grid_arrive(SYNC), target, ERR, MAX_SPIN)
+        _grid_wait(SYNC, _grid_arrive(SYNC, AT, TIMING), target, ERR, AT, MAX_SPIN, TIMING)
 
     @triton.jit
     def _norm_rows(x, k_ok, NW, NB, rk, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr):
@@ -184,7 +199,7 @@ if _triton_available():
     @triton.jit
     def _mega_step_kernel(
             IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
-            X, X1, ACC, Q, H, PO, PM, PL, LOGITS, SYNC, ERR,
+            X, X1, ACC, Q, H, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
@@ -193,7 +208,7 @@ if _triton_available():
             BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr, ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
-            EARLY_ARRIVE: tl.constexpr):
+            EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-5:
         phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
@@ -217,6 +232,10 @@ if _triton_available():
         ACC_A = ACC
         ACC_M = ACC + B * D
         barriers = 0
+        # TIMING (ONLY 0): this program's stamps, 4 a barrier (arrival ns and cycles, release ns and cycles):
+        # slot 0 the start, 1 .. 5 L the barriers, 5 L + 1 the end
+        STAMP = TIMES + pid * (4 * (5 * (layer_hi - layer_lo) + 2))
+        _stamp(STAMP, TIMING)
         if (ONLY == 0) | (ONLY == 1):
             w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
         for layer in range(layer_lo, layer_hi):
@@ -242,9 +261,9 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 if EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC)
+                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
                 else:
-                    _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+                    _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- B1: attention, the cache rows split over programs: each split's partial (unnormalized output, row
             # max, row sum) of every query head of its KV head
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
@@ -256,7 +275,7 @@ if _triton_available():
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
             if ONLY == 0:
                 if EARLY_ARRIVE:
-                    _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
+                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             if (ONLY == 0) | (ONLY == 2):
                 ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
@@ -298,7 +317,7 @@ if _triton_available():
                     tl.store(PL + slot, l_i)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, MAX_SPIN)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- B2D: a program per (sequence, query head, chunk of outputs): the head's splits merged (one load
             # of them all), o_h rounded as stored, o_h W_O[:, head]^T for its outputs added into ACC[0]
             if (ONLY == 0) | (ONLY == 3):
@@ -322,13 +341,13 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 if EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC)
+                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
             if (ONLY == 0) | (ONLY == 4):
                 w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)  # during the barrier
             if ONLY == 0:
                 if not EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC)
-                _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
+                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
+                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 4):
                 x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
@@ -342,13 +361,13 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 if EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC)
+                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
             if (ONLY == 0) | (ONLY == 5):
                 w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
             if ONLY == 0:
                 if not EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC)
-                _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
+                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
+                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- F: h W_proj^T, its fp32 sums into ACC[1] (the next layer's A adds it to x1)
             if (ONLY == 0) | (ONLY == 5):
                 rh = tl.arange(0, BLOCK_HID)
@@ -360,27 +379,30 @@ if _triton_available():
                 if layer + 1 < layer_hi:  # (the last layer's barrier comes after the loop, the LM head's tile in it)
                     barriers += 1
                     if EARLY_ARRIVE:
-                        seen = _grid_arrive(SYNC)
+                        seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
                     w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
                     if not EARLY_ARRIVE:
-                        seen = _grid_arrive(SYNC)
-                    _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
+                        seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
+                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
         # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
         if ONLY == 0:
             barriers += 1
             if EARLY_ARRIVE:
-                seen = _grid_arrive(SYNC)
+                seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
         if FINAL:
             w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
         if ONLY == 0:
             if not EARLY_ARRIVE:
-                seen = _grid_arrive(SYNC)
-            _grid_wait(SYNC, seen, barriers * nprog, ERR, MAX_SPIN)
+                seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
+            _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
         if FINAL:
             x = _stream_rows(X1, ACC_M, BPR + (layer_hi - 1) * D, rm, m_ok, rk, k_ok, D, dt)
             a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
             _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
                         max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV)
+        if TIMING:
+            tl.debug_barrier()
+            _stamp(STAMP + 4 * (barriers + 1), TIMING)
 
 
 def _attention_form(attn):
@@ -488,6 +510,7 @@ class MegaDecoder:
         self.logits = torch.zeros(B, self.vocab, device=dev, dtype=self.dtype)
         self.counters = torch.zeros(1, device=dev, dtype=torch.int32)  # the barriers' arrivals, zeroed each step
         self.error = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.times = None  # while timed_step runs: every program's barrier stamps
 
     def _stack_caches(self) -> None:
         names = ("kv",) if "kv" in self.caches[0].store else ("k", "v")
@@ -549,7 +572,7 @@ class MegaDecoder:
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
             w["nfb"], self.model.lm_head.weight,
             self.x, self.x1, self.acc, self.q, self.h, self.po, self.pm, self.pl, self.logits, self.counters, self.error,
-            B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
+            self.times if self.times is not None else self.counters, B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
             D=d, HIDDEN=hid, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
             SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
             BLOCK_D=_pow2(d, 16), BN_QKV=qkv[0], ONE_QKV=qkv[1], NCH=_cdiv(d, bn_od), BN_OD=bn_od,
@@ -557,7 +580,7 @@ class MegaDecoder:
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
-            EARLY_ARRIVE=EARLY_ARRIVE, num_warps=NUM_WARPS)
+            EARLY_ARRIVE=EARLY_ARRIVE, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must
@@ -577,6 +600,22 @@ class MegaDecoder:
         else:
             self._launch(w, idx, pos, 0, 0, self.n_layer, True)
         return self.logits
+
+    def timed_step(self, idx: torch.Tensor, caches, pos: torch.Tensor) -> torch.Tensor:
+        """One decode step in one launch, every program stamping the GPU's nanosecond timer and its SM's cycle counter
+        at its start, at each grid barrier (arriving, released) and at its end: (programs, 5 L + 2, 4) int64 on the
+        CPU, [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles), slot 0 the start, 1 .. 5 L
+        the barriers after phases A, B1, B2D, E, F of each layer, 5 L + 1 the end (its first two columns). CUDA
+        only (the interpreter runs the phases as separate launches, without barriers)."""
+        if self.device.type != "cuda" or _interpret():
+            raise ValueError("MegaDecoder.timed_step needs the one-launch step on a CUDA device")
+        self.times = torch.zeros(self.programs, 5 * self.n_layer + 2, 4, device=self.device, dtype=torch.int64)
+        try:
+            self.decode_step(idx, caches, pos)
+            torch.cuda.synchronize(self.device)
+            return self.times.cpu()
+        finally:
+            self.times = None
 
     def check(self) -> None:
         """Raise if a barrier of an earlier step gave up waiting (a step's results were then not valid)."""

@@ -7,6 +7,13 @@ median over the profiled steps.
 
 The phases launched alone pay a launch each instead of a barrier; their sum is what the one-launch step spends
 outside its barriers (bench_decode's graph_mega_phases row times the same launches end to end).
+
+    python3 -m scripts.profile_mega --barriers --variants mha,tucker_8_64_64 --context 4096
+
+times the one-launch step itself instead (MegaDecoder.timed_step: every program stamps the GPU's nanosecond timer as
+it arrives at each grid barrier and as it is released): per phase, summed over the layers, the span from the median
+release of the barrier before it to the median release of its own, split into `work` (until the last program
+arrives) and `sync` (from that arrival to the median release), and the median program's own work (`median work`).
 """
 import argparse
 import statistics
@@ -59,6 +66,64 @@ def profile_variant(name: str, context: int, batch: int, steps: int) -> dict:
     return {p: statistics.median(v) for p, v in us.items()}
 
 
+def barrier_phases(stamps, n_layer: int) -> dict:
+    """Per phase kind (A .. F, summed over the layers) and the LM head, us: span, work, sync and median work, from
+    one timed step's stamps (programs, 5 L + 2, 4) (MegaDecoder.timed_step's layout). Also `total` (the first
+    start to the last end) and `timer step` (the smallest nonzero difference between two ns stamps: the timer's
+    resolution as seen)."""
+    stamps = torch.as_tensor(stamps, dtype=torch.int64)
+    P, slots, _ = stamps.shape
+    if slots != 5 * n_layer + 2:
+        raise ValueError(f"stamps for {slots} slots, expected 5 x {n_layer} + 2")
+    arrive = stamps[:, :, 0].double() / 1e3  # us
+    release = stamps[:, :, 2].double() / 1e3
+    release[:, 0] = arrive[:, 0]  # the start: slot 0 holds its stamp in the arrival columns
+    rel_med = release.median(dim=0).values  # (slots,)
+    out = {p: dict(span=0.0, work=0.0, sync=0.0, median_work=0.0) for p in PHASES}
+    for b in range(1, 5 * n_layer + 1):
+        row = out[PHASES[(b - 1) % 5]]
+        last = arrive[:, b].max().item()
+        row["span"] += rel_med[b].item() - rel_med[b - 1].item()
+        row["work"] += last - rel_med[b - 1].item()
+        row["sync"] += rel_med[b].item() - last
+        row["median_work"] += (arrive[:, b] - release[:, b - 1]).median().item()
+    end = arrive[:, -1]
+    head = end.max().item() - rel_med[-2].item()
+    out["LM head"] = dict(span=head, work=head, sync=0.0,
+                          median_work=(end - release[:, -2]).median().item())
+    ns = torch.unique(stamps[:, :-1, [0, 2]].reshape(-1))
+    gaps = ns[1:] - ns[:-1]
+    out["total"] = end.max().item() - arrive[:, 0].min().item()
+    out["timer step"] = (gaps[gaps > 0].min().item() / 1e3) if gaps.numel() else float("nan")
+    return out
+
+
+@torch.no_grad()
+def time_barriers(name: str, context: int, batch: int, steps: int) -> dict:
+    """barrier_phases of `steps` one-launch steps, each entry's median over the steps."""
+    from decode_mega import MegaDecoder
+    from model import StaticDecoder
+    device = torch.device("cuda")
+    variant = next((v for v in VARIANTS if v.id == name), None)
+    if variant is None:
+        raise SystemExit(f"unknown variant {name!r}: one of {', '.join(v.id for v in VARIANTS)}")
+    model = build_model(variant, argparse.Namespace(tiny=False, rope=False), context + 1, device)
+    decoder = StaticDecoder(model, batch, device=device, max_len=context + 1)
+    fill_caches(decoder.caches, context, torch.Generator(device=device).manual_seed(0))
+    mega = MegaDecoder(model, decoder.caches)
+    tokens = torch.randint(model.config.vocab_size, (batch, 1), device=device)
+    pos = torch.tensor([context], device=device)
+    for _ in range(3):  # compile, warm up (the timed variant compiles on its first call)
+        mega.decode_step(tokens, decoder.caches, pos)
+        mega.timed_step(tokens, decoder.caches, pos)
+    runs = [barrier_phases(mega.timed_step(tokens, decoder.caches, pos), model.config.n_layer) for _ in range(steps)]
+    mega.check()
+    med = lambda vals: statistics.median(vals)
+    out = {k: (med([r[k] for r in runs]) if not isinstance(runs[0][k], dict)
+               else {f: med([r[k][f] for r in runs]) for f in runs[0][k]}) for k in runs[0]}
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default="mha,tucker_8_64_64")
@@ -66,8 +131,22 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE")
+    p.add_argument("--barriers", action="store_true", help="time the one-launch step's phases by its barrier stamps")
     a = p.parse_args(argv)
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
+    if a.barriers:
+        print(f"decode_mega one-launch step, batch {a.batch}, {a.context} cached, us per step (all layers; median of "
+              f"{a.steps} steps), knobs {knobs or 'none'}, {torch.cuda.get_device_name()}")
+        print("| variant | phase | span | work (last arrival) | sync | median work |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for v in a.variants.split(","):
+            r = time_barriers(v, a.context, a.batch, a.steps)
+            for ph in PHASES + ("LM head",):
+                x = r[ph]
+                print(f"| {v} | {ph} | {x['span']:.1f} | {x['work']:.1f} | {x['sync']:.1f} | {x['median_work']:.1f} |")
+            print(f"| {v} | whole step (first start to last end) | {r['total']:.1f} | | | |")
+            print(f"| {v} | timer resolution seen | {r['timer step']:.3f} | | | |")
+        return
     rows = {v: profile_variant(v, a.context, a.batch, a.steps) for v in a.variants.split(",")}
     cols = PHASES + ("LM head",)
     print(f"decode_mega phases, batch {a.batch}, {a.context} cached, us per step (all layers), knobs {knobs or 'none'}, "

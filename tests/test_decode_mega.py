@@ -167,3 +167,54 @@ def test_profile_script_refuses_an_unknown_variant():
     from scripts import profile_mega
     with pytest.raises(SystemExit, match="unknown variant 'nope'.*tucker_8_64_64"):
         profile_mega.profile_variant("nope", 16, 1, 1)
+
+
+@needs_cuda
+def test_cuda_timed_step_stamps_every_barrier_in_order():
+    """timed_step: the same logits as an untimed step (the stamps change no arithmetic); every program's stamps rise
+    through the step (start <= arrival <= release <= next arrival, by its cycle counter too), and no program is
+    released before the last program has arrived at that barrier (the global timer across programs)."""
+    over = dict(n_layer=2, n_head=12, n_embd=768, block_size=2048, vocab_size=50304, tucker_ranks=(8, 64, 64))
+    model = tiny("tucker", dtype=torch.bfloat16, device="cuda", **over)
+    caches = model.new_caches(1, 1024, device="cuda")
+    mega = dm.MegaDecoder(model, caches)
+    tok, pos = torch.tensor([[5]], device="cuda"), torch.tensor([700], device="cuda")
+    plain = mega.decode_step(tok, caches, pos).float().clone()
+    stamps = mega.timed_step(tok, caches, pos)
+    mega.check()
+    assert ((mega.logits.float() - plain).norm() / plain.norm()).item() < 1e-2
+    assert stamps.shape == (mega.programs, 5 * 2 + 2, 4) and mega.times is None
+    for col in (0, 1):  # ns, cycles
+        seq = torch.cat([stamps[:, :1, col], stamps[:, 1:-1, [col, col + 2]].reshape(mega.programs, -1),
+                         stamps[:, -1:, col]], dim=1)
+        assert (seq[:, 1:] >= seq[:, :-1]).all()
+    last_arrival = stamps[:, 1:-1, 0].max(dim=0).values
+    assert (stamps[:, 1:-1, 2] >= last_arrival).all()
+
+
+def test_barrier_phases_sums_each_phase_over_the_layers():
+    """profile_mega.barrier_phases against a hand count: 2 layers, 3 programs, program p arriving 100 p ns after a
+    slot's base (a slot every 1000 ns) and released 400 + 10 p ns after it."""
+    from scripts.profile_mega import PHASES, barrier_phases
+    stamps = torch.zeros(3, 12, 4, dtype=torch.int64)
+    for b in range(12):
+        for p in range(3):
+            stamps[p, b, 0], stamps[p, b, 2] = 1000 * b + 100 * p, 1000 * b + 400 + 10 * p
+    got = barrier_phases(stamps, 2)
+    # phase A: barrier 1 spans the median release 1410 ns from the median start 100 ns, barrier 6 the 1000 ns
+    # between two median releases; the last arrival 1200 (then 6200 after 5410), the median release 210 ns after it
+    assert got[PHASES[0]] == pytest.approx(dict(span=1.31 + 1.0, work=1.1 + 0.79, sync=0.42, median_work=1.0 + 0.69))
+    assert got[PHASES[4]] == pytest.approx(dict(span=2.0, work=1.58, sync=0.42, median_work=1.38))
+    assert got["LM head"] == pytest.approx(dict(span=0.79, work=0.79, sync=0.0, median_work=0.69))
+    assert got["total"] == pytest.approx(11.2) and got["timer step"] == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="12 slots, expected 5 x 3"):
+        barrier_phases(stamps, 3)
+
+
+def test_timed_step_needs_the_one_launch_step(monkeypatch):
+    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+    monkeypatch.setattr(dm, "_triton_available", lambda: True)
+    model = tiny("tucker")
+    caches = model.new_caches(1, 16)
+    with pytest.raises(ValueError, match="one-launch step on a CUDA device"):
+        dm.MegaDecoder(model, caches).timed_step(torch.tensor([[1]]), caches, torch.tensor([3]))
