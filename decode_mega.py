@@ -54,9 +54,6 @@ PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): on
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
-L2_PREFETCH = True  # bulk L2 prefetches of a layer's later weights, B1's cache rows and the LM head's next tiles (Hopper)
-LM_AHEAD = 4  # LM head tiles a program has in L2 flight ahead of the one it loads (the last layer prefetches the first)
-POLL_ASM = False  # a barrier's poll as a PTX spin loop on ld.acquire (True) or Triton's loop of compare-and-swaps
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -94,39 +91,25 @@ if _triton_available():
         return tl.atomic_add(SYNC, 1, sem="release", scope="gpu") + 1
 
     @triton.jit
-    def _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr,
-                   POLL_ASM: tl.constexpr, NT: tl.constexpr):
+    def _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr):
         """Wait until the counter SYNC reaches `target` (every program's arrival at this barrier): the others'
-        stores before their arrivals happen before what follows. One thread polls (132 programs x 256 threads
-        polling one L2 line made each barrier cost microseconds); the others wait for it at a CTA barrier."""
-        if POLL_ASM:
-            # thread 0 (element 0 of an arange of the program's NT threads) spins on ld.acquire in a PTX loop: a
-            # poll every L2 round trip, no CTA barrier or shared-memory broadcast between polls
-            i = tl.arange(0, NT)
-            got = tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .s32 v; .reg .u32 c; mov.s32 v, $2; setp.ne.s32 p, $4, 0; @p bra DONE; "
-                "mov.u32 c, 0; LOOP: setp.ge.s32 p, v, $3; @p bra DONE; setp.ge.u32 p, c, $5; @p bra DONE; "
-                "ld.acquire.gpu.global.s32 v, [$1]; add.u32 c, c, 1; bra LOOP; DONE: mov.s32 $0, v; }",
-                "=r,l,r,r,r,r", [SYNC + 0 * i, seen + 0 * i, target + 0 * i, i, MAX_SPIN + 0 * i], dtype=tl.int32,
-                is_pure=False, pack=1)
-            seen = tl.min(tl.where(i == 0, got, target), axis=0)  # thread 0's count (a CTA barrier: all wait)
-        else:
-            spins = 0
-            while (seen < target) & (spins < MAX_SPIN):
-                # a compare-and-swap that never swaps (the count is never -1) reads the counter with acquire
-                # semantics (an atomic add of 0 is folded away by Triton)
-                seen = tl.atomic_cas(SYNC, -1, -1, sem="acquire", scope="gpu")
-                spins += 1
+        stores before their arrivals happen before what follows. One thread polls: 132 programs x 256 threads
+        polling one L2 line made each barrier cost microseconds."""
+        spins = 0
+        while (seen < target) & (spins < MAX_SPIN):
+            # a compare-and-swap that never swaps (the count is never -1) reads the counter with acquire semantics
+            # (an atomic add of 0 is folded away by Triton)
+            seen = tl.atomic_cas(SYNC, -1, -1, sem="acquire", scope="gpu")
+            spins += 1
         if seen < target:
             tl.atomic_or(ERR, 1)
         tl.debug_barrier()
         _stamp(AT + 2, TIMING)  # the release
 
     @triton.jit
-    def _grid_sync(SYNC, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, POLL_ASM: tl.constexpr,
-                   NT: tl.constexpr):
+    def _grid_sync(SYNC, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr):
         """A grid barrier: _grid_arrive, then _grid_wait."""
-        _grid_wait(SYNC, _grid_arrive(SYNC, AT, TIMING), target, ERR, AT, MAX_SPIN, TIMING, POLL_ASM, NT)
+        _grid_wait(SYNC, _grid_arrive(SYNC, AT, TIMING), target, ERR, AT, MAX_SPIN, TIMING)
 
     @triton.jit
     def _norm_rows(x, k_ok, NW, NB, rk, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr):
@@ -155,41 +138,15 @@ if _triton_available():
         return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < N)[:, None] & (rk < K)[None, :], other=0.0)
 
     @triton.jit
-    def _prefetch_l2(P, nbytes, NT: tl.constexpr):
-        """Start bringing the nbytes bytes at P into L2 and go on (no registers, no wait): a bulk prefetch (Hopper's
-        cp.async.bulk.prefetch.L2, issued to the SM's TMA unit) from lane 0 of each of the program's NT / 32 warps,
-        a piece each. Element i of an arange of NT (the program's threads) is thread i's: the other lanes' pieces
-        are empty, so no warp loops over its lanes' addresses and nothing is fetched twice. P 16-byte aligned and
-        nbytes a multiple of 16 (MegaDecoder._prefetch checks); nbytes <= 0 prefetches nothing."""
-        WARPS: tl.constexpr = NT // 32
-        piece = tl.cdiv(tl.cdiv(nbytes, WARPS), 16) * 16
-        i = tl.arange(0, NT)
-        start = (i // 32).to(tl.int64) * piece
-        size = tl.where(i % 32 == 0, tl.minimum(nbytes - start, piece), 0).to(tl.int32)  # bytes (<= 0: none)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [P.to(tl.pointer_type(tl.int8)) + start, size], dtype=tl.int32, is_pure=False, pack=1)
-
-    @triton.jit
-    def _prefetch_tile(W, t, N, BN: tl.constexpr, K: tl.constexpr, NT: tl.constexpr):
-        """_weight_tile's rows t*BN .. t*BN + BN - 1 of W (N, K) into L2 (one contiguous range; none past N)."""
-        rows = tl.minimum(tl.maximum(N - t * BN, 0), BN).to(tl.int64)
-        _prefetch_l2(W + (t * BN).to(tl.int64) * K, rows * K * W.dtype.element_ty.primitive_bitwidth // 8, NT)
-
-    @triton.jit
     def _gemv_phase(a, w, W, N, pid, nprog, Bias, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
                     BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
-                    NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
-                    AHEAD: tl.constexpr = 0, NT: tl.constexpr = 256):
+                    NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr):
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers). The
         epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without
-        the bias), 2 GELU into OUT, 3 logits into OUT. AHEAD > 0 (many tiles a program: the LM head): the tile AHEAD
-        rounds ahead is brought into L2 each round (bytes in flight without their registers)."""
+        the bias), 2 GELU into OUT, 3 logits into OUT."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
-            if AHEAD > 0:
-                _prefetch_tile(W, t + AHEAD * nprog, N, BN, K, NT)
             if not ONE:
                 w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
             rn = t * BN + tl.arange(0, BN)
@@ -251,8 +208,7 @@ if _triton_available():
             BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr, ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
-            EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr, PREFETCH: tl.constexpr, LM_AHEAD: tl.constexpr,
-            NT: tl.constexpr, POLL_ASM: tl.constexpr):
+            EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-5:
         phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
@@ -284,28 +240,6 @@ if _triton_available():
             w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
         for layer in range(layer_lo, layer_hi):
             layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
-            if PREFETCH & ((ONLY == 0) | (ONLY == 1)):
-                # into L2 while the layer's first phases run (HBM is idle then): this program's E and F tiles, its
-                # first B1 split's cache rows and the next layer's QKV tile (or the LM head's first tiles), so that
-                # their loads, later, are L2 hits: a phase's time is its chain of round trips, not its bytes
-                _prefetch_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, NT)
-                _prefetch_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, NT)
-                if layer + 1 < layer_hi:
-                    _prefetch_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, NT)
-                elif FINAL:
-                    for k in tl.static_range(LM_AHEAD):
-                        _prefetch_tile(WLM, pid + k * nprog, vocab, BN_LM, D, NT)
-                pf_chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)  # as B1's
-                pf_splits = tl.cdiv(length, pf_chunk)
-                if pid < B * NKV * pf_splits:
-                    bg = pid // pf_splits
-                    s0 = (pid % pf_splits) * pf_chunk
-                    rows = tl.minimum(pf_chunk, length - s0).to(tl.int64)
-                    cache_row = (layer64 * B + bg // NKV) * NKV + bg % NKV
-                    _prefetch_l2(KC + (cache_row * max_len + s0) * DK, rows * DK * (KC.dtype.element_ty.primitive_bitwidth // 8), NT)
-                    if not SHARED_KV:
-                        _prefetch_l2(VC + (cache_row * max_len + s0) * DV,
-                                     rows * DV * (VC.dtype.element_ty.primitive_bitwidth // 8), NT)
             # ---- A: x0 (the embeddings, or the last layer's x1 + MLP output), norm1, [q | k | v], the new k, v cached
             if (ONLY == 0) | (ONLY == 1):
                 if layer == 0:
@@ -329,7 +263,7 @@ if _triton_available():
                 if EARLY_ARRIVE:
                     seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
                 else:
-                    _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, POLL_ASM, NT)
+                    _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- B1: attention, the cache rows split over programs: each split's partial (unnormalized output, row
             # max, row sum) of every query head of its KV head
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
@@ -341,7 +275,7 @@ if _triton_available():
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
             if ONLY == 0:
                 if EARLY_ARRIVE:
-                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, POLL_ASM, NT)
+                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             if (ONLY == 0) | (ONLY == 2):
                 ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
@@ -383,7 +317,7 @@ if _triton_available():
                     tl.store(PL + slot, l_i)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, POLL_ASM, NT)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- B2D: a program per (sequence, query head, chunk of outputs): the head's splits merged (one load
             # of them all), o_h rounded as stored, o_h W_O[:, head]^T for its outputs added into ACC[0]
             if (ONLY == 0) | (ONLY == 3):
@@ -413,7 +347,7 @@ if _triton_available():
             if ONLY == 0:
                 if not EARLY_ARRIVE:
                     seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, POLL_ASM, NT)
+                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 4):
                 x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
@@ -433,7 +367,7 @@ if _triton_available():
             if ONLY == 0:
                 if not EARLY_ARRIVE:
                     seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, POLL_ASM, NT)
+                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- F: h W_proj^T, its fp32 sums into ACC[1] (the next layer's A adds it to x1)
             if (ONLY == 0) | (ONLY == 5):
                 rh = tl.arange(0, BLOCK_HID)
@@ -449,7 +383,7 @@ if _triton_available():
                     w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
                     if not EARLY_ARRIVE:
                         seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, POLL_ASM, NT)
+                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
         # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
         if ONLY == 0:
             barriers += 1
@@ -460,13 +394,12 @@ if _triton_available():
         if ONLY == 0:
             if not EARLY_ARRIVE:
                 seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-            _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, POLL_ASM, NT)
+            _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
         if FINAL:
             x = _stream_rows(X1, ACC_M, BPR + (layer_hi - 1) * D, rm, m_ok, rk, k_ok, D, dt)
             a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
             _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
-                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV,
-                        LM_AHEAD if PREFETCH else 0, NT)
+                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV)
         if TIMING:
             tl.debug_barrier()
             _stamp(STAMP + 4 * (barriers + 1), TIMING)
@@ -647,18 +580,7 @@ class MegaDecoder:
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
-            EARLY_ARRIVE=EARLY_ARRIVE, TIMING=self.times is not None and only == 0, PREFETCH=self._prefetch(w),
-            LM_AHEAD=LM_AHEAD, NT=32 * NUM_WARPS, POLL_ASM=POLL_ASM and not _interpret(), num_warps=NUM_WARPS)
-
-    def _prefetch(self, w: dict) -> bool:
-        """L2 prefetches on: L2_PREFETCH set, a Hopper-class GPU (the bulk prefetch is sm_90's), every prefetched range
-        16-byte aligned (each weight's and cache's start, a weight row and a cache row a multiple of 16 bytes)."""
-        if not L2_PREFETCH or self.device.type != "cuda" or _interpret():
-            return False
-        if torch.cuda.get_device_capability(self.device)[0] < 9:
-            return False
-        mats = [w["wqkv"], w["wfc"], w["wpr"], self.model.lm_head.weight, self.cache_k, self.cache_v]
-        return all(t.data_ptr() % 16 == 0 and t.stride(-2) * t.element_size() % 16 == 0 for t in mats)
+            EARLY_ARRIVE=EARLY_ARRIVE, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must
