@@ -56,10 +56,6 @@ PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs p
 MIN_BLOCK_N = 2  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
 MAX_BLOCK_N = 64  # the tile (one chunk: every load at once) where it can
 NUM_WARPS = 4
-DOT_ROWS = 64  # MAX_ROWS < rows <= DOT_ROWS: the tensor-core kernel (tl.dot tiles of 16-64 rows; 0: cuBLAS beyond MAX_ROWS)
-DOT_TILE = 32768  # elements of one operand tile of the tensor-core kernel (rows x K chunk, or columns x K chunk)
-DOT_MAX_WEIGHT = 1 << 23  # ... for weights of at most this many elements (bigger ones, e.g. an LM head: cuBLAS)
-DOT_NUM_WARPS = 8
 PDL = True  # programmatic dependent launch (Hopper on): a kernel starts while the one before it finishes, loads
 #             its weights, and waits (griddepcontrol.wait) only before reading the previous kernel's output
 
@@ -102,27 +98,6 @@ if _triton_available():
         return tl.where(k_ok[None, :], a, 0.0)
 
     @triton.jit
-    def _epilogue(y, y2, Bias, Bias2, R, Y, rm64, rn, m_ok, n_ok, s_rm, s_ym, dt, HAS_BIAS: tl.constexpr,
-                  HAS_BIAS2: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
-        # bias, activation and residual of the fp32 tile y (y2: SwiGLU's up projection), each op's result rounded
-        # to dt where the torch ops store it, then the tile stored
-        if HAS_BIAS:
-            y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        if ACT == 1:  # F.gelu (exact): of the linear's stored (rounded) output
-            y = y.to(dt).to(tl.float32)
-            y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-        if ACT == 2:  # silu(gate) * up, each rounded as stored
-            if HAS_BIAS2:
-                y2 += tl.load(Bias2 + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-            g = y.to(dt).to(tl.float32)
-            y = (g * tl.sigmoid(g)).to(dt).to(tl.float32) * y2.to(dt).to(tl.float32)
-        out_ok = m_ok[:, None] & n_ok[None, :]
-        if HAS_RES:  # the residual stream plus the sublayer's stored output
-            y = y.to(dt).to(tl.float32) + tl.load(R + rm64[:, None] * s_rm + rn[None, :], mask=out_ok,
-                                                  other=0.0).to(tl.float32)
-        tl.store(Y + rm64[:, None] * s_ym + rn[None, :], y.to(dt), mask=out_ok)
-
-    @triton.jit
     def _decode_linear_kernel(A, NW, NB, W, Bias, W2, Bias2, R, Y, M, N, K, eps,
                               s_am, s_wn, s_wk, s_w2n, s_w2k, s_rm, s_ym,
                               NORM: tl.constexpr, HAS_NB: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -162,7 +137,6 @@ if _triton_available():
                 a = _normalize(af, mean, rstd, NW, NB, rk, k_ok, NORM, HAS_NB).to(dt)  # rounded as stored
             af = a.to(tl.float32)[:, None, :]
             y = tl.sum(af * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BLOCK_N)
-            y2 = y  # (SwiGLU's up projection; unused otherwise)
             if ACT == 2:
                 y2 = tl.sum(af * w2.to(tl.float32)[None, :, :], axis=2)
         else:
@@ -190,71 +164,21 @@ if _triton_available():
                     acc2 += af * w2.to(tl.float32)[None, :, :]
             y = tl.sum(acc, axis=2)  # (BLOCK_M, BLOCK_N)
             y2 = tl.sum(acc2, axis=2)
-        _epilogue(y, y2, Bias, Bias2, R, Y, rm64, rn, m_ok, n_ok, s_rm, s_ym, dt, HAS_BIAS, HAS_BIAS2, ACT, HAS_RES)
-
-    @triton.jit
-    def _decode_linear_dot_kernel(A, NW, NB, W, Bias, W2, Bias2, R, Y, M, N, K, eps,
-                                  s_am, s_wn, s_wk, s_w2n, s_w2k, s_rm, s_ym,
-                                  NORM: tl.constexpr, HAS_NB: tl.constexpr, HAS_BIAS: tl.constexpr,
-                                  HAS_BIAS2: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
-                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                  ONE_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, PDL: tl.constexpr):
-        # the same formula for 5 .. DOT_ROWS rows: one (BLOCK_M rows, BLOCK_N columns) tile of out as tensor-core
-        # products (tl.dot, fp32 accumulation) over K chunks; the first chunk's weights are loaded before the wait
-        # for the previous kernel (PDL), each next chunk's while the current one multiplies. ONE_CHUNK (K <=
-        # BLOCK_K): the norm's statistics come from the rows in registers, else from a pass over them first
-        dt = Y.dtype.element_ty
-        rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        m_ok, n_ok = rm < M, rn < N
-        rm64, rn64 = rm.to(tl.int64), rn.to(tl.int64)
-        rk = tl.arange(0, BLOCK_K).to(tl.int64)
-        w_ok = n_ok[:, None] & (rk < K)[None, :]
-        w = tl.load(W + rn64[:, None] * s_wn + rk[None, :] * s_wk, mask=w_ok, other=0.0)  # (BLOCK_N, BLOCK_K)
-        w2 = w
-        if ACT == 2:
-            w2 = tl.load(W2 + rn64[:, None] * s_w2n + rk[None, :] * s_w2k, mask=w_ok, other=0.0)
-        if PDL:  # the first chunk's weights are in flight; the rows are the previous kernel's output
-            gdc_wait()
-            gdc_launch_dependents()
-        y = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        y2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        if ONE_CHUNK:
-            k_ok = rk < K
-            a = tl.load(A + rm64[:, None] * s_am + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            if NORM != 0:
-                af = a.to(tl.float32)
-                if NORM == 2:
-                    mean = tl.zeros([BLOCK_M], tl.float32)
-                    rstd = tl.rsqrt(tl.sum(af * af, axis=1) / K + eps)
-                else:
-                    mean = tl.sum(af, axis=1) / K
-                    c = tl.where(k_ok[None, :], af - mean[:, None], 0.0)
-                    rstd = tl.rsqrt(tl.sum(c * c, axis=1) / K + eps)
-                a = _normalize(af, mean, rstd, NW, NB, rk, k_ok, NORM, HAS_NB).to(dt)  # rounded as stored
-            y = tl.dot(a, tl.trans(w), input_precision=DOT_PREC)
-            if ACT == 2:
-                y2 = tl.dot(a, tl.trans(w2), input_precision=DOT_PREC)
-        else:
-            mean = tl.zeros([BLOCK_M], tl.float32)
-            rstd = tl.zeros([BLOCK_M], tl.float32)
-            if NORM != 0:
-                mean, rstd = _row_stats(A, rm64, m_ok, K, eps, s_am, NORM, BLOCK_M, BLOCK_K)
-            for k0 in range(0, K, BLOCK_K):
-                rk = (k0 + tl.arange(0, BLOCK_K)).to(tl.int64)
-                k_ok = rk < K
-                a = tl.load(A + rm64[:, None] * s_am + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-                if NORM != 0:
-                    a = _normalize(a.to(tl.float32), mean, rstd, NW, NB, rk, k_ok, NORM, HAS_NB).to(dt)
-                y += tl.dot(a, tl.trans(w), input_precision=DOT_PREC)
-                if ACT == 2:
-                    y2 += tl.dot(a, tl.trans(w2), input_precision=DOT_PREC)
-                rk_next = rk + BLOCK_K  # the next chunk's weights (none past K), in flight during the next loads
-                w_ok = n_ok[:, None] & (rk_next < K)[None, :]
-                w = tl.load(W + rn64[:, None] * s_wn + rk_next[None, :] * s_wk, mask=w_ok, other=0.0)
-                if ACT == 2:
-                    w2 = tl.load(W2 + rn64[:, None] * s_w2n + rk_next[None, :] * s_w2k, mask=w_ok, other=0.0)
-        _epilogue(y, y2, Bias, Bias2, R, Y, rm64, rn, m_ok, n_ok, s_rm, s_ym, dt, HAS_BIAS, HAS_BIAS2, ACT, HAS_RES)
+        if HAS_BIAS:
+            y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        if ACT == 1:  # F.gelu (exact): of the linear's stored (rounded) output
+            y = y.to(dt).to(tl.float32)
+            y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+        if ACT == 2:  # silu(gate) * up, each rounded as stored
+            if HAS_BIAS2:
+                y2 += tl.load(Bias2 + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            g = y.to(dt).to(tl.float32)
+            y = (g * tl.sigmoid(g)).to(dt).to(tl.float32) * y2.to(dt).to(tl.float32)
+        out_ok = m_ok[:, None] & n_ok[None, :]
+        if HAS_RES:  # the residual stream plus the sublayer's stored output
+            y = y.to(dt).to(tl.float32) + tl.load(R + rm64[:, None] * s_rm + rn[None, :], mask=out_ok,
+                                                  other=0.0).to(tl.float32)
+        tl.store(Y + rm64[:, None] * s_ym + rn[None, :], y.to(dt), mask=out_ok)
 
 
 def _pdl(device: torch.device) -> bool:
@@ -281,12 +205,9 @@ def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Option
         return f"shapes a {tuple(a.shape)}, weight {tuple(weight.shape)} (a (M, K), weight (N, K))"
     if a.stride(1) != 1:
         return "a's rows must be contiguous"
+    if a.size(0) > MAX_ROWS:
+        return f"{a.size(0)} rows > MAX_ROWS = {MAX_ROWS} (more rows: cuBLAS's tensor-core matmuls)"
     N, K = weight.shape
-    if a.size(0) > MAX_ROWS and a.size(0) > DOT_ROWS:
-        return f"{a.size(0)} rows > MAX_ROWS = {MAX_ROWS} and > DOT_ROWS = {DOT_ROWS} (more rows: cuBLAS's matmuls)"
-    if a.size(0) > MAX_ROWS and N * K > DOT_MAX_WEIGHT:
-        return (f"{a.size(0)} rows > MAX_ROWS = {MAX_ROWS} with a weight of {N * K} > DOT_MAX_WEIGHT = "
-                f"{DOT_MAX_WEIGHT} elements (cuBLAS's matmul)")
     _, nw, nb, _ = _norm_params(norm)
     sized = [(bias, N), (bias2, N), (nw, K), (nb, K)]
     vectors = [t for t, _ in sized if t is not None]
@@ -329,16 +250,6 @@ def _config(M: int, N: int, K: int, device: torch.device):
     return block_m, MIN_BLOCK_N, max(16, min(k_pow2, _pow2_floor(TILE // (block_m * MIN_BLOCK_N)))), False
 
 
-def _dot_config(M: int, N: int, K: int, device: torch.device):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, ONE_CHUNK) of the tensor-core kernel: every row in one block of 16-64 (tl.dot's
-    M), the K chunk as long as the (rows x chunk) tile fits DOT_TILE (GPT-2's K = 768: one chunk), the column block
-    (at least 16) for about one program per SM where the (columns x chunk) tile fits too."""
-    block_m = max(16, _pow2(M))
-    block_k = max(16, min(_pow2(K), _pow2_floor(DOT_TILE // block_m)))
-    block_n = max(16, min(_pow2(_cdiv(N, _sm_count(device)), 1), _pow2_floor(DOT_TILE // block_k), _pow2(N, 1)))
-    return block_m, block_n, block_k, block_k >= K
-
-
 def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *, norm=None,
                   act: Optional[str] = None, weight2: Optional[torch.Tensor] = None,
                   bias2: Optional[torch.Tensor] = None, residual: Optional[torch.Tensor] = None,
@@ -378,22 +289,9 @@ def launch(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=Non
     N = weight.size(0)
     kind, nw, nb, eps = _norm_params(norm)
     out = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    block_m, block_n, block_k, one_chunk = _config(M, N, K, a.device)
     pdl = _pdl(a.device)
     w2 = weight2 if weight2 is not None else weight
-    if M > MAX_ROWS:  # tensor cores
-        block_m, block_n, block_k, one_chunk = _dot_config(M, N, K, a.device)
-        _decode_linear_dot_kernel[(_cdiv(N, block_n), _cdiv(M, block_m))](
-            a, nw if nw is not None else a, nb if nb is not None else a, weight,
-            bias if bias is not None else weight, w2, bias2 if bias2 is not None else weight,
-            residual if residual is not None else out, out, M, N, K, eps,
-            a.stride(0), weight.stride(0), weight.stride(1), w2.stride(0), w2.stride(1),
-            residual.stride(0) if residual is not None else 0, out.stride(0),
-            NORM=kind, HAS_NB=nb is not None, HAS_BIAS=bias is not None, HAS_BIAS2=bias2 is not None,
-            ACT=ACTS.index(act), HAS_RES=residual is not None, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-            ONE_CHUNK=one_chunk, DOT_PREC="ieee" if a.dtype == torch.float32 else "tf32", PDL=pdl,
-            num_warps=DOT_NUM_WARPS, **_pdl_launch(pdl))
-        return out
-    block_m, block_n, block_k, one_chunk = _config(M, N, K, a.device)
     grid = (_cdiv(N, block_n), _cdiv(M, block_m))
     _decode_linear_kernel[grid](
         a, nw if nw is not None else a, nb if nb is not None else a, weight,
