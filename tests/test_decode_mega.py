@@ -218,3 +218,25 @@ def test_timed_step_needs_the_one_launch_step(monkeypatch):
     caches = model.new_caches(1, 16)
     with pytest.raises(ValueError, match="one-launch step on a CUDA device"):
         dm.MegaDecoder(model, caches).timed_step(torch.tensor([[1]]), caches, torch.tensor([3]))
+
+
+def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
+    """scripts/mega_sass (the step kernel compiled for sm_90 as the launcher compiles it, then ptxas and nvdisasm):
+    with EARLY_ARRIVE the next phase's weight loads are issued after each release atomic (in flight while the
+    program polls), without it before the atomic, whose MEMBAR then waits for them; 16-byte weight loads, no
+    spills."""
+    import triton
+    from pathlib import Path
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if not (tools / "nvdisasm").exists() or not (tools / "ptxas").exists():
+        pytest.skip("Triton's wheel has no ptxas / nvdisasm here")
+    from scripts import mega_sass
+    early = mega_sass.compile_step("tucker_8_64_64", tmp_path / "early")
+    monkeypatch.setattr(dm, "EARLY_ARRIVE", False)
+    late = mega_sass.compile_step("tucker_8_64_64", tmp_path / "late")
+    assert early["stack"] == 0 and early["loads"].get("LDG.E.128", 0) > 0
+    assert len(early["barriers"]) == len(late["barriers"]) == 6  # the arrivals' code sites, 2 layers
+    assert sum(a for _, a in late["barriers"]) == 0 < sum(a for _, a in early["barriers"])
+    assert sum(b for b, _ in late["barriers"]) > sum(b for b, _ in early["barriers"])
+    with pytest.raises(SystemExit, match="unknown variant"):
+        mega_sass.compile_step("nope", tmp_path)

@@ -1,0 +1,159 @@
+"""decode_mega's one-launch step kernel compiled for Hopper (sm_90) on a machine without a GPU, as the launcher
+compiles it, and what its machine code says about the grid barriers.
+
+    python -m scripts.mega_sass --variant tucker_8_64_64 --out_dir /tmp/mega_sass [--knob decode_mega.EARLY_ARRIVE=False]
+
+The kernel's launch for a GPT-2 124M-shaped model (2 layers: the code does not depend on the count; batch 1, 132
+programs as on an H200) is recorded instead of run, then compiled by triton.compile with the JIT launcher's
+specialization (pointers and integers divisible by 16 marked so, integers equal to 1 made constants: without it,
+Triton cannot prove 16-byte alignment and emits 2-byte loads and spills that the GPU's compile does not have).
+Writes <variant>.ptx and .sass (ptxas and nvdisasm from Triton's wheel) and prints the registers, the stack, the
+load-instruction mix and, for every barrier arrival (the release atomic), how many global loads the program has
+issued since the phase's last store before that arrival (EARLY_ARRIVE off: the next phase's weight tile, which
+the release's MEMBAR then waits for) and between the arrival and the first poll (EARLY_ARRIVE on: the same loads,
+in flight while the program polls).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def specialization(kernel, args, kwargs, signature: dict, constexprs: dict) -> dict:
+    """The attrs triton's JIT launcher would give this launch (tt.divisibility 16 for 16-aligned pointers and
+    integers divisible by 16); integers equal to 1 become constexprs in signature/constexprs, as the JIT makes them."""
+    values = dict(zip(kernel.arg_names, args))
+    values.update({k: v for k, v in kwargs.items() if k in kernel.arg_names})
+    attrs = {}
+    for i, p in enumerate(kernel.params):
+        if p.is_constexpr:
+            continue
+        v = values[p.name]
+        if torch.is_tensor(v):
+            if v.data_ptr() % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, int) and not isinstance(v, bool):
+            if v == 1:
+                signature[p.name], constexprs[p.name] = "constexpr", 1
+            elif v % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return attrs
+
+
+def barrier_loads(sass: str) -> list:
+    """(loads between the phase's last store and the arrival, loads between the arrival and the first poll) for
+    each release atomic of the SASS, in code order."""
+    lines = sass.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if "ATOMG.E.ADD.STRONG.GPU" not in line:
+            continue
+        before = 0
+        for prev in reversed(lines[:i]):
+            if re.search(r"\bSTG\b|\bRED\b|ATOMG|\bSTG\.", prev):
+                break
+            before += bool(re.search(r"\bLDG\b", prev))
+        after = 0
+        for nxt in lines[i + 1:]:
+            if "ATOMG.E.CAS" in nxt:
+                break
+            after += bool(re.search(r"\bLDG\b", nxt))
+        out.append((before, after))
+    return out
+
+
+def compile_step(variant: str, out_dir: Path) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource
+
+    import decode_attention as da
+    import decode_mega as dm
+    from model import GPT, GPTConfig
+    from scripts.bench_train import VARIANTS
+
+    match = next((v for v in VARIANTS if v.id == variant), None)
+    if match is None:
+        raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(v.id for v in VARIANTS)}")
+    launches = []
+
+    class Recorder:  # stands for the @triton.jit kernel: kernel[grid](...) records the launch
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append((args, kwargs))
+
+    saved = da._interpret, dm._interpret, dm._mega_step_kernel
+    kernel = dm._mega_step_kernel
+    try:
+        da._interpret = dm._interpret = lambda: True  # the CPU passes the wrappers' device checks
+        dm._mega_step_kernel = Recorder()
+        cfg = GPTConfig(n_layer=2, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False,
+                        **match.overrides)
+        model = GPT(cfg).to(torch.bfloat16).eval()
+        caches = model.new_caches(1, 1024)
+        mega = dm.MegaDecoder(model, caches, programs=132)
+        mega._launch(mega._stacked_weights(), torch.tensor([3]), torch.tensor([10]), 0, 0, 2, True)
+    finally:
+        da._interpret, dm._interpret, dm._mega_step_kernel = saved
+    args, kwargs = launches[0]
+    values = dict(zip(kernel.arg_names, args))
+    values.update(kwargs)
+    signature, constexprs = {}, {}
+    for p in kernel.params:
+        v = values[p.name]
+        if p.is_constexpr:
+            signature[p.name], constexprs[p.name] = "constexpr", v
+        elif torch.is_tensor(v):
+            signature[p.name] = "*" + {torch.bfloat16: "bf16", torch.float32: "fp32", torch.int64: "i64",
+                                       torch.int32: "i32", torch.float16: "fp16"}[v.dtype]
+        elif isinstance(v, float):
+            signature[p.name] = "fp32"
+        else:
+            signature[p.name] = "i64" if abs(int(v)) >= 2 ** 31 else "i32"
+    attrs = specialization(kernel, args, kwargs, signature, constexprs)
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": kwargs.get("num_warps", 4)})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{variant}.ptx").write_text(compiled.asm["ptx"])
+    cubin = out_dir / f"{variant}.cubin"
+    cubin.write_bytes(compiled.asm["cubin"])
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    sass = subprocess.run([str(tools / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    (out_dir / f"{variant}.sass").write_text(sass)
+    usage = subprocess.run([str(tools / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True, text=True,
+                           check=True).stdout
+    regs = re.search(r"REG:(\d+)", usage)
+    stack = re.search(r"STACK:(\d+)", usage)
+    loads = {}
+    for m in re.finditer(r"\b(LDG\.[A-Z0-9.]+|LDL[A-Z0-9.]*)", sass):
+        loads[m.group(1)] = loads.get(m.group(1), 0) + 1
+    return dict(registers=int(regs.group(1)) if regs else None, stack=int(stack.group(1)) if stack else None,
+                loads=loads, membars=sass.count("MEMBAR"), barriers=barrier_loads(sass))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variant", default="tucker_8_64_64")
+    p.add_argument("--out_dir", default="mega_sass")
+    p.add_argument("--knob", action="append", default=[], metavar="decode_mega.NAME=VALUE")
+    a = p.parse_args(argv)
+    from scripts.bench_decode import KNOB_MODULES
+    from scripts.bench_train import set_module_knobs
+    knobs = set_module_knobs(a.knob, KNOB_MODULES)
+    r = compile_step(a.variant, Path(a.out_dir))
+    print(f"decode_mega step kernel, {a.variant}, sm_90, knobs {knobs or 'none'}: {r['registers']} registers, "
+          f"stack {r['stack']} B, {r['membars']} MEMBARs")
+    print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))
+    for i, (before, after) in enumerate(r["barriers"]):
+        print(f"release atomic {i}: {before} global loads since the phase's last store, {after} between it and the "
+              f"first poll")
+
+
+if __name__ == "__main__":
+    main()
