@@ -3,7 +3,7 @@ The whole decode step of a GPT in ONE persistent Triton kernel: the launches of 
 
 A batch-1 decode step of GPT-2 124M is bound by its chain of dependent kernels, not by its bytes: 77 launches of
 2.5-4 us each inside a CUDA graph (decode_linear + decode_attention, ~0.27 ms on an H200) for 0.05-0.09 ms of weight
-and cache reads (results/bench/README.md). Here one launch of one program per SM runs every layer's phases in turn,
+and cache reads (results/bench/README.md). Here one launch of two programs per SM runs every layer's phases in turn,
 
     A   x0 = the embeddings, or the last layer's x1 + its MLP output; norm1; [q | k | v] = norm(x0) W_qkv^T + b,
         the new k, v written into the cache at `pos`
@@ -16,7 +16,7 @@ and cache reads (results/bench/README.md). Here one launch of one program per SM
     and at the end x2 = x1 + MLP output, the final norm and the LM head,
 
 with a grid barrier between phases (5 a layer: a counter in global memory that every program increments and one
-thread of each polls; Hopper's 132 programs are all resident, one per SM, so nobody waits for a program that never
+thread of each polls; Hopper's 264 programs are all resident, two per SM, so nobody waits for a program that never
 starts). The output projection is split over its K (the heads), so the merge and the projection are one phase;
 its sums are fp32 atomic adds, in the order the programs arrive: the step's logits vary run to run in their last
 bits (the model's default path is deterministic). Each
@@ -49,8 +49,10 @@ MAX_ROWS = 4  # sequences a step serves (the GEMV tiles broadcast over rows in r
 MAX_DIM = 8192  # n_embd: a whole row of x is one register tile
 TILE = 32768  # elements (rows x columns x K) of a layer's GEMV tile: GPT-2's phases take one tile a program
 TILE_LM = 16384  # the LM head's tiles (many a program: two tiles' weights in registers, the next one's in flight)
-NUM_WARPS = 8
-PROGRAMS_PER_SM = 1  # every program must be resident at once (the barriers): one per SM
+NUM_WARPS = 4
+PROGRAMS_PER_SM = 2  # two programs of 4 warps an SM: one's chain of round trips overlaps the other's (session 17:
+#                      -12% against one program of 8 warps). Every program must be resident at once (the barriers
+#                      wait for all): PROGRAMS_PER_SM x NUM_WARPS <= 8 (8 warps of up to 255 registers fill an SM)
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
@@ -488,6 +490,10 @@ class MegaDecoder:
                                  f"expected {want} (heads, dim) in {self.dtype} for {B} sequences (model.new_caches "
                                  f"with the weights' dtype)")
         self.max_len = caches[0].max_len
+        if PROGRAMS_PER_SM * NUM_WARPS > 8:
+            raise ValueError(f"decode_mega: PROGRAMS_PER_SM x NUM_WARPS = {PROGRAMS_PER_SM} x {NUM_WARPS} > 8: every "
+                             f"program must be resident at once (a grid barrier waits for all), and 8 warps of up to "
+                             f"255 registers fill an SM's register file")
         if self.device.type == "cuda" and not _interpret():
             self.programs = programs or torch.cuda.get_device_properties(self.device).multi_processor_count * \
                 PROGRAMS_PER_SM

@@ -4,7 +4,7 @@ compiles it, and what its machine code says about the grid barriers.
     python -m scripts.mega_sass --variant tucker_8_64_64 --out_dir /tmp/mega_sass [--knob decode_mega.EARLY_ARRIVE=False]
 
 The kernel's launch for a GPT-2 124M-shaped model (2 layers: the code does not depend on the count; batch 1, 132
-programs as on an H200) is recorded instead of run, then compiled by triton.compile with the JIT launcher's
+SMs as on an H200, PROGRAMS_PER_SM programs each) is recorded instead of run, then compiled by triton.compile with the JIT launcher's
 specialization (pointers and integers divisible by 16 marked so, integers equal to 1 made constants: without it,
 Triton cannot prove 16-byte alignment and emits 2-byte loads and spills that the GPU's compile does not have).
 Writes <variant>.ptx and .sass (ptxas and nvdisasm from Triton's wheel) and prints the registers, the stack, the
@@ -68,7 +68,7 @@ def barrier_loads(sass: str) -> list:
     return out
 
 
-def compile_step(variant: str, out_dir: Path) -> dict:
+def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import ASTSource
@@ -96,7 +96,7 @@ def compile_step(variant: str, out_dir: Path) -> dict:
                         **match.overrides)
         model = GPT(cfg).to(torch.bfloat16).eval()
         caches = model.new_caches(1, 1024)
-        mega = dm.MegaDecoder(model, caches, programs=132)
+        mega = dm.MegaDecoder(model, caches, programs=sms * dm.PROGRAMS_PER_SM)  # as MegaDecoder on the GPU
         mega._launch(mega._stacked_weights(), torch.tensor([3]), torch.tensor([10]), 0, 0, 2, True)
     finally:
         da._interpret, dm._interpret, dm._mega_step_kernel = saved

@@ -240,3 +240,13 @@ def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
     assert sum(b for b, _ in late["barriers"]) > sum(b for b, _ in early["barriers"])
     with pytest.raises(SystemExit, match="unknown variant"):
         mega_sass.compile_step("nope", tmp_path)
+
+
+def test_more_programs_than_an_sm_holds_are_refused(monkeypatch):
+    """Every program must be resident (the grid barriers wait for all): more than 8 warps an SM is refused by name."""
+    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+    monkeypatch.setattr(dm, "_triton_available", lambda: True)
+    monkeypatch.setattr(dm, "PROGRAMS_PER_SM", 3)
+    model = tiny("tucker")
+    with pytest.raises(ValueError, match="PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8"):
+        dm.MegaDecoder(model, model.new_caches(1, 16))
