@@ -56,7 +56,6 @@ PROGRAMS_PER_SM = 2  # two programs of 4 warps an SM: one's chain of round trips
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
-PRELOAD_KV = True  # B1's first block of cached rows loaded during the barrier before it (with EARLY_ARRIVE)
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -211,7 +210,7 @@ if _triton_available():
             BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr, ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
-            EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr, PRELOAD_KV: tl.constexpr):
+            EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-5:
         phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
@@ -274,27 +273,13 @@ if _triton_available():
             hh = tl.arange(0, BLOCK_H)
             h_ok = hh < HPG
             ev = tl.arange(0, DV)
-            ek = tl.arange(0, DK)
             if (ONLY == 0) | (ONLY == 3):
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
-            if PRELOAD_KV & (ONLY == 0):
-                # the first block of this program's first split, loaded during the barrier: rows 0 .. pos - 1 were
-                # written by earlier steps; row pos (phase A's) is read after it
-                pre_bg = pid // n_split
-                pre_rows = (pid % n_split) * chunk + tl.arange(0, BLOCK_N)
-                pre_ok = ((pre_rows < tl.minimum((pid % n_split) * chunk + chunk, length)) & (pre_rows != pos)
-                          & (pid < B * NKV * n_split))
-                pre_cache = (layer64 * B + pre_bg // NKV) * NKV + pre_bg % NKV
-                k_pre = tl.load(KC + pre_cache * max_len * DK + pre_rows[:, None] * DK + ek[None, :],
-                                mask=pre_ok[:, None], other=0.0, cache_modifier=".cg")
-                v_pre = k_pre
-                if not SHARED_KV:
-                    v_pre = tl.load(VC + pre_cache * max_len * DV + pre_rows[:, None] * DV + ev[None, :],
-                                    mask=pre_ok[:, None], other=0.0, cache_modifier=".cg")
             if ONLY == 0:
                 if EARLY_ARRIVE:
                     _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             if (ONLY == 0) | (ONLY == 2):
+                ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
                     bg = item // n_split  # (sequence, KV head) = b * NKV + g
                     s = item % n_split
@@ -313,18 +298,8 @@ if _triton_available():
                     for n0 in range(start, end, BLOCK_N):
                         rows = n0 + tl.arange(0, BLOCK_N)
                         r_ok = rows < end
-                        if PRELOAD_KV & (ONLY == 0):
-                            if (item == pid) & (n0 == start):  # the preloaded block, row pos added
-                                at_pos = (rows == pos) & r_ok
-                                k = tl.where(at_pos[:, None], tl.load(k_base + rows[:, None] * DK + ek[None, :],
-                                                                      mask=at_pos[:, None], other=0.0,
-                                                                      cache_modifier=".cg"), k_pre)
-                            else:
-                                k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
-                                            cache_modifier=".cg")
-                        else:
-                            k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
-                                        cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
+                        k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
+                                    cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
                         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
                         qk = tl.where(r_ok[None, :], qk * qk_scale, float("-inf"))
                         m_new = tl.maximum(m_i, tl.max(qk, axis=1))
@@ -334,15 +309,6 @@ if _triton_available():
                         m_i = m_new
                         if SHARED_KV:  # the latent is key and value: one read
                             v = k
-                        elif PRELOAD_KV & (ONLY == 0):
-                            if (item == pid) & (n0 == start):
-                                at_pos = (rows == pos) & r_ok
-                                v = tl.where(at_pos[:, None], tl.load(v_base + rows[:, None] * DV + ev[None, :],
-                                                                      mask=at_pos[:, None], other=0.0,
-                                                                      cache_modifier=".cg"), v_pre)
-                            else:
-                                v = tl.load(v_base + rows[:, None] * DV + ev[None, :], mask=r_ok[:, None],
-                                            other=0.0, cache_modifier=".cg")
                         else:
                             v = tl.load(v_base + rows[:, None] * DV + ev[None, :], mask=r_ok[:, None], other=0.0,
                                         cache_modifier=".cg")
@@ -620,8 +586,7 @@ class MegaDecoder:
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
-            EARLY_ARRIVE=EARLY_ARRIVE, TIMING=self.times is not None and only == 0,
-            PRELOAD_KV=PRELOAD_KV and EARLY_ARRIVE, num_warps=NUM_WARPS)
+            EARLY_ARRIVE=EARLY_ARRIVE, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must
