@@ -1404,7 +1404,7 @@ class Block(nn.Module):
         return self.mlp.decode(DecodeIO(stream, self.ln_2))
 
 
-DECODE_CHOICES = ("auto", "eager", "graph")
+DECODE_CHOICES = ("auto", "eager", "graph", "mega")
 # torch.compile modes of the decode step (GPT.generate's compile_mode -> torch.compile's mode): the step is
 # captured in our own CUDA graph, so inductor must not add its own ('-no-cudagraphs'). max-autotune lets
 # inductor pick Triton GEMMs with the elementwise work fused into their epilogues (before session 8 an H200
@@ -1650,7 +1650,7 @@ class GPT(nn.Module):
         return DecodeIO(stream, self.transformer.ln_f).project(self.lm_head.weight, self.lm_head.bias)  # (B, vocab)
 
     def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False,
-                       compile_mode: str = "default") -> "StaticDecoder":
+                       compile_mode: str = "default", mega: bool = False) -> "StaticDecoder":
         """The StaticDecoder for this batch size, device, activation dtype and mode, kept on the model and
         reused by later generate calls (its caches, and its captured graph: capture and, the first time,
         the Triton compile cost more than a short sample). A new one is made when any weight changed
@@ -1658,14 +1658,14 @@ class GPT(nn.Module):
         paths = tuple((getattr(block.attn, "fused_decode", False), getattr(block.attn, "merged_decode", False))
                       for block in self.transformer.h)  # a captured graph holds its layers' decode paths
         key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile,
-               compile_mode if compile else "default", paths)
+               compile_mode if compile else "default", paths, mega)
         weights = tuple((p.data_ptr(), p._version) for p in self.parameters())
         decoders = self.__dict__.setdefault("_static_decoders", {})  # plain attribute: not a module or buffer
         entry = decoders.get(key)
         if entry is None or entry[0] != weights:
             decoders.clear()  # at most one set of caches alive: a new key (or new weights) replaces them
             entry = (weights, StaticDecoder(self, batch_size, device=device, use_graph=use_graph, compile=compile,
-                                            compile_mode=compile_mode))
+                                            compile_mode=compile_mode, mega=mega))
             decoders[key] = entry
         return entry[1]
 
@@ -1680,19 +1680,23 @@ class GPT(nn.Module):
         it (CUDA only), 'eager' runs it op by op, 'auto' is 'graph' on CUDA and 'eager' elsewhere;
         both run the same kernels, so they give the same tokens. compile=True torch.compiles the
         step first (fewer, fused kernels; a one-time compile of tens of seconds), with torch.compile's
-        compile_mode ('default' or 'max-autotune': fewer kernels still, minutes of tuning). When the context reaches
+        compile_mode ('default' or 'max-autotune': fewer kernels still, minutes of tuning). decode='mega'
+        replays instead the whole step as one persistent kernel (decode_mega; CUDA, batch <= 4, MHA/GQA/MQA/Tucker
+        with learned positions and a GELU MLP, else a ValueError naming why): on an H200 the fastest batch-1 step
+        for GQA, MQA and Tucker, but its fp32 atomic sums make the logits vary in their last bits from run to run,
+        so greedy tokens may differ from 'graph' where two logits nearly tie. When the context reaches
         block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
         crops the context each step instead, as nanoGPT does)."""
         if decode not in DECODE_CHOICES:
             raise ValueError(f"decode={decode!r} is unknown: allowed {DECODE_CHOICES}")
-        if decode == "graph" and idx.device.type != "cuda":
-            raise ValueError(f"decode='graph' needs a CUDA device, got {idx.device}; use 'eager' or 'auto'")
+        if decode in ("graph", "mega") and idx.device.type != "cuda":
+            raise ValueError(f"decode={decode!r} needs a CUDA device, got {idx.device}; use 'eager' or 'auto'")
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
         decoder = None
         if use_cache:
-            graph = decode == "graph" or (decode == "auto" and idx.device.type == "cuda")
+            graph = decode in ("graph", "mega") or (decode == "auto" and idx.device.type == "cuda")
             decoder = self.static_decoder(idx.size(0), idx.device, use_graph=graph, compile=compile,
-                                          compile_mode=compile_mode)
+                                          compile_mode=compile_mode, mega=decode == "mega")
             decoder.pos = None  # a reused decoder starts over: the first token prefills the prompt
         out = torch.empty(idx.size(0), idx.size(1) + max_new_tokens, dtype=idx.dtype, device=idx.device)
         out[:, :idx.size(1)] = idx
@@ -1707,6 +1711,8 @@ class GPT(nn.Module):
                 logits = decoder.step(out[:, n - 1:n])
             out[:, n] = sample_next(logits, temperature, top_k, generator)
             n += 1
+        if decoder is not None and decoder.mega is not None:
+            decoder.mega.check()  # a grid barrier that gave up would have left garbage: say so
         return out
 
     # --- accounting    # --- accounting (from the instantiated modules, never re-derived from the config) --------

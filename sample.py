@@ -34,7 +34,9 @@ DEFAULTS = dict(
     dtype="",  # '' = bfloat16 on a GPU that has it, else float32
     use_cache=True,  # False: recompute the whole context every token (for checking the cache)
     # 'auto' = the static (CUDA-graph) decode step on CUDA, eager elsewhere; 'eager' = the plain
-    # cached step; 'graph' = force the static step (CUDA only)
+    # cached step; 'graph' = force the static step (CUDA only); 'mega' = the whole step as one persistent kernel
+    # (decode_mega, CUDA only, batch <= 4, MHA/GQA/MQA/Tucker with learned positions: on an H200 the fastest for
+    # GQA, MQA and Tucker; its logits vary in their last bits run to run, so greedy text may differ at near ties)
     decode="auto",
     # torch.compile the cached decode step first: the glue between its kernels; the uncompiled step already fuses
     # its cache writes, RoPE, norms, activations and residual adds into its attention and matmul kernels (those
@@ -65,6 +67,8 @@ def validate(cfg: dict) -> torch.device:
             raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= 1")
     if cfg["decode"] not in DECODE_CHOICES:
         raise ValueError(f"decode={cfg['decode']!r} is unknown: allowed {', '.join(map(repr, DECODE_CHOICES))}")
+    if cfg["decode"] == "mega" and (cfg["compile"] or not cfg["use_cache"]):
+        raise ValueError("decode='mega' is the cached step as one kernel: it needs use_cache=True and compile=False")
     if cfg["dtype"] and cfg["dtype"] not in DTYPE_CHOICES:
         raise ValueError(f"dtype={cfg['dtype']!r} is unknown: allowed {', '.join(map(repr, DTYPE_CHOICES))}")
     device = torch.device(check_device(cfg["device"]))
@@ -73,8 +77,9 @@ def validate(cfg: dict) -> torch.device:
     check_compile_mode(cfg["compile_mode"])
     if cfg["compile_mode"] != "default" and not cfg["compile"]:
         raise ValueError(f"compile_mode={cfg['compile_mode']!r} is a mode of the compiled step: it needs compile=True")
-    if cfg["decode"] == "graph" and device.type != "cuda":
-        raise ValueError(f"decode='graph' needs a CUDA device, got device={str(device)!r}: use 'auto' or 'eager'")
+    if cfg["decode"] in ("graph", "mega") and device.type != "cuda":
+        raise ValueError(f"decode={cfg['decode']!r} needs a CUDA device, got device={str(device)!r}: use 'auto' or "
+                         f"'eager'")
     return device
 
 

@@ -319,7 +319,7 @@ def render(rows, info) -> str:
 GENERATE_MODES = {  # --generate_modes: name -> GPT.generate's (decode, compile, compile_mode), i.e. sample.py's keys
     "eager": ("eager", False, "default"), "graph": ("graph", False, "default"),
     "graph_compiled": ("graph", True, "default"), "eager_compiled": ("eager", True, "default"),
-    "graph_autotune": ("graph", True, "max-autotune"),
+    "graph_autotune": ("graph", True, "max-autotune"), "mega": ("mega", False, "default"),
 }
 
 

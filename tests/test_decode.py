@@ -119,6 +119,8 @@ def test_decode_mode_is_validated():
         model.generate(idx, 2, decode="fast")
     with pytest.raises(ValueError, match="CUDA"):
         model.generate(idx, 2, decode="graph")
+    with pytest.raises(ValueError, match="decode='mega' needs a CUDA"):
+        model.generate(idx, 2, decode="mega")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

@@ -250,3 +250,33 @@ def test_more_programs_than_an_sm_holds_are_refused(monkeypatch):
     model = tiny("tucker")
     with pytest.raises(ValueError, match="PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8"):
         dm.MegaDecoder(model, model.new_caches(1, 16))
+
+
+@needs_cuda
+def test_cuda_generate_with_the_step_kernel():
+    """GPT.generate(decode='mega') (sample.py --decode=mega): the decoder it keeps runs the one-launch step, and along
+    the tokens it generated greedily its logits equal those of the default path (decode='graph') to bf16 rounding at
+    every step, the prompt's prefill and a refill at block_size included."""
+    over = dict(n_layer=2, n_head=12, n_embd=768, block_size=64, vocab_size=50304, tucker_ranks=(8, 64, 64))
+    model = tiny("tucker", dtype=torch.bfloat16, device="cuda", **over)
+    prompt = torch.randint(50304, (1, 16), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    out = model.generate(prompt, 60, temperature=0, decode="mega")  # 76 > block_size 64: one refill
+    assert out.shape == (1, 76) and torch.equal(out[:, :16], prompt)
+
+    def logits_along(decoder):  # generate's loop, fed the tokens above
+        decoder.pos, n, rows = None, 16, []
+        for _ in range(60):
+            if decoder.pos is None or decoder.pos >= 64:
+                keep = 32 if decoder.pos is not None else 64
+                logits = decoder.prefill(out[:, max(0, n - keep):n])
+            else:
+                logits = decoder.step(out[:, n - 1:n])
+            rows.append(logits.float().clone())
+            n += 1
+        return torch.cat(rows)
+
+    kept = model.static_decoder(1, prompt.device, use_graph=True, mega=True)
+    assert kept.mega is not None
+    got = logits_along(kept)
+    want = logits_along(model.static_decoder(1, prompt.device, use_graph=True))
+    assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item() < 2e-2

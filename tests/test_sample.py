@@ -36,11 +36,19 @@ def sample_error(args, capsys) -> str:
 @pytest.mark.parametrize("arg,key", [
     ("--temperature=-0.5", "temperature"), ("--top_k=-1", "top_k"), ("--num_samples=0", "num_samples"),
     ("--max_new_tokens=0", "max_new_tokens"), ("--max_new_tokens=-3", "max_new_tokens"), ("--decode=fast", "decode"),
-    ("--decode=graph", "decode"), ("--device=tpu", "device"), ("--dtype=int8", "dtype"),
+    ("--decode=graph", "decode"), ("--decode=mega", "decode='mega' needs a CUDA"), ("--device=tpu", "device"),
+    ("--dtype=int8", "dtype"),
 ])
 def test_invalid_keys_fail_before_loading(arg, key, tmp_path, capsys):
     err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", arg], capsys)  # checked first
     assert key in err and "no checkpoint" not in err, err
+
+
+@pytest.mark.parametrize("arg", ["--compile=True", "--use_cache=False"])
+def test_mega_decode_refuses_compile_and_no_cache(arg, tmp_path, capsys):
+    """decode='mega' is the cached step as one kernel: torch.compile and the uncached path are refused by name."""
+    err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", "--decode=mega", arg], capsys)
+    assert "decode='mega'" in err and "compile=False" in err and "no checkpoint" not in err, err
 
 
 @pytest.mark.parametrize("damage", ["missing", "empty", "truncated", "foreign"])
