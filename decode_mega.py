@@ -114,6 +114,21 @@ if _triton_available():
         _grid_wait(SYNC, _grid_arrive(SYNC, AT, TIMING), target, ERR, AT, MAX_SPIN, TIMING)
 
     @triton.jit
+    def _barrier_tile(SYNC, target, ERR, AT, W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
+                      MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, EARLY_ARRIVE: tl.constexpr):
+        """A grid barrier during which this program loads the next phase's weight tile (_weight_tile's rows t*BN ..
+        of W), returned. EARLY_ARRIVE: the arrival first, then the loads (in flight while the program polls), else
+        the loads first, which the release's fence then waits for."""
+        if EARLY_ARRIVE:
+            seen = _grid_arrive(SYNC, AT, TIMING)
+            w = _weight_tile(W, t, N, BN, K, BLOCK_K)
+        else:
+            w = _weight_tile(W, t, N, BN, K, BLOCK_K)
+            seen = _grid_arrive(SYNC, AT, TIMING)
+        _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN, TIMING)
+        return w
+
+    @triton.jit
     def _norm_rows(x, k_ok, NW, NB, rk, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr):
         """LayerNorm (NORM 1) or RMSNorm (2) of the fp32 rows x (BLOCK_M, BLOCK_D), zero outside the d columns."""
         if NORM == 2:
@@ -342,14 +357,10 @@ if _triton_available():
                     tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
             if ONLY == 0:
                 barriers += 1
-                if EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-            if (ONLY == 0) | (ONLY == 4):
-                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)  # during the barrier
-            if ONLY == 0:
-                if not EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
+                w_fc = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WFC + layer64 * HIDDEN * D,
+                                     pid, HIDDEN, BN_FC, D, BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
+            elif ONLY == 4:
+                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
             # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 4):
                 x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
@@ -362,14 +373,10 @@ if _triton_available():
                             DK, DV, SHARED_KV)
             if ONLY == 0:
                 barriers += 1
-                if EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-            if (ONLY == 0) | (ONLY == 5):
+                w_pr = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WPR + layer64 * D * HIDDEN,
+                                     pid, D, BN_PR, HIDDEN, BLOCK_HID, MAX_SPIN, TIMING, EARLY_ARRIVE)
+            elif ONLY == 5:
                 w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
-            if ONLY == 0:
-                if not EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- F: h W_proj^T, its fp32 sums into ACC[1] (the next layer's A adds it to x1)
             if (ONLY == 0) | (ONLY == 5):
                 rh = tl.arange(0, BLOCK_HID)
@@ -380,23 +387,19 @@ if _triton_available():
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # (the last layer's barrier comes after the loop, the LM head's tile in it)
                     barriers += 1
-                    if EARLY_ARRIVE:
-                        seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-                    w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
-                    if not EARLY_ARRIVE:
-                        seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
+                    w_a = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers,
+                                        WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D, MAX_SPIN,
+                                        TIMING, EARLY_ARRIVE)
         # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
         if ONLY == 0:
             barriers += 1
-            if EARLY_ARRIVE:
-                seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-        if FINAL:
+            if FINAL:
+                w_lm = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WLM, pid, vocab, BN_LM, D,
+                                     BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
+            else:
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
+        elif FINAL:
             w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
-        if ONLY == 0:
-            if not EARLY_ARRIVE:
-                seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
-            _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
         if FINAL:
             x = _stream_rows(X1, ACC_M, BPR + (layer_hi - 1) * D, rm, m_ok, rk, k_ok, D, dt)
             a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
