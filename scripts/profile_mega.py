@@ -30,27 +30,31 @@ from scripts.bench_train import VARIANTS, set_module_knobs  # noqa: E402
 PHASES = ("A x0+norm1+qkv", "B1 attention splits", "B2D merge+out proj", "E x1+norm2+fc+gelu", "F proj")
 
 
-@torch.no_grad()
-def profile_variant(name: str, context: int, batch: int, steps: int) -> dict:
+def setup(name: str, context: int, batch: int):
+    """(model, caches, MegaDecoder, tokens, pos): a benchmark variant on the GPU, its caches filled with `context`
+    random rows, the next token's ids and position."""
     from decode_mega import MegaDecoder
     from model import StaticDecoder
     device = torch.device("cuda")
-    args = argparse.Namespace(tiny=False, rope=False)
     variant = next((v for v in VARIANTS if v.id == name), None)
     if variant is None:
         raise SystemExit(f"unknown variant {name!r}: one of {', '.join(v.id for v in VARIANTS)}")
-    model = build_model(variant, args, context + 1, device)
+    model = build_model(variant, argparse.Namespace(tiny=False, rope=False), context + 1, device)
     decoder = StaticDecoder(model, batch, device=device, max_len=context + 1)
     fill_caches(decoder.caches, context, torch.Generator(device=device).manual_seed(0))
-    mega = MegaDecoder(model, decoder.caches)
     tokens = torch.randint(model.config.vocab_size, (batch, 1), device=device)
-    pos = torch.tensor([context], device=device)
+    return model, decoder.caches, MegaDecoder(model, decoder.caches), tokens, torch.tensor([context], device=device)
+
+
+@torch.no_grad()
+def profile_variant(name: str, context: int, batch: int, steps: int) -> dict:
+    model, caches, mega, tokens, pos = setup(name, context, batch)
     for _ in range(3):  # compile, warm up
-        mega.decode_step(tokens, decoder.caches, pos, phases=True)
+        mega.decode_step(tokens, caches, pos, phases=True)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            mega.decode_step(tokens, decoder.caches, pos, phases=True)
+            mega.decode_step(tokens, caches, pos, phases=True)
         torch.cuda.synchronize()
     launches = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                        and "_mega_step_kernel" in e.name), key=lambda e: e.time_range.start)
@@ -101,22 +105,11 @@ def barrier_phases(stamps, n_layer: int) -> dict:
 @torch.no_grad()
 def time_barriers(name: str, context: int, batch: int, steps: int) -> dict:
     """barrier_phases of `steps` one-launch steps, each entry's median over the steps."""
-    from decode_mega import MegaDecoder
-    from model import StaticDecoder
-    device = torch.device("cuda")
-    variant = next((v for v in VARIANTS if v.id == name), None)
-    if variant is None:
-        raise SystemExit(f"unknown variant {name!r}: one of {', '.join(v.id for v in VARIANTS)}")
-    model = build_model(variant, argparse.Namespace(tiny=False, rope=False), context + 1, device)
-    decoder = StaticDecoder(model, batch, device=device, max_len=context + 1)
-    fill_caches(decoder.caches, context, torch.Generator(device=device).manual_seed(0))
-    mega = MegaDecoder(model, decoder.caches)
-    tokens = torch.randint(model.config.vocab_size, (batch, 1), device=device)
-    pos = torch.tensor([context], device=device)
+    model, caches, mega, tokens, pos = setup(name, context, batch)
     for _ in range(3):  # compile, warm up (the timed variant compiles on its first call)
-        mega.decode_step(tokens, decoder.caches, pos)
-        mega.timed_step(tokens, decoder.caches, pos)
-    runs = [barrier_phases(mega.timed_step(tokens, decoder.caches, pos), model.config.n_layer) for _ in range(steps)]
+        mega.decode_step(tokens, caches, pos)
+        mega.timed_step(tokens, caches, pos)
+    runs = [barrier_phases(mega.timed_step(tokens, caches, pos), model.config.n_layer) for _ in range(steps)]
     mega.check()
     med = lambda vals: statistics.median(vals)
     out = {k: (med([r[k] for r in runs]) if not isinstance(runs[0][k], dict)
