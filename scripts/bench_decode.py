@@ -325,7 +325,7 @@ GENERATE_MODES = {  # --generate_modes: name -> GPT.generate's (decode, compile,
 
 @torch.no_grad()
 def bench_generate(model, args, device: torch.device) -> list:
-    """What sample.py does, end to end: model.generate at batch 1 from a 16-token prompt, greedy
+    """What sample.py does, end to end: model.generate at batch 1 from a --generate_prompt-token prompt, greedy
     (temperature 0), max_new_tokens = --generate, once per --generate_modes entry (decode mode and
     torch.compile of the step, as sample.py's --decode and --compile). Tokens/s counts new tokens over
     the wall time of the whole call (prefill, capture and sampling included; the one-time compile and
@@ -333,7 +333,7 @@ def bench_generate(model, args, device: torch.device) -> list:
     mode's (same_tokens_as_first; earlier JSON files, whose first mode was always eager, call it
     same_tokens_as_eager)."""
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    prompt = torch.randint(model.config.vocab_size, (1, 16), device=device, generator=gen)
+    prompt = torch.randint(model.config.vocab_size, (1, args.generate_prompt), device=device, generator=gen)
     rows, reference = [], None
     for mode in args.generate_modes:
         decode, compile, compile_mode = GENERATE_MODES[mode]
@@ -348,7 +348,7 @@ def bench_generate(model, args, device: torch.device) -> list:
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
         reference = out if reference is None else reference
-        rows.append(dict(generate_mode=mode, new_tokens=args.generate, seconds=seconds,
+        rows.append(dict(generate_mode=mode, prompt_tokens=args.generate_prompt, new_tokens=args.generate, seconds=seconds,
                          tokens_per_s=args.generate / seconds, same_tokens_as_first=bool(torch.equal(out, reference))))
         if args.generate_profile:
             rows[-1]["profile"] = profile_generate(model, prompt, kw, args.generate_profile, device)
@@ -393,6 +393,9 @@ def main(argv=None):
                    help="comma-separated of " + ", ".join(MODES) + " (default: all on cuda, forward,step on cpu)")
     p.add_argument("--generate", type=int, default=0,
                    help="also time model.generate end to end (sample.py's loop) for this many new tokens at batch 1")
+    p.add_argument("--generate_prompt", type=int, default=16, metavar="N",
+                   help="with --generate: the prompt's tokens (the context the generated tokens attend to grows from "
+                        "N; N + --generate must fit the model's block size, max(--contexts) + 64)")
     p.add_argument("--generate_modes", default=None,
                    help="comma-separated of " + ", ".join(GENERATE_MODES) + " (default eager,graph on cuda, eager on cpu; "
                         "*_compiled: the step torch.compiled, sample.py --compile=True)")
@@ -428,7 +431,7 @@ def main(argv=None):
     for m in args.generate_modes if args.generate else []:  # (checked only where generate runs)
         if m not in GENERATE_MODES:
             raise SystemExit(f"unknown --generate_modes entry {m!r}: allowed {', '.join(GENERATE_MODES)}")
-        if GENERATE_MODES[m][0] == "graph" and device.type != "cuda":
+        if GENERATE_MODES[m][0] in ("graph", "mega") and device.type != "cuda":
             raise SystemExit(f"--generate_modes {m!r} captures a CUDA graph: it needs --device=cuda")
     llama = args.suite == "llama1b"
     args.iters = args.iters or (3 if args.tiny else 100)
@@ -437,6 +440,9 @@ def main(argv=None):
     args.contexts = args.contexts or ("16,32" if args.tiny else ("4096" if llama else "4096,16384"))
     batches, contexts = parse_ints(args.batches, "batches"), parse_ints(args.contexts, "contexts")
     block_size = max(contexts) + 64  # every position up to context (+1 new token) has an embedding / rotation
+    if args.generate and not 1 <= args.generate_prompt <= block_size - args.generate:
+        raise SystemExit(f"--generate_prompt {args.generate_prompt} + --generate {args.generate} must fit the block size "
+                         f"{block_size} (max(--contexts) + 64), with a prompt of at least 1 token")
     if llama:
         chosen = llama_variants()
         if args.variants != "all":
@@ -508,14 +514,15 @@ def main(argv=None):
         add_ratios(rows, ["latency_ms", "tokens_per_s"], ["mode", "batch_size", "context"])  # vs MHA
         markdown = render(rows, info)
         if generated:
-            markdown += "\n\n## model.generate end to end (batch 1, greedy, 16-token prompt)\n\n" + markdown_table(
+            markdown += (f"\n\n## model.generate end to end (batch 1, greedy, {args.generate_prompt}-token prompt)\n\n"
+                         + markdown_table(
                 ["variant", "mode", "new tokens", "s", "tokens/s", f"same tokens as {args.generate_modes[0]}",
                  "kernels / token", "kernel ms / token", "busy %"],
                 [[g["label"], g["generate_mode"], g["new_tokens"], fmt(g["seconds"], ".3f"),
                   fmt(g["tokens_per_s"], ",.0f"), g["same_tokens_as_first"],
                   fmt(g.get("profile", {}).get("calls_per_step"), ".0f"),
                   fmt(g.get("profile", {}).get("kernel_ms_per_step"), ".3f"),
-                  fmt(g.get("profile", {}).get("busy_pct"), ".0f")] for g in generated])
+                  fmt(g.get("profile", {}).get("busy_pct"), ".0f")] for g in generated]))
         for r in rows:
             if r.get("profile"):
                 markdown += "\n\n" + render_profile(r["profile"], f"{r['label']}, {r['mode']}, batch {r['batch_size']}, "

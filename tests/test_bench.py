@@ -174,15 +174,38 @@ def test_generate_end_to_end_modes(tmp_path, monkeypatch):
                        "--out_dir", str(tmp_path)])
     assert calls == [("eager", False)] * 3 + [("eager", True)] * 3  # a warm-up call and two timed, per mode
     out = json.loads((tmp_path / "bench_decode.json").read_text())
-    assert [(g["generate_mode"], g["new_tokens"], g["same_tokens_as_first"]) for g in out["generate"]] == [
-        ("eager", 4, True), ("eager_compiled", 4, True)]
+    assert [(g["generate_mode"], g["prompt_tokens"], g["new_tokens"], g["same_tokens_as_first"])
+            for g in out["generate"]] == [("eager", 16, 4, True), ("eager_compiled", 16, 4, True)]
     assert all(g["tokens_per_s"] == pytest.approx(4 / g["seconds"]) for g in out["generate"])
     assert "| same tokens as eager |" in (tmp_path / "bench_decode.md").read_text()
     md = (tmp_path / "bench_decode.md").read_text()
     assert "| kernels / token | kernel ms / token | busy % |" in md and "profile" not in out["generate"][0]
-    for bad, message in (("graph_compiled", "needs --device=cuda"), ("fast", "allowed eager")):
+    for bad, message in (("graph_compiled", "needs --device=cuda"), ("mega", "needs --device=cuda"),
+                         ("fast", "allowed eager")):
         with pytest.raises(SystemExit, match=message):
             bench_decode.main(["--device=cpu", "--tiny", "--generate", "4", "--generate_modes", bad, "--out_dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--generate_prompt 70 \\+ --generate 4 must fit the block size 72"):
+        bench_decode.main(["--device=cpu", "--tiny", "--contexts", "8", "--generate", "4", "--generate_prompt", "70",
+                           "--out_dir", str(tmp_path)])
+
+
+def test_generate_prompt_sets_the_prompt_length(tmp_path, monkeypatch):
+    """--generate_prompt N: generate starts from N prompt tokens (the report's heading and rows say so)."""
+    from model import GPT
+    lengths = []
+    real = GPT.generate
+
+    def spy(self, idx, *args, **kwargs):
+        lengths.append(idx.size(1))
+        return real(self, idx, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "generate", spy)
+    bench_decode.main(["--device=cpu", "--tiny", "--variants", "mha", "--modes", "forward", "--batches", "1",
+                       "--contexts", "8", "--iters", "1", "--generate", "3", "--generate_prompt", "40",
+                       "--out_dir", str(tmp_path)])
+    assert lengths == [40] * 3
+    assert json.loads((tmp_path / "bench_decode.json").read_text())["generate"][0]["prompt_tokens"] == 40
+    assert "greedy, 40-token prompt" in (tmp_path / "bench_decode.md").read_text()
 
 
 def test_generate_profile_counts_per_token(tmp_path, monkeypatch):
