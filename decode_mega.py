@@ -56,7 +56,6 @@ PROGRAMS_PER_SM = 2  # two programs of 4 warps an SM: one's chain of round trips
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
-SYNC_COUNTERS = 1  # counters a grid barrier's arrivals are spread over (a power of two; the waiters read them all)
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -83,7 +82,7 @@ if _triton_available():
             tl.store(AT + 1, cycles)
 
     @triton.jit
-    def _grid_arrive(SYNC, AT, TIMING: tl.constexpr, NC: tl.constexpr):
+    def _grid_arrive(SYNC, AT, TIMING: tl.constexpr):
         """This program's arrival at a grid barrier (returns the count it saw, its own included): every thread's
         stores before it are visible to every program that has seen the count complete. One thread touches the
         counter (Triton runs a scalar atomic in one thread and hands its result to the others). The release is a
@@ -91,28 +90,18 @@ if _triton_available():
         delay the arrival, so the next phase's weights are loaded between _grid_arrive and _grid_wait."""
         tl.debug_barrier()  # every thread's stores issued before the (one-thread) release below
         _stamp(AT, TIMING)  # the arrival (AT: this barrier's 4 stamps)
-        if NC == 1:
-            seen = tl.atomic_add(SYNC, 1, sem="release", scope="gpu") + 1
-        else:  # NC counters 128 bytes apart, program p arriving on counter p % NC: its count is not the barrier's
-            tl.atomic_add(SYNC + (tl.program_id(0) % NC) * 32, 1, sem="release", scope="gpu")
-            seen = tl.zeros([], tl.int32)
-        return seen
+        return tl.atomic_add(SYNC, 1, sem="release", scope="gpu") + 1
 
     @triton.jit
-    def _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, NC: tl.constexpr):
+    def _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr):
         """Wait until the counter SYNC reaches `target` (every program's arrival at this barrier): the others'
         stores before their arrivals happen before what follows. One thread polls: 132 programs x 256 threads
         polling one L2 line made each barrier cost microseconds."""
         spins = 0
         while (seen < target) & (spins < MAX_SPIN):
             # a compare-and-swap that never swaps (the count is never -1) reads the counter with acquire semantics
-            # (an atomic add of 0 is folded away by Triton); NC counters: each read so, their sum the count
-            if NC == 1:
-                seen = tl.atomic_cas(SYNC, -1, -1, sem="acquire", scope="gpu")
-            else:
-                c = tl.arange(0, NC)
-                never = tl.full([NC], -1, tl.int32)
-                seen = tl.sum(tl.atomic_cas(SYNC + c * 32, never, never, sem="acquire", scope="gpu"), axis=0)
+            # (an atomic add of 0 is folded away by Triton)
+            seen = tl.atomic_cas(SYNC, -1, -1, sem="acquire", scope="gpu")
             spins += 1
         if seen < target:
             tl.atomic_or(ERR, 1)
@@ -120,23 +109,23 @@ if _triton_available():
         _stamp(AT + 2, TIMING)  # the release
 
     @triton.jit
-    def _grid_sync(SYNC, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, NC: tl.constexpr):
+    def _grid_sync(SYNC, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr):
         """A grid barrier: _grid_arrive, then _grid_wait."""
-        _grid_wait(SYNC, _grid_arrive(SYNC, AT, TIMING, NC), target, ERR, AT, MAX_SPIN, TIMING, NC)
+        _grid_wait(SYNC, _grid_arrive(SYNC, AT, TIMING), target, ERR, AT, MAX_SPIN, TIMING)
 
     @triton.jit
     def _barrier_tile(SYNC, target, ERR, AT, W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
-                      MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, EARLY_ARRIVE: tl.constexpr, NC: tl.constexpr):
+                      MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, EARLY_ARRIVE: tl.constexpr):
         """A grid barrier during which this program loads the next phase's weight tile (_weight_tile's rows t*BN ..
         of W), returned. EARLY_ARRIVE: the arrival first, then the loads (in flight while the program polls), else
         the loads first, which the release's fence then waits for."""
         if EARLY_ARRIVE:
-            seen = _grid_arrive(SYNC, AT, TIMING, NC)
+            seen = _grid_arrive(SYNC, AT, TIMING)
             w = _weight_tile(W, t, N, BN, K, BLOCK_K)
         else:
             w = _weight_tile(W, t, N, BN, K, BLOCK_K)
-            seen = _grid_arrive(SYNC, AT, TIMING, NC)
-        _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN, TIMING, NC)
+            seen = _grid_arrive(SYNC, AT, TIMING)
+        _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN, TIMING)
         return w
 
     @triton.jit
@@ -236,7 +225,7 @@ if _triton_available():
             BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr, ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
-            EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr, NC: tl.constexpr):
+            EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-5:
         phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
@@ -289,9 +278,9 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 if EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING, NC)
+                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
                 else:
-                    _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, NC)
+                    _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- B1: attention, the cache rows split over programs: each split's partial (unnormalized output, row
             # max, row sum) of every query head of its KV head
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
@@ -303,7 +292,7 @@ if _triton_available():
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
             if ONLY == 0:
                 if EARLY_ARRIVE:
-                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, NC)
+                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             if (ONLY == 0) | (ONLY == 2):
                 ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
@@ -345,7 +334,7 @@ if _triton_available():
                     tl.store(PL + slot, l_i)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, NC)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
             # ---- B2D: a program per (sequence, query head, chunk of outputs): the head's splits merged (one load
             # of them all), o_h rounded as stored, o_h W_O[:, head]^T for its outputs added into ACC[0]
             if (ONLY == 0) | (ONLY == 3):
@@ -369,7 +358,7 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 w_fc = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WFC + layer64 * HIDDEN * D,
-                                     pid, HIDDEN, BN_FC, D, BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE, NC)
+                                     pid, HIDDEN, BN_FC, D, BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
             elif ONLY == 4:
                 w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
             # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc)
@@ -385,7 +374,7 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 w_pr = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WPR + layer64 * D * HIDDEN,
-                                     pid, D, BN_PR, HIDDEN, BLOCK_HID, MAX_SPIN, TIMING, EARLY_ARRIVE, NC)
+                                     pid, D, BN_PR, HIDDEN, BLOCK_HID, MAX_SPIN, TIMING, EARLY_ARRIVE)
             elif ONLY == 5:
                 w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
             # ---- F: h W_proj^T, its fp32 sums into ACC[1] (the next layer's A adds it to x1)
@@ -400,15 +389,15 @@ if _triton_available():
                     barriers += 1
                     w_a = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers,
                                         WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D, MAX_SPIN,
-                                        TIMING, EARLY_ARRIVE, NC)
+                                        TIMING, EARLY_ARRIVE)
         # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
         if ONLY == 0:
             barriers += 1
             if FINAL:
                 w_lm = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WLM, pid, vocab, BN_LM, D,
-                                     BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE, NC)
+                                     BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
             else:
-                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING, NC)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
         elif FINAL:
             w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
         if FINAL:
@@ -504,8 +493,6 @@ class MegaDecoder:
                                  f"expected {want} (heads, dim) in {self.dtype} for {B} sequences (model.new_caches "
                                  f"with the weights' dtype)")
         self.max_len = caches[0].max_len
-        if SYNC_COUNTERS < 1 or SYNC_COUNTERS & (SYNC_COUNTERS - 1):
-            raise ValueError(f"decode_mega: SYNC_COUNTERS = {SYNC_COUNTERS} must be a power of two")
         if PROGRAMS_PER_SM * NUM_WARPS > 8:
             raise ValueError(f"decode_mega: PROGRAMS_PER_SM x NUM_WARPS = {PROGRAMS_PER_SM} x {NUM_WARPS} > 8: every "
                              f"program must be resident at once (a grid barrier waits for all), and 8 warps of up to "
@@ -530,8 +517,7 @@ class MegaDecoder:
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)
         self.logits = torch.zeros(B, self.vocab, device=dev, dtype=self.dtype)
-        # the barriers' arrivals (SYNC_COUNTERS counters 128 bytes apart), zeroed each step
-        self.counters = torch.zeros(32 * SYNC_COUNTERS, device=dev, dtype=torch.int32)
+        self.counters = torch.zeros(1, device=dev, dtype=torch.int32)  # the barriers' arrivals, zeroed each step
         self.error = torch.zeros(1, device=dev, dtype=torch.int32)
         self.times = None  # while timed_step runs: every program's barrier stamps
 
@@ -603,8 +589,7 @@ class MegaDecoder:
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
-            EARLY_ARRIVE=EARLY_ARRIVE, TIMING=self.times is not None and only == 0, NC=SYNC_COUNTERS,
-            num_warps=NUM_WARPS)
+            EARLY_ARRIVE=EARLY_ARRIVE, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must

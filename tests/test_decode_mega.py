@@ -281,12 +281,3 @@ def test_cuda_generate_with_the_step_kernel():
         got = logits_along(kept)
         want = logits_along(model.static_decoder(1, prompt.device, use_graph=True))
     assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item() < 2e-2
-
-
-def test_sync_counters_must_be_a_power_of_two(monkeypatch):
-    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
-    monkeypatch.setattr(dm, "_triton_available", lambda: True)
-    monkeypatch.setattr(dm, "SYNC_COUNTERS", 3)
-    model = tiny("tucker")
-    with pytest.raises(ValueError, match="SYNC_COUNTERS = 3 must be a power of two"):
-        dm.MegaDecoder(model, model.new_caches(1, 16))
