@@ -71,7 +71,7 @@ if _triton_available():
     @triton.jit
     def _stamp(AT, TIMING: tl.constexpr):
         """TIMING: the GPU's global nanosecond timer and this SM's cycle counter into AT[0], AT[1] (one thread's
-        reading; MegaDecoder.barrier_times reads them back)."""
+        reading; MegaDecoder.timed_step reads them back)."""
         if TIMING:
             zero = tl.full([], 0, tl.int32)
             ns = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [zero], dtype=tl.int64,
@@ -227,7 +227,8 @@ if _triton_available():
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
-        grid barrier after each, each phase's first weights loaded before the barrier in front of it; ONLY 1-5:
+        grid barrier after each, each phase's first weights loaded during the barrier in front of it (after this
+        program's arrival with EARLY_ARRIVE, before it without); ONLY 1-5:
         phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
 
         The residual stream: X holds the layer's input x0 and X1 its middle x1 (each written by program 0, in a
@@ -498,8 +499,11 @@ class MegaDecoder:
                              f"program must be resident at once (a grid barrier waits for all), and 8 warps of up to "
                              f"255 registers fill an SM's register file")
         if self.device.type == "cuda" and not _interpret():
-            self.programs = programs or torch.cuda.get_device_properties(self.device).multi_processor_count * \
-                PROGRAMS_PER_SM
+            sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+            self.programs = programs or sms * PROGRAMS_PER_SM
+            if self.programs > sms * (8 // NUM_WARPS):
+                raise ValueError(f"MegaDecoder: programs={self.programs} > {sms} SMs x {8 // NUM_WARPS} programs of "
+                                 f"{NUM_WARPS} warps: every program must be resident at once (the grid barriers)")
         else:
             self.programs = programs or INTERPRET_PROGRAMS
         self._stack_caches()
@@ -614,7 +618,8 @@ class MegaDecoder:
         """One decode step in one launch, every program stamping the GPU's nanosecond timer and its SM's cycle counter
         at its start, at each grid barrier (arriving, released) and at its end: (programs, 5 L + 2, 4) int64 on the
         CPU, [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles), slot 0 the start, 1 .. 5 L
-        the barriers after phases A, B1, B2D, E, F of each layer, 5 L + 1 the end (its first two columns). CUDA
+        the barriers after phases A, B1, B2D, E, F of each layer, 5 L + 1 the end (slots 0 and 5 L + 1: their first
+        two columns only). CUDA
         only (the interpreter runs the phases as separate launches, without barriers)."""
         if self.device.type != "cuda" or _interpret():
             raise ValueError("MegaDecoder.timed_step needs the one-launch step on a CUDA device")

@@ -1689,6 +1689,8 @@ class GPT(nn.Module):
         crops the context each step instead, as nanoGPT does)."""
         if decode not in DECODE_CHOICES:
             raise ValueError(f"decode={decode!r} is unknown: allowed {DECODE_CHOICES}")
+        if decode == "mega" and (compile or not use_cache):
+            raise ValueError("decode='mega' is the cached step as one kernel: it needs use_cache=True and compile=False")
         if decode in ("graph", "mega") and idx.device.type != "cuda":
             raise ValueError(f"decode={decode!r} needs a CUDA device, got {idx.device}; use 'eager' or 'auto'")
         check_compile_mode(compile_mode)  # before a kept decoder could be reused

@@ -69,6 +69,9 @@ def validate(cfg: dict) -> torch.device:
         raise ValueError(f"decode={cfg['decode']!r} is unknown: allowed {', '.join(map(repr, DECODE_CHOICES))}")
     if cfg["decode"] == "mega" and (cfg["compile"] or not cfg["use_cache"]):
         raise ValueError("decode='mega' is the cached step as one kernel: it needs use_cache=True and compile=False")
+    if cfg["decode"] == "mega" and cfg["dtype"] == "float16":
+        raise ValueError("decode='mega' computes in the weights' dtype, and dtype='float16' is autocast over float32 "
+                         "weights: use dtype='bfloat16' (cast weights) or 'float32'")
     if cfg["dtype"] and cfg["dtype"] not in DTYPE_CHOICES:
         raise ValueError(f"dtype={cfg['dtype']!r} is unknown: allowed {', '.join(map(repr, DTYPE_CHOICES))}")
     device = torch.device(check_device(cfg["device"]))

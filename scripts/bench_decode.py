@@ -395,7 +395,8 @@ def main(argv=None):
                    help="also time model.generate end to end (sample.py's loop) for this many new tokens at batch 1")
     p.add_argument("--generate_prompt", type=int, default=16, metavar="N",
                    help="with --generate: the prompt's tokens (the context the generated tokens attend to grows from "
-                        "N; N + --generate must fit the model's block size, max(--contexts) + 64)")
+                        "N; below the model's block size, max(--contexts) + 64, beyond which generate refills its "
+                        "cache from the last half block, as sample.py does)")
     p.add_argument("--generate_modes", default=None,
                    help="comma-separated of " + ", ".join(GENERATE_MODES) + " (default eager,graph on cuda, eager on cpu; "
                         "*_compiled: the step torch.compiled, sample.py --compile=True)")
@@ -440,9 +441,9 @@ def main(argv=None):
     args.contexts = args.contexts or ("16,32" if args.tiny else ("4096" if llama else "4096,16384"))
     batches, contexts = parse_ints(args.batches, "batches"), parse_ints(args.contexts, "contexts")
     block_size = max(contexts) + 64  # every position up to context (+1 new token) has an embedding / rotation
-    if args.generate and not 1 <= args.generate_prompt <= block_size - args.generate:
-        raise SystemExit(f"--generate_prompt {args.generate_prompt} + --generate {args.generate} must fit the block size "
-                         f"{block_size} (max(--contexts) + 64), with a prompt of at least 1 token")
+    if args.generate and not 1 <= args.generate_prompt < block_size:
+        raise SystemExit(f"--generate_prompt {args.generate_prompt} must be 1 .. {block_size - 1} tokens: the model's "
+                         f"block size is {block_size} (max(--contexts) + 64)")
     if llama:
         chosen = llama_variants()
         if args.variants != "all":

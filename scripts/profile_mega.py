@@ -95,7 +95,7 @@ def barrier_phases(stamps, n_layer: int) -> dict:
     head = end.max().item() - rel_med[-2].item()
     out["LM head"] = dict(span=head, work=head, sync=0.0,
                           median_work=(end - release[:, -2]).median().item())
-    ns = torch.unique(stamps[:, :-1, [0, 2]].reshape(-1))
+    ns = torch.unique(torch.cat([stamps[:, :, 0].reshape(-1), stamps[:, 1:-1, 2].reshape(-1)]))  # every ns stamp
     gaps = ns[1:] - ns[:-1]
     out["total"] = end.max().item() - arrive[:, 0].min().item()
     out["timer step"] = (gaps[gaps > 0].min().item() / 1e3) if gaps.numel() else float("nan")

@@ -184,8 +184,8 @@ def test_generate_end_to_end_modes(tmp_path, monkeypatch):
                          ("fast", "allowed eager")):
         with pytest.raises(SystemExit, match=message):
             bench_decode.main(["--device=cpu", "--tiny", "--generate", "4", "--generate_modes", bad, "--out_dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="--generate_prompt 70 \\+ --generate 4 must fit the block size 72"):
-        bench_decode.main(["--device=cpu", "--tiny", "--contexts", "8", "--generate", "4", "--generate_prompt", "70",
+    with pytest.raises(SystemExit, match="--generate_prompt 72 must be 1 .. 71 tokens: the model's block size is 72"):
+        bench_decode.main(["--device=cpu", "--tiny", "--contexts", "8", "--generate", "4", "--generate_prompt", "72",
                            "--out_dir", str(tmp_path)])
 
 

@@ -121,6 +121,9 @@ def test_decode_mode_is_validated():
         model.generate(idx, 2, decode="graph")
     with pytest.raises(ValueError, match="decode='mega' needs a CUDA"):
         model.generate(idx, 2, decode="mega")
+    for kw in (dict(use_cache=False), dict(compile=True)):  # refused before any decoder is built or dropped
+        with pytest.raises(ValueError, match="decode='mega' is the cached step as one kernel"):
+            model.generate(idx, 2, decode="mega", **kw)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

@@ -275,9 +275,19 @@ def test_cuda_generate_with_the_step_kernel():
             n += 1
         return torch.cat(rows)
 
-    kept = model.static_decoder(1, prompt.device, use_graph=True, mega=True)
-    assert kept.mega is not None
+    (_, kept), = model.__dict__["_static_decoders"].values()  # the decoder generate built and kept
+    assert kept.mega is not None and model.static_decoder(1, prompt.device, use_graph=True, mega=True) is kept
     with torch.no_grad():  # as generate runs them (the caches are views made without autograd)
         got = logits_along(kept)
         want = logits_along(model.static_decoder(1, prompt.device, use_graph=True))
     assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item() < 2e-2
+
+
+@needs_cuda
+def test_cuda_more_programs_than_resident_are_refused():
+    """An explicit program count beyond what the SMs hold at NUM_WARPS warps a program is refused (the barriers would
+    wait for programs that never start)."""
+    model = tiny("tucker", dtype=torch.bfloat16, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    with pytest.raises(ValueError, match="every program must be resident"):
+        dm.MegaDecoder(model, model.new_caches(1, 16, device="cuda"), programs=sms * (8 // dm.NUM_WARPS) + 1)

@@ -44,11 +44,13 @@ def test_invalid_keys_fail_before_loading(arg, key, tmp_path, capsys):
     assert key in err and "no checkpoint" not in err, err
 
 
-@pytest.mark.parametrize("arg", ["--compile=True", "--use_cache=False"])
-def test_mega_decode_refuses_compile_and_no_cache(arg, tmp_path, capsys):
-    """decode='mega' is the cached step as one kernel: torch.compile and the uncached path are refused by name."""
+@pytest.mark.parametrize("arg,says", [("--compile=True", "compile=False"), ("--use_cache=False", "use_cache=True"),
+                                      ("--dtype=float16", "use dtype='bfloat16'")])
+def test_mega_decode_refuses_compile_no_cache_and_autocast(arg, says, tmp_path, capsys):
+    """decode='mega' is the cached step as one kernel in the weights' dtype: torch.compile, the uncached path and
+    float16 (autocast over float32 weights) are refused by name, before anything is loaded."""
     err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", "--decode=mega", arg], capsys)
-    assert "decode='mega'" in err and "compile=False" in err and "no checkpoint" not in err, err
+    assert "decode='mega'" in err and says in err and "no checkpoint" not in err, err
 
 
 @pytest.mark.parametrize("damage", ["missing", "empty", "truncated", "foreign"])
