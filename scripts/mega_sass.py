@@ -14,7 +14,6 @@ the release's MEMBAR then waits for) and between the arrival and the first poll 
 in flight while the program polls).
 """
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -24,26 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def specialization(kernel, args, kwargs, signature: dict, constexprs: dict) -> dict:
-    """The attrs triton's JIT launcher would give this launch (tt.divisibility 16 for 16-aligned pointers and
-    integers divisible by 16); integers equal to 1 become constexprs in signature/constexprs, as the JIT makes them."""
-    values = dict(zip(kernel.arg_names, args))
-    values.update({k: v for k, v in kwargs.items() if k in kernel.arg_names})
-    attrs = {}
-    for i, p in enumerate(kernel.params):
-        if p.is_constexpr:
-            continue
-        v = values[p.name]
-        if torch.is_tensor(v):
-            if v.data_ptr() % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, int) and not isinstance(v, bool):
-            if v == 1:
-                signature[p.name], constexprs[p.name] = "constexpr", 1
-            elif v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    return attrs
+from scripts.kernel_compile import Recorder, compile_sm90  # noqa: E402
 
 
 def barrier_loads(sass: str) -> list:
@@ -69,9 +49,9 @@ def barrier_loads(sass: str) -> list:
 
 
 def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
+    """The step kernel's launch for `variant` compiled (kernel_compile.compile_sm90) and disassembled into out_dir:
+    registers, stack, the load mix, MEMBARs and barrier_loads."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import ASTSource
 
     import decode_attention as da
     import decode_mega as dm
@@ -81,17 +61,11 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
     match = next((v for v in VARIANTS if v.id == variant), None)
     if match is None:
         raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(v.id for v in VARIANTS)}")
-    launches = []
-
-    class Recorder:  # stands for the @triton.jit kernel: kernel[grid](...) records the launch
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launches.append((args, kwargs))
-
     saved = da._interpret, dm._interpret, dm._mega_step_kernel
-    kernel = dm._mega_step_kernel
+    rec = Recorder(dm._mega_step_kernel)
     try:
         da._interpret = dm._interpret = lambda: True  # the CPU passes the wrappers' device checks
-        dm._mega_step_kernel = Recorder()
+        dm._mega_step_kernel = rec
         cfg = GPTConfig(n_layer=2, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False,
                         **match.overrides)
         model = GPT(cfg).to(torch.bfloat16).eval()
@@ -100,24 +74,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
         mega._launch(mega._stacked_weights(), torch.tensor([3]), torch.tensor([10]), 0, 0, 2, True)
     finally:
         da._interpret, dm._interpret, dm._mega_step_kernel = saved
-    args, kwargs = launches[0]
-    values = dict(zip(kernel.arg_names, args))
-    values.update(kwargs)
-    signature, constexprs = {}, {}
-    for p in kernel.params:
-        v = values[p.name]
-        if p.is_constexpr:
-            signature[p.name], constexprs[p.name] = "constexpr", v
-        elif torch.is_tensor(v):
-            signature[p.name] = "*" + {torch.bfloat16: "bf16", torch.float32: "fp32", torch.int64: "i64",
-                                       torch.int32: "i32", torch.float16: "fp16"}[v.dtype]
-        elif isinstance(v, float):
-            signature[p.name] = "fp32"
-        else:
-            signature[p.name] = "i64" if abs(int(v)) >= 2 ** 31 else "i32"
-    attrs = specialization(kernel, args, kwargs, signature, constexprs)
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": kwargs.get("num_warps", 4)})
+    compiled = compile_sm90(rec.kernel, *rec.launches[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{variant}.ptx").write_text(compiled.asm["ptx"])
     cubin = out_dir / f"{variant}.cubin"

@@ -22,69 +22,10 @@ import fused_loss as fl  # noqa: E402
 import fused_norm as fn  # noqa: E402
 import master_adamw as ma  # noqa: E402
 from model import LayerNorm, RMSNorm, rope_cache  # noqa: E402
+from scripts.kernel_compile import Recorder, compile_to_ttir, typed  # noqa: E402
 
 if not da._triton_available():
     pytest.skip("triton does not import", allow_module_level=True)
-
-
-def compile_to_ttir(kernel, signature: dict, constexprs: dict, num_warps: int = 4) -> str:
-    """kernel's TTIR as text for these argument types ({'X': '*bf16', 'V': 'i32', ...}, constexprs listed in the
-    signature as 'constexpr' and valued in `constexprs`), by Triton's front end for sm_90; an error where it refuses
-    the kernel. No GPU or driver needed."""
-    from triton._C.libtriton import ir
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import CUDABackend
-    from triton.compiler.compiler import ASTSource
-
-    target = GPUTarget("cuda", 90, 32)
-    backend = CUDABackend(target)
-    options = backend.parse_options({"num_warps": num_warps})
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = ASTSource(kernel, signature, constexprs=constexprs).make_ir(
-        target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
-    return str(module)
-
-DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int64: "i64",
-               torch.int32: "i32"}
-
-
-class Recorder:
-    """Stands for a @triton.jit kernel: kernel[grid](*args, **kwargs) records the launch instead of running it."""
-
-    def __init__(self, kernel):
-        self.kernel, self.launches = kernel, []
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.launches.append((args, kwargs))
-
-
-def typed(kernel, args, kwargs):
-    """(signature, constexprs, num_warps) of a recorded launch, as the launcher would type its arguments."""
-    values = dict(zip(kernel.arg_names, args))
-    values.update({k: v for k, v in kwargs.items() if k in kernel.arg_names})
-    def type_of(name, v):
-        if torch.is_tensor(v):
-            return "*" + DTYPE_NAMES[v.dtype]
-        if isinstance(v, bool):
-            return "i1"
-        if isinstance(v, int):
-            return "i64" if abs(v) >= 2 ** 31 else "i32"
-        if isinstance(v, float):
-            return "fp32"
-        if isinstance(v, tuple):  # a tuple argument (master_adamw's multi-tensor kernel): its elements' types
-            return tuple(type_of(name, x) for x in v)
-        raise TypeError(f"{name}: {type(v).__name__}")
-
-    sig, const = {}, {}
-    for p in kernel.params:
-        v = values[p.name]
-        if p.is_constexpr:
-            sig[p.name], const[p.name] = "constexpr", v
-        else:
-            sig[p.name] = type_of(p.name, v)
-    return sig, const, kwargs.get("num_warps", 4)
 
 
 def compile_launches(recorder, *, pdl=(False, True)) -> int:
