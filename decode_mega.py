@@ -13,15 +13,17 @@ and cache reads (results/bench/README.md). Here one launch of two programs per S
         o_h W_O[:, head]^T for its outputs added (fp32 atomics) into the attention's output
     E   x1 = x0 + attention output (+ b_O); h = gelu(norm2(x1) W_fc^T + b_fc)
     F   h W_proj^T (the next phase adds it and b_proj to x1)
+        (FUSED_MLP, the default: E and F one phase, a program per tile of hidden units taking it through GELU and
+        its rows of W_proj^T, the products' sums fp32 atomic adds: 4 barriers a layer)
     and at the end x2 = x1 + MLP output, the final norm and the LM head,
 
-with a grid barrier between phases (5 a layer: a counter in global memory that every program increments and one
-thread of each polls; Hopper's 264 programs are all resident, two per SM, so nobody waits for a program that never
-starts). The output projection is split over its K (the heads), so the merge and the projection are one phase;
-its sums are fp32 atomic adds, in the order the programs arrive: the step's logits vary run to run in their last
-bits (the model's default path is deterministic). Each
-program takes every `nprog`-th tile of a phase's output columns (or of the attention's splits). The attention of
-every variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
+with a grid barrier between phases (5 a layer, 4 with FUSED_MLP: a counter in global memory that every program
+increments and one thread of each polls; Hopper's 264 programs are all resident, two per SM, so nobody waits for a
+program that never starts). The output projection is split over its K (the heads), so the merge and the
+projection are one phase; its sums (and the fused MLP's) are fp32 atomic adds, in the order the programs arrive:
+the step's logits vary run to run in their last bits (the model's default path is deterministic). Each program
+takes every `nprog`-th tile of a phase's output columns (or of the attention's splits). The attention of every
+variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
 MQA (GroupedQueryAttention) and Tucker (its merged form [U2 G_q | U3 | U~3] and G_o U~2^T: one latent K/V head, or
 one shared latent with shared_kv). Not served (`unsupported` says why; model.StaticDecoder keeps its kernels):
 RoPE, SwiGLU, MLA, more than MAX_ROWS sequences, autocast, mixed dtypes.
@@ -56,6 +58,11 @@ PROGRAMS_PER_SM = 2  # two programs of 4 warps an SM: one's chain of round trips
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
 BLOCK_N = 64  # cache rows per step of a split's loop
+FUSED_MLP = True  # phases E and F as one (each program's hidden units through GELU, then their share of W_proj, its
+#                  sums added into the MLP's output by fp32 atomics): 4 barriers a layer, not 5
+#                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
+MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h is computed (in flight meanwhile;
+#                        GPT-2 at batch 1: 255 registers and 96 B of spills, against 206 and none after it)
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -197,6 +204,34 @@ if _triton_available():
                 w = w_next
 
     @triton.jit
+    def _mlp_phase(a, w, v, WFC, WPRT, N, pid, nprog, Bias, ACC, rm, m_ok, rk, k_ok, D, dt, BN: tl.constexpr,
+                   BLOCK_K: tl.constexpr, ONE: tl.constexpr, PROJ_AHEAD: tl.constexpr):
+        """The MLP of the fp32 rows a (BLOCK_M, BLOCK_K) over the program's tiles of hidden units t = pid, pid + nprog,
+        ...: h = gelu(a W_fc[t]^T + b_fc[t]), rounded as the unfused ops store it, then h W_proj[:, t]^T (rows t of
+        W_proj^T, v) added into ACC (fp32 atomics: the sum over every program's hidden units, without b_proj). w
+        holds the first tile's W_fc rows, v its W_proj^T rows with PROJ_AHEAD (else a tile's v is loaded after its
+        h: fewer registers live, its round trip exposed); the next tile's are issued before each tile's arithmetic
+        (not ONE)."""
+        for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
+            if not ONE:
+                w_next = _weight_tile(WFC, t + nprog, N, BN, D, BLOCK_K)
+                if PROJ_AHEAD:
+                    v_next = _weight_tile(WPRT, t + nprog, N, BN, D, BLOCK_K)
+            rn = t * BN + tl.arange(0, BN)
+            y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
+            y = (y + tl.load(Bias + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]).to(dt).to(tl.float32)
+            y = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(dt).to(tl.float32)  # F.gelu, stored h
+            if not PROJ_AHEAD:
+                v = _weight_tile(WPRT, t, N, BN, D, BLOCK_K)
+            out = tl.sum(y[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, BLOCK_K): h_t W_proj[:, t]^T
+            tl.atomic_add(ACC + rm[:, None] * D + rk[None, :], out, mask=m_ok[:, None] & k_ok[None, :],
+                          sem="relaxed", scope="gpu")
+            if not ONE:
+                w = w_next
+                if PROJ_AHEAD:
+                    v = v_next
+
+    @triton.jit
     def _out_tile(WO, layer64, item, NH: tl.constexpr, NCH: tl.constexpr, D: tl.constexpr, KO: tl.constexpr,
                   DV: tl.constexpr, BN_OD: tl.constexpr):
         """W_O's columns of query head h, rows of output chunk c ((b, h, c) = item): (BN_OD, DV)."""
@@ -225,17 +260,19 @@ if _triton_available():
             BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr, ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
-            EARLY_ARRIVE: tl.constexpr, TIMING: tl.constexpr):
+            EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
+            TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each, each phase's first weights loaded during the barrier in front of it (after this
         program's arrival with EARLY_ARRIVE, before it without); ONLY 1-5:
-        phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier).
+        phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier). FUSED_MLP: E and F as one phase
+        (E's launch; F's does nothing), no barrier between them.
 
         The residual stream: X holds the layer's input x0 and X1 its middle x1 (each written by program 0, in a
         phase where nobody reads that buffer); ACC[0] collects the attention's output o W_O^T over the programs
         of B2D (fp32 atomic adds; zeroed by program 0 in A, a phase after its last reader), ACC[1] holds F's
-        h W_proj^T, and the phase after each forms x1 = x0 + (ACC[0] + b_O), x2 = x1 + (ACC[1] + b_proj) as it
-        reads."""
+        h W_proj^T (FUSED_MLP: the fused phase's fp32 atomic sums, zeroed by program 0 in B1), and the phase after
+        each forms x1 = x0 + (ACC[0] + b_O), x2 = x1 + (ACC[1] + b_proj) as it reads."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -249,15 +286,17 @@ if _triton_available():
         KO: tl.constexpr = NH * DV  # the output projection's K
         ACC_A = ACC
         ACC_M = ACC + B * D
-        barriers = 0
-        # TIMING (ONLY 0): this program's stamps, 4 a barrier (arrival ns and cycles, release ns and cycles):
-        # slot 0 the start, 1 .. 5 L the barriers, 5 L + 1 the end
+        barriers = 0  # the grid barriers passed (their counter's target: barriers x nprog)
+        # TIMING (ONLY 0): this program's stamps, 4 a slot (arrival ns and cycles, release ns and cycles): slot 0
+        # the start, 5 l + 1 .. 5 l + 5 the barriers after layer l's phases A, B1, B2D, E, F (FUSED_MLP: E's slot
+        # left zero, no barrier), 5 L + 1 the end
         STAMP = TIMES + pid * (4 * (5 * (layer_hi - layer_lo) + 2))
         _stamp(STAMP, TIMING)
         if (ONLY == 0) | (ONLY == 1):
             w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
         for layer in range(layer_lo, layer_hi):
             layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
+            layer_slot = 5 * (layer - layer_lo)  # this layer's stamps: layer_slot + 1 .. layer_slot + 5
             # ---- A: x0 (the embeddings, or the last layer's x1 + MLP output), norm1, [q | k | v], the new k, v cached
             if (ONLY == 0) | (ONLY == 1):
                 if layer == 0:
@@ -279,9 +318,9 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 if EARLY_ARRIVE:
-                    seen = _grid_arrive(SYNC, STAMP + 4 * barriers, TIMING)
+                    seen = _grid_arrive(SYNC, STAMP + 4 * (layer_slot + 1), TIMING)
                 else:
-                    _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
+                    _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 1), MAX_SPIN, TIMING)
             # ---- B1: attention, the cache rows split over programs: each split's partial (unnormalized output, row
             # max, row sum) of every query head of its KV head
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
@@ -293,8 +332,13 @@ if _triton_available():
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
             if ONLY == 0:
                 if EARLY_ARRIVE:
-                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
+                    _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 1), MAX_SPIN,
+                               TIMING)
             if (ONLY == 0) | (ONLY == 2):
+                if FUSED_MLP:  # the MLP's atomic sums start from zero (ACC[1]'s readers were in A)
+                    if pid == 0:
+                        tl.store(ACC_M + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
+                                 mask=row_ok)
                 ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
                     bg = item // n_split  # (sequence, KV head) = b * NKV + g
@@ -335,7 +379,7 @@ if _triton_available():
                     tl.store(PL + slot, l_i)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 2), MAX_SPIN, TIMING)
             # ---- B2D: a program per (sequence, query head, chunk of outputs): the head's splits merged (one load
             # of them all), o_h rounded as stored, o_h W_O[:, head]^T for its outputs added into ACC[0]
             if (ONLY == 0) | (ONLY == 3):
@@ -358,28 +402,41 @@ if _triton_available():
                     tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
             if ONLY == 0:
                 barriers += 1
-                w_fc = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WFC + layer64 * HIDDEN * D,
-                                     pid, HIDDEN, BN_FC, D, BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
+                w_fc = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 3),
+                                     WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D, MAX_SPIN, TIMING,
+                                     EARLY_ARRIVE)
             elif ONLY == 4:
                 w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
-            # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc)
+            # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc); FUSED_MLP: then
+            # h W_proj^T too, each program's hidden units' share added into ACC[1] (F's work, without its barrier)
             if (ONLY == 0) | (ONLY == 4):
+                if FUSED_MLP:  # W_proj^T's rows of this program's first tile of hidden units, in flight meanwhile
+                    if MLP_PROJ_AHEAD:
+                        w_pr = _weight_tile(WPR + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
+                    else:
+                        w_pr = w_fc  # (a placeholder: _mlp_phase loads each tile's after its h)
                 x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
                 if pid == 0:
                     tl.store(X1 + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                 a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
-                _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H,
-                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
-                            DK, DV, SHARED_KV)
-            if ONLY == 0:
+                if FUSED_MLP:
+                    _mlp_phase(a, w_fc, w_pr, WFC + layer64 * HIDDEN * D, WPR + layer64 * HIDDEN * D, HIDDEN, pid,
+                               nprog, BFC + layer * HIDDEN, ACC_M, rm, m_ok, rk, k_ok, D, dt, BN_FC, BLOCK_D, ONE_FC,
+                               MLP_PROJ_AHEAD)
+                else:
+                    _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H,
+                                KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
+                                DK, DV, SHARED_KV)
+            if (ONLY == 0) & (FUSED_MLP == 0):
                 barriers += 1
-                w_pr = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WPR + layer64 * D * HIDDEN,
-                                     pid, D, BN_PR, HIDDEN, BLOCK_HID, MAX_SPIN, TIMING, EARLY_ARRIVE)
-            elif ONLY == 5:
+                w_pr = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 4),
+                                     WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID, MAX_SPIN, TIMING,
+                                     EARLY_ARRIVE)
+            elif (ONLY == 5) & (FUSED_MLP == 0):
                 w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
             # ---- F: h W_proj^T, its fp32 sums into ACC[1] (the next layer's A adds it to x1)
-            if (ONLY == 0) | (ONLY == 5):
+            if ((ONLY == 0) | (ONLY == 5)) & (FUSED_MLP == 0):
                 rh = tl.arange(0, BLOCK_HID)
                 h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
                 _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, ACC_M, KC, VC,
@@ -388,17 +445,17 @@ if _triton_available():
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # (the last layer's barrier comes after the loop, the LM head's tile in it)
                     barriers += 1
-                    w_a = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers,
+                    w_a = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 5),
                                         WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D, MAX_SPIN,
                                         TIMING, EARLY_ARRIVE)
         # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
         if ONLY == 0:
             barriers += 1
             if FINAL:
-                w_lm = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, WLM, pid, vocab, BN_LM, D,
-                                     BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
+                w_lm = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)), WLM, pid,
+                                     vocab, BN_LM, D, BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
             else:
-                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * barriers, MAX_SPIN, TIMING)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)), MAX_SPIN, TIMING)
         elif FINAL:
             w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
         if FINAL:
@@ -408,7 +465,7 @@ if _triton_available():
                         max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV)
         if TIMING:
             tl.debug_barrier()
-            _stamp(STAMP + 4 * (barriers + 1), TIMING)
+            _stamp(STAMP + 4 * (5 * (layer_hi - layer_lo) + 1), TIMING)
 
 
 def _attention_form(attn):
@@ -536,7 +593,7 @@ class MegaDecoder:
 
     def _stacked_weights(self) -> dict:
         """The kernel's weights, stacked over layers; rebuilt when a parameter (or a Tucker merged form) changes."""
-        key = tuple((t.data_ptr(), t._version) for t in self.model.parameters())
+        key = (FUSED_MLP,) + tuple((t.data_ptr(), t._version) for t in self.model.parameters())
         if self.weights is not None and key == self._key:
             return self.weights
         blocks = self.model.transformer.h
@@ -553,7 +610,10 @@ class MegaDecoder:
                 n2w=torch.stack([b.ln_2.weight for b in blocks]), n2b=torch.stack([norm_bias(b.ln_2) for b in blocks]),
                 wfc=torch.stack([b.mlp.c_fc.weight for b in blocks]),
                 bfc=torch.stack([b.mlp.c_fc.bias if b.mlp.c_fc.bias is not None else zeros(self.hidden) for b in blocks]),
-                wpr=torch.stack([b.mlp.c_proj.weight for b in blocks]),
+                # W_proj (L, d, hidden), or its transpose (L, hidden, d) for the fused MLP (a program's hidden units'
+                # weights are rows)
+                wpr=torch.stack([b.mlp.c_proj.weight.t() if FUSED_MLP else b.mlp.c_proj.weight
+                                 for b in blocks]).contiguous(),
                 bpr=torch.stack([b.mlp.c_proj.bias if b.mlp.c_proj.bias is not None else zeros(self.d) for b in blocks]),
                 nfw=self.model.transformer.ln_f.weight, nfb=norm_bias(self.model.transformer.ln_f))
         self.norm_kind, _, bias, self.eps = _norm_params(blocks[0].ln_1)  # decode_linear's reading of a norm
@@ -593,7 +653,8 @@ class MegaDecoder:
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
-            EARLY_ARRIVE=EARLY_ARRIVE, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
+            EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD,
+            TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must

@@ -72,8 +72,9 @@ def profile_variant(name: str, context: int, batch: int, steps: int) -> dict:
 
 def barrier_phases(stamps, n_layer: int) -> dict:
     """Per phase kind (A .. F, summed over the layers) and the LM head, us: span, work, sync and median work, from
-    one timed step's stamps (programs, 5 L + 2, 4) (MegaDecoder.timed_step's layout). Also `total` (the first
-    start to the last end) and `timer step` (the smallest nonzero difference between two ns stamps: the timer's
+    one timed step's stamps (programs, 5 L + 2, 4) (MegaDecoder.timed_step's layout). A slot no program stamped (E's
+    with decode_mega.FUSED_MLP: no barrier there) counts nothing, and the phase after it spans both (F's row holds
+    the fused MLP). Also `total` (the first start to the last end) and `timer step` (the smallest nonzero difference between two ns stamps: the timer's
     resolution as seen)."""
     stamps = torch.as_tensor(stamps, dtype=torch.int64)
     P, slots, _ = stamps.shape
@@ -84,18 +85,23 @@ def barrier_phases(stamps, n_layer: int) -> dict:
     release[:, 0] = arrive[:, 0]  # the start: slot 0 holds its stamp in the arrival columns
     rel_med = release.median(dim=0).values  # (slots,)
     out = {p: dict(span=0.0, work=0.0, sync=0.0, median_work=0.0) for p in PHASES}
+    prev = 0  # the last slot with a barrier
     for b in range(1, 5 * n_layer + 1):
+        if not stamps[:, b, 0].any():  # no barrier here
+            continue
         row = out[PHASES[(b - 1) % 5]]
         last = arrive[:, b].max().item()
-        row["span"] += rel_med[b].item() - rel_med[b - 1].item()
-        row["work"] += last - rel_med[b - 1].item()
+        row["span"] += rel_med[b].item() - rel_med[prev].item()
+        row["work"] += last - rel_med[prev].item()
         row["sync"] += rel_med[b].item() - last
-        row["median_work"] += (arrive[:, b] - release[:, b - 1]).median().item()
+        row["median_work"] += (arrive[:, b] - release[:, prev]).median().item()
+        prev = b
     end = arrive[:, -1]
     head = end.max().item() - rel_med[-2].item()
     out["LM head"] = dict(span=head, work=head, sync=0.0,
                           median_work=(end - release[:, -2]).median().item())
     ns = torch.unique(torch.cat([stamps[:, :, 0].reshape(-1), stamps[:, 1:-1, 2].reshape(-1)]))  # every ns stamp
+    ns = ns[ns > 0]  # (a skipped slot's zeros)
     gaps = ns[1:] - ns[:-1]
     out["total"] = end.max().item() - arrive[:, 0].min().item()
     out["timer step"] = (gaps[gaps > 0].min().item() / 1e3) if gaps.numel() else float("nan")

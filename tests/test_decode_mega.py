@@ -65,12 +65,22 @@ def decode_both(model, batch, context, steps, programs, device="cpu"):
     return got, want, caches, ref_caches, mega
 
 
+UNFUSED = dict(FUSED_MLP=False)  # the MLP as two phases, F over the whole hidden row
+AHEAD = dict(MLP_PROJ_AHEAD=True)  # the fused MLP's W_proj^T tile loaded before its h (the next tile's too)
+
+
 @needs_child
-@pytest.mark.parametrize("variant, batch", [(v, 1) for v in VARIANTS] + [("gqa", 3), ("tucker_shared", 3)])
-def test_interp_step_kernel_matches_the_model(variant, batch, monkeypatch):
+@pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
+    ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("gqa", 3, UNFUSED), ("tucker", 1, AHEAD),
+    ("tucker_shared", 3, AHEAD)], ids=lambda p: (("-".join(f"{k}={v}" for k, v in p.items()) or "defaults")
+                                                 if isinstance(p, dict) else None))
+def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
     in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
-    takes several a phase (GQA's several KV heads, Tucker's shared latent)."""
+    takes several a phase (GQA's several KV heads, Tucker's shared latent); the MLP fused (the default) and not, its
+    W_proj^T tiles loaded after each tile's h (the default) and ahead."""
+    for name, value in knobs.items():
+        monkeypatch.setattr(dm, name, value)
     monkeypatch.setattr(dm, "BLOCK_N", 16)
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
     if batch == 3:  # small tiles: every phase takes several a program (the next one's loads in flight)
@@ -184,6 +194,11 @@ def test_cuda_timed_step_stamps_every_barrier_in_order():
     mega.check()
     assert ((mega.logits.float() - plain).norm() / plain.norm()).item() < 1e-2
     assert stamps.shape == (mega.programs, 5 * 2 + 2, 4) and mega.times is None
+    stamped = stamps[:, :, 0].ne(0)  # a slot every program stamps, or none (E's with the fused MLP: no barrier)
+    assert (stamped.all(0) | ~stamped.any(0)).all()
+    skipped = [b for b in range(12) if not stamped[0, b]]
+    assert skipped == ([4, 9] if dm.FUSED_MLP else [])
+    stamps = stamps[:, stamped[0]]
     for col in (0, 1):  # ns, cycles
         seq = torch.cat([stamps[:, :1, col], stamps[:, 1:-1, [col, col + 2]].reshape(mega.programs, -1),
                          stamps[:, -1:, col]], dim=1)
@@ -209,6 +224,11 @@ def test_barrier_phases_sums_each_phase_over_the_layers():
     assert got["total"] == pytest.approx(11.2) and got["timer step"] == pytest.approx(0.01)
     with pytest.raises(ValueError, match="12 slots, expected 5 x 3"):
         barrier_phases(stamps, 3)
+    stamps[:, [4, 9]] = 0  # the fused MLP: no barrier after E; F's row spans from B2D's release
+    fused = barrier_phases(stamps, 2)
+    assert fused[PHASES[3]] == dict(span=0.0, work=0.0, sync=0.0, median_work=0.0)
+    assert fused[PHASES[4]] == pytest.approx(dict(span=4.0, work=3.58, sync=0.42, median_work=3.38))
+    assert fused[PHASES[0]] == got[PHASES[0]] and fused["LM head"] == got["LM head"]
 
 
 def test_timed_step_needs_the_one_launch_step(monkeypatch):
@@ -235,7 +255,7 @@ def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
     monkeypatch.setattr(dm, "EARLY_ARRIVE", False)
     late = mega_sass.compile_step("tucker_8_64_64", tmp_path / "late")
     assert early["stack"] == 0 and early["loads"].get("LDG.E.128", 0) > 0
-    assert len(early["barriers"]) == len(late["barriers"]) == 6  # the arrivals' code sites, 2 layers
+    assert len(early["barriers"]) == len(late["barriers"]) == 5  # the arrivals' code sites (the fused MLP: none in it)
     assert sum(a for _, a in late["barriers"]) == 0 < sum(a for _, a in early["barriers"])
     assert sum(b for b, _ in late["barriers"]) > sum(b for b, _ in early["barriers"])
     with pytest.raises(SystemExit, match="unknown variant"):
