@@ -63,6 +63,8 @@ FUSED_MLP = True  # phases E and F as one (each program's hidden units through G
 #                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
 MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h is computed (in flight meanwhile;
 #                        GPT-2 at batch 1: 255 registers and 96 B of spills, against 206 and none after it)
+MLP_UNITS = 0  # hidden units an MLP tile (a power of two; 0: one tile a program where the registers allow it,
+#               GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output summed by 192 atomic adds)
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -555,6 +557,8 @@ class MegaDecoder:
             raise ValueError(f"decode_mega: PROGRAMS_PER_SM x NUM_WARPS = {PROGRAMS_PER_SM} x {NUM_WARPS} > 8: every "
                              f"program must be resident at once (a grid barrier waits for all), and 8 warps of up to "
                              f"255 registers fill an SM's register file")
+        if MLP_UNITS and (MLP_UNITS < 0 or MLP_UNITS & (MLP_UNITS - 1)):
+            raise ValueError(f"decode_mega: MLP_UNITS={MLP_UNITS}: a power of two (hidden units an MLP tile), or 0")
         if self.device.type == "cuda" and not _interpret():
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
             self.programs = programs or sms * PROGRAMS_PER_SM
@@ -640,6 +644,8 @@ class MegaDecoder:
         qkv = self._tiling(n_qkv, d)
         bn_od = _pow2(_cdiv(d, max(1, P // (B * self.nH))), 1)  # B2D: output chunks a (sequence, head)
         fc, pr = self._tiling(hid, d), self._tiling(d, hid)
+        if MLP_UNITS:  # the MLP's hidden units a tile, as set
+            fc = (MLP_UNITS, _cdiv(hid, MLP_UNITS) <= P)
         _mega_step_kernel[(P,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],

@@ -1,7 +1,7 @@
 """Where decode_mega's step goes, phase by phase: the step launched a phase at a time (MegaDecoder.decode_step's
 phases=True) under the CUDA profiler, each launch's kernel time attributed to its phase (A the layer's input, norm1 +
 QKV; B1 attention splits; B2D their merge and the output projection; E x1, norm2, fc and GELU; F proj; and the LM head),
-median over the profiled steps.
+median over the profiled steps. With decode_mega.FUSED_MLP (the default) E's launch runs the whole MLP and F's is empty.
 
     python3 -m scripts.profile_mega --variants mha,tucker_8_64_64 --context 4096 [--knob decode_mega.NUM_WARPS=4]
 
@@ -140,9 +140,13 @@ def main(argv=None):
         print("| --- | --- | --- | --- | --- | --- |")
         for v in a.variants.split(","):
             r = time_barriers(v, a.context, a.batch, a.steps)
+            fused = not any(r[PHASES[3]].values())  # no barrier after E: the fused MLP's phase in F's row
             for ph in PHASES + ("LM head",):
-                x = r[ph]
-                print(f"| {v} | {ph} | {x['span']:.1f} | {x['work']:.1f} | {x['sync']:.1f} | {x['median_work']:.1f} |")
+                if fused and ph == PHASES[3]:
+                    continue
+                x, label = r[ph], ("E+F x1+norm2+fc+gelu+proj (fused MLP)" if fused and ph == PHASES[4] else ph)
+                print(f"| {v} | {label} | {x['span']:.1f} | {x['work']:.1f} | {x['sync']:.1f} | "
+                      f"{x['median_work']:.1f} |")
             print(f"| {v} | whole step (first start to last end) | {r['total']:.1f} | | | |")
             print(f"| {v} | timer resolution seen | {r['timer step']:.3f} | | | |")
         return

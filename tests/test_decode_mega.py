@@ -72,13 +72,14 @@ AHEAD = dict(MLP_PROJ_AHEAD=True)  # the fused MLP's W_proj^T tile loaded before
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("gqa", 3, UNFUSED), ("tucker", 1, AHEAD),
-    ("tucker_shared", 3, AHEAD)], ids=lambda p: (("-".join(f"{k}={v}" for k, v in p.items()) or "defaults")
-                                                 if isinstance(p, dict) else None))
+    ("tucker_shared", 3, AHEAD), ("mqa", 1, dict(MLP_UNITS=4))],
+    ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
     in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
     takes several a phase (GQA's several KV heads, Tucker's shared latent); the MLP fused (the default) and not, its
-    W_proj^T tiles loaded after each tile's h (the default) and ahead."""
+    W_proj^T tiles loaded after each tile's h (the default) and ahead, and in tiles of 4 hidden units (several a
+    program)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dm, name, value)
     monkeypatch.setattr(dm, "BLOCK_N", 16)
@@ -269,6 +270,15 @@ def test_more_programs_than_an_sm_holds_are_refused(monkeypatch):
     monkeypatch.setattr(dm, "PROGRAMS_PER_SM", 3)
     model = tiny("tucker")
     with pytest.raises(ValueError, match="PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8"):
+        dm.MegaDecoder(model, model.new_caches(1, 16))
+
+
+def test_mlp_units_not_a_power_of_two_are_refused(monkeypatch):
+    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+    monkeypatch.setattr(dm, "_triton_available", lambda: True)
+    monkeypatch.setattr(dm, "MLP_UNITS", 12)
+    model = tiny("tucker")
+    with pytest.raises(ValueError, match="MLP_UNITS=12: a power of two"):
         dm.MegaDecoder(model, model.new_caches(1, 16))
 
 
