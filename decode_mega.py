@@ -63,12 +63,15 @@ FUSED_MLP = True  # phases E and F as one (each program's hidden units through G
 #                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
 MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h is computed (in flight meanwhile;
 #                        GPT-2 at batch 1: 255 registers and 96 B of spills, against 206 and none after it)
-MLP_UNITS = 0  # hidden units an MLP tile (a power of two; 0: one tile a program where the registers allow it,
-#               GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output summed by 192 atomic adds)
+MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one tile a program where the registers
+#               allow it, GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output of the fused MLP summed
+#               by 192 atomic adds)
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
 INTERPRET_PROGRAMS = 3  # programs in Triton's interpreter (several: the tile striding is exercised)
+PHASE_LAUNCHES = {False: (1, 2, 3, 4, 5), True: (1, 2, 3, 4)}  # a layer's launches (ONLY) phase by phase, by
+#                                                              FUSED_MLP (fused: E's launch runs the whole MLP)
 
 
 if _triton_available():
@@ -265,7 +268,7 @@ if _triton_available():
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
             TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
-        grid barrier after each, each phase's first weights loaded during the barrier in front of it (after this
+        grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in front of it (after this
         program's arrival with EARLY_ARRIVE, before it without); ONLY 1-5:
         phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier). FUSED_MLP: E and F as one phase
         (E's launch; F's does nothing), no barrier between them.
@@ -576,7 +579,8 @@ class MegaDecoder:
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # a layer's input x0
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
         self.acc = torch.zeros(2, B, self.d, device=dev, dtype=f32)  # attention's and MLP's outputs, summed
-        self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)  # the MLP's hidden activations
+        self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)  # the MLP's hidden activations (E -> F;
+        #                                                                      unused by the fused MLP)
         self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
@@ -674,7 +678,7 @@ class MegaDecoder:
         self.counters.zero_()
         if phases or _interpret():
             for layer in range(self.n_layer):
-                for only in range(1, 6):
+                for only in PHASE_LAUNCHES[FUSED_MLP]:
                     self._launch(w, idx, pos, only, layer, layer + 1, False)
             self._launch(w, idx, pos, 6, self.n_layer, self.n_layer, True)  # no layer: the final norm and LM head
         else:
@@ -684,9 +688,10 @@ class MegaDecoder:
     def timed_step(self, idx: torch.Tensor, caches, pos: torch.Tensor) -> torch.Tensor:
         """One decode step in one launch, every program stamping the GPU's nanosecond timer and its SM's cycle counter
         at its start, at each grid barrier (arriving, released) and at its end: (programs, 5 L + 2, 4) int64 on the
-        CPU, [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles), slot 0 the start, 1 .. 5 L
-        the barriers after phases A, B1, B2D, E, F of each layer, 5 L + 1 the end (slots 0 and 5 L + 1: their first
-        two columns only). CUDA
+        CPU, [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles), slot 0 the start, 5 l + 1 ..
+        5 l + 5 the barriers after layer l's phases A, B1, B2D, E, F (with FUSED_MLP slot 5 l + 4 stays zero, no
+        barrier after E, and 5 l + 5 follows the fused MLP), 5 L + 1 the end (slots 0 and 5 L + 1: their first two
+        columns only). CUDA
         only (the interpreter runs the phases as separate launches, without barriers)."""
         if self.device.type != "cuda" or _interpret():
             raise ValueError("MegaDecoder.timed_step needs the one-launch step on a CUDA device")

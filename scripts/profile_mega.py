@@ -48,6 +48,9 @@ def setup(name: str, context: int, batch: int):
 
 @torch.no_grad()
 def profile_variant(name: str, context: int, batch: int, steps: int) -> dict:
+    """Kernel us per step of each phase (summed over the layers) and the LM head, launched phase by phase. With
+    decode_mega.FUSED_MLP, E's launches hold the whole MLP and F's row is zero (no launch)."""
+    import decode_mega as dm
     model, caches, mega, tokens, pos = setup(name, context, batch)
     for _ in range(3):  # compile, warm up
         mega.decode_step(tokens, caches, pos, phases=True)
@@ -58,14 +61,16 @@ def profile_variant(name: str, context: int, batch: int, steps: int) -> dict:
         torch.cuda.synchronize()
     launches = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                        and "_mega_step_kernel" in e.name), key=lambda e: e.time_range.start)
-    per_step = model.config.n_layer * len(PHASES) + 1
+    order = dm.PHASE_LAUNCHES[dm.FUSED_MLP]  # a layer's launches (ONLY), in order
+    per_step = model.config.n_layer * len(order) + 1
     if len(launches) != steps * per_step:
         raise RuntimeError(f"{len(launches)} kernel records, expected {steps} x {per_step}")
     us = {p: [] for p in PHASES + ("LM head",)}
     for s in range(steps):
         step = launches[s * per_step:(s + 1) * per_step]
-        for i, p in enumerate(PHASES):
-            us[p].append(sum(e.time_range.elapsed_us() for e in step[i:-1:len(PHASES)]))
+        for p_i, p in enumerate(PHASES):
+            i = order.index(p_i + 1) if p_i + 1 in order else None
+            us[p].append(0.0 if i is None else sum(e.time_range.elapsed_us() for e in step[i:-1:len(order)]))
         us["LM head"].append(step[-1].time_range.elapsed_us())
     return {p: statistics.median(v) for p, v in us.items()}
 
@@ -74,8 +79,8 @@ def barrier_phases(stamps, n_layer: int) -> dict:
     """Per phase kind (A .. F, summed over the layers) and the LM head, us: span, work, sync and median work, from
     one timed step's stamps (programs, 5 L + 2, 4) (MegaDecoder.timed_step's layout). A slot no program stamped (E's
     with decode_mega.FUSED_MLP: no barrier there) counts nothing, and the phase after it spans both (F's row holds
-    the fused MLP). Also `total` (the first start to the last end) and `timer step` (the smallest nonzero difference between two ns stamps: the timer's
-    resolution as seen)."""
+    the fused MLP). Also `total` (the first start to the last end) and `timer step` (the smallest nonzero difference
+    between two ns stamps: the timer's resolution as seen)."""
     stamps = torch.as_tensor(stamps, dtype=torch.int64)
     P, slots, _ = stamps.shape
     if slots != 5 * n_layer + 2:
@@ -151,7 +156,12 @@ def main(argv=None):
             print(f"| {v} | timer resolution seen | {r['timer step']:.3f} | | | |")
         return
     rows = {v: profile_variant(v, a.context, a.batch, a.steps) for v in a.variants.split(",")}
+    import decode_mega as dm
     cols = PHASES + ("LM head",)
+    if dm.FUSED_MLP:  # E's launch holds the whole MLP, F has none
+        for r in rows.values():
+            r["E+F fused MLP"] = r.pop(PHASES[3]) + r.pop(PHASES[4])
+        cols = PHASES[:3] + ("E+F fused MLP", "LM head")
     print(f"decode_mega phases, batch {a.batch}, {a.context} cached, us per step (all layers), knobs {knobs or 'none'}, "
           f"{torch.cuda.get_device_name()}")
     print("| variant | " + " | ".join(cols) + " | sum |")

@@ -97,6 +97,23 @@ def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch
 
 
 @needs_child
+def test_interp_mlp_switched_on_a_live_decoder_and_a_tile_past_the_hidden_units(monkeypatch):
+    """FUSED_MLP switched between steps of one decoder (the stacked W_proj is rebuilt in the other layout), and MLP
+    tiles of 128 hidden units over a hidden width of 192 (the second tile half past it), at 2 sequences."""
+    monkeypatch.setattr(dm, "MLP_UNITS", 128)
+    model = tiny("tucker", n_embd=48, n_head=4, bias=True)
+    assert model.transformer.h[0].mlp.c_fc.out_features == 192
+    got, want, caches, ref, mega = decode_both(model, 2, 20, 1, programs=3)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-4)
+    for fused, i in ((False, 0), (True, 1)):
+        monkeypatch.setattr(dm, "FUSED_MLP", fused)
+        tok, pos = torch.tensor([[5 + i], [9]]), torch.tensor([21])  # (the row both write, rewritten)
+        want = model.decode_step(tok, ref, pos)
+        torch.testing.assert_close(mega.decode_step(tok, caches, pos), want, rtol=1e-4, atol=1e-4)
+        assert mega.weights["wpr"].shape[1:] == ((48, 192) if not fused else (192, 48))
+
+
+@needs_child
 def test_interp_step_kernel_follows_a_weight_change(monkeypatch):
     model = tiny("tucker")
     got, want, caches, _, mega = decode_both(model, 1, 20, 1, programs=3)
@@ -140,20 +157,26 @@ def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
 
 
 @needs_cuda
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_cuda_one_launch_matches_the_phases_and_the_model(variant):
+@pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
+    ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("gqa", 3, {}), ("tucker_shared", 3, {}), ("mha", 4, UNFUSED)],
+    ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
+def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs, monkeypatch):
     """bf16 at GPT-2-like widths: the one-launch step (barriers) against the same phases launched one by one
-    (the same arithmetic: equal up to the merge's order of arrival), and both against the model's step."""
+    (the same arithmetic: equal up to the merge's order of arrival), and both against the model's step; the MLP
+    fused (the default: its sums zeroed and added behind the barriers) and not, its W_proj^T tile loaded ahead, at
+    1, 3 and 4 sequences (several MLP tiles a program)."""
+    for name, value in knobs.items():
+        monkeypatch.setattr(dm, name, value)
     over = dict(n_layer=3, n_head=12, n_embd=768, block_size=2048, vocab_size=50304)
     if variant.startswith("tucker"):
         over["tucker_ranks"] = (8, 64, 64)
     model = tiny(variant, dtype=torch.bfloat16, device="cuda", **over)
-    got, want, caches, _, mega = decode_both(model, 1, 1500, 3, programs=None, device="cuda")
+    got, want, caches, _, mega = decode_both(model, batch, 1500, 3, programs=None, device="cuda")
     mega.check()
     for g, w in zip(got, want):
         assert ((g - w).norm() / w.norm()).item() < 2e-2
     pos = torch.tensor([1503], device="cuda")
-    tok = torch.tensor([[7]], device="cuda")
+    tok = torch.full((batch, 1), 7, device="cuda")
     one = mega.decode_step(tok, caches, pos).float().clone()
     phased = mega.decode_step(tok, caches, pos, phases=True).float().clone()
     mega.check()
@@ -230,6 +253,7 @@ def test_barrier_phases_sums_each_phase_over_the_layers():
     assert fused[PHASES[3]] == dict(span=0.0, work=0.0, sync=0.0, median_work=0.0)
     assert fused[PHASES[4]] == pytest.approx(dict(span=4.0, work=3.58, sync=0.42, median_work=3.38))
     assert fused[PHASES[0]] == got[PHASES[0]] and fused["LM head"] == got["LM head"]
+    assert fused["total"] == got["total"] and fused["timer step"] == got["timer step"]  # (the zeros left out)
 
 
 def test_timed_step_needs_the_one_launch_step(monkeypatch):

@@ -212,13 +212,17 @@ def test_master_adamw_multi_tensor_kernel_compiles(micro_steps, record, monkeypa
                                                                       (1, True, micro_steps > 1), (2, False, False)]
 
 
-@pytest.mark.parametrize("variant", ["mha", "gqa", "tucker", "tucker_shared"])
-def test_decode_mega_step_kernel_compiles(variant, record, monkeypatch):
+@pytest.mark.parametrize("variant, knobs", [(v, {}) for v in ("mha", "gqa", "tucker", "tucker_shared")] + [
+    ("tucker", dict(FUSED_MLP=False)), ("gqa", dict(MLP_PROJ_AHEAD=True))])
+def test_decode_mega_step_kernel_compiles(variant, knobs, record, monkeypatch):
     """decode_mega's one-launch step (ONLY=0: the grid barriers' spin loop, the atomics, every phase) and its
-    phase-by-phase launches, bf16, for GroupedQueryAttention and Tucker (separate and shared latent K/V)."""
+    phase-by-phase launches, bf16, for GroupedQueryAttention and Tucker (separate and shared latent K/V); the MLP
+    fused (the default) and not, its W_proj^T tile loaded ahead."""
     import decode_mega as dm
     from model import GPT, GPTConfig
     monkeypatch.setattr(dm, "_interpret", lambda: True)
+    for name, value in knobs.items():
+        monkeypatch.setattr(dm, name, value)
     over = {"mha": dict(attn="mha"), "gqa": dict(attn="gqa", n_kv_head=2),
             "tucker": dict(attn="tucker", tucker_ranks=(2, 16, 16)),
             "tucker_shared": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True)}[variant]
@@ -233,7 +237,8 @@ def test_decode_mega_step_kernel_compiles(variant, record, monkeypatch):
     mega.times = torch.zeros(mega.programs, 5 * 2 + 2, 4, dtype=torch.int64)  # timed_step's launch: the stamps
     mega._launch(mega._stacked_weights(), idx.view(-1), pos, 0, 0, 2, True)
     mega.times = None
-    assert sorted({typed(rec.kernel, *launch)[1]["ONLY"] for launch in rec.launches}) == [0, 1, 2, 3, 4, 5, 6]
+    launched = sorted({typed(rec.kernel, *launch)[1]["ONLY"] for launch in rec.launches})
+    assert launched == [0, *dm.PHASE_LAUNCHES[dm.FUSED_MLP], 6]
     seen = set()
     for args, kwargs in rec.launches:
         sig, const, warps = typed(rec.kernel, args, kwargs)
