@@ -287,22 +287,17 @@ def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
         mega_sass.compile_step("nope", tmp_path)
 
 
-def test_more_programs_than_an_sm_holds_are_refused(monkeypatch):
-    """Every program must be resident (the grid barriers wait for all): more than 8 warps an SM is refused by name."""
+@pytest.mark.parametrize("knob, value, message", [
+    ("PROGRAMS_PER_SM", 3, "PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8"),
+    ("MLP_UNITS", 12, "MLP_UNITS=12: a power of two")])
+def test_settings_the_kernel_cannot_run_are_refused(knob, value, message, monkeypatch):
+    """Refused by name: more than 8 warps an SM (every program must be resident: the grid barriers wait for all), an
+    MLP tile of hidden units that is not a power of two."""
     monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
     monkeypatch.setattr(dm, "_triton_available", lambda: True)
-    monkeypatch.setattr(dm, "PROGRAMS_PER_SM", 3)
+    monkeypatch.setattr(dm, knob, value)
     model = tiny("tucker")
-    with pytest.raises(ValueError, match="PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8"):
-        dm.MegaDecoder(model, model.new_caches(1, 16))
-
-
-def test_mlp_units_not_a_power_of_two_are_refused(monkeypatch):
-    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
-    monkeypatch.setattr(dm, "_triton_available", lambda: True)
-    monkeypatch.setattr(dm, "MLP_UNITS", 12)
-    model = tiny("tucker")
-    with pytest.raises(ValueError, match="MLP_UNITS=12: a power of two"):
+    with pytest.raises(ValueError, match=message):
         dm.MegaDecoder(model, model.new_caches(1, 16))
 
 
