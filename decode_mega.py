@@ -268,10 +268,10 @@ if _triton_available():
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
             TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
-        grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in front of it (after this
-        program's arrival with EARLY_ARRIVE, before it without); ONLY 1-5:
-        phase A, B1, B2D, E or F alone (the interpreter's launches, no barrier). FUSED_MLP: E and F as one phase
-        (E's launch; F's does nothing), no barrier between them.
+        grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
+        front of it (after this program's arrival with EARLY_ARRIVE, before it without); ONLY 1-5: phase A, B1,
+        B2D, E or F alone (the interpreter's launches, no barrier). FUSED_MLP: E and F as one phase, no barrier
+        between them (E's launch; F's does nothing and PHASE_LAUNCHES leaves it out).
 
         The residual stream: X holds the layer's input x0 and X1 its middle x1 (each written by program 0, in a
         phase where nobody reads that buffer); ACC[0] collects the attention's output o W_O^T over the programs
