@@ -63,9 +63,6 @@ FUSED_MLP = True  # phases E and F as one (each program's hidden units through G
 #                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
 MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h is computed (in flight meanwhile;
 #                        GPT-2 at batch 1: 255 registers and 96 B of spills, against 206 and none after it)
-MLP_SPLIT_ROW = True  # FUSED_MLP: a row of d columns that is 2^a + 2^b (GPT-2's 768 = 512 + 256) held as two blocks
-#                       of columns, not one of the next power of two (1,024: a quarter of the weight tiles'
-#                       registers padding)
 MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one tile a program where the registers
 #               allow it, GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output of the fused MLP summed
 #               by 192 atomic adds)
@@ -130,19 +127,18 @@ if _triton_available():
 
     @triton.jit
     def _barrier_tile(SYNC, target, ERR, AT, W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
-                      BLOCK_2: tl.constexpr, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, EARLY_ARRIVE: tl.constexpr):
+                      MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, EARLY_ARRIVE: tl.constexpr):
         """A grid barrier during which this program loads the next phase's weight tile (_weight_tile's rows t*BN ..
-        of W, columns 0 .. BLOCK_K - 1), returned with a second tile of columns BLOCK_K .. BLOCK_K + BLOCK_2 - 1 of
-        the same rows (BLOCK_2 > 0; else the first again). EARLY_ARRIVE: the arrival first, then the loads (in
-        flight while the program polls), else the loads first, which the release's fence then waits for."""
+        of W), returned. EARLY_ARRIVE: the arrival first, then the loads (in flight while the program polls), else
+        the loads first, which the release's fence then waits for."""
         if EARLY_ARRIVE:
             seen = _grid_arrive(SYNC, AT, TIMING)
-            w, w2 = _tile_pair(W, t, N, BN, K, BLOCK_K, BLOCK_2)
+            w = _weight_tile(W, t, N, BN, K, BLOCK_K)
         else:
-            w, w2 = _tile_pair(W, t, N, BN, K, BLOCK_K, BLOCK_2)
+            w = _weight_tile(W, t, N, BN, K, BLOCK_K)
             seen = _grid_arrive(SYNC, AT, TIMING)
         _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN, TIMING)
-        return w, w2
+        return w
 
     @triton.jit
     def _norm_rows(x, k_ok, NW, NB, rk, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr):
@@ -163,29 +159,12 @@ if _triton_available():
                        cache_modifier=".cg").to(tl.float32)
 
     @triton.jit
-    def _col_tile(W, t, N, BN: tl.constexpr, K: tl.constexpr, C0: tl.constexpr, BLOCK_C: tl.constexpr):
-        """Rows t*BN .. t*BN + BN - 1 of the weight W (N, K), columns C0 .. C0 + BLOCK_C - 1 (zero outside N and
-        K): one tile's loads, all issued at once (a tile past N loads nothing)."""
-        rn = (t * BN + tl.arange(0, BN)).to(tl.int64)
-        rk = C0 + tl.arange(0, BLOCK_C)
-        return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < N)[:, None] & (rk < K)[None, :], other=0.0)
-
-    @triton.jit
     def _weight_tile(W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Rows t*BN .. t*BN + BN - 1 of the weight W (N, K), all of K (BLOCK_K >= K columns)."""
-        return _col_tile(W, t, N, BN, K, 0, BLOCK_K)
-
-    @triton.jit
-    def _tile_pair(W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_1: tl.constexpr, BLOCK_2: tl.constexpr):
-        """Rows t*BN .. of W (N, K) as two tiles, columns 0 .. BLOCK_1 - 1 and BLOCK_1 .. BLOCK_1 + BLOCK_2 - 1
-        (a row of K = 768 as 512 + 256 holds no padding, where one tile of 1024 columns wastes a quarter of its
-        registers); BLOCK_2 == 0: one tile of BLOCK_1 columns, returned twice."""
-        w = _col_tile(W, t, N, BN, K, 0, BLOCK_1)
-        if BLOCK_2 > 0:
-            w2 = _col_tile(W, t, N, BN, K, BLOCK_1, BLOCK_2)
-        else:
-            w2 = w
-        return w, w2
+        """Rows t*BN .. t*BN + BN - 1 of the weight W (N, K), all of K (zero outside N and K): one tile's loads, all
+        issued at once (a tile past N loads nothing)."""
+        rn = (t * BN + tl.arange(0, BN)).to(tl.int64)
+        rk = tl.arange(0, BLOCK_K)
+        return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < N)[:, None] & (rk < K)[None, :], other=0.0)
 
     @triton.jit
     def _gemv_phase(a, w, W, N, pid, nprog, Bias, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
@@ -230,60 +209,32 @@ if _triton_available():
                 w = w_next
 
     @triton.jit
-    def _mlp_phase(a, a2, w, w2, v, v2, WFC, WPRT, N, pid, nprog, Bias, ACC, rm, m_ok, rk, rk2, D, dt,
-                   BN: tl.constexpr, D_HI: tl.constexpr, D_LO: tl.constexpr, ONE: tl.constexpr,
-                   PROJ_AHEAD: tl.constexpr):
-        """The MLP of the fp32 rows over the program's tiles of hidden units t = pid, pid + nprog, ...: h =
-        gelu(a W_fc[t]^T + b_fc[t]), rounded as the unfused ops store it, then h W_proj[:, t]^T (rows t of W_proj^T,
-        v) added into ACC (fp32 atomics: the sum over every program's hidden units, without b_proj). A row is
-        columns rk (D_HI of them) and, with D_LO > 0, rk2 (D_LO more): a (BLOCK_M, D_HI) and a2, the weight tiles w,
-        w2 (BN, D_HI), (BN, D_LO) likewise (_tile_pair). w, w2 hold the first tile's W_fc rows, v, v2 its W_proj^T
-        rows with PROJ_AHEAD (else a tile's v is loaded after its h: fewer registers live, its round trip exposed);
-        the next tile's are issued before each tile's arithmetic (not ONE)."""
+    def _mlp_phase(a, w, v, WFC, WPRT, N, pid, nprog, Bias, ACC, rm, m_ok, rk, k_ok, D, dt, BN: tl.constexpr,
+                   BLOCK_K: tl.constexpr, ONE: tl.constexpr, PROJ_AHEAD: tl.constexpr):
+        """The MLP of the fp32 rows a (BLOCK_M, BLOCK_K) over the program's tiles of hidden units t = pid, pid + nprog,
+        ...: h = gelu(a W_fc[t]^T + b_fc[t]), rounded as the unfused ops store it, then h W_proj[:, t]^T (rows t of
+        W_proj^T, v) added into ACC (fp32 atomics: the sum over every program's hidden units, without b_proj). w
+        holds the first tile's W_fc rows, v its W_proj^T rows with PROJ_AHEAD (else a tile's v is loaded after its
+        h: fewer registers live, its round trip exposed); the next tile's are issued before each tile's arithmetic
+        (not ONE)."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
-                w_next, w2_next = _tile_pair(WFC, t + nprog, N, BN, D, D_HI, D_LO)
+                w_next = _weight_tile(WFC, t + nprog, N, BN, D, BLOCK_K)
                 if PROJ_AHEAD:
-                    v_next, v2_next = _tile_pair(WPRT, t + nprog, N, BN, D, D_HI, D_LO)
+                    v_next = _weight_tile(WPRT, t + nprog, N, BN, D, BLOCK_K)
             rn = t * BN + tl.arange(0, BN)
             y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
-            if D_LO > 0:
-                y += tl.sum(a2[:, None, :] * w2.to(tl.float32)[None, :, :], axis=2)
             y = (y + tl.load(Bias + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]).to(dt).to(tl.float32)
             y = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(dt).to(tl.float32)  # F.gelu, stored h
             if not PROJ_AHEAD:
-                v, v2 = _tile_pair(WPRT, t, N, BN, D, D_HI, D_LO)
-            out = tl.sum(y[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, D_HI): h_t W_proj^T[t, rk]
-            tl.atomic_add(ACC + rm[:, None] * D + rk[None, :], out, mask=m_ok[:, None] & (rk < D)[None, :],
+                v = _weight_tile(WPRT, t, N, BN, D, BLOCK_K)
+            out = tl.sum(y[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, BLOCK_K): h_t W_proj[:, t]^T
+            tl.atomic_add(ACC + rm[:, None] * D + rk[None, :], out, mask=m_ok[:, None] & k_ok[None, :],
                           sem="relaxed", scope="gpu")
-            if D_LO > 0:
-                out2 = tl.sum(y[:, :, None] * v2.to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, D_LO)
-                tl.atomic_add(ACC + rm[:, None] * D + rk2[None, :], out2, mask=m_ok[:, None] & (rk2 < D)[None, :],
-                              sem="relaxed", scope="gpu")
             if not ONE:
-                w, w2 = w_next, w2_next
+                w = w_next
                 if PROJ_AHEAD:
-                    v, v2 = v_next, v2_next
-
-    @triton.jit
-    def _norm_pair(x, x2, rk, rk2, NW, NB, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr, D_LO: tl.constexpr):
-        """_norm_rows of a row held as two column blocks, x (BLOCK_M, len(rk)) and, with D_LO > 0, x2 (columns
-        rk2), each zero outside the d columns; D_LO == 0: x alone (returned twice)."""
-        if D_LO > 0:
-            if NORM == 2:
-                mean = tl.zeros([x.shape[0]], tl.float32)
-                rstd = tl.rsqrt((tl.sum(x * x, axis=1) + tl.sum(x2 * x2, axis=1)) / d + eps)
-            else:
-                mean = (tl.sum(x, axis=1) + tl.sum(x2, axis=1)) / d
-                c = tl.where((rk < d)[None, :], x - mean[:, None], 0.0)
-                c2 = tl.where((rk2 < d)[None, :], x2 - mean[:, None], 0.0)
-                rstd = tl.rsqrt((tl.sum(c * c, axis=1) + tl.sum(c2 * c2, axis=1)) / d + eps)
-            a = _normalize(x, mean, rstd, NW, NB, rk, rk < d, NORM, HAS_NB)
-            a2 = _normalize(x2, mean, rstd, NW, NB, rk2, rk2 < d, NORM, HAS_NB)
-        else:
-            a = _norm_rows(x, rk < d, NW, NB, rk, d, eps, NORM, HAS_NB)
-            a2 = a
-        return a, a2
+                    v = v_next
 
     @triton.jit
     def _out_tile(WO, layer64, item, NH: tl.constexpr, NCH: tl.constexpr, D: tl.constexpr, KO: tl.constexpr,
@@ -315,7 +266,7 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
-            D_HI: tl.constexpr, D_LO: tl.constexpr, TIMING: tl.constexpr):
+            TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
         front of it (after this program's arrival with EARLY_ARRIVE, before it without); ONLY 1-5: phase A, B1,
@@ -456,50 +407,37 @@ if _triton_available():
                     tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
             if ONLY == 0:
                 barriers += 1
-                w_fc, w_fc2 = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 3),
-                                            WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, D_HI, D_LO, MAX_SPIN,
-                                            TIMING, EARLY_ARRIVE)
+                w_fc = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 3),
+                                     WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D, MAX_SPIN, TIMING,
+                                     EARLY_ARRIVE)
             elif ONLY == 4:
-                w_fc, w_fc2 = _tile_pair(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, D_HI, D_LO)
+                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
             # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc); FUSED_MLP: then
             # h W_proj^T too, each program's hidden units' share added into ACC[1] (F's work, without its barrier)
-            if ((ONLY == 0) | (ONLY == 4)) & FUSED_MLP:
-                if MLP_PROJ_AHEAD:  # W_proj^T's rows of this program's first tile, in flight meanwhile
-                    w_pr, w_pr2 = _tile_pair(WPR + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, D_HI, D_LO)
-                else:
-                    w_pr, w_pr2 = w_fc, w_fc2  # (placeholders: _mlp_phase loads each tile's after its h)
-                # the row as columns rk1 (D_HI) and rk2 (D_LO more, when D_LO > 0: GPT-2's 768 as 512 + 256)
-                rk1 = tl.arange(0, D_HI)
-                rk2 = D_HI + tl.arange(0, D_LO if D_LO > 0 else 16)
-                x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk1, rk1 < D, D, dt)
-                if D_LO > 0:
-                    x2 = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk2, rk2 < D, D, dt)
-                else:
-                    x2 = x
-                if pid == 0:
-                    tl.store(X1 + rm[:, None] * D + rk1[None, :], x.to(dt), mask=m_ok[:, None] & (rk1 < D)[None, :])
-                    if D_LO > 0:
-                        tl.store(X1 + rm[:, None] * D + rk2[None, :], x2.to(dt),
-                                 mask=m_ok[:, None] & (rk2 < D)[None, :])
-                a, a2 = _norm_pair(x, x2, rk1, rk2, N2W + layer * D, N2B + layer * D, D, eps, NORM, HAS_NB, D_LO)
-                _mlp_phase(a.to(dt).to(tl.float32), a2.to(dt).to(tl.float32), w_fc, w_fc2, w_pr, w_pr2,
-                           WFC + layer64 * HIDDEN * D, WPR + layer64 * HIDDEN * D, HIDDEN, pid, nprog,
-                           BFC + layer * HIDDEN, ACC_M, rm, m_ok, rk1, rk2, D, dt, BN_FC, D_HI, D_LO, ONE_FC,
-                           MLP_PROJ_AHEAD)
-            if ((ONLY == 0) | (ONLY == 4)) & (FUSED_MLP == 0):
+            if (ONLY == 0) | (ONLY == 4):
+                if FUSED_MLP:  # W_proj^T's rows of this program's first tile of hidden units, in flight meanwhile
+                    if MLP_PROJ_AHEAD:
+                        w_pr = _weight_tile(WPR + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
+                    else:
+                        w_pr = w_fc  # (a placeholder: _mlp_phase loads each tile's after its h)
                 x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
                 if pid == 0:
                     tl.store(X1 + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                 a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
                 a = a.to(dt).to(tl.float32)
-                _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H,
-                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
-                            DK, DV, SHARED_KV)
+                if FUSED_MLP:
+                    _mlp_phase(a, w_fc, w_pr, WFC + layer64 * HIDDEN * D, WPR + layer64 * HIDDEN * D, HIDDEN, pid,
+                               nprog, BFC + layer * HIDDEN, ACC_M, rm, m_ok, rk, k_ok, D, dt, BN_FC, BLOCK_D, ONE_FC,
+                               MLP_PROJ_AHEAD)
+                else:
+                    _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H,
+                                KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
+                                DK, DV, SHARED_KV)
             if (ONLY == 0) & (FUSED_MLP == 0):
                 barriers += 1
-                w_pr, w_pr_again = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 4),
-                                                 WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID, 0,
-                                                 MAX_SPIN, TIMING, EARLY_ARRIVE)
+                w_pr = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 4),
+                                     WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID, MAX_SPIN, TIMING,
+                                     EARLY_ARRIVE)
             elif (ONLY == 5) & (FUSED_MLP == 0):
                 w_pr = _weight_tile(WPR + layer64 * D * HIDDEN, pid, D, BN_PR, HIDDEN, BLOCK_HID)
             # ---- F: h W_proj^T, its fp32 sums into ACC[1] (the next layer's A adds it to x1)
@@ -512,15 +450,15 @@ if _triton_available():
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # (the last layer's barrier comes after the loop, the LM head's tile in it)
                     barriers += 1
-                    w_a, w_a_again = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 5),
-                                                   WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D,
-                                                   0, MAX_SPIN, TIMING, EARLY_ARRIVE)
+                    w_a = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 5),
+                                        WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D, MAX_SPIN,
+                                        TIMING, EARLY_ARRIVE)
         # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
         if ONLY == 0:
             barriers += 1
             if FINAL:
-                w_lm, w_lm_again = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)),
-                                                 WLM, pid, vocab, BN_LM, D, BLOCK_D, 0, MAX_SPIN, TIMING, EARLY_ARRIVE)
+                w_lm = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)), WLM, pid,
+                                     vocab, BN_LM, D, BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
             else:
                 _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)), MAX_SPIN, TIMING)
         elif FINAL:
@@ -712,9 +650,6 @@ class MegaDecoder:
         fc, pr = self._tiling(hid, d), self._tiling(d, hid)
         if MLP_UNITS:  # the MLP's hidden units a tile, as set
             fc = (MLP_UNITS, _cdiv(hid, MLP_UNITS) <= P)
-        d_hi, d_lo = _pow2(d, 16), 0  # the fused MLP's row as one block of columns, or two without padding
-        if FUSED_MLP and MLP_SPLIT_ROW and d != d_hi and d - d_hi // 2 == _pow2(d - d_hi // 2, 16):
-            d_hi, d_lo = d_hi // 2, d - d_hi // 2
         _mega_step_kernel[(P,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
@@ -729,7 +664,6 @@ class MegaDecoder:
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD,
-            D_HI=d_hi, D_LO=d_lo,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:

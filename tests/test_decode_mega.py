@@ -97,24 +97,6 @@ def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch
 
 
 @needs_child
-@pytest.mark.parametrize("knobs", [{}, AHEAD, dict(MLP_UNITS=16), dict(MLP_SPLIT_ROW=False)],
-                         ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()) or "defaults")
-def test_interp_fused_mlp_over_a_row_of_two_column_blocks(knobs, monkeypatch):
-    """n_embd 48 = 32 + 16: the fused MLP holds a row as two blocks of columns (MLP_SPLIT_ROW, the default; or one
-    of 64, padded): two steps at 2 sequences against the model, W_proj^T loaded after h or ahead, one MLP tile a
-    program or several (16 units: 12 tiles for 8 programs)."""
-    for name, value in knobs.items():
-        monkeypatch.setattr(dm, name, value)
-    monkeypatch.setattr(dm, "BLOCK_N", 16)
-    monkeypatch.setattr(dm, "MIN_CHUNK", 16)
-    model = tiny("tucker_shared", n_embd=48, bias=True, norm="layernorm")
-    got, want, _, _, mega = decode_both(model, 2, 40, 2, programs=8)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
-    assert not mega.error.item()
-
-
-@needs_child
 def test_interp_mlp_switched_on_a_live_decoder_and_a_tile_past_the_hidden_units(monkeypatch):
     """FUSED_MLP switched between steps of one decoder (the stacked W_proj is rebuilt in the other layout), and MLP
     tiles of 128 hidden units over a hidden width of 192 (the second tile half past it), at 2 sequences."""
