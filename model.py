@@ -1443,6 +1443,16 @@ def check_compile_mode(compile_mode: str) -> None:
                          f"{', '.join(map(repr, DECODE_COMPILE_MODES))}")
 
 
+def check_decode(decode: str, device: torch.device, compile: bool, use_cache: bool) -> None:
+    """GPT.generate's decode choice (sample.py's --decode) against the rest of the call, by name: a ValueError."""
+    if decode not in DECODE_CHOICES:
+        raise ValueError(f"decode={decode!r} is unknown: allowed {', '.join(map(repr, DECODE_CHOICES))}")
+    if decode == "mega" and (compile or not use_cache):
+        raise ValueError("decode='mega' is the cached step as one kernel: it needs use_cache=True and compile=False")
+    if decode in ("graph", "mega") and torch.device(device).type != "cuda":
+        raise ValueError(f"decode={decode!r} needs a CUDA device, got device={str(device)!r}: use 'auto' or 'eager'")
+
+
 def activation_dtype(weight: torch.Tensor) -> torch.dtype:
     """The dtype of linear-layer outputs: autocast's when it is on for the weight's device, else the weight's."""
     device = weight.device.type
@@ -1687,12 +1697,7 @@ class GPT(nn.Module):
         so greedy tokens may differ from 'graph' where two logits nearly tie. When the context reaches
         block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
         crops the context each step instead, as nanoGPT does)."""
-        if decode not in DECODE_CHOICES:
-            raise ValueError(f"decode={decode!r} is unknown: allowed {DECODE_CHOICES}")
-        if decode == "mega" and (compile or not use_cache):
-            raise ValueError("decode='mega' is the cached step as one kernel: it needs use_cache=True and compile=False")
-        if decode in ("graph", "mega") and idx.device.type != "cuda":
-            raise ValueError(f"decode={decode!r} needs a CUDA device, got {idx.device}; use 'eager' or 'auto'")
+        check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
         decoder = None
         if use_cache:

@@ -18,7 +18,7 @@ import torch
 
 from checkpoint import load_model
 from configurator import check_device, parse_config
-from model import DECODE_CHOICES, check_compile_mode
+from model import check_compile_mode, check_decode
 from tokenizer import get_gpt2_encoding
 
 DEFAULTS = dict(
@@ -65,10 +65,6 @@ def validate(cfg: dict) -> torch.device:
     for key in ("num_samples", "max_new_tokens"):
         if cfg[key] < 1:
             raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= 1")
-    if cfg["decode"] not in DECODE_CHOICES:
-        raise ValueError(f"decode={cfg['decode']!r} is unknown: allowed {', '.join(map(repr, DECODE_CHOICES))}")
-    if cfg["decode"] == "mega" and (cfg["compile"] or not cfg["use_cache"]):
-        raise ValueError("decode='mega' is the cached step as one kernel: it needs use_cache=True and compile=False")
     if cfg["decode"] == "mega" and cfg["dtype"] == "float16":
         raise ValueError("decode='mega' computes in the weights' dtype, and dtype='float16' is autocast over float32 "
                          "weights: use dtype='bfloat16' (cast weights) or 'float32'")
@@ -80,9 +76,7 @@ def validate(cfg: dict) -> torch.device:
     check_compile_mode(cfg["compile_mode"])
     if cfg["compile_mode"] != "default" and not cfg["compile"]:
         raise ValueError(f"compile_mode={cfg['compile_mode']!r} is a mode of the compiled step: it needs compile=True")
-    if cfg["decode"] in ("graph", "mega") and device.type != "cuda":
-        raise ValueError(f"decode={cfg['decode']!r} needs a CUDA device, got device={str(device)!r}: use 'auto' or "
-                         f"'eager'")
+    check_decode(cfg["decode"], device, cfg["compile"], cfg["use_cache"])  # generate's own check, before any loading
     return device
 
 
