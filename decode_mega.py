@@ -63,9 +63,15 @@ FUSED_MLP = True  # phases E and F as one (each program's hidden units through G
 #                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
 MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h is computed (in flight meanwhile;
 #                        GPT-2 at batch 1: 255 registers and 96 B of spills, against 206 and none after it)
+MLP_SPREAD = False  # FUSED_MLP: the hidden units spread evenly over every program, a tile each (GPT-2 at batch 1: 11
+#                    or 12 of the 3,072 in a tile of 16 rows, 264 tiles), in place of MLP_UNITS's 16-unit tiles (192 of
+#                    them: 60 SMs run two, 72 one). Ignored with MLP_UNITS set
 MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one tile a program where the registers
 #               allow it, GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output of the fused MLP summed
 #               by 192 atomic adds)
+VEC_AHEAD = True  # a phase's small vectors (its norm's weight and bias, its biases) loaded with its weight tile during
+#                  the barrier before it (False: where they are used, after the barrier: in the phase's chain of
+#                  dependent round trips, two or three of them from DRAM)
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -78,7 +84,6 @@ if _triton_available():
     import triton
     import triton.language as tl
 
-    from decode_linear import _normalize
 
     @triton.jit
     def _stamp(AT, TIMING: tl.constexpr):
@@ -126,23 +131,72 @@ if _triton_available():
         _grid_wait(SYNC, _grid_arrive(SYNC, AT, TIMING), target, ERR, AT, MAX_SPIN, TIMING)
 
     @triton.jit
+    def _barrier_open(SYNC, AT, TIMING: tl.constexpr, EARLY_ARRIVE: tl.constexpr):
+        """The first half of a grid barrier during which this program loads the next phase's weights (issued between
+        _barrier_open and _barrier_close): EARLY_ARRIVE, the arrival (the loads are then in flight while the program
+        polls); else nothing (the loads come first, which the release's fence then waits for). Returns the count seen
+        (0 without the arrival)."""
+        seen = tl.zeros([], tl.int32)
+        if EARLY_ARRIVE:
+            seen = _grid_arrive(SYNC, AT, TIMING)
+        return seen
+
+    @triton.jit
+    def _barrier_close(SYNC, seen, target, ERR, AT, MAX_SPIN: tl.constexpr, TIMING: tl.constexpr,
+                       EARLY_ARRIVE: tl.constexpr):
+        """The second half: the arrival (without EARLY_ARRIVE), then the wait for every program's."""
+        if not EARLY_ARRIVE:
+            seen = _grid_arrive(SYNC, AT, TIMING)
+        _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN, TIMING)
+
+    @triton.jit
     def _barrier_tile(SYNC, target, ERR, AT, W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
                       MAX_SPIN: tl.constexpr, TIMING: tl.constexpr, EARLY_ARRIVE: tl.constexpr):
         """A grid barrier during which this program loads the next phase's weight tile (_weight_tile's rows t*BN ..
-        of W), returned. EARLY_ARRIVE: the arrival first, then the loads (in flight while the program polls), else
-        the loads first, which the release's fence then waits for."""
-        if EARLY_ARRIVE:
-            seen = _grid_arrive(SYNC, AT, TIMING)
-            w = _weight_tile(W, t, N, BN, K, BLOCK_K)
-        else:
-            w = _weight_tile(W, t, N, BN, K, BLOCK_K)
-            seen = _grid_arrive(SYNC, AT, TIMING)
-        _grid_wait(SYNC, seen, target, ERR, AT, MAX_SPIN, TIMING)
+        of W), returned."""
+        seen = _barrier_open(SYNC, AT, TIMING, EARLY_ARRIVE)
+        w = _weight_tile(W, t, N, BN, K, BLOCK_K)
+        _barrier_close(SYNC, seen, target, ERR, AT, MAX_SPIN, TIMING, EARLY_ARRIVE)
         return w
 
     @triton.jit
-    def _norm_rows(x, k_ok, NW, NB, rk, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr):
-        """LayerNorm (NORM 1) or RMSNorm (2) of the fp32 rows x (BLOCK_M, BLOCK_D), zero outside the d columns."""
+    def _vec(V, rk, ok, AHEAD: tl.constexpr):
+        """A small vector (a norm's weight or bias, a bias) at V + rk: loaded now (AHEAD, in a barrier's window), or
+        its pointers, for _at to load where it is used."""
+        if AHEAD:
+            v = tl.load(V + rk, mask=ok, other=0.0)
+        else:
+            v = V + rk
+        return v
+
+    @triton.jit
+    def _tile_vec(V, t, BN: tl.constexpr, N, AHEAD: tl.constexpr):
+        """_vec of a tile's entries t*BN .. t*BN + BN - 1 of the vector V (N,) (a GEMV tile's bias)."""
+        rn = t * BN + tl.arange(0, BN)
+        return _vec(V, rn, rn < N, AHEAD)
+
+    @triton.jit
+    def _norm_vecs(NW, NB, rk, k_ok, HAS_NB: tl.constexpr, AHEAD: tl.constexpr):
+        """_vec of a norm's weight and bias (the weight's again without HAS_NB: unused)."""
+        nw = _vec(NW, rk, k_ok, AHEAD)
+        nb = nw
+        if HAS_NB:
+            nb = _vec(NB, rk, k_ok, AHEAD)
+        return nw, nb
+
+    @triton.jit
+    def _at(v, ok, AHEAD: tl.constexpr):
+        """_vec's vector as fp32 (loaded here unless AHEAD)."""
+        if AHEAD:
+            out = v.to(tl.float32)
+        else:
+            out = tl.load(v, mask=ok, other=0.0).to(tl.float32)
+        return out
+
+    @triton.jit
+    def _norm_rows(x, k_ok, nw, nb, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr, AHEAD: tl.constexpr):
+        """LayerNorm (NORM 1) or RMSNorm (2) of the fp32 rows x (BLOCK_M, BLOCK_D), zero outside the d columns; nw,
+        nb its weight and bias (_vec's; nb unused without HAS_NB). decode_linear._normalize's formula, in its order."""
         if NORM == 2:
             mean = tl.zeros([x.shape[0]], tl.float32)
             rstd = tl.rsqrt(tl.sum(x * x, axis=1) / d + eps)
@@ -150,7 +204,13 @@ if _triton_available():
             mean = tl.sum(x, axis=1) / d
             c = tl.where(k_ok[None, :], x - mean[:, None], 0.0)
             rstd = tl.rsqrt(tl.sum(c * c, axis=1) / d + eps)
-        return _normalize(x, mean, rstd, NW, NB, rk, k_ok, NORM, HAS_NB)  # decode_linear's: the same formula
+        a = x
+        if NORM == 1:
+            a = a - mean[:, None]
+        a = a * rstd[:, None] * _at(nw, k_ok, AHEAD)[None, :]
+        if HAS_NB:
+            a += _at(nb, k_ok, AHEAD)[None, :]
+        return tl.where(k_ok[None, :], a, 0.0)
 
     @triton.jit
     def _load_rows(X, rm, m_ok, rk, k_ok, d):
@@ -159,21 +219,39 @@ if _triton_available():
                        cache_modifier=".cg").to(tl.float32)
 
     @triton.jit
-    def _weight_tile(W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Rows t*BN .. t*BN + BN - 1 of the weight W (N, K), all of K (zero outside N and K): one tile's loads, all
-        issued at once (a tile past N loads nothing)."""
-        rn = (t * BN + tl.arange(0, BN)).to(tl.int64)
+    def _weight_rows(W, lo, hi, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Rows lo .. hi - 1 (at most BN) of the weight W (N, K), all of K, as a (BN, BLOCK_K) tile zero outside
+        them and K: one tile's loads, all issued at once."""
+        rn = (lo + tl.arange(0, BN)).to(tl.int64)
         rk = tl.arange(0, BLOCK_K)
-        return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < N)[:, None] & (rk < K)[None, :], other=0.0)
+        return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < hi)[:, None] & (rk < K)[None, :], other=0.0)
 
     @triton.jit
-    def _gemv_phase(a, w, W, N, pid, nprog, Bias, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
+    def _weight_tile(W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Rows t*BN .. t*BN + BN - 1 of the weight W (N, K) (a tile past N loads nothing)."""
+        return _weight_rows(W, t * BN, N, BN, K, BLOCK_K)
+
+    @triton.jit
+    def _unit_range(t, N, nprog, BN: tl.constexpr, SPREAD: tl.constexpr):
+        """The hidden units [lo, hi) of MLP tile t: t*BN .. (t+1)*BN, or with SPREAD, program t's share of all N when
+        they are spread evenly over the nprog programs (a tile each, BN >= its width)."""
+        if SPREAD:
+            lo = t * N // nprog
+            hi = (t + 1) * N // nprog
+        else:
+            lo = t * BN
+            hi = tl.minimum(lo + BN, N)
+        return lo, hi
+
+    @triton.jit
+    def _gemv_phase(a, w, W, N, pid, nprog, Bias, bias0, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
                     BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
-                    NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr):
+                    NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
+                    AHEAD: tl.constexpr):
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
-        are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers). The
-        epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without
+        are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers; its
+        bias is bias0, _vec's of the tile's columns, else each tile's is loaded from Bias). The epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without
         the bias), 2 GELU into OUT, 3 logits into OUT."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
@@ -182,7 +260,10 @@ if _triton_available():
             n_ok = rn < N
             y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
             if (EPI == 0) | (EPI == 2):
-                y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                if ONE:
+                    y += _at(bias0, n_ok, AHEAD)[None, :]
+                else:
+                    y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
             ok = m_ok[:, None] & n_ok[None, :]
             if EPI == 0:
                 y = y.to(dt)
@@ -209,25 +290,33 @@ if _triton_available():
                 w = w_next
 
     @triton.jit
-    def _mlp_phase(a, w, v, WFC, WPRT, N, pid, nprog, Bias, ACC, rm, m_ok, rk, k_ok, D, dt, BN: tl.constexpr,
-                   BLOCK_K: tl.constexpr, ONE: tl.constexpr, PROJ_AHEAD: tl.constexpr):
+    def _mlp_phase(a, w, v, WFC, WPRT, N, pid, nprog, Bias, bias0, ACC, rm, m_ok, rk, k_ok, D, dt, BN: tl.constexpr,
+                   BLOCK_K: tl.constexpr, ONE: tl.constexpr, PROJ_AHEAD: tl.constexpr, AHEAD: tl.constexpr,
+                   SPREAD: tl.constexpr):
         """The MLP of the fp32 rows a (BLOCK_M, BLOCK_K) over the program's tiles of hidden units t = pid, pid + nprog,
         ...: h = gelu(a W_fc[t]^T + b_fc[t]), rounded as the unfused ops store it, then h W_proj[:, t]^T (rows t of
         W_proj^T, v) added into ACC (fp32 atomics: the sum over every program's hidden units, without b_proj). w
         holds the first tile's W_fc rows, v its W_proj^T rows with PROJ_AHEAD (else a tile's v is loaded after its
         h: fewer registers live, its round trip exposed); the next tile's are issued before each tile's arithmetic
-        (not ONE)."""
-        for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
+        (not ONE). bias0: _vec's of the first tile's b_fc (ONE), else each tile's is loaded from Bias. SPREAD (and
+        ONE): a tile a program, the units spread evenly over all of them (_unit_range)."""
+        n_tiles = nprog if SPREAD else tl.cdiv(N, BN)
+        for t in range(pid, n_tiles if not ONE else tl.minimum(pid + 1, n_tiles), nprog):
             if not ONE:
                 w_next = _weight_tile(WFC, t + nprog, N, BN, D, BLOCK_K)
                 if PROJ_AHEAD:
                     v_next = _weight_tile(WPRT, t + nprog, N, BN, D, BLOCK_K)
-            rn = t * BN + tl.arange(0, BN)
+            lo, hi = _unit_range(t, N, nprog, BN, SPREAD)
+            rn = lo + tl.arange(0, BN)
             y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
-            y = (y + tl.load(Bias + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]).to(dt).to(tl.float32)
+            if ONE:
+                y += _at(bias0, rn < hi, AHEAD)[None, :]
+            else:
+                y += tl.load(Bias + rn, mask=rn < hi, other=0.0).to(tl.float32)[None, :]
+            y = y.to(dt).to(tl.float32)
             y = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(dt).to(tl.float32)  # F.gelu, stored h
             if not PROJ_AHEAD:
-                v = _weight_tile(WPRT, t, N, BN, D, BLOCK_K)
+                v = _weight_rows(WPRT, lo, hi, BN, D, BLOCK_K)
             out = tl.sum(y[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, BLOCK_K): h_t W_proj[:, t]^T
             tl.atomic_add(ACC + rm[:, None] * D + rk[None, :], out, mask=m_ok[:, None] & k_ok[None, :],
                           sem="relaxed", scope="gpu")
@@ -247,10 +336,10 @@ if _triton_available():
                        other=0.0)
 
     @triton.jit
-    def _stream_rows(X, ACC, Bias, rm, m_ok, rk, k_ok, D: tl.constexpr, dt):
+    def _stream_rows(X, ACC, bias, rm, m_ok, rk, k_ok, D: tl.constexpr, dt, AHEAD: tl.constexpr):
         """x + (acc + bias), the sublayer's output (its sum over programs, fp32) rounded as the unfused ops store it,
-        then the sum rounded: the residual stream after a sublayer, every row, fp32."""
-        y = _load_rows(ACC, rm, m_ok, rk, k_ok, D) + tl.load(Bias + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        then the sum rounded: the residual stream after a sublayer, every row, fp32 (bias: _vec's)."""
+        y = _load_rows(ACC, rm, m_ok, rk, k_ok, D) + _at(bias, k_ok, AHEAD)[None, :]
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
 
     @triton.jit
@@ -266,10 +355,11 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
-            TIMING: tl.constexpr):
+            VEC_AHEAD: tl.constexpr, MLP_SPREAD: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
-        front of it (after this program's arrival with EARLY_ARRIVE, before it without); ONLY 1-5: phase A, B1,
+        front of it (after this program's arrival with EARLY_ARRIVE, before it without), with its norm's weight and
+        bias and its biases (VEC_AHEAD; else loaded where they are used); ONLY 1-5: phase A, B1,
         B2D, E or F alone (the interpreter's launches, no barrier). FUSED_MLP: E and F as one phase, no barrier
         between them (E's launch; F's does nothing and PHASE_LAUNCHES leaves it out).
 
@@ -299,6 +389,9 @@ if _triton_available():
         _stamp(STAMP, TIMING)
         if (ONLY == 0) | (ONLY == 1):
             w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
+            n1w, n1b = _norm_vecs(N1W + layer_lo * D, N1B + layer_lo * D, rk, k_ok, HAS_NB, VEC_AHEAD)
+            b_qkv = _tile_vec(BQKV + layer_lo * N_QKV, pid, BN_QKV, N_QKV, VEC_AHEAD)
+            b_x = _vec(BPR + tl.maximum(layer_lo - 1, 0) * D, rk, k_ok, VEC_AHEAD)  # (layer 0 reads no stream)
         for layer in range(layer_lo, layer_hi):
             layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
             layer_slot = 5 * (layer - layer_lo)  # this layer's stamps: layer_slot + 1 .. layer_slot + 5
@@ -310,16 +403,16 @@ if _triton_available():
                          + tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :])
                     x = x.to(dt).to(tl.float32)
                 else:
-                    x = _stream_rows(X1, ACC_M, BPR + (layer - 1) * D, rm, m_ok, rk, k_ok, D, dt)
+                    x = _stream_rows(X1, ACC_M, b_x, rm, m_ok, rk, k_ok, D, dt, VEC_AHEAD)
                 if pid == 0:
                     tl.store(X + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                     tl.store(ACC_A + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
                              mask=row_ok)  # last read in the previous layer's E
-                a = _norm_rows(x, k_ok, N1W + layer * D, N1B + layer * D, rk, D, eps, NORM, HAS_NB)
+                a = _norm_rows(x, k_ok, n1w, n1b, D, eps, NORM, HAS_NB, VEC_AHEAD)
                 a = a.to(dt).to(tl.float32)
-                _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, Q,
+                _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, b_qkv, Q,
                             KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV, NH, NKV,
-                            DK, DV, SHARED_KV)
+                            DK, DV, SHARED_KV, VEC_AHEAD)
             if ONLY == 0:
                 barriers += 1
                 if EARLY_ARRIVE:
@@ -407,32 +500,38 @@ if _triton_available():
                     tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
             if ONLY == 0:
                 barriers += 1
-                w_fc = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 3),
-                                     WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D, MAX_SPIN, TIMING,
-                                     EARLY_ARRIVE)
-            elif ONLY == 4:
-                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
+                seen = _barrier_open(SYNC, STAMP + 4 * (layer_slot + 3), TIMING, EARLY_ARRIVE)
+            if (ONLY == 0) | (ONLY == 4):
+                lo_fc, hi_fc = _unit_range(pid, HIDDEN, nprog, BN_FC, MLP_SPREAD)
+                w_fc = _weight_rows(WFC + layer64 * HIDDEN * D, lo_fc, hi_fc, BN_FC, D, BLOCK_D)
+                n2w, n2b = _norm_vecs(N2W + layer * D, N2B + layer * D, rk, k_ok, HAS_NB, VEC_AHEAD)
+                rn_fc = lo_fc + tl.arange(0, BN_FC)
+                b_fc = _vec(BFC + layer * HIDDEN, rn_fc, rn_fc < hi_fc, VEC_AHEAD)
+                b_o = _vec(BO + layer * D, rk, k_ok, VEC_AHEAD)
+            if ONLY == 0:
+                _barrier_close(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 3), MAX_SPIN, TIMING,
+                               EARLY_ARRIVE)
             # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc); FUSED_MLP: then
             # h W_proj^T too, each program's hidden units' share added into ACC[1] (F's work, without its barrier)
             if (ONLY == 0) | (ONLY == 4):
                 if FUSED_MLP:  # W_proj^T's rows of this program's first tile of hidden units, in flight meanwhile
                     if MLP_PROJ_AHEAD:
-                        w_pr = _weight_tile(WPR + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
+                        w_pr = _weight_rows(WPR + layer64 * HIDDEN * D, lo_fc, hi_fc, BN_FC, D, BLOCK_D)
                     else:
                         w_pr = w_fc  # (a placeholder: _mlp_phase loads each tile's after its h)
-                x = _stream_rows(X, ACC_A, BO + layer * D, rm, m_ok, rk, k_ok, D, dt)
+                x = _stream_rows(X, ACC_A, b_o, rm, m_ok, rk, k_ok, D, dt, VEC_AHEAD)
                 if pid == 0:
                     tl.store(X1 + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
-                a = _norm_rows(x, k_ok, N2W + layer * D, N2B + layer * D, rk, D, eps, NORM, HAS_NB)
+                a = _norm_rows(x, k_ok, n2w, n2b, D, eps, NORM, HAS_NB, VEC_AHEAD)
                 a = a.to(dt).to(tl.float32)
                 if FUSED_MLP:
                     _mlp_phase(a, w_fc, w_pr, WFC + layer64 * HIDDEN * D, WPR + layer64 * HIDDEN * D, HIDDEN, pid,
-                               nprog, BFC + layer * HIDDEN, ACC_M, rm, m_ok, rk, k_ok, D, dt, BN_FC, BLOCK_D, ONE_FC,
-                               MLP_PROJ_AHEAD)
+                               nprog, BFC + layer * HIDDEN, b_fc, ACC_M, rm, m_ok, rk, k_ok, D, dt, BN_FC, BLOCK_D,
+                               ONE_FC, MLP_PROJ_AHEAD, VEC_AHEAD, MLP_SPREAD)
                 else:
-                    _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, H,
-                                KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH, NKV,
-                                DK, DV, SHARED_KV)
+                    _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, b_fc,
+                                H, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH,
+                                NKV, DK, DV, SHARED_KV, VEC_AHEAD)
             if (ONLY == 0) & (FUSED_MLP == 0):
                 barriers += 1
                 w_pr = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 4),
@@ -444,30 +543,35 @@ if _triton_available():
             if ((ONLY == 0) | (ONLY == 5)) & (FUSED_MLP == 0):
                 rh = tl.arange(0, BLOCK_HID)
                 h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
-                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, ACC_M, KC, VC,
+                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, rk, ACC_M, KC, VC,
                             rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
-                            DV, SHARED_KV)
+                            DV, SHARED_KV, VEC_AHEAD)  # (EPI 1: no bias; rk a placeholder)
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # (the last layer's barrier comes after the loop, the LM head's tile in it)
                     barriers += 1
-                    w_a = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 5),
-                                        WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D, MAX_SPIN,
-                                        TIMING, EARLY_ARRIVE)
+                    seen = _barrier_open(SYNC, STAMP + 4 * (layer_slot + 5), TIMING, EARLY_ARRIVE)
+                    w_a = _weight_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
+                    n1w, n1b = _norm_vecs(N1W + (layer + 1) * D, N1B + (layer + 1) * D, rk, k_ok, HAS_NB, VEC_AHEAD)
+                    b_qkv = _tile_vec(BQKV + (layer + 1) * N_QKV, pid, BN_QKV, N_QKV, VEC_AHEAD)
+                    b_x = _vec(BPR + layer * D, rk, k_ok, VEC_AHEAD)
+                    _barrier_close(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 5), MAX_SPIN, TIMING,
+                                   EARLY_ARRIVE)
         # ---- x = the last layer's x1 + MLP output, the final norm and the LM head
         if ONLY == 0:
             barriers += 1
-            if FINAL:
-                w_lm = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)), WLM, pid,
-                                     vocab, BN_LM, D, BLOCK_D, MAX_SPIN, TIMING, EARLY_ARRIVE)
-            else:
-                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)), MAX_SPIN, TIMING)
-        elif FINAL:
-            w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
+            seen = _barrier_open(SYNC, STAMP + 4 * (5 * (layer_hi - layer_lo)), TIMING, EARLY_ARRIVE)
         if FINAL:
-            x = _stream_rows(X1, ACC_M, BPR + (layer_hi - 1) * D, rm, m_ok, rk, k_ok, D, dt)
-            a = _norm_rows(x, k_ok, NFW, NFB, rk, D, eps, NORM, HAS_NB).to(dt).to(tl.float32)
-            _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
-                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV)
+            w_lm = _weight_tile(WLM, pid, vocab, BN_LM, D, BLOCK_D)
+            nfw, nfb = _norm_vecs(NFW, NFB, rk, k_ok, HAS_NB, VEC_AHEAD)
+            b_x = _vec(BPR + (layer_hi - 1) * D, rk, k_ok, VEC_AHEAD)
+        if ONLY == 0:
+            _barrier_close(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)), MAX_SPIN,
+                           TIMING, EARLY_ARRIVE)
+        if FINAL:
+            x = _stream_rows(X1, ACC_M, b_x, rm, m_ok, rk, k_ok, D, dt, VEC_AHEAD)
+            a = _norm_rows(x, k_ok, nfw, nfb, D, eps, NORM, HAS_NB, VEC_AHEAD).to(dt).to(tl.float32)
+            _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, nfb, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
+                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, VEC_AHEAD)
         if TIMING:
             tl.debug_barrier()
             _stamp(STAMP + 4 * (5 * (layer_hi - layer_lo) + 1), TIMING)
@@ -650,6 +754,9 @@ class MegaDecoder:
         fc, pr = self._tiling(hid, d), self._tiling(d, hid)
         if MLP_UNITS:  # the MLP's hidden units a tile, as set
             fc = (MLP_UNITS, _cdiv(hid, MLP_UNITS) <= P)
+        spread = MLP_SPREAD and FUSED_MLP and not MLP_UNITS  # a tile a program, the units spread evenly
+        if spread:
+            fc = (_pow2(_cdiv(hid, P), 1), True)
         _mega_step_kernel[(P,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
@@ -663,7 +770,8 @@ class MegaDecoder:
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
-            EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD,
+            EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD, VEC_AHEAD=VEC_AHEAD,
+            MLP_SPREAD=spread,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:

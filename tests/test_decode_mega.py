@@ -67,32 +67,49 @@ def decode_both(model, batch, context, steps, programs, device="cpu"):
 
 UNFUSED = dict(FUSED_MLP=False)  # the MLP as two phases, F over the whole hidden row
 AHEAD = dict(MLP_PROJ_AHEAD=True)  # the fused MLP's W_proj^T tile loaded before its h (the next tile's too)
+LATE = dict(VEC_AHEAD=False)  # the norms' weights and biases and the biases loaded where used, not in the barriers
 
 
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker_shared", 3, AHEAD),
-    ("mqa", 1, dict(MLP_UNITS=4))],
+    ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, LATE)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
     in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
     takes several a phase (GQA's several KV heads, Tucker's shared latent); the MLP fused (the default) and not, its
     W_proj^T tiles loaded after each tile's h (the default) and ahead, and in tiles of 4 hidden units (several a
-    program)."""
+    program); the norms' weights and biases loaded in the barriers (the default) and where used; LayerNorm without
+    biases (batch 1), with them (batch 2), RMSNorm with biases (batch 3)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dm, name, value)
     monkeypatch.setattr(dm, "BLOCK_N", 16)
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
     if batch == 3:  # small tiles: every phase takes several a program (the next one's loads in flight)
         monkeypatch.setattr(dm, "TILE", 512)
-    model = tiny(variant, bias=batch == 3, norm="layernorm" if batch == 1 else "rmsnorm")
+    model = tiny(variant, bias=batch > 1, norm="layernorm" if batch < 3 else "rmsnorm")
     got, want, caches, ref, mega = decode_both(model, batch, 40, 3, programs=8)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
     for c, r in zip(caches, ref):
         for name in c.store:
             torch.testing.assert_close(c.store[name][:, :, :43], r.store[name][:, :, :43], rtol=1e-5, atol=1e-5)
+    assert not mega.error.item()
+
+
+@needs_child
+@pytest.mark.parametrize("variant, batch", [("tucker", 1), ("gqa", 3)])
+def test_interp_mlp_units_spread_unevenly(variant, batch, monkeypatch):
+    """MLP_SPREAD: the hidden units spread over all programs, a tile each (7 programs: 36 or 37 of the 256 units
+    in tiles of 64 rows, the rest masked), equal to the model's step."""
+    monkeypatch.setattr(dm, "MLP_SPREAD", True)
+    monkeypatch.setattr(dm, "BLOCK_N", 16)
+    monkeypatch.setattr(dm, "MIN_CHUNK", 16)
+    model = tiny(variant, bias=batch > 1, norm="layernorm")
+    got, want, _, _, mega = decode_both(model, batch, 40, 2, programs=7)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
     assert not mega.error.item()
 
 
@@ -158,7 +175,9 @@ def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
 
 @needs_cuda
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
-    ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("gqa", 3, {}), ("tucker_shared", 3, {}), ("mha", 4, UNFUSED)],
+    ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("tucker", 1, dict(MLP_SPREAD=True)),
+    ("mqa", 3, dict(MLP_SPREAD=True)), ("gqa", 3, {}), ("tucker_shared", 3, {}),
+    ("mha", 4, UNFUSED)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs, monkeypatch):
     """bf16 at GPT-2-like widths: the one-launch step (barriers) against the same phases launched one by one
