@@ -66,10 +66,6 @@ MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h 
 MLP_SPREAD = False  # FUSED_MLP: the hidden units spread evenly over every program, a tile each (GPT-2 at batch 1: 11
 #                    or 12 of the 3,072 in a tile of 16 rows, 264 tiles), in place of MLP_UNITS's 16-unit tiles (192 of
 #                    them: 60 SMs run two, 72 one). Ignored with MLP_UNITS set
-MLP_L2 = True  # phase B1's programs without an attention split bring the layer's MLP weights (W_fc, W_proj^T) into
-#               L2 (Hopper's bulk prefetch), for the MLP phase to read from there: DRAM is idle in B1 and B2D
-LM_L2 = 0  # with MLP_L2, the last layer's B1 also brings the LM head's tiles 1 .. LM_L2 of every program (the rows
-#           after the first nprog tiles, which the barrier before the head loads into registers) into L2
 MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one tile a program where the registers
 #               allow it, GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output of the fused MLP summed
 #               by 192 atomic adds)
@@ -223,28 +219,6 @@ if _triton_available():
                        cache_modifier=".cg").to(tl.float32)
 
     @triton.jit
-    def _prefetch_l2(P, nbytes, NT: tl.constexpr):
-        """Start bringing the nbytes bytes at P into L2 and go on (no registers, no wait): a bulk prefetch (Hopper's
-        cp.async.bulk.prefetch.L2, issued to the SM's TMA unit) from lane 0 of each of the program's NT / 32 warps,
-        a piece each (element i of an arange of NT is thread i's: the other lanes' pieces are empty). P 16-byte
-        aligned and nbytes a multiple of 16 (MegaDecoder._l2_ok checks); nbytes <= 0 prefetches nothing."""
-        WARPS: tl.constexpr = NT // 32
-        piece = tl.cdiv(tl.cdiv(nbytes, WARPS), 16) * 16
-        i = tl.arange(0, NT)
-        start = (i // 32).to(tl.int64) * piece
-        size = tl.where(i % 32 == 0, tl.minimum(nbytes - start, piece), 0).to(tl.int32)  # bytes (<= 0: none)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [P.to(tl.pointer_type(tl.int8)) + start, size], dtype=tl.int32, is_pure=False, pack=1)
-
-    @triton.jit
-    def _prefetch_share(P, nbytes, i, n, NT: tl.constexpr):
-        """Share i of n (16-byte multiples) of the nbytes bytes at P into L2 (_prefetch_l2)."""
-        piece = tl.cdiv(tl.cdiv(nbytes, n), 16) * 16
-        start = i.to(tl.int64) * piece
-        _prefetch_l2(P.to(tl.pointer_type(tl.int8)) + start, tl.minimum(nbytes - start, piece), NT)
-
-    @triton.jit
     def _weight_rows(W, lo, hi, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr):
         """Rows lo .. hi - 1 (at most BN) of the weight W (N, K), all of K, as a (BN, BLOCK_K) tile zero outside
         them and K: one tile's loads, all issued at once."""
@@ -277,9 +251,8 @@ if _triton_available():
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers; its
-        bias is bias0, _vec's of the tile's columns, else each tile's is loaded from Bias). The epilogue EPI: 0
-        [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without the bias), 2 GELU
-        into OUT, 3 logits into OUT."""
+        bias is bias0, _vec's of the tile's columns, else each tile's is loaded from Bias). The epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without
+        the bias), 2 GELU into OUT, 3 logits into OUT."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
                 w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
@@ -382,9 +355,7 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
-            VEC_AHEAD: tl.constexpr, MLP_SPREAD: tl.constexpr, MLP_L2: tl.constexpr, LM_L2: tl.constexpr,
-            NT: tl.constexpr,
-            TIMING: tl.constexpr):
+            VEC_AHEAD: tl.constexpr, MLP_SPREAD: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
         front of it (after this program's arrival with EARLY_ARRIVE, before it without), with its norm's weight and
@@ -467,17 +438,6 @@ if _triton_available():
                         tl.store(ACC_M + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
                                  mask=row_ok)
                 ek = tl.arange(0, DK)
-                if MLP_L2:  # the programs without a split: the MLP's weights into L2, a share each
-                    n_items = B * NKV * n_split
-                    if pid >= n_items:
-                        mlp_bytes = HIDDEN * D * (WFC.dtype.element_ty.primitive_bitwidth // 8)
-                        _prefetch_share(WFC + layer64 * HIDDEN * D, mlp_bytes, pid - n_items, nprog - n_items, NT)
-                        _prefetch_share(WPR + layer64 * HIDDEN * D, mlp_bytes, pid - n_items, nprog - n_items, NT)
-                        if FINAL & (LM_L2 > 0) & (layer == layer_hi - 1):  # the LM head's next tiles too
-                            lm_lo = tl.minimum(nprog * BN_LM, vocab).to(tl.int64)
-                            lm_hi = tl.minimum((1 + LM_L2) * nprog * BN_LM, vocab).to(tl.int64)
-                            lm_bytes = (lm_hi - lm_lo) * D * (WLM.dtype.element_ty.primitive_bitwidth // 8)
-                            _prefetch_share(WLM + lm_lo * D, lm_bytes, pid - n_items, nprog - n_items, NT)
                 for item in range(pid, B * NKV * n_split, nprog):
                     bg = item // n_split  # (sequence, KV head) = b * NKV + g
                     s = item % n_split
@@ -669,11 +629,6 @@ def unsupported(model, batch_size: int) -> Optional[str]:
     return kernel_unavailable(p, "the decode step")
 
 
-def _bulk_prefetch(device: torch.device) -> bool:
-    """Hopper's bulk L2 prefetch is there: a CUDA device of compute capability 9 or more, not Triton's interpreter."""
-    return device.type == "cuda" and not _interpret() and torch.cuda.get_device_capability(device)[0] >= 9
-
-
 class MegaDecoder:
     """The model's decode step as one launch (decode_step(idx, caches, pos) -> logits, GPT.decode_step's
     signature, for model.StaticDecoder). Holds the layers' weights stacked (L, ...) in one buffer each (a copy:
@@ -816,18 +771,8 @@ class MegaDecoder:
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD, VEC_AHEAD=VEC_AHEAD,
-            MLP_SPREAD=spread, MLP_L2=MLP_L2 and FUSED_MLP and only == 0 and self._l2_ok(w), LM_L2=LM_L2,
-            NT=32 * NUM_WARPS,
+            MLP_SPREAD=spread,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
-
-    def _l2_ok(self, w: dict) -> bool:
-        """Bulk L2 prefetches possible: a Hopper-class GPU (cp.async.bulk.prefetch is sm_90's, not the interpreter's)
-        and 16-byte aligned ranges (a layer's W_fc and W_proj^T)."""
-        if not _bulk_prefetch(self.device):
-            return False
-        lm = self.model.lm_head.weight
-        return (all(t.data_ptr() % 16 == 0 and t[0].numel() * t.element_size() % 16 == 0 for t in (w["wfc"], w["wpr"]))
-                and lm.data_ptr() % 16 == 0 and lm.stride(0) * lm.element_size() % 16 == 0)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must

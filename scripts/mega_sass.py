@@ -61,11 +61,10 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
     match = next((v for v in VARIANTS if v.id == variant), None)
     if match is None:
         raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(v.id for v in VARIANTS)}")
-    saved = da._interpret, dm._interpret, dm._mega_step_kernel, dm._bulk_prefetch
+    saved = da._interpret, dm._interpret, dm._mega_step_kernel
     rec = Recorder(dm._mega_step_kernel)
     try:
         da._interpret = dm._interpret = lambda: True  # the CPU passes the wrappers' device checks
-        dm._bulk_prefetch = lambda device: True  # as on an sm_90 GPU
         dm._mega_step_kernel = rec
         cfg = GPTConfig(n_layer=2, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False,
                         **match.overrides)
@@ -74,7 +73,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
         mega = dm.MegaDecoder(model, caches, programs=sms * dm.PROGRAMS_PER_SM)  # as MegaDecoder on the GPU
         mega._launch(mega._stacked_weights(), torch.tensor([3]), torch.tensor([10]), 0, 0, 2, True)
     finally:
-        da._interpret, dm._interpret, dm._mega_step_kernel, dm._bulk_prefetch = saved
+        da._interpret, dm._interpret, dm._mega_step_kernel = saved
     compiled = compile_sm90(rec.kernel, *rec.launches[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{variant}.ptx").write_text(compiled.asm["ptx"])

@@ -176,7 +176,7 @@ def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
 @needs_cuda
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("tucker", 1, dict(MLP_SPREAD=True)),
-    ("mqa", 3, dict(MLP_SPREAD=True)), ("tucker", 1, dict(MLP_L2=False)), ("tucker_shared", 1, dict(LM_L2=3)), ("gqa", 3, {}), ("tucker_shared", 3, {}),
+    ("mqa", 3, dict(MLP_SPREAD=True)), ("gqa", 3, {}), ("tucker_shared", 3, {}),
     ("mha", 4, UNFUSED)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs, monkeypatch):
