@@ -63,9 +63,6 @@ FUSED_MLP = True  # phases E and F as one (each program's hidden units through G
 #                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
 MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h is computed (in flight meanwhile;
 #                        GPT-2 at batch 1: 255 registers and 96 B of spills, against 206 and none after it)
-MLP_SPREAD = False  # FUSED_MLP: the hidden units spread evenly over every program, a tile each (GPT-2 at batch 1: 11
-#                    or 12 of the 3,072 in a tile of 16 rows, 264 tiles), in place of MLP_UNITS's 16-unit tiles (192 of
-#                    them: 60 SMs run two, 72 one). Ignored with MLP_UNITS set
 MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one tile a program where the registers
 #               allow it, GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output of the fused MLP summed
 #               by 192 atomic adds)
@@ -219,29 +216,12 @@ if _triton_available():
                        cache_modifier=".cg").to(tl.float32)
 
     @triton.jit
-    def _weight_rows(W, lo, hi, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Rows lo .. hi - 1 (at most BN) of the weight W (N, K), all of K, as a (BN, BLOCK_K) tile zero outside
-        them and K: one tile's loads, all issued at once."""
-        rn = (lo + tl.arange(0, BN)).to(tl.int64)
-        rk = tl.arange(0, BLOCK_K)
-        return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < hi)[:, None] & (rk < K)[None, :], other=0.0)
-
-    @triton.jit
     def _weight_tile(W, t, N, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Rows t*BN .. t*BN + BN - 1 of the weight W (N, K) (a tile past N loads nothing)."""
-        return _weight_rows(W, t * BN, N, BN, K, BLOCK_K)
-
-    @triton.jit
-    def _unit_range(t, N, nprog, BN: tl.constexpr, SPREAD: tl.constexpr):
-        """The hidden units [lo, hi) of MLP tile t: t*BN .. (t+1)*BN, or with SPREAD, program t's share of all N when
-        they are spread evenly over the nprog programs (a tile each, BN >= its width)."""
-        if SPREAD:
-            lo = t * N // nprog
-            hi = (t + 1) * N // nprog
-        else:
-            lo = t * BN
-            hi = tl.minimum(lo + BN, N)
-        return lo, hi
+        """Rows t*BN .. t*BN + BN - 1 of the weight W (N, K), all of K (zero outside N and K): one tile's loads, all
+        issued at once (a tile past N loads nothing)."""
+        rn = (t * BN + tl.arange(0, BN)).to(tl.int64)
+        rk = tl.arange(0, BLOCK_K)
+        return tl.load(W + rn[:, None] * K + rk[None, :], mask=(rn < N)[:, None] & (rk < K)[None, :], other=0.0)
 
     @triton.jit
     def _gemv_phase(a, w, W, N, pid, nprog, Bias, bias0, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
@@ -291,32 +271,28 @@ if _triton_available():
 
     @triton.jit
     def _mlp_phase(a, w, v, WFC, WPRT, N, pid, nprog, Bias, bias0, ACC, rm, m_ok, rk, k_ok, D, dt, BN: tl.constexpr,
-                   BLOCK_K: tl.constexpr, ONE: tl.constexpr, PROJ_AHEAD: tl.constexpr, AHEAD: tl.constexpr,
-                   SPREAD: tl.constexpr):
+                   BLOCK_K: tl.constexpr, ONE: tl.constexpr, PROJ_AHEAD: tl.constexpr, AHEAD: tl.constexpr):
         """The MLP of the fp32 rows a (BLOCK_M, BLOCK_K) over the program's tiles of hidden units t = pid, pid + nprog,
         ...: h = gelu(a W_fc[t]^T + b_fc[t]), rounded as the unfused ops store it, then h W_proj[:, t]^T (rows t of
         W_proj^T, v) added into ACC (fp32 atomics: the sum over every program's hidden units, without b_proj). w
         holds the first tile's W_fc rows, v its W_proj^T rows with PROJ_AHEAD (else a tile's v is loaded after its
         h: fewer registers live, its round trip exposed); the next tile's are issued before each tile's arithmetic
-        (not ONE). bias0: _vec's of the first tile's b_fc (ONE), else each tile's is loaded from Bias. SPREAD (and
-        ONE): a tile a program, the units spread evenly over all of them (_unit_range)."""
-        n_tiles = nprog if SPREAD else tl.cdiv(N, BN)
-        for t in range(pid, n_tiles if not ONE else tl.minimum(pid + 1, n_tiles), nprog):
+        (not ONE). bias0: _vec's of the first tile's b_fc (ONE), else each tile's is loaded from Bias."""
+        for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
                 w_next = _weight_tile(WFC, t + nprog, N, BN, D, BLOCK_K)
                 if PROJ_AHEAD:
                     v_next = _weight_tile(WPRT, t + nprog, N, BN, D, BLOCK_K)
-            lo, hi = _unit_range(t, N, nprog, BN, SPREAD)
-            rn = lo + tl.arange(0, BN)
+            rn = t * BN + tl.arange(0, BN)
             y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
             if ONE:
-                y += _at(bias0, rn < hi, AHEAD)[None, :]
+                y += _at(bias0, rn < N, AHEAD)[None, :]
             else:
-                y += tl.load(Bias + rn, mask=rn < hi, other=0.0).to(tl.float32)[None, :]
+                y += tl.load(Bias + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
             y = y.to(dt).to(tl.float32)
             y = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(dt).to(tl.float32)  # F.gelu, stored h
             if not PROJ_AHEAD:
-                v = _weight_rows(WPRT, lo, hi, BN, D, BLOCK_K)
+                v = _weight_tile(WPRT, t, N, BN, D, BLOCK_K)
             out = tl.sum(y[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, BLOCK_K): h_t W_proj[:, t]^T
             tl.atomic_add(ACC + rm[:, None] * D + rk[None, :], out, mask=m_ok[:, None] & k_ok[None, :],
                           sem="relaxed", scope="gpu")
@@ -355,7 +331,7 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
-            VEC_AHEAD: tl.constexpr, MLP_SPREAD: tl.constexpr, TIMING: tl.constexpr):
+            VEC_AHEAD: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
         front of it (after this program's arrival with EARLY_ARRIVE, before it without), with its norm's weight and
@@ -502,11 +478,9 @@ if _triton_available():
                 barriers += 1
                 seen = _barrier_open(SYNC, STAMP + 4 * (layer_slot + 3), TIMING, EARLY_ARRIVE)
             if (ONLY == 0) | (ONLY == 4):
-                lo_fc, hi_fc = _unit_range(pid, HIDDEN, nprog, BN_FC, MLP_SPREAD)
-                w_fc = _weight_rows(WFC + layer64 * HIDDEN * D, lo_fc, hi_fc, BN_FC, D, BLOCK_D)
+                w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
                 n2w, n2b = _norm_vecs(N2W + layer * D, N2B + layer * D, rk, k_ok, HAS_NB, VEC_AHEAD)
-                rn_fc = lo_fc + tl.arange(0, BN_FC)
-                b_fc = _vec(BFC + layer * HIDDEN, rn_fc, rn_fc < hi_fc, VEC_AHEAD)
+                b_fc = _tile_vec(BFC + layer * HIDDEN, pid, BN_FC, HIDDEN, VEC_AHEAD)
                 b_o = _vec(BO + layer * D, rk, k_ok, VEC_AHEAD)
             if ONLY == 0:
                 _barrier_close(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 3), MAX_SPIN, TIMING,
@@ -516,7 +490,7 @@ if _triton_available():
             if (ONLY == 0) | (ONLY == 4):
                 if FUSED_MLP:  # W_proj^T's rows of this program's first tile of hidden units, in flight meanwhile
                     if MLP_PROJ_AHEAD:
-                        w_pr = _weight_rows(WPR + layer64 * HIDDEN * D, lo_fc, hi_fc, BN_FC, D, BLOCK_D)
+                        w_pr = _weight_tile(WPR + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
                     else:
                         w_pr = w_fc  # (a placeholder: _mlp_phase loads each tile's after its h)
                 x = _stream_rows(X, ACC_A, b_o, rm, m_ok, rk, k_ok, D, dt, VEC_AHEAD)
@@ -527,7 +501,7 @@ if _triton_available():
                 if FUSED_MLP:
                     _mlp_phase(a, w_fc, w_pr, WFC + layer64 * HIDDEN * D, WPR + layer64 * HIDDEN * D, HIDDEN, pid,
                                nprog, BFC + layer * HIDDEN, b_fc, ACC_M, rm, m_ok, rk, k_ok, D, dt, BN_FC, BLOCK_D,
-                               ONE_FC, MLP_PROJ_AHEAD, VEC_AHEAD, MLP_SPREAD)
+                               ONE_FC, MLP_PROJ_AHEAD, VEC_AHEAD)
                 else:
                     _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, b_fc,
                                 H, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH,
@@ -754,9 +728,6 @@ class MegaDecoder:
         fc, pr = self._tiling(hid, d), self._tiling(d, hid)
         if MLP_UNITS:  # the MLP's hidden units a tile, as set
             fc = (MLP_UNITS, _cdiv(hid, MLP_UNITS) <= P)
-        spread = MLP_SPREAD and FUSED_MLP and not MLP_UNITS  # a tile a program, the units spread evenly
-        if spread:
-            fc = (_pow2(_cdiv(hid, P), 1), True)
         _mega_step_kernel[(P,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
@@ -771,7 +742,6 @@ class MegaDecoder:
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD, VEC_AHEAD=VEC_AHEAD,
-            MLP_SPREAD=spread,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:

@@ -99,21 +99,6 @@ def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch
 
 
 @needs_child
-@pytest.mark.parametrize("variant, batch", [("tucker", 1), ("gqa", 3)])
-def test_interp_mlp_units_spread_unevenly(variant, batch, monkeypatch):
-    """MLP_SPREAD: the hidden units spread over all programs, a tile each (7 programs: 36 or 37 of the 256 units
-    in tiles of 64 rows, the rest masked), equal to the model's step."""
-    monkeypatch.setattr(dm, "MLP_SPREAD", True)
-    monkeypatch.setattr(dm, "BLOCK_N", 16)
-    monkeypatch.setattr(dm, "MIN_CHUNK", 16)
-    model = tiny(variant, bias=batch > 1, norm="layernorm")
-    got, want, _, _, mega = decode_both(model, batch, 40, 2, programs=7)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
-    assert not mega.error.item()
-
-
-@needs_child
 def test_interp_mlp_switched_on_a_live_decoder_and_a_tile_past_the_hidden_units(monkeypatch):
     """FUSED_MLP switched between steps of one decoder (the stacked W_proj is rebuilt in the other layout), and MLP
     tiles of 128 hidden units over a hidden width of 192 (the second tile half past it), at 2 sequences."""
@@ -175,8 +160,7 @@ def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
 
 @needs_cuda
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
-    ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("tucker", 1, dict(MLP_SPREAD=True)),
-    ("mqa", 3, dict(MLP_SPREAD=True)), ("gqa", 3, {}), ("tucker_shared", 3, {}),
+    ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("gqa", 3, {}), ("tucker_shared", 3, {}),
     ("mha", 4, UNFUSED)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs, monkeypatch):
