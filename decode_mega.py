@@ -63,10 +63,6 @@ FUSED_MLP = True  # phases E and F as one (each program's hidden units through G
 #                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
 MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h is computed (in flight meanwhile;
 #                        GPT-2 at batch 1: 255 registers and 96 B of spills, against 206 and none after it)
-MLP_CHUNK = 256  # FUSED_MLP with a tile a program: the row of d columns held as d / MLP_CHUNK chunks (at most 4; the
-#                  largest power of two dividing d, at most this: GPT-2's 768 = 3 x 256), not one block padded to a
-#                  power of two (1,024): no padded columns' arithmetic, and a warp per 4 of a tile's 16 units, so
-#                  each thread computes GELU for 4 units, not all 16 (0: the padded block)
 MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one tile a program where the registers
 #               allow it, GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output of the fused MLP summed
 #               by 192 atomic adds)
@@ -230,129 +226,6 @@ if _triton_available():
                        other=0.0)
 
     @triton.jit
-    def _chunk_tiles(W, t, N, BN: tl.constexpr, K: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr):
-        """_weight_tile's rows t*BN .. of W (N, K) as NC column chunks (BN, KC) (the unused ones repeat the first)."""
-        rb = tl.arange(0, BN)
-        rc = tl.arange(0, KC)
-        base = W + (t * BN + tl.zeros([], tl.int64)) * K
-        offs = rb[:, None] * K + rc[None, :]
-        ok = (t * BN + rb < N)[:, None]
-        w0 = tl.load(base + offs, mask=ok, other=0.0)
-        w1 = w0
-        w2 = w0
-        w3 = w0
-        if NC > 1:
-            w1 = tl.load(base + KC + offs, mask=ok, other=0.0)
-        if NC > 2:
-            w2 = tl.load(base + 2 * KC + offs, mask=ok, other=0.0)
-        if NC > 3:
-            w3 = tl.load(base + 3 * KC + offs, mask=ok, other=0.0)
-        return w0, w1, w2, w3
-
-    @triton.jit
-    def _chunk_vecs(V, KC: tl.constexpr, NC: tl.constexpr, AHEAD: tl.constexpr):
-        """_vec of a d-vector's NC chunks of KC (d = NC x KC; the unused ones repeat the first)."""
-        rc = tl.arange(0, KC)
-        ok = rc < KC
-        v0 = _vec(V, rc, ok, AHEAD)
-        v1 = v0
-        v2 = v0
-        v3 = v0
-        if NC > 1:
-            v1 = _vec(V + KC, rc, ok, AHEAD)
-        if NC > 2:
-            v2 = _vec(V + 2 * KC, rc, ok, AHEAD)
-        if NC > 3:
-            v3 = _vec(V + 3 * KC, rc, ok, AHEAD)
-        return v0, v1, v2, v3
-
-    @triton.jit
-    def _pick(c: tl.constexpr, v0, v1, v2, v3):
-        """Chunk c of four."""
-        if c == 0:
-            v = v0
-        elif c == 1:
-            v = v1
-        elif c == 2:
-            v = v2
-        else:
-            v = v3
-        return v
-
-    @triton.jit
-    def _stream_chunk(X, ACC, bias, rm, m_ok, c: tl.constexpr, D: tl.constexpr, KC: tl.constexpr, dt,
-                      AHEAD: tl.constexpr):
-        """_stream_rows of the columns c*KC .. (c+1)*KC."""
-        rc = c * KC + tl.arange(0, KC)
-        return _stream_rows(X, ACC, bias, rm, m_ok, rc, rc < D, D, dt, AHEAD)
-
-    @triton.jit
-    def _mlp_chunked(X, ACC_A, X1, ACC_M, WPRT, bo0, bo1, bo2, bo3, nw0, nw1, nw2, nw3, nb0, nb1, nb2, nb3,
-                     w0, w1, w2, w3, bias0, pid, N, rm, m_ok, D: tl.constexpr, eps, dt, BN: tl.constexpr,
-                     KC: tl.constexpr, NC: tl.constexpr, NORM: tl.constexpr, HAS_NB: tl.constexpr,
-                     AHEAD: tl.constexpr):
-        """The fused MLP phase over the row in NC chunks of KC columns (a tile of BN hidden units a program, t = pid):
-        x1 = x0 + (attention output + b_O) rounded as stored (program 0 stores it into X1), norm2 (its statistics
-        over every chunk), h = gelu(a W_fc[t]^T + b_fc[t]) rounded as stored, h W_proj[:, t]^T added into ACC_M
-        (fp32 atomics), chunk by chunk. The same arithmetic as _mlp_phase on the padded row, in another layout."""
-        x0 = _stream_chunk(X, ACC_A, bo0, rm, m_ok, 0, D, KC, dt, AHEAD)
-        x1 = x0
-        x2 = x0
-        x3 = x0
-        if NC > 1:
-            x1 = _stream_chunk(X, ACC_A, bo1, rm, m_ok, 1, D, KC, dt, AHEAD)
-        if NC > 2:
-            x2 = _stream_chunk(X, ACC_A, bo2, rm, m_ok, 2, D, KC, dt, AHEAD)
-        if NC > 3:
-            x3 = _stream_chunk(X, ACC_A, bo3, rm, m_ok, 3, D, KC, dt, AHEAD)
-        rc = tl.arange(0, KC)
-        if pid == 0:
-            for c in tl.static_range(NC):
-                tl.store(X1 + rm[:, None] * D + c * KC + rc[None, :], _pick(c, x0, x1, x2, x3).to(dt),
-                         mask=m_ok[:, None] & (rc < KC)[None, :])
-        # the norm's statistics over the whole row (decode_linear._normalize's formula, chunk by chunk)
-        if NORM == 2:
-            mean = tl.zeros([x0.shape[0]], tl.float32)
-            sq = tl.zeros([x0.shape[0]], tl.float32)
-            for c in tl.static_range(NC):
-                xc = _pick(c, x0, x1, x2, x3)
-                sq += tl.sum(xc * xc, axis=1)
-            rstd = tl.rsqrt(sq / D + eps)
-        else:
-            sm = tl.zeros([x0.shape[0]], tl.float32)
-            for c in tl.static_range(NC):
-                sm += tl.sum(_pick(c, x0, x1, x2, x3), axis=1)
-            mean = sm / D
-            sq = tl.zeros([x0.shape[0]], tl.float32)
-            for c in tl.static_range(NC):
-                cc = _pick(c, x0, x1, x2, x3) - mean[:, None]
-                sq += tl.sum(cc * cc, axis=1)
-            rstd = tl.rsqrt(sq / D + eps)
-        for c in tl.static_range(NC):
-            a = _pick(c, x0, x1, x2, x3)
-            if NORM == 1:
-                a = a - mean[:, None]
-            a = a * rstd[:, None] * _at(_pick(c, nw0, nw1, nw2, nw3), rc < KC, AHEAD)[None, :]
-            if HAS_NB:
-                a += _at(_pick(c, nb0, nb1, nb2, nb3), rc < KC, AHEAD)[None, :]
-            a = a.to(dt).to(tl.float32)
-            prod = a[:, None, :] * _pick(c, w0, w1, w2, w3).to(tl.float32)[None, :, :]  # (BLOCK_M, BN, KC)
-            if c == 0:
-                p = prod
-            else:
-                p += prod  # the chunks' products summed in place: one reduction over the columns
-        y = tl.sum(p, axis=2)  # (BLOCK_M, BN)
-        rn = pid * BN + tl.arange(0, BN)
-        y += _at(bias0, rn < N, AHEAD)[None, :]
-        y = y.to(dt).to(tl.float32)
-        y = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(dt).to(tl.float32)  # F.gelu, stored h
-        v0, v1, v2, v3 = _chunk_tiles(WPRT, pid, N, BN, D, KC, NC)  # W_proj^T's rows of the tile, every chunk
-        for c in tl.static_range(NC):
-            out = tl.sum(y[:, :, None] * _pick(c, v0, v1, v2, v3).to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, KC)
-            full = m_ok[:, None] & (rc < KC)[None, :]  # (a mask of the pointers' shape: the interpreter's atomics)
-            tl.atomic_add(ACC_M + rm[:, None] * D + c * KC + rc[None, :], out, mask=full, sem="relaxed", scope="gpu")
-
-    @triton.jit
     def _gemv_phase(a, w, W, N, pid, nprog, Bias, bias0, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
                     BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
                     NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
@@ -460,7 +333,7 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
-            VEC_AHEAD: tl.constexpr, MLP_KC: tl.constexpr, MLP_NC: tl.constexpr, TIMING: tl.constexpr):
+            VEC_AHEAD: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
         front of it (after this program's arrival with EARLY_ARRIVE, before it without), with its norm's weight and
@@ -606,15 +479,7 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 seen = _barrier_open(SYNC, STAMP + 4 * (layer_slot + 3), TIMING, EARLY_ARRIVE)
-            if ((ONLY == 0) | (ONLY == 4)) & (MLP_KC > 0):  # the row in chunks: the tile and vectors so
-                wc0, wc1, wc2, wc3 = _chunk_tiles(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, MLP_KC, MLP_NC)
-                bo0, bo1, bo2, bo3 = _chunk_vecs(BO + layer * D, MLP_KC, MLP_NC, VEC_AHEAD)
-                nw0, nw1, nw2, nw3 = _chunk_vecs(N2W + layer * D, MLP_KC, MLP_NC, VEC_AHEAD)
-                nb0, nb1, nb2, nb3 = nw0, nw1, nw2, nw3
-                if HAS_NB:
-                    nb0, nb1, nb2, nb3 = _chunk_vecs(N2B + layer * D, MLP_KC, MLP_NC, VEC_AHEAD)
-                b_fc = _tile_vec(BFC + layer * HIDDEN, pid, BN_FC, HIDDEN, VEC_AHEAD)
-            elif (ONLY == 0) | (ONLY == 4):
+            if (ONLY == 0) | (ONLY == 4):
                 w_fc = _weight_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
                 n2w, n2b = _norm_vecs(N2W + layer * D, N2B + layer * D, rk, k_ok, HAS_NB, VEC_AHEAD)
                 b_fc = _tile_vec(BFC + layer * HIDDEN, pid, BN_FC, HIDDEN, VEC_AHEAD)
@@ -624,11 +489,7 @@ if _triton_available():
                                EARLY_ARRIVE)
             # ---- E: x1 = x0 + attention output (+ b_O), h = gelu(norm2(x1) W_fc^T + b_fc); FUSED_MLP: then
             # h W_proj^T too, each program's hidden units' share added into ACC[1] (F's work, without its barrier)
-            if ((ONLY == 0) | (ONLY == 4)) & (MLP_KC > 0):
-                _mlp_chunked(X, ACC_A, X1, ACC_M, WPR + layer64 * HIDDEN * D, bo0, bo1, bo2, bo3, nw0, nw1, nw2, nw3,
-                             nb0, nb1, nb2, nb3, wc0, wc1, wc2, wc3, b_fc, pid, HIDDEN, rm, m_ok, D, eps, dt, BN_FC,
-                             MLP_KC, MLP_NC, NORM, HAS_NB, VEC_AHEAD)
-            elif (ONLY == 0) | (ONLY == 4):
+            if (ONLY == 0) | (ONLY == 4):
                 if FUSED_MLP:  # W_proj^T's rows of this program's first tile of hidden units, in flight meanwhile
                     if MLP_PROJ_AHEAD:
                         w_pr = _weight_tile(WPR + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
@@ -869,11 +730,6 @@ class MegaDecoder:
         fc, pr = self._tiling(hid, d), self._tiling(d, hid)
         if MLP_UNITS:  # the MLP's hidden units a tile, as set
             fc = (MLP_UNITS, _cdiv(hid, MLP_UNITS) <= P)
-        chunk = 0  # MLP_CHUNK's columns a chunk of the fused MLP's row (0: one padded block)
-        if MLP_CHUNK and FUSED_MLP and fc[1] and not MLP_PROJ_AHEAD:
-            chunk = min(MLP_CHUNK, d & -d)  # the largest power of two dividing d, at most MLP_CHUNK
-            if d // chunk > 4 or chunk < 16:
-                chunk = 0
         _mega_step_kernel[(P,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
@@ -888,7 +744,6 @@ class MegaDecoder:
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD, VEC_AHEAD=VEC_AHEAD,
-            MLP_KC=chunk, MLP_NC=d // chunk if chunk else 1,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:

@@ -73,17 +73,15 @@ LATE = dict(VEC_AHEAD=False)  # the norms' weights and biases and the biases loa
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker_shared", 3, AHEAD),
-    ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, LATE),
-    ("tucker", 2, dict(MLP_CHUNK=16)), ("gqa", 3, dict(MLP_CHUNK=32)), ("mqa", 1, dict(MLP_CHUNK=0))],
+    ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, LATE)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
     in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
     takes several a phase (GQA's several KV heads, Tucker's shared latent); the MLP fused (the default) and not, its
     W_proj^T tiles loaded after each tile's h (the default) and ahead, and in tiles of 4 hidden units (several a
-    program); the norms' weights and biases loaded in the barriers (the default) and where used; the fused MLP's row
-    in 4 and 2 chunks (MLP_CHUNK 16, 32 of the 64 columns), in one (the default here) and as one padded block
-    (MLP_CHUNK 0); LayerNorm without biases (batch 1), with them (batch 2), RMSNorm with biases (batch 3)."""
+    program); the norms' weights and biases loaded in the barriers (the default) and where used; LayerNorm without
+    biases (batch 1), with them (batch 2), RMSNorm with biases (batch 3)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dm, name, value)
     monkeypatch.setattr(dm, "BLOCK_N", 16)
@@ -162,7 +160,7 @@ def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
 
 @needs_cuda
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
-    ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("tucker", 1, dict(MLP_CHUNK=0)), ("gqa", 3, {}), ("tucker_shared", 3, {}),
+    ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("gqa", 3, {}), ("tucker_shared", 3, {}),
     ("mha", 4, UNFUSED)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs, monkeypatch):

@@ -213,8 +213,7 @@ def test_master_adamw_multi_tensor_kernel_compiles(micro_steps, record, monkeypa
 
 
 @pytest.mark.parametrize("variant, knobs", [(v, {}) for v in ("mha", "gqa", "tucker", "tucker_shared")] + [
-    ("tucker", dict(FUSED_MLP=False)), ("gqa", dict(MLP_PROJ_AHEAD=True)), ("mha", dict(VEC_AHEAD=False)),
-    ("tucker", dict(MLP_CHUNK=0))])
+    ("tucker", dict(FUSED_MLP=False)), ("gqa", dict(MLP_PROJ_AHEAD=True)), ("mha", dict(VEC_AHEAD=False))])
 def test_decode_mega_step_kernel_compiles(variant, knobs, record, monkeypatch):
     """decode_mega's one-launch step (ONLY=0: the grid barriers' spin loop, the atomics, every phase) and its
     phase-by-phase launches, bf16, for GroupedQueryAttention and Tucker (separate and shared latent K/V); the MLP
