@@ -81,7 +81,6 @@ if _triton_available():
     import triton
     import triton.language as tl
 
-
     @triton.jit
     def _stamp(AT, TIMING: tl.constexpr):
         """TIMING: the GPU's global nanosecond timer and this SM's cycle counter into AT[0], AT[1] (one thread's
@@ -233,8 +232,9 @@ if _triton_available():
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers; its
-        bias is bias0, _vec's of the tile's columns, else each tile's is loaded from Bias). The epilogue EPI: 0 [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without
-        the bias), 2 GELU into OUT, 3 logits into OUT."""
+        bias is bias0, _vec's of the tile's columns, else each tile's is loaded from Bias). The epilogue EPI: 0
+        [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without the bias), 2 GELU
+        into OUT, 3 logits into OUT."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
                 w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
