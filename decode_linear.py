@@ -88,14 +88,24 @@ if _triton_available():
         return mean, tl.rsqrt(sq / K + eps)
 
     @triton.jit
-    def _normalize(a, mean, rstd, NW, NB, rk, k_ok, NORM: tl.constexpr, HAS_NB: tl.constexpr):
-        # the norm's output of the (rows, K chunk) tile a (fp32), zero outside K, before its rounding
+    def _scale_shift(a, mean, rstd, nw, nb, k_ok, NORM: tl.constexpr, HAS_NB: tl.constexpr):
+        # the norm's output of the (rows, K chunk) tile a (fp32), zero outside K, before its rounding, from its
+        # statistics and its weight and bias as fp32 vectors (nb unused without HAS_NB)
         if NORM == 1:
             a = a - mean[:, None]
-        a = a * rstd[:, None] * tl.load(NW + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        a = a * rstd[:, None] * nw[None, :]
         if HAS_NB:
-            a += tl.load(NB + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+            a += nb[None, :]
         return tl.where(k_ok[None, :], a, 0.0)
+
+    @triton.jit
+    def _normalize(a, mean, rstd, NW, NB, rk, k_ok, NORM: tl.constexpr, HAS_NB: tl.constexpr):
+        # _scale_shift with the weight and bias loaded from NW, NB
+        nw = tl.load(NW + rk, mask=k_ok, other=0.0).to(tl.float32)
+        nb = nw
+        if HAS_NB:
+            nb = tl.load(NB + rk, mask=k_ok, other=0.0).to(tl.float32)
+        return _scale_shift(a, mean, rstd, nw, nb, k_ok, NORM, HAS_NB)
 
     @triton.jit
     def _decode_linear_kernel(A, NW, NB, W, Bias, W2, Bias2, R, Y, M, N, K, eps,

@@ -81,6 +81,8 @@ if _triton_available():
     import triton
     import triton.language as tl
 
+    from decode_linear import _scale_shift
+
     @triton.jit
     def _stamp(AT, TIMING: tl.constexpr):
         """TIMING: the GPU's global nanosecond timer and this SM's cycle counter into AT[0], AT[1] (one thread's
@@ -192,7 +194,7 @@ if _triton_available():
     @triton.jit
     def _norm_rows(x, k_ok, nw, nb, d, eps, NORM: tl.constexpr, HAS_NB: tl.constexpr, AHEAD: tl.constexpr):
         """LayerNorm (NORM 1) or RMSNorm (2) of the fp32 rows x (BLOCK_M, BLOCK_D), zero outside the d columns; nw,
-        nb its weight and bias (_vec's; nb unused without HAS_NB). decode_linear._normalize's formula, in its order."""
+        nb its weight and bias (_vec's; nb unused without HAS_NB): decode_linear's formula."""
         if NORM == 2:
             mean = tl.zeros([x.shape[0]], tl.float32)
             rstd = tl.rsqrt(tl.sum(x * x, axis=1) / d + eps)
@@ -200,13 +202,11 @@ if _triton_available():
             mean = tl.sum(x, axis=1) / d
             c = tl.where(k_ok[None, :], x - mean[:, None], 0.0)
             rstd = tl.rsqrt(tl.sum(c * c, axis=1) / d + eps)
-        a = x
-        if NORM == 1:
-            a = a - mean[:, None]
-        a = a * rstd[:, None] * _at(nw, k_ok, AHEAD)[None, :]
+        nwf = _at(nw, k_ok, AHEAD)
+        nbf = nwf
         if HAS_NB:
-            a += _at(nb, k_ok, AHEAD)[None, :]
-        return tl.where(k_ok[None, :], a, 0.0)
+            nbf = _at(nb, k_ok, AHEAD)
+        return _scale_shift(x, mean, rstd, nwf, nbf, k_ok, NORM, HAS_NB)
 
     @triton.jit
     def _load_rows(X, rm, m_ok, rk, k_ok, d):
