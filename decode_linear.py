@@ -99,6 +99,11 @@ if _triton_available():
         return tl.where(k_ok[None, :], a, 0.0)
 
     @triton.jit
+    def _gelu_erf(y):
+        # F.gelu (exact, the erf form) of fp32 y
+        return 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+
+    @triton.jit
     def _normalize(a, mean, rstd, NW, NB, rk, k_ok, NORM: tl.constexpr, HAS_NB: tl.constexpr):
         # _scale_shift with the weight and bias loaded from NW, NB
         nw = tl.load(NW + rk, mask=k_ok, other=0.0).to(tl.float32)
@@ -178,7 +183,7 @@ if _triton_available():
             y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         if ACT == 1:  # F.gelu (exact): of the linear's stored (rounded) output
             y = y.to(dt).to(tl.float32)
-            y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+            y = _gelu_erf(y)
         if ACT == 2:  # silu(gate) * up, each rounded as stored
             if HAS_BIAS2:
                 y2 += tl.load(Bias2 + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]

@@ -81,7 +81,7 @@ if _triton_available():
     import triton
     import triton.language as tl
 
-    from decode_linear import _scale_shift
+    from decode_linear import _gelu_erf, _scale_shift
 
     @triton.jit
     def _stamp(AT, TIMING: tl.constexpr):
@@ -264,7 +264,7 @@ if _triton_available():
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y, mask=ok)
             elif EPI == 2:  # F.gelu (exact) of the linear's stored output
                 y = y.to(dt).to(tl.float32)
-                y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+                y = _gelu_erf(y)
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
             else:
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y.to(dt), mask=ok)
@@ -292,7 +292,7 @@ if _triton_available():
             else:
                 y += tl.load(Bias + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
             y = y.to(dt).to(tl.float32)
-            y = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(dt).to(tl.float32)  # F.gelu, stored h
+            y = _gelu_erf(y).to(dt).to(tl.float32)  # F.gelu, stored h
             if not PROJ_AHEAD:
                 v = _weight_tile(WPRT, t, N, BN, D, BLOCK_K)
             out = tl.sum(y[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, BLOCK_K): h_t W_proj[:, t]^T
