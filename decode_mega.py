@@ -69,6 +69,11 @@ MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one 
 VEC_AHEAD = True  # a phase's small vectors (its norm's weight and bias, its biases) loaded with its weight tile during
 #                  the barrier before it (False: where they are used, after the barrier: in the phase's chain of
 #                  dependent round trips, two or three of them from DRAM)
+MLP_COPIES = 1  # FUSED_MLP: copies of the MLP's fp32 sum the programs' atomic adds spread over (program p adds into
+#                copy p % MLP_COPIES; the next phase sums the copies as it reads): GPT-2's 192 tiles add into each of
+#                the 768 sums, MLP_COPIES of them 192 / MLP_COPIES each
+PRODUCT_2D = False  # the GEMV tiles' products a row of activations at a time, in the layout the weights are loaded in
+#                    (else one 3D product, for which Triton moves every weight tile through shared memory)
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -225,10 +230,41 @@ if _triton_available():
                        other=0.0)
 
     @triton.jit
+    def _matvec(a, w, TWO_D: tl.constexpr):
+        """a (BLOCK_M, K) fp32 rows times w (BN, K)^T: (BLOCK_M, BN) fp32. TWO_D: a row at a time, each product in
+        w's own layout (as loaded: 8 columns a thread), its row of a brought to that layout (K elements); else one 3D
+        product, for which Triton moves w through shared memory into a layout of one column a thread."""
+        wf = w.to(tl.float32)
+        if TWO_D:
+            rm = tl.arange(0, a.shape[0])
+            y = tl.zeros([a.shape[0], w.shape[0]], tl.float32)
+            for i in tl.static_range(a.shape[0]):
+                a_i = tl.sum(tl.where(rm[:, None] == i, a, 0.0), axis=0)  # (K,) row i
+                y = tl.where(rm[:, None] == i, tl.sum(a_i[None, :] * wf, axis=1)[None, :], y)
+        else:
+            y = tl.sum(a[:, None, :] * wf[None, :, :], axis=2)
+        return y
+
+    @triton.jit
+    def _vecmat(h, v, TWO_D: tl.constexpr):
+        """h (BLOCK_M, BN) fp32 rows times v (BN, K): (BLOCK_M, K) fp32 (TWO_D as _matvec's: the sum over v's rows
+        then stays within each thread)."""
+        vf = v.to(tl.float32)
+        if TWO_D:
+            rm = tl.arange(0, h.shape[0])
+            out = tl.zeros([h.shape[0], v.shape[1]], tl.float32)
+            for i in tl.static_range(h.shape[0]):
+                h_i = tl.sum(tl.where(rm[:, None] == i, h, 0.0), axis=0)  # (BN,) row i
+                out = tl.where(rm[:, None] == i, tl.sum(h_i[:, None] * vf, axis=0)[None, :], out)
+        else:
+            out = tl.sum(h[:, :, None] * vf[None, :, :], axis=1)
+        return out
+
+    @triton.jit
     def _gemv_phase(a, w, W, N, pid, nprog, Bias, bias0, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
                     BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
                     NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
-                    AHEAD: tl.constexpr):
+                    AHEAD: tl.constexpr, TWO_D: tl.constexpr):
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers; its
@@ -240,7 +276,7 @@ if _triton_available():
                 w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
             rn = t * BN + tl.arange(0, BN)
             n_ok = rn < N
-            y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
+            y = _matvec(a, w, TWO_D)  # (BLOCK_M, BN)
             if (EPI == 0) | (EPI == 2):
                 if ONE:
                     y += _at(bias0, n_ok, AHEAD)[None, :]
@@ -272,8 +308,9 @@ if _triton_available():
                 w = w_next
 
     @triton.jit
-    def _mlp_phase(a, w, v, WFC, WPRT, N, pid, nprog, Bias, bias0, ACC, rm, m_ok, rk, k_ok, D, dt, BN: tl.constexpr,
-                   BLOCK_K: tl.constexpr, ONE: tl.constexpr, PROJ_AHEAD: tl.constexpr, AHEAD: tl.constexpr):
+    def _mlp_phase(a, w, v, WFC, WPRT, N, pid, nprog, Bias, bias0, ACC, rm, m_ok, rk, k_ok, B, D, dt,
+                   BN: tl.constexpr, BLOCK_K: tl.constexpr, ONE: tl.constexpr, PROJ_AHEAD: tl.constexpr,
+                   AHEAD: tl.constexpr, COPIES: tl.constexpr, TWO_D: tl.constexpr):
         """The MLP of the fp32 rows a (BLOCK_M, BLOCK_K) over the program's tiles of hidden units t = pid, pid + nprog,
         ...: h = gelu(a W_fc[t]^T + b_fc[t]), rounded as the unfused ops store it, then h W_proj[:, t]^T (rows t of
         W_proj^T, v) added into ACC (fp32 atomics: the sum over every program's hidden units, without b_proj). w
@@ -286,7 +323,7 @@ if _triton_available():
                 if PROJ_AHEAD:
                     v_next = _weight_tile(WPRT, t + nprog, N, BN, D, BLOCK_K)
             rn = t * BN + tl.arange(0, BN)
-            y = tl.sum(a[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BN)
+            y = _matvec(a, w, TWO_D)  # (BLOCK_M, BN)
             if ONE:
                 y += _at(bias0, rn < N, AHEAD)[None, :]
             else:
@@ -295,9 +332,9 @@ if _triton_available():
             y = _gelu_erf(y).to(dt).to(tl.float32)  # F.gelu, stored h
             if not PROJ_AHEAD:
                 v = _weight_tile(WPRT, t, N, BN, D, BLOCK_K)
-            out = tl.sum(y[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)  # (BLOCK_M, BLOCK_K): h_t W_proj[:, t]^T
-            tl.atomic_add(ACC + rm[:, None] * D + rk[None, :], out, mask=m_ok[:, None] & k_ok[None, :],
-                          sem="relaxed", scope="gpu")
+            out = _vecmat(y, v, TWO_D)  # (BLOCK_M, BLOCK_K): h_t W_proj[:, t]^T
+            tl.atomic_add(ACC + (pid % COPIES) * B * D + rm[:, None] * D + rk[None, :], out,
+                          mask=m_ok[:, None] & k_ok[None, :], sem="relaxed", scope="gpu")
             if not ONE:
                 w = w_next
                 if PROJ_AHEAD:
@@ -314,10 +351,15 @@ if _triton_available():
                        other=0.0)
 
     @triton.jit
-    def _stream_rows(X, ACC, bias, rm, m_ok, rk, k_ok, D: tl.constexpr, dt, AHEAD: tl.constexpr):
-        """x + (acc + bias), the sublayer's output (its sum over programs, fp32) rounded as the unfused ops store it,
-        then the sum rounded: the residual stream after a sublayer, every row, fp32 (bias: _vec's)."""
-        y = _load_rows(ACC, rm, m_ok, rk, k_ok, D) + _at(bias, k_ok, AHEAD)[None, :]
+    def _stream_rows(X, ACC, bias, rm, m_ok, rk, k_ok, B, D: tl.constexpr, dt, AHEAD: tl.constexpr,
+                     COPIES: tl.constexpr):
+        """x + (acc + bias), the sublayer's output (its sum over programs, fp32, in COPIES copies of (B, D) summed
+        here) rounded as the unfused ops store it, then the sum rounded: the residual stream after a sublayer, every
+        row, fp32 (bias: _vec's)."""
+        acc = _load_rows(ACC, rm, m_ok, rk, k_ok, D)
+        for c in tl.static_range(1, COPIES):
+            acc += _load_rows(ACC + c * B * D, rm, m_ok, rk, k_ok, D)
+        y = acc + _at(bias, k_ok, AHEAD)[None, :]
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
 
     @triton.jit
@@ -333,7 +375,7 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
-            VEC_AHEAD: tl.constexpr, TIMING: tl.constexpr):
+            VEC_AHEAD: tl.constexpr, ACC_COPIES: tl.constexpr, PRODUCT_2D: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
         front of it (after this program's arrival with EARLY_ARRIVE, before it without), with its norm's weight and
@@ -381,7 +423,7 @@ if _triton_available():
                          + tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :])
                     x = x.to(dt).to(tl.float32)
                 else:
-                    x = _stream_rows(X1, ACC_M, b_x, rm, m_ok, rk, k_ok, D, dt, VEC_AHEAD)
+                    x = _stream_rows(X1, ACC_M, b_x, rm, m_ok, rk, k_ok, B, D, dt, VEC_AHEAD, ACC_COPIES)
                 if pid == 0:
                     tl.store(X + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                     tl.store(ACC_A + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
@@ -390,7 +432,7 @@ if _triton_available():
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, b_qkv, Q,
                             KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV, NH, NKV,
-                            DK, DV, SHARED_KV, VEC_AHEAD)
+                            DK, DV, SHARED_KV, VEC_AHEAD, PRODUCT_2D)
             if ONLY == 0:
                 barriers += 1
                 if EARLY_ARRIVE:
@@ -411,10 +453,11 @@ if _triton_available():
                     _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 1), MAX_SPIN,
                                TIMING)
             if (ONLY == 0) | (ONLY == 2):
-                if FUSED_MLP:  # the MLP's atomic sums start from zero (ACC[1]'s readers were in A)
+                if FUSED_MLP:  # the MLP's atomic sums start from zero (ACC[1 ..]'s readers were in A)
                     if pid == 0:
-                        tl.store(ACC_M + rm[:, None] * D + rk[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
-                                 mask=row_ok)
+                        for c in tl.static_range(ACC_COPIES):
+                            tl.store(ACC_M + c * B * D + rm[:, None] * D + rk[None, :],
+                                     tl.zeros([BLOCK_M, BLOCK_D], tl.float32), mask=row_ok)
                 ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
                     bg = item // n_split  # (sequence, KV head) = b * NKV + g
@@ -495,19 +538,19 @@ if _triton_available():
                         w_pr = _weight_tile(WPR + layer64 * HIDDEN * D, pid, HIDDEN, BN_FC, D, BLOCK_D)
                     else:
                         w_pr = w_fc  # (a placeholder: _mlp_phase loads each tile's after its h)
-                x = _stream_rows(X, ACC_A, b_o, rm, m_ok, rk, k_ok, D, dt, VEC_AHEAD)
+                x = _stream_rows(X, ACC_A, b_o, rm, m_ok, rk, k_ok, B, D, dt, VEC_AHEAD, 1)
                 if pid == 0:
                     tl.store(X1 + rm[:, None] * D + rk[None, :], x.to(dt), mask=row_ok)
                 a = _norm_rows(x, k_ok, n2w, n2b, D, eps, NORM, HAS_NB, VEC_AHEAD)
                 a = a.to(dt).to(tl.float32)
                 if FUSED_MLP:
                     _mlp_phase(a, w_fc, w_pr, WFC + layer64 * HIDDEN * D, WPR + layer64 * HIDDEN * D, HIDDEN, pid,
-                               nprog, BFC + layer * HIDDEN, b_fc, ACC_M, rm, m_ok, rk, k_ok, D, dt, BN_FC, BLOCK_D,
-                               ONE_FC, MLP_PROJ_AHEAD, VEC_AHEAD)
+                               nprog, BFC + layer * HIDDEN, b_fc, ACC_M, rm, m_ok, rk, k_ok, B, D, dt, BN_FC,
+                               BLOCK_D, ONE_FC, MLP_PROJ_AHEAD, VEC_AHEAD, ACC_COPIES, PRODUCT_2D)
                 else:
                     _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, b_fc,
                                 H, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH,
-                                NKV, DK, DV, SHARED_KV, VEC_AHEAD)
+                                NKV, DK, DV, SHARED_KV, VEC_AHEAD, PRODUCT_2D)
             if (ONLY == 0) & (FUSED_MLP == 0):
                 barriers += 1
                 w_pr = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 4),
@@ -521,7 +564,7 @@ if _triton_available():
                 h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
                 _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, rk, ACC_M, KC, VC,
                             rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
-                            DV, SHARED_KV, VEC_AHEAD)  # (EPI 1: no bias; rk a placeholder)
+                            DV, SHARED_KV, VEC_AHEAD, PRODUCT_2D)  # (EPI 1: no bias; rk a placeholder)
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # (the last layer's barrier comes after the loop, the LM head's tile in it)
                     barriers += 1
@@ -544,10 +587,10 @@ if _triton_available():
             _barrier_close(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (5 * (layer_hi - layer_lo)), MAX_SPIN,
                            TIMING, EARLY_ARRIVE)
         if FINAL:
-            x = _stream_rows(X1, ACC_M, b_x, rm, m_ok, rk, k_ok, D, dt, VEC_AHEAD)
+            x = _stream_rows(X1, ACC_M, b_x, rm, m_ok, rk, k_ok, B, D, dt, VEC_AHEAD, ACC_COPIES)
             a = _norm_rows(x, k_ok, nfw, nfb, D, eps, NORM, HAS_NB, VEC_AHEAD).to(dt).to(tl.float32)
             _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, nfb, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
-                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, VEC_AHEAD)
+                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, VEC_AHEAD, PRODUCT_2D)
         if TIMING:
             tl.debug_barrier()
             _stamp(STAMP + 4 * (5 * (layer_hi - layer_lo) + 1), TIMING)
@@ -640,6 +683,8 @@ class MegaDecoder:
             raise ValueError(f"decode_mega: PROGRAMS_PER_SM x NUM_WARPS = {PROGRAMS_PER_SM} x {NUM_WARPS} > 8: every "
                              f"program must be resident at once (a grid barrier waits for all), and 8 warps of up to "
                              f"255 registers fill an SM's register file")
+        if not isinstance(MLP_COPIES, int) or MLP_COPIES < 1:
+            raise ValueError(f"decode_mega: MLP_COPIES={MLP_COPIES!r}: a positive int (copies of the MLP's sums)")
         if MLP_UNITS and (MLP_UNITS < 0 or MLP_UNITS & (MLP_UNITS - 1)):
             raise ValueError(f"decode_mega: MLP_UNITS={MLP_UNITS}: a power of two (hidden units an MLP tile), or 0")
         if self.device.type == "cuda" and not _interpret():
@@ -658,7 +703,9 @@ class MegaDecoder:
         parts = B * self.nKV * self.s_max * self.block_h
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # a layer's input x0
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
-        self.acc = torch.zeros(2, B, self.d, device=dev, dtype=f32)  # attention's and MLP's outputs, summed
+        self.acc_copies = MLP_COPIES if FUSED_MLP else 1
+        self.acc = torch.zeros(1 + self.acc_copies, B, self.d, device=dev, dtype=f32)  # attention's and MLP's
+        #                                                     outputs, summed (the MLP's in acc_copies copies)
         self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)  # the MLP's hidden activations (E -> F;
         #                                                                      unused by the fused MLP)
         self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
@@ -744,6 +791,7 @@ class MegaDecoder:
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD, VEC_AHEAD=VEC_AHEAD,
+            ACC_COPIES=self.acc_copies, PRODUCT_2D=PRODUCT_2D,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:

@@ -76,6 +76,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
         da._interpret, dm._interpret, dm._mega_step_kernel = saved
     compiled = compile_sm90(rec.kernel, *rec.launches[0])
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{variant}.ttgir").write_text(compiled.asm["ttgir"])  # the layouts Triton chose
     (out_dir / f"{variant}.ptx").write_text(compiled.asm["ptx"])
     cubin = out_dir / f"{variant}.cubin"
     cubin.write_bytes(compiled.asm["cubin"])
