@@ -56,6 +56,8 @@ PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs p
 MIN_BLOCK_N = 2  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
 MAX_BLOCK_N = 64  # the tile (one chunk: every load at once) where it can
 NUM_WARPS = 4
+PRODUCT_2D = False  # one chunk (K <= BLOCK_K): the product a row at a time in the weight tile's own layout (_matvec;
+#                    else one 3D product, for which Triton moves the tile through shared memory)
 PDL = True  # programmatic dependent launch (Hopper on): a kernel starts while the one before it finishes, loads
 #             its weights, and waits (griddepcontrol.wait) only before reading the previous kernel's output
 
@@ -104,6 +106,22 @@ if _triton_available():
         return 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
 
     @triton.jit
+    def _matvec(a, w, TWO_D: tl.constexpr):
+        """a (rows, K) fp32 times w (BN, K)^T: (rows, BN) fp32. TWO_D: a row at a time, each product in
+        w's own layout (as loaded: 8 columns a thread), its row of a brought to that layout (K elements); else one 3D
+        product, for which Triton moves w through shared memory into a layout of one column a thread."""
+        wf = w.to(tl.float32)
+        if TWO_D:
+            rm = tl.arange(0, a.shape[0])
+            y = tl.zeros([a.shape[0], w.shape[0]], tl.float32)
+            for i in tl.static_range(a.shape[0]):
+                a_i = tl.sum(tl.where(rm[:, None] == i, a, 0.0), axis=0)  # (K,) row i
+                y = tl.where(rm[:, None] == i, tl.sum(a_i[None, :] * wf, axis=1)[None, :], y)
+        else:
+            y = tl.sum(a[:, None, :] * wf[None, :, :], axis=2)
+        return y
+
+    @triton.jit
     def _normalize(a, mean, rstd, NW, NB, rk, k_ok, NORM: tl.constexpr, HAS_NB: tl.constexpr):
         # _scale_shift with the weight and bias loaded from NW, NB
         nw = tl.load(NW + rk, mask=k_ok, other=0.0).to(tl.float32)
@@ -118,7 +136,7 @@ if _triton_available():
                               NORM: tl.constexpr, HAS_NB: tl.constexpr, HAS_BIAS: tl.constexpr,
                               HAS_BIAS2: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                              ONE_CHUNK: tl.constexpr, PDL: tl.constexpr):
+                              ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, TWO_D: tl.constexpr):
         # one (BLOCK_M rows, BLOCK_N columns) tile of out, as broadcast products (rows, columns, K chunk)
         # summed over K: each weight row's chunk is one contiguous read. NORM 0 none, 1 LayerNorm, 2 RMSNorm;
         # ACT 0 none, 1 GELU (erf), 2 SwiGLU (silu(a W^T) * (a W2^T)). ONE_CHUNK (K <= BLOCK_K): every load
@@ -150,10 +168,9 @@ if _triton_available():
                     c = tl.where(k_ok[None, :], af - mean[:, None], 0.0)
                     rstd = tl.rsqrt(tl.sum(c * c, axis=1) / K + eps)
                 a = _normalize(af, mean, rstd, NW, NB, rk, k_ok, NORM, HAS_NB).to(dt)  # rounded as stored
-            af = a.to(tl.float32)[:, None, :]
-            y = tl.sum(af * w.to(tl.float32)[None, :, :], axis=2)  # (BLOCK_M, BLOCK_N)
+            y = _matvec(a.to(tl.float32), w, TWO_D)  # (BLOCK_M, BLOCK_N)
             if ACT == 2:
-                y2 = tl.sum(af * w2.to(tl.float32)[None, :, :], axis=2)
+                y2 = _matvec(a.to(tl.float32), w2, TWO_D)
         else:
             if PDL:
                 gdc_wait()
@@ -316,6 +333,7 @@ def launch(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=Non
         residual.stride(0) if residual is not None else 0, out.stride(0),
         NORM=kind, HAS_NB=nb is not None, HAS_BIAS=bias is not None, HAS_BIAS2=bias2 is not None,
         ACT=ACTS.index(act), HAS_RES=residual is not None,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=one_chunk, PDL=pdl, num_warps=NUM_WARPS,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=one_chunk, PDL=pdl, TWO_D=PRODUCT_2D,
+        num_warps=NUM_WARPS,
         **_pdl_launch(pdl))
     return out

@@ -72,8 +72,9 @@ VEC_AHEAD = True  # a phase's small vectors (its norm's weight and bias, its bia
 MLP_COPIES = 1  # FUSED_MLP: copies of the MLP's fp32 sum the programs' atomic adds spread over (program p adds into
 #                copy p % MLP_COPIES; the next phase sums the copies as it reads): GPT-2's 192 tiles add into each of
 #                the 768 sums, MLP_COPIES of them 192 / MLP_COPIES each
-PRODUCT_2D = False  # the GEMV tiles' products a row of activations at a time, in the layout the weights are loaded in
-#                    (else one 3D product, for which Triton moves every weight tile through shared memory)
+PRODUCT_2D = True  # the GEMV tiles' products a row of activations at a time, in the layout the weights are loaded in
+#                   (False: one 3D product, for which Triton moves every weight tile through shared memory and
+#                   evaluates GELU's erf 16 times a thread; session 20: Tucker at batch 1 and 4k 0.228 -> 0.208 ms)
 EARLY_ARRIVE = True  # a program arrives at a barrier before it loads the next phase's weights (False: after, in the
 #                     release's fence, which waits for them; bench_decode --knob decode_mega.EARLY_ARRIVE=False)
 MAX_SPIN = 1 << 20  # polls of a barrier before it gives up and flags the step as failed
@@ -86,7 +87,7 @@ if _triton_available():
     import triton
     import triton.language as tl
 
-    from decode_linear import _gelu_erf, _scale_shift
+    from decode_linear import _gelu_erf, _matvec, _scale_shift
 
     @triton.jit
     def _stamp(AT, TIMING: tl.constexpr):
@@ -228,22 +229,6 @@ if _triton_available():
         base = W + (t * BN + tl.zeros([], tl.int64)) * K  # the tile's first row; 32-bit offsets from it (BN x K < 2^31)
         return tl.load(base + rb[:, None] * K + rk[None, :], mask=(t * BN + rb < N)[:, None] & (rk < K)[None, :],
                        other=0.0)
-
-    @triton.jit
-    def _matvec(a, w, TWO_D: tl.constexpr):
-        """a (BLOCK_M, K) fp32 rows times w (BN, K)^T: (BLOCK_M, BN) fp32. TWO_D: a row at a time, each product in
-        w's own layout (as loaded: 8 columns a thread), its row of a brought to that layout (K elements); else one 3D
-        product, for which Triton moves w through shared memory into a layout of one column a thread."""
-        wf = w.to(tl.float32)
-        if TWO_D:
-            rm = tl.arange(0, a.shape[0])
-            y = tl.zeros([a.shape[0], w.shape[0]], tl.float32)
-            for i in tl.static_range(a.shape[0]):
-                a_i = tl.sum(tl.where(rm[:, None] == i, a, 0.0), axis=0)  # (K,) row i
-                y = tl.where(rm[:, None] == i, tl.sum(a_i[None, :] * wf, axis=1)[None, :], y)
-        else:
-            y = tl.sum(a[:, None, :] * wf[None, :, :], axis=2)
-        return y
 
     @triton.jit
     def _vecmat(h, v, TWO_D: tl.constexpr):

@@ -161,8 +161,10 @@ def test_cases_take_both_paths():
 
 
 @needs_child
+@pytest.mark.parametrize("two_d", [True, False], ids=["2d", "3d"])  # PRODUCT_2D: the product's form (one chunk)
 @pytest.mark.parametrize("case", CASES)
-def test_interp_fp32_matches_float64(case):
+def test_interp_fp32_matches_float64(case, two_d, monkeypatch):
+    monkeypatch.setattr(dl, "PRODUCT_2D", two_d)
     M, K, N, norm, act, bias, res, kn = case
     a, weight, kw = make(M, K, N, torch.float32, norm=norm, act=act, bias=bias, residual=res, kn=kn)
     check(dl.decode_linear(a, weight, **kw, backend="triton"), a, weight, kw, 2e-5)

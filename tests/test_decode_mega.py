@@ -68,7 +68,7 @@ def decode_both(model, batch, context, steps, programs, device="cpu"):
 UNFUSED = dict(FUSED_MLP=False)  # the MLP as two phases, F over the whole hidden row
 AHEAD = dict(MLP_PROJ_AHEAD=True)  # the fused MLP's W_proj^T tile loaded before its h (the next tile's too)
 LATE = dict(VEC_AHEAD=False)  # the norms' weights and biases and the biases loaded where used, not in the barriers
-ROWS_2D = dict(PRODUCT_2D=True)  # the GEMV products a row of activations at a time, in the weights' layout
+ROWS_3D = dict(PRODUCT_2D=False)  # the GEMV products as one 3D product (not a row at a time in the weights' layout)
 COPIES = dict(MLP_COPIES=3)  # the fused MLP's sums spread over 3 copies (programs 0, 3, 6 add into the first ...)
 
 
@@ -76,7 +76,7 @@ COPIES = dict(MLP_COPIES=3)  # the fused MLP's sums spread over 3 copies (progra
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker_shared", 3, AHEAD),
     ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, LATE),
-    ("mha", 1, ROWS_2D), ("tucker", 2, ROWS_2D), ("gqa", 3, ROWS_2D), ("tucker_shared", 3, COPIES)],
+    ("mha", 1, ROWS_3D), ("tucker", 2, ROWS_3D), ("gqa", 3, ROWS_3D), ("tucker_shared", 3, COPIES)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
@@ -164,7 +164,7 @@ def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
 @needs_cuda
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("gqa", 3, {}), ("tucker_shared", 3, {}),
-    ("mha", 4, UNFUSED), ("tucker", 1, ROWS_2D), ("mha", 4, ROWS_2D), ("tucker_shared", 3, COPIES)],
+    ("mha", 4, UNFUSED), ("tucker", 1, ROWS_3D), ("mha", 4, ROWS_3D), ("tucker_shared", 3, COPIES)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs, monkeypatch):
     """bf16 at GPT-2-like widths: the one-launch step (barriers) against the same phases launched one by one
