@@ -69,9 +69,10 @@ MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one 
 VEC_AHEAD = True  # a phase's small vectors (its norm's weight and bias, its biases) loaded with its weight tile during
 #                  the barrier before it (False: where they are used, after the barrier: in the phase's chain of
 #                  dependent round trips, two or three of them from DRAM)
-MLP_COPIES = 1  # FUSED_MLP: copies of the MLP's fp32 sum the programs' atomic adds spread over (program p adds into
+MLP_COPIES = 4  # FUSED_MLP: copies of the MLP's fp32 sum the programs' atomic adds spread over (program p adds into
 #                copy p % MLP_COPIES; the next phase sums the copies as it reads): GPT-2's 192 tiles add into each of
-#                the 768 sums, MLP_COPIES of them 192 / MLP_COPIES each
+#                the 768 sums, 48 into each copy's (session 20, against 1: Tucker at batch 1 and 4k -0.5%, Tucker
+#                shared -1%, MHA -2 to -3%)
 PRODUCT_2D = True  # the GEMV tiles' products a row of activations at a time, in the layout the weights are loaded in
 #                   (False: one 3D product, for which Triton moves every weight tile through shared memory and
 #                   evaluates GELU's erf 16 times a thread; session 20: Tucker at batch 1 and 4k 0.228 -> 0.208 ms)
@@ -101,6 +102,16 @@ if _triton_available():
                                                is_pure=False, pack=1)
             tl.store(AT, ns)
             tl.store(AT + 1, cycles)
+
+    @triton.jit
+    def _stamp_sm(AT, TIMING: tl.constexpr):
+        """TIMING: the SM this program runs on (%smid) into AT[0] (MegaDecoder.timed_step: the start slot's third
+        column)."""
+        if TIMING:
+            zero = tl.full([], 0, tl.int32)
+            sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [zero], dtype=tl.int32, is_pure=False,
+                                           pack=1)
+            tl.store(AT, sm.to(tl.int64))
 
     @triton.jit
     def _grid_arrive(SYNC, AT, TIMING: tl.constexpr):
@@ -392,6 +403,7 @@ if _triton_available():
         # left zero, no barrier), 5 L + 1 the end
         STAMP = TIMES + pid * (4 * (5 * (layer_hi - layer_lo) + 2))
         _stamp(STAMP, TIMING)
+        _stamp_sm(STAMP + 2, TIMING)
         if (ONLY == 0) | (ONLY == 1):
             w_a = _weight_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, BN_QKV, D, BLOCK_D)
             n1w, n1b = _norm_vecs(N1W + layer_lo * D, N1B + layer_lo * D, rk, k_ok, HAS_NB, VEC_AHEAD)
@@ -804,7 +816,7 @@ class MegaDecoder:
         CPU, [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles), slot 0 the start, 5 l + 1 ..
         5 l + 5 the barriers after layer l's phases A, B1, B2D, E, F (with FUSED_MLP slot 5 l + 4 stays zero, no
         barrier after E, and 5 l + 5 follows the fused MLP), 5 L + 1 the end (slots 0 and 5 L + 1: their first two
-        columns only). CUDA
+        columns only, but slot 0's third: the program's SM). CUDA
         only (the interpreter runs the phases as separate launches, without barriers)."""
         if self.device.type != "cuda" or _interpret():
             raise ValueError("MegaDecoder.timed_step needs the one-launch step on a CUDA device")

@@ -114,14 +114,20 @@ def barrier_phases(stamps, n_layer: int) -> dict:
 
 
 @torch.no_grad()
-def time_barriers(name: str, context: int, batch: int, steps: int) -> dict:
-    """barrier_phases of `steps` one-launch steps, each entry's median over the steps."""
+def time_barriers(name: str, context: int, batch: int, steps: int, dump=None) -> dict:
+    """barrier_phases of `steps` one-launch steps, each entry's median over the steps; dump: a folder to save every
+    step's stamps in (<variant>_stamps.pt: (steps, programs, slots, 4) int64, MegaDecoder.timed_step's layout, slot
+    0's third column the program's SM)."""
     model, caches, mega, tokens, pos = setup(name, context, batch)
     for _ in range(3):  # compile, warm up (the timed variant compiles on its first call)
         mega.decode_step(tokens, caches, pos)
         mega.timed_step(tokens, caches, pos)
-    runs = [barrier_phases(mega.timed_step(tokens, caches, pos), model.config.n_layer) for _ in range(steps)]
+    stamps = [mega.timed_step(tokens, caches, pos) for _ in range(steps)]
     mega.check()
+    if dump:
+        Path(dump).mkdir(parents=True, exist_ok=True)
+        torch.save(torch.stack(stamps), Path(dump) / f"{name}_stamps.pt")
+    runs = [barrier_phases(s, model.config.n_layer) for s in stamps]
     med = lambda vals: statistics.median(vals)
     out = {k: (med([r[k] for r in runs]) if not isinstance(runs[0][k], dict)
                else {f: med([r[k][f] for r in runs]) for f in runs[0][k]}) for k in runs[0]}
@@ -136,6 +142,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE")
     p.add_argument("--barriers", action="store_true", help="time the one-launch step's phases by its barrier stamps")
+    p.add_argument("--dump", default=None, metavar="DIR", help="--barriers: save every step's stamps in DIR")
     a = p.parse_args(argv)
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
     if a.barriers:
@@ -144,7 +151,7 @@ def main(argv=None):
         print("| variant | phase | span | work (last arrival) | sync | median work |")
         print("| --- | --- | --- | --- | --- | --- |")
         for v in a.variants.split(","):
-            r = time_barriers(v, a.context, a.batch, a.steps)
+            r = time_barriers(v, a.context, a.batch, a.steps, a.dump)
             fused = not any(r[PHASES[3]].values())  # no barrier after E: the fused MLP's phase in F's row
             for ph in PHASES + ("LM head",):
                 if fused and ph == PHASES[3]:

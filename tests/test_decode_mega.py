@@ -69,14 +69,15 @@ UNFUSED = dict(FUSED_MLP=False)  # the MLP as two phases, F over the whole hidde
 AHEAD = dict(MLP_PROJ_AHEAD=True)  # the fused MLP's W_proj^T tile loaded before its h (the next tile's too)
 LATE = dict(VEC_AHEAD=False)  # the norms' weights and biases and the biases loaded where used, not in the barriers
 ROWS_3D = dict(PRODUCT_2D=False)  # the GEMV products as one 3D product (not a row at a time in the weights' layout)
-COPIES = dict(MLP_COPIES=3)  # the fused MLP's sums spread over 3 copies (programs 0, 3, 6 add into the first ...)
+COPIES = dict(MLP_COPIES=1)  # the fused MLP's sums in one copy (the default spreads them over 4)
 
 
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker_shared", 3, AHEAD),
     ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, LATE),
-    ("mha", 1, ROWS_3D), ("tucker", 2, ROWS_3D), ("gqa", 3, ROWS_3D), ("tucker_shared", 3, COPIES)],
+    ("mha", 1, ROWS_3D), ("tucker", 2, ROWS_3D), ("gqa", 3, ROWS_3D), ("tucker_shared", 3, COPIES),
+    ("gqa", 2, dict(MLP_COPIES=3))],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
@@ -213,7 +214,8 @@ def test_profile_script_refuses_an_unknown_variant():
 def test_cuda_timed_step_stamps_every_barrier_in_order():
     """timed_step: the same logits as an untimed step (the stamps change no arithmetic); every program's stamps rise
     through the step (start <= arrival <= release <= next arrival, by its cycle counter too), and no program is
-    released before the last program has arrived at that barrier (the global timer across programs)."""
+    released before the last program has arrived at that barrier (the global timer across programs); each SM holds
+    PROGRAMS_PER_SM programs (the start slot's SM stamps)."""
     over = dict(n_layer=2, n_head=12, n_embd=768, block_size=2048, vocab_size=50304, tucker_ranks=(8, 64, 64))
     model = tiny("tucker", dtype=torch.bfloat16, device="cuda", **over)
     caches = model.new_caches(1, 1024, device="cuda")
@@ -235,6 +237,8 @@ def test_cuda_timed_step_stamps_every_barrier_in_order():
         assert (seq[:, 1:] >= seq[:, :-1]).all()
     last_arrival = stamps[:, 1:-1, 0].max(dim=0).values
     assert (stamps[:, 1:-1, 2] >= last_arrival).all()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count  # every SM runs PROGRAMS_PER_SM programs
+    assert torch.bincount(stamps[:, 0, 2], minlength=sms).tolist() == [dm.PROGRAMS_PER_SM] * sms
 
 
 def test_barrier_phases_sums_each_phase_over_the_layers():
