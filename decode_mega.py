@@ -73,10 +73,6 @@ MLP_COPIES = 4  # FUSED_MLP: copies of the MLP's fp32 sum the programs' atomic a
 #                copy p % MLP_COPIES; the next phase sums the copies as it reads): GPT-2's 192 tiles add into each of
 #                the 768 sums, 48 into each copy's (session 20, against 1: Tucker at batch 1 and 4k -0.5%, Tucker
 #                shared -1%, MHA -2 to -3%)
-CACHE_AHEAD = False  # phase B1's splits read the rows before the new token's (written in earlier steps), a program's
-#                     first block of them loaded during the barrier before B1, and B2D adds the new row itself (its
-#                     key and value, written in phase A) as one more partial (False: the splits read every row, the
-#                     new one included, after that barrier)
 PRODUCT_2D = True  # the GEMV tiles' products a row of activations at a time, in the layout the weights are loaded in
 #                   (False: one 3D product, for which Triton moves every weight tile through shared memory and
 #                   evaluates GELU's erf 16 times a thread; session 20: Tucker at batch 1 and 4k 0.228 -> 0.208 ms)
@@ -341,41 +337,6 @@ if _triton_available():
                     v = v_next
 
     @triton.jit
-    def _attend(q, k, v, r_ok, m_i, l_i, acc, qk_scale, DOT_PREC: tl.constexpr):
-        """One block of cache rows (k, v: (BLOCK_N, DK), (BLOCK_N, DV); r_ok the rows in the split) into a split's
-        online softmax of the query heads q (BLOCK_H, DK): (m_i, l_i, acc) updated (log2 domain, qk_scale folds
-        log2 e)."""
-        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
-        qk = tl.where(r_ok[None, :], qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-        return m_new, l_i, acc
-
-    @triton.jit
-    def _cache_block(KC, VC, item, n_split, chunk, n_rows, layer64, B, max_len, n0_off, ok, NKV: tl.constexpr,
-                     DK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr, SHARED_KV: tl.constexpr):
-        """The rows start + n0_off .. + BLOCK_N (those before the split's end) of split item's cache, k and v
-        (BLOCK_N, DK), (BLOCK_N, DV) (v is k with SHARED_KV), nothing loaded unless ok; and the rows' mask."""
-        ns = tl.maximum(n_split, 1)
-        bg = item // ns  # (sequence, KV head) = b * NKV + g
-        b = bg // NKV
-        g = bg % NKV
-        start = (item % ns) * chunk
-        end = tl.minimum(start + chunk, n_rows)
-        rows = start + n0_off + tl.arange(0, BLOCK_N)
-        r_ok = (rows < end) & ok
-        k = tl.load(KC + ((layer64 * B + b) * NKV + g) * max_len * DK + rows[:, None] * DK
-                    + tl.arange(0, DK)[None, :], mask=r_ok[:, None], other=0.0, cache_modifier=".cg")
-        v = k
-        if not SHARED_KV:
-            v = tl.load(VC + ((layer64 * B + b) * NKV + g) * max_len * DV + rows[:, None] * DV
-                        + tl.arange(0, DV)[None, :], mask=r_ok[:, None], other=0.0, cache_modifier=".cg")
-        return k, v, r_ok
-
-    @triton.jit
     def _out_tile(WO, layer64, item, NH: tl.constexpr, NCH: tl.constexpr, D: tl.constexpr, KO: tl.constexpr,
                   DV: tl.constexpr, BN_OD: tl.constexpr):
         """W_O's columns of query head h, rows of output chunk c ((b, h, c) = item): (BN_OD, DV)."""
@@ -410,8 +371,7 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
-            VEC_AHEAD: tl.constexpr, ACC_COPIES: tl.constexpr, PRODUCT_2D: tl.constexpr, CACHE_AHEAD: tl.constexpr,
-            TIMING: tl.constexpr):
+            VEC_AHEAD: tl.constexpr, ACC_COPIES: tl.constexpr, PRODUCT_2D: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
         front of it (after this program's arrival with EARLY_ARRIVE, before it without), with its norm's weight and
@@ -478,18 +438,13 @@ if _triton_available():
                     _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 1), MAX_SPIN, TIMING)
             # ---- B1: attention, the cache rows split over programs: each split's partial (unnormalized output, row
             # max, row sum) of every query head of its KV head
-            n_rows = length - 1 if CACHE_AHEAD else length  # rows the splits read (CACHE_AHEAD: B2D adds row pos)
-            chunk = tl.maximum(tl.cdiv(tl.cdiv(n_rows, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
-            n_split = tl.cdiv(n_rows, chunk)
+            chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
+            n_split = tl.cdiv(length, chunk)
             hh = tl.arange(0, BLOCK_H)
             h_ok = hh < HPG
-            ek = tl.arange(0, DK)
             ev = tl.arange(0, DV)
             if (ONLY == 0) | (ONLY == 3):
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
-            if CACHE_AHEAD & ((ONLY == 0) | (ONLY == 2)):  # this program's first split's first block, in flight
-                k_pre, v_pre, r_pre = _cache_block(KC, VC, pid, n_split, chunk, n_rows, layer64, B, max_len, 0,
-                                                   pid < B * NKV * n_split, NKV, DK, DV, BLOCK_N, SHARED_KV)
             if ONLY == 0:
                 if EARLY_ARRIVE:
                     _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 1), MAX_SPIN,
@@ -500,6 +455,7 @@ if _triton_available():
                         for c in tl.static_range(ACC_COPIES):
                             tl.store(ACC_M + c * B * D + rm[:, None] * D + rk[None, :],
                                      tl.zeros([BLOCK_M, BLOCK_D], tl.float32), mask=row_ok)
+                ek = tl.arange(0, DK)
                 for item in range(pid, B * NKV * n_split, nprog):
                     bg = item // n_split  # (sequence, KV head) = b * NKV + g
                     s = item % n_split
@@ -511,26 +467,28 @@ if _triton_available():
                     k_base = KC + ((layer64 * B + b) * NKV + g) * max_len * DK
                     v_base = VC + ((layer64 * B + b) * NKV + g) * max_len * DV
                     start = s * chunk
-                    end = tl.minimum(start + chunk, n_rows)
+                    end = tl.minimum(start + chunk, length)
                     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
                     l_i = tl.zeros([BLOCK_H], tl.float32)
                     acc = tl.zeros([BLOCK_H, DV], tl.float32)
-                    first = start
-                    if CACHE_AHEAD:
-                        if item == pid:  # its first block was read ahead
-                            m_i, l_i, acc = _attend(q, k_pre, v_pre, r_pre, m_i, l_i, acc, qk_scale, DOT_PREC)
-                            first = start + BLOCK_N
-                    for n0 in range(first, end, BLOCK_N):
+                    for n0 in range(start, end, BLOCK_N):
                         rows = n0 + tl.arange(0, BLOCK_N)
                         r_ok = rows < end
                         k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
                                     cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
+                        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
+                        qk = tl.where(r_ok[None, :], qk * qk_scale, float("-inf"))
+                        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+                        alpha = tl.exp2(m_i - m_new)
+                        p = tl.exp2(qk - m_new[:, None])
+                        l_i = l_i * alpha + tl.sum(p, axis=1)
+                        m_i = m_new
                         if SHARED_KV:  # the latent is key and value: one read
                             v = k
                         else:
                             v = tl.load(v_base + rows[:, None] * DV + ev[None, :], mask=r_ok[:, None], other=0.0,
                                         cache_modifier=".cg")
-                        m_i, l_i, acc = _attend(q, k, v, r_ok, m_i, l_i, acc, qk_scale, DOT_PREC)
+                        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
                     slot = (bg * s_max + s) * BLOCK_H + hh  # (BLOCK_H,) partial rows of this split
                     tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
                     tl.store(PM + slot, m_i)
@@ -550,26 +508,11 @@ if _triton_available():
                     h = (item // NCH) % NH
                     at = ((b * NKV + h // HPG) * s_max + ss) * BLOCK_H + h % HPG  # (BLOCK_SM,) its partials
                     pm = tl.load(PM + at, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
-                    pl = tl.load(PL + at, mask=s_ok, other=0.0, cache_modifier=".cg")
+                    w = tl.where(s_ok, tl.exp2(pm - tl.max(pm, axis=0)), 0.0)
+                    l_all = tl.sum(w * tl.load(PL + at, mask=s_ok, other=0.0, cache_modifier=".cg"), axis=0)
                     po = tl.load(PO + at[:, None] * DV + ev[None, :], mask=s_ok[:, None], other=0.0,
                                  cache_modifier=".cg")  # (BLOCK_SM, DV)
-                    if CACHE_AHEAD:  # the new row (written in phase A) as one more partial: score, weight 1, v
-                        kv_row = ((layer64 * B + b) * NKV + h // HPG) * max_len + pos
-                        q_h = tl.load(Q + b * (NH * DK) + h * DK + ek, cache_modifier=".cg").to(tl.float32)
-                        k_new = tl.load(KC + kv_row * DK + ek, cache_modifier=".cg").to(tl.float32)
-                        v_new = k_new
-                        if not SHARED_KV:
-                            v_new = tl.load(VC + kv_row * DV + ev, cache_modifier=".cg").to(tl.float32)
-                        s_new = tl.sum(q_h * k_new, axis=0) * qk_scale
-                        m_all = tl.maximum(tl.max(pm, axis=0), s_new)
-                        w = tl.where(s_ok, tl.exp2(pm - m_all), 0.0)
-                        w_new = tl.exp2(s_new - m_all)
-                        l_all = tl.sum(w * pl, axis=0) + w_new
-                        o = ((tl.sum(w[:, None] * po, axis=0) + w_new * v_new) / l_all).to(dt).to(tl.float32)
-                    else:
-                        w = tl.where(s_ok, tl.exp2(pm - tl.max(pm, axis=0)), 0.0)
-                        l_all = tl.sum(w * pl, axis=0)
-                        o = (tl.sum(w[:, None] * po, axis=0) / l_all).to(dt).to(tl.float32)  # (DV,)
+                    o = (tl.sum(w[:, None] * po, axis=0) / l_all).to(dt).to(tl.float32)  # (DV,)
                     y = tl.sum(o[None, :] * w_o.to(tl.float32), axis=1)  # (BN_OD,)
                     rn = (item % NCH) * BN_OD + tl.arange(0, BN_OD)
                     tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
@@ -845,7 +788,7 @@ class MegaDecoder:
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD, VEC_AHEAD=VEC_AHEAD,
-            ACC_COPIES=self.acc_copies, PRODUCT_2D=PRODUCT_2D, CACHE_AHEAD=CACHE_AHEAD,
+            ACC_COPIES=self.acc_copies, PRODUCT_2D=PRODUCT_2D,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:

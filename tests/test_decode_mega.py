@@ -69,7 +69,6 @@ UNFUSED = dict(FUSED_MLP=False)  # the MLP as two phases, F over the whole hidde
 AHEAD = dict(MLP_PROJ_AHEAD=True)  # the fused MLP's W_proj^T tile loaded before its h (the next tile's too)
 LATE = dict(VEC_AHEAD=False)  # the norms' weights and biases and the biases loaded where used, not in the barriers
 ROWS_3D = dict(PRODUCT_2D=False)  # the GEMV products as one 3D product (not a row at a time in the weights' layout)
-CACHE = dict(CACHE_AHEAD=True)  # B1 reads the rows before the new one (its first block ahead), B2D adds the new row
 COPIES = dict(MLP_COPIES=1)  # the fused MLP's sums in one copy (the default spreads them over 4)
 
 
@@ -78,8 +77,7 @@ COPIES = dict(MLP_COPIES=1)  # the fused MLP's sums in one copy (the default spr
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker_shared", 3, AHEAD),
     ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, LATE),
     ("mha", 1, ROWS_3D), ("tucker", 2, ROWS_3D), ("gqa", 3, ROWS_3D), ("tucker_shared", 3, COPIES),
-    ("gqa", 2, dict(MLP_COPIES=3)), ("tucker", 1, CACHE), ("tucker_shared", 3, CACHE), ("gqa", 3, CACHE),
-    ("mha", 2, CACHE)],
+    ("gqa", 2, dict(MLP_COPIES=3))],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
@@ -102,19 +100,6 @@ def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch
         for name in c.store:
             torch.testing.assert_close(c.store[name][:, :, :43], r.store[name][:, :, :43], rtol=1e-5, atol=1e-5)
     assert not mega.error.item()
-
-
-@needs_child
-@pytest.mark.parametrize("cache_ahead", [False, True])
-def test_interp_first_steps_from_an_empty_cache(cache_ahead, monkeypatch):
-    """Steps at positions 0, 1, 2 (no cached row at the first: CACHE_AHEAD's splits have nothing to read and the merge
-    takes the new row alone) equal the model's."""
-    monkeypatch.setattr(dm, "CACHE_AHEAD", cache_ahead)
-    monkeypatch.setattr(dm, "BLOCK_N", 16)
-    monkeypatch.setattr(dm, "MIN_CHUNK", 16)
-    got, want, caches, ref, mega = decode_both(tiny("gqa"), 2, 0, 3, programs=4)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
 
 @needs_child
@@ -180,8 +165,7 @@ def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
 @needs_cuda
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("gqa", 3, {}), ("tucker_shared", 3, {}),
-    ("mha", 4, UNFUSED), ("tucker", 1, ROWS_3D), ("mha", 4, ROWS_3D), ("tucker_shared", 3, COPIES),
-    ("tucker", 1, CACHE), ("gqa", 3, CACHE)],
+    ("mha", 4, UNFUSED), ("tucker", 1, ROWS_3D), ("mha", 4, ROWS_3D), ("tucker_shared", 3, COPIES)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs, monkeypatch):
     """bf16 at GPT-2-like widths: the one-launch step (barriers) against the same phases launched one by one
