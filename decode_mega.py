@@ -69,9 +69,6 @@ MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one 
 VEC_AHEAD = True  # a phase's small vectors (its norm's weight and bias, its biases) loaded with its weight tile during
 #                  the barrier before it (False: where they are used, after the barrier: in the phase's chain of
 #                  dependent round trips, two or three of them from DRAM)
-MLP_L2 = 0  # the fused MLP's weights brought into L2 during the barrier after B1, each program its own tile's (a bulk
-#            prefetch, no registers): 1 its W_proj^T rows (read after its h, late in the phase), 2 its W_fc rows too
-#            (loaded into registers in the next barrier); 0 none
 MLP_COPIES = 4  # FUSED_MLP: copies of the MLP's fp32 sum the programs' atomic adds spread over (program p adds into
 #                copy p % MLP_COPIES; the next phase sums the copies as it reads): GPT-2's 192 tiles add into each of
 #                the 768 sums, 48 into each copy's (session 20, against 1: Tucker at batch 1 and 4k -0.5%, Tucker
@@ -115,20 +112,6 @@ if _triton_available():
             sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [zero], dtype=tl.int32, is_pure=False,
                                            pack=1)
             tl.store(AT, sm.to(tl.int64))
-
-    @triton.jit
-    def _prefetch_l2(P, nbytes, NT: tl.constexpr):
-        """Start bringing the nbytes bytes at P into L2 and go on (no registers, no wait): a bulk prefetch (Hopper's
-        cp.async.bulk.prefetch.L2, to the SM's TMA unit) from lane 0 of each of the program's NT / 32 warps, a piece
-        each. P 16-byte aligned, nbytes a multiple of 16; nbytes <= 0 prefetches nothing."""
-        WARPS: tl.constexpr = NT // 32
-        piece = tl.cdiv(tl.cdiv(nbytes, WARPS), 16) * 16
-        i = tl.arange(0, NT)
-        start = (i // 32).to(tl.int64) * piece
-        size = tl.where(i % 32 == 0, tl.minimum(nbytes - start, piece), 0).to(tl.int32)  # bytes (<= 0: none)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [P.to(tl.pointer_type(tl.int8)) + start, size], dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
     def _grid_arrive(SYNC, AT, TIMING: tl.constexpr):
@@ -388,8 +371,7 @@ if _triton_available():
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
-            VEC_AHEAD: tl.constexpr, ACC_COPIES: tl.constexpr, PRODUCT_2D: tl.constexpr, MLP_L2: tl.constexpr,
-            W_BYTES: tl.constexpr, NT: tl.constexpr, TIMING: tl.constexpr):
+            VEC_AHEAD: tl.constexpr, ACC_COPIES: tl.constexpr, PRODUCT_2D: tl.constexpr, TIMING: tl.constexpr):
         """Layers layer_lo .. layer_hi - 1 of the decode step (then the LM head if FINAL). ONLY 0: every phase, a
         grid barrier after each (but E with FUSED_MLP), each phase's first weights loaded during the barrier in
         front of it (after this program's arrival with EARLY_ARRIVE, before it without), with its norm's weight and
@@ -513,13 +495,7 @@ if _triton_available():
                     tl.store(PL + slot, l_i)
             if ONLY == 0:
                 barriers += 1
-                seen = _grid_arrive(SYNC, STAMP + 4 * (layer_slot + 2), TIMING)
-                if FUSED_MLP & (MLP_L2 > 0):  # this program's MLP tile into L2 meanwhile (ONLY 0: on the GPU)
-                    t_bytes = tl.minimum(HIDDEN - pid * BN_FC, BN_FC) * (D * W_BYTES)
-                    _prefetch_l2(WPR + layer64 * HIDDEN * D + pid * BN_FC * D, t_bytes, NT)
-                    if MLP_L2 > 1:
-                        _prefetch_l2(WFC + layer64 * HIDDEN * D + pid * BN_FC * D, t_bytes, NT)
-                _grid_wait(SYNC, seen, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 2), MAX_SPIN, TIMING)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 2), MAX_SPIN, TIMING)
             # ---- B2D: a program per (sequence, query head, chunk of outputs): the head's splits merged (one load
             # of them all), o_h rounded as stored, o_h W_O[:, head]^T for its outputs added into ACC[0]
             if (ONLY == 0) | (ONLY == 3):
@@ -812,8 +788,7 @@ class MegaDecoder:
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD, VEC_AHEAD=VEC_AHEAD,
-            ACC_COPIES=self.acc_copies, PRODUCT_2D=PRODUCT_2D, MLP_L2=MLP_L2 if fc[1] else 0, W_BYTES=w["wpr"].element_size(),
-            NT=32 * NUM_WARPS,
+            ACC_COPIES=self.acc_copies, PRODUCT_2D=PRODUCT_2D,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
