@@ -61,8 +61,12 @@ BLOCK_N = 64  # cache rows per step of a split's loop
 FUSED_MLP = True  # phases E and F as one (each program's hidden units through GELU, then their share of W_proj, its
 #                  sums added into the MLP's output by fp32 atomics): 4 barriers a layer, not 5
 #                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
-MLP_PROJ_AHEAD = False  # FUSED_MLP: a tile's W_proj^T rows loaded before its h is computed (in flight meanwhile;
-#                        GPT-2 at batch 1: 255 registers and 96 B of spills, against 206 and none after it)
+MLP_PROJ_AHEAD = None  # FUSED_MLP: a tile's W_proj^T rows loaded at the phase's start, before its h is computed (in
+#                       flight meanwhile) instead of after its GELU. None: where phase A's tile is at most PROJ_ROOM
+#                       elements (rows x columns x K), its registers leaving room for both MLP tiles (GPT-2 at batch 1:
+#                       MQA and Tucker, 255 registers, no spills; MHA, GQA-4 spill; session 20: Tucker at 4k 0.2073 /
+#                       0.2049 -> 0.1971 / 0.1969 ms, MHA's one-launch step 0.28 -> 0.33 forced on)
+PROJ_ROOM = 4096
 MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one tile a program where the registers
 #               allow it, GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output of the fused MLP summed
 #               by 192 atomic adds)
@@ -760,6 +764,12 @@ class MegaDecoder:
         room = max(1, _pow2_floor(max(1, (tile or TILE) // (block_m * block_k))))
         return max(1, min(_pow2(_cdiv(N, self.programs), 1), room))
 
+    def proj_ahead(self, bn_qkv: int) -> bool:
+        """MLP_PROJ_AHEAD as set, or (None) whether phase A's tile (bn_qkv columns) is at most PROJ_ROOM elements."""
+        if MLP_PROJ_AHEAD is not None:
+            return bool(MLP_PROJ_AHEAD)
+        return _pow2(self.batch, 1) * bn_qkv * _pow2(self.d, 16) <= PROJ_ROOM
+
     def _tiling(self, N: int, K: int):
         """(columns a tile, one tile a program at most) of a GEMV phase."""
         bn = self._bn(N, K)
@@ -787,7 +797,8 @@ class MegaDecoder:
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
-            EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=MLP_PROJ_AHEAD, VEC_AHEAD=VEC_AHEAD,
+            EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=self.proj_ahead(qkv[0]),
+            VEC_AHEAD=VEC_AHEAD,
             ACC_COPIES=self.acc_copies, PRODUCT_2D=PRODUCT_2D,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 

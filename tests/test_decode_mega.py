@@ -67,6 +67,7 @@ def decode_both(model, batch, context, steps, programs, device="cpu"):
 
 UNFUSED = dict(FUSED_MLP=False)  # the MLP as two phases, F over the whole hidden row
 AHEAD = dict(MLP_PROJ_AHEAD=True)  # the fused MLP's W_proj^T tile loaded before its h (the next tile's too)
+BEHIND = dict(MLP_PROJ_AHEAD=False)  # ... after its GELU (the default, None, decides by phase A's tile)
 LATE = dict(VEC_AHEAD=False)  # the norms' weights and biases and the biases loaded where used, not in the barriers
 ROWS_3D = dict(PRODUCT_2D=False)  # the GEMV products as one 3D product (not a row at a time in the weights' layout)
 COPIES = dict(MLP_COPIES=1)  # the fused MLP's sums in one copy (the default spreads them over 4)
@@ -77,7 +78,7 @@ COPIES = dict(MLP_COPIES=1)  # the fused MLP's sums in one copy (the default spr
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker_shared", 3, AHEAD),
     ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, LATE),
     ("mha", 1, ROWS_3D), ("tucker", 2, ROWS_3D), ("gqa", 3, ROWS_3D), ("tucker_shared", 3, COPIES),
-    ("gqa", 2, dict(MLP_COPIES=3))],
+    ("gqa", 2, dict(MLP_COPIES=3)), ("tucker", 1, BEHIND), ("gqa", 3, BEHIND)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
@@ -165,7 +166,8 @@ def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
 @needs_cuda
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("tucker", 1, UNFUSED), ("tucker", 1, AHEAD), ("tucker", 1, LATE), ("gqa", 3, {}), ("tucker_shared", 3, {}),
-    ("mha", 4, UNFUSED), ("tucker", 1, ROWS_3D), ("mha", 4, ROWS_3D), ("tucker_shared", 3, COPIES)],
+    ("mha", 4, UNFUSED), ("tucker", 1, ROWS_3D), ("mha", 4, ROWS_3D), ("tucker_shared", 3, COPIES),
+    ("tucker", 1, BEHIND)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs, monkeypatch):
     """bf16 at GPT-2-like widths: the one-launch step (barriers) against the same phases launched one by one
@@ -188,6 +190,28 @@ def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs,
     phased = mega.decode_step(tok, caches, pos, phases=True).float().clone()
     mega.check()
     assert ((one - phased).norm() / phased.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("variant, batch, want", [("mha", 1, False), ("gqa", 1, False), ("mqa", 1, True),
+                                                   ("tucker", 1, True), ("tucker", 2, False)])
+def test_w_proj_ahead_where_phase_a_leaves_room(variant, batch, want, monkeypatch):
+    """MLP_PROJ_AHEAD=None: W_proj^T's tile is loaded at the MLP's start where phase A's tile is at most PROJ_ROOM
+    elements (GPT-2 widths on 264 programs: MQA's and Tucker's 4 columns at batch 1, not MHA's 16 nor GQA's 8, nor
+    Tucker's at batch 2); True / False force it."""
+    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+    monkeypatch.setattr(dm, "_triton_available", lambda: True)
+    over = dict(n_layer=1, n_head=12, n_embd=768, block_size=64, vocab_size=128)
+    if variant == "gqa":
+        over["n_kv_head"] = 4
+    if variant == "tucker":
+        over["tucker_ranks"] = (8, 64, 64)
+    model = tiny(variant, dtype=torch.bfloat16, **over)
+    mega = dm.MegaDecoder(model, model.new_caches(batch, 64), programs=264)
+    bn = mega._tiling(mega._stacked_weights()["wqkv"].size(1), 768)[0]
+    assert mega.proj_ahead(bn) == want
+    for forced in (True, False):
+        monkeypatch.setattr(dm, "MLP_PROJ_AHEAD", forced)
+        assert mega.proj_ahead(bn) == forced
 
 
 def test_caches_of_another_dtype_or_shape_are_refused(monkeypatch):
