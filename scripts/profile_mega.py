@@ -13,7 +13,8 @@ outside its barriers (bench_decode's graph_mega_phases row times the same launch
 times the one-launch step itself instead (MegaDecoder.timed_step: every program stamps the GPU's nanosecond timer as
 it arrives at each grid barrier and as it is released): per phase, summed over the layers, the span from the median
 release of the barrier before it to the median release of its own, split into `work` (until the last program
-arrives) and `sync` (from that arrival to the median release), and the median program's own work (`median work`).
+arrives) and `sync` (from that arrival to the median release), and the median program's own work (`median work`);
+`--dump DIR` also saves every timed step's raw stamps (each program's SM among them) as DIR/<variant>_stamps.pt.
 """
 import argparse
 import statistics
