@@ -704,9 +704,8 @@ class MegaDecoder:
         parts = B * self.nKV * self.s_max * self.block_h
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # a layer's input x0
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
-        self.acc_copies = MLP_COPIES if FUSED_MLP else 1
-        self.acc = torch.zeros(1 + self.acc_copies, B, self.d, device=dev, dtype=f32)  # attention's and MLP's
-        #                                                     outputs, summed (the MLP's in acc_copies copies)
+        self.acc = torch.zeros(1 + self._acc_copies(), B, self.d, device=dev, dtype=f32)  # attention's and MLP's
+        #                                                     outputs, summed (the MLP's in _acc_copies() copies)
         self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)  # the MLP's hidden activations (E -> F;
         #                                                                      unused by the fused MLP)
         self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
@@ -764,6 +763,12 @@ class MegaDecoder:
         room = max(1, _pow2_floor(max(1, (tile or TILE) // (block_m * block_k))))
         return max(1, min(_pow2(_cdiv(N, self.programs), 1), room))
 
+    @staticmethod
+    def _acc_copies() -> int:
+        """Copies of the MLP's sums as the knobs are now: MLP_COPIES for the fused MLP (atomic adds), else 1 (phase F
+        stores every sum once)."""
+        return MLP_COPIES if FUSED_MLP else 1
+
     def proj_ahead(self, bn_qkv: int) -> bool:
         """MLP_PROJ_AHEAD as set, or (None) whether phase A's tile (bn_qkv columns) is at most PROJ_ROOM elements."""
         if MLP_PROJ_AHEAD is not None:
@@ -782,6 +787,9 @@ class MegaDecoder:
         qkv = self._tiling(n_qkv, d)
         bn_od = _pow2(_cdiv(d, max(1, P // (B * self.nH))), 1)  # B2D: output chunks a (sequence, head)
         fc, pr = self._tiling(hid, d), self._tiling(d, hid)
+        copies = self._acc_copies()
+        if self.acc.size(0) < 1 + copies:  # (a knob changed on a live decoder)
+            self.acc = torch.zeros(1 + copies, *self.acc.shape[1:], device=self.acc.device, dtype=self.acc.dtype)
         if MLP_UNITS:  # the MLP's hidden units a tile, as set
             fc = (MLP_UNITS, _cdiv(hid, MLP_UNITS) <= P)
         _mega_step_kernel[(P,)](
@@ -799,7 +807,7 @@ class MegaDecoder:
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=self.proj_ahead(qkv[0]),
             VEC_AHEAD=VEC_AHEAD,
-            ACC_COPIES=self.acc_copies, PRODUCT_2D=PRODUCT_2D,
+            ACC_COPIES=copies, PRODUCT_2D=PRODUCT_2D,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
