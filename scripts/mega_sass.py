@@ -7,9 +7,10 @@ The kernel's launch for a GPT-2 124M-shaped model (2 layers: the code does not d
 SMs as on an H200, PROGRAMS_PER_SM programs each) is recorded instead of run, then compiled by triton.compile with the JIT launcher's
 specialization (pointers and integers divisible by 16 marked so, integers equal to 1 made constants: without it,
 Triton cannot prove 16-byte alignment and emits 2-byte loads and spills that the GPU's compile does not have).
-Writes <variant>.ptx and .sass (ptxas and nvdisasm from Triton's wheel) and prints the registers, the stack, the
-load-instruction mix and, for every barrier arrival (the release atomic), how many global loads the program has
-issued since the phase's last store before that arrival (EARLY_ARRIVE off: the next phase's weight tile, which
+Writes <variant>.ttgir, .ptx and .sass (ptxas and nvdisasm from Triton's wheel) and prints the registers, the stack,
+the load-instruction mix, the instructions of each phase, the layout conversions of weight tiles and, for every
+barrier arrival (the release atomic), how many global loads the program has issued since the phase's last store
+before that arrival (EARLY_ARRIVE off: the next phase's weight tile, which
 the release's MEMBAR then waits for) and between the arrival and the first poll (EARLY_ARRIVE on: the same loads,
 in flight while the program polls).
 """
@@ -92,7 +93,32 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
     for m in re.finditer(r"\b(LDG\.[A-Z0-9.]+|LDL[A-Z0-9.]*)", sass):
         loads[m.group(1)] = loads.get(m.group(1), 0) + 1
     return dict(registers=int(regs.group(1)) if regs else None, stack=int(stack.group(1)) if stack else None,
-                loads=loads, membars=sass.count("MEMBAR"), barriers=barrier_loads(sass))
+                loads=loads, membars=sass.count("MEMBAR"), barriers=barrier_loads(sass),
+                converts=layout_converts(compiled.asm["ttgir"]), sections=phase_sections(sass))
+
+
+def layout_converts(ttgir: str) -> list:
+    """The (shape, element type) of every tensor a ttg.convert_layout moves to another layout (through shared
+    memory where threads exchange elements), e.g. ((16, 1024), 'bf16'): a weight tile, where a product's layout is not
+    the one it was loaded in."""
+    out = []
+    for m in re.finditer(r"ttg\.convert_layout %\S+ : tensor<((?:\d+x)+)(\w+),", ttgir):
+        out.append((tuple(int(d) for d in m.group(1).rstrip("x").split("x")), m.group(2)))
+    return out
+
+
+def phase_sections(sass: str) -> list:
+    """SASS instructions from each barrier's release (the poll's compare-and-swap) to the next arrival (the release
+    atomic), in code order, and the count after the last release: [A, B1, B2D, fused MLP, ..., LM head] for the step
+    kernel (the first entry counts from the kernel's start)."""
+    lines = [ln for ln in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", ln)]
+    out, start = [], 0
+    for i, ln in enumerate(lines):
+        if "ATOMG.E.CAS" in ln:
+            start = i
+        elif "ATOMG.E.ADD.STRONG.GPU" in ln:
+            out.append(i - start)
+    return out + [len(lines) - start]
 
 
 def main(argv=None):
@@ -108,6 +134,12 @@ def main(argv=None):
     print(f"decode_mega step kernel, {a.variant}, sm_90, knobs {knobs or 'none'}: {r['registers']} registers, "
           f"stack {r['stack']} B, {r['membars']} MEMBARs")
     print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))
+    print("instructions from each release to the next arrival (A, B1, B2D, MLP, ..., LM head): "
+          + ", ".join(str(n) for n in r["sections"]))
+    tiles = [f"{'x'.join(map(str, shape))} {dt}" for shape, dt in r["converts"] if len(shape) > 1 and shape[0] > 1
+             and shape[-1] >= 256]
+    print(f"layout conversions of weight-tile-shaped tensors (rows x >= 256 columns): {len(tiles)}"
+          + (f" ({', '.join(tiles)})" if tiles else ""))
     for i, (before, after) in enumerate(r["barriers"]):
         print(f"release atomic {i}: {before} global loads since the phase's last store, {after} between it and the "
               f"first poll")

@@ -75,18 +75,18 @@ COPIES = dict(MLP_COPIES=1)  # the fused MLP's sums in one copy (the default spr
 
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
-    ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker_shared", 3, AHEAD),
-    ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, LATE),
-    ("mha", 1, ROWS_3D), ("tucker", 2, ROWS_3D), ("gqa", 3, ROWS_3D), ("tucker_shared", 3, COPIES),
-    ("gqa", 2, dict(MLP_COPIES=3)), ("tucker", 1, BEHIND), ("gqa", 3, BEHIND)],
+    ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker", 1, BEHIND),
+    ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, ROWS_3D),
+    ("tucker_shared", 2, COPIES), ("gqa", 2, dict(MLP_COPIES=3)), ("gqa", 3, BEHIND)],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
     in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
     takes several a phase (GQA's several KV heads, Tucker's shared latent); the MLP fused (the default) and not, its
-    W_proj^T tiles loaded after each tile's h (the default) and ahead, and in tiles of 4 hidden units (several a
-    program); the norms' weights and biases loaded in the barriers (the default) and where used; LayerNorm without
-    biases (batch 1), with them (batch 2), RMSNorm with biases (batch 3)."""
+    W_proj^T tiles loaded at the phase's start (these small models' choice: MLP_PROJ_AHEAD=None) and after each tile's
+    h, and in tiles of 4 hidden units (several a program); its sums in 4 copies (the default), 3 and 1; the norms'
+    weights and biases loaded in the barriers (the default) and where used; the products a row at a time (the default)
+    and as one 3D product; LayerNorm without biases (batch 1), with them (batch 2), RMSNorm with biases (batch 3)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dm, name, value)
     monkeypatch.setattr(dm, "BLOCK_N", 16)
@@ -303,7 +303,7 @@ def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
     """scripts/mega_sass (the step kernel compiled for sm_90 as the launcher compiles it, then ptxas and nvdisasm):
     with EARLY_ARRIVE the next phase's weight loads are issued after each release atomic (in flight while the
     program polls), without it before the atomic, whose MEMBAR then waits for them; 16-byte weight loads, no
-    spills."""
+    spills; PRODUCT_2D keeps every weight tile in the layout it was loaded in."""
     import triton
     from pathlib import Path
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -311,9 +311,20 @@ def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
         pytest.skip("Triton's wheel has no ptxas / nvdisasm here")
     from scripts import mega_sass
     early = mega_sass.compile_step("tucker_8_64_64", tmp_path / "early")
+    monkeypatch.setattr(dm, "PRODUCT_2D", False)
+    cube = mega_sass.compile_step("tucker_8_64_64", tmp_path / "3d")
+    monkeypatch.setattr(dm, "PRODUCT_2D", True)
     monkeypatch.setattr(dm, "EARLY_ARRIVE", False)
     late = mega_sass.compile_step("tucker_8_64_64", tmp_path / "late")
     assert early["stack"] == 0 and early["loads"].get("LDG.E.128", 0) > 0
+
+    def tiles(r):  # converted tensors of weight-tile shape: rows x a whole row of K
+        return [shape for shape, dt in r["converts"] if len(shape) == 2 and shape[0] > 1 and shape[1] == 1024]
+
+    # PRODUCT_2D (the default): no weight tile moved to another layout (the 3D product moves phase A's, the MLP's two
+    # and the LM head's through shared memory), the fused MLP phase in fewer instructions
+    assert tiles(early) == [] and len(tiles(cube)) >= 3
+    assert len(early["sections"]) == len(cube["sections"]) == 6 and early["sections"][3] < 0.7 * cube["sections"][3]
     assert len(early["barriers"]) == len(late["barriers"]) == 5  # the arrivals' code sites (the fused MLP: none in it)
     assert sum(a for _, a in late["barriers"]) == 0 < sum(a for _, a in early["barriers"])
     assert sum(b for b, _ in late["barriers"]) > sum(b for b, _ in early["barriers"])
