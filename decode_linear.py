@@ -107,17 +107,25 @@ if _triton_available():
         return 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
 
     @triton.jit
+    def _row_of(a, i):
+        # row i (a static index) of the register tile a (rows, n), as (n,)
+        return tl.sum(tl.where(tl.arange(0, a.shape[0])[:, None] == i, a, 0.0), axis=0)
+
+    @triton.jit
+    def _with_row(y, i, row):
+        # y (rows, n) with its row i (a static index) replaced by row (n,)
+        return tl.where(tl.arange(0, y.shape[0])[:, None] == i, row[None, :], y)
+
+    @triton.jit
     def _matvec(a, w, TWO_D: tl.constexpr):
         """a (rows, K) fp32 times w (BN, K)^T: (rows, BN) fp32. TWO_D: a row at a time, each product in
         w's own layout (as loaded: 8 columns a thread), its row of a brought to that layout (K elements); else one 3D
         product, for which Triton moves w through shared memory into a layout of one column a thread."""
         wf = w.to(tl.float32)
         if TWO_D:
-            rm = tl.arange(0, a.shape[0])
             y = tl.zeros([a.shape[0], w.shape[0]], tl.float32)
             for i in tl.static_range(a.shape[0]):
-                a_i = tl.sum(tl.where(rm[:, None] == i, a, 0.0), axis=0)  # (K,) row i
-                y = tl.where(rm[:, None] == i, tl.sum(a_i[None, :] * wf, axis=1)[None, :], y)
+                y = _with_row(y, i, tl.sum(_row_of(a, i)[None, :] * wf, axis=1))
         else:
             y = tl.sum(a[:, None, :] * wf[None, :, :], axis=2)
         return y

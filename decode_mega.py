@@ -92,7 +92,7 @@ if _triton_available():
     import triton
     import triton.language as tl
 
-    from decode_linear import _gelu_erf, _matvec, _scale_shift
+    from decode_linear import _gelu_erf, _matvec, _row_of, _scale_shift, _with_row
 
     @triton.jit
     def _stamp(AT, TIMING: tl.constexpr):
@@ -251,11 +251,9 @@ if _triton_available():
         then stays within each thread)."""
         vf = v.to(tl.float32)
         if TWO_D:
-            rm = tl.arange(0, h.shape[0])
             out = tl.zeros([h.shape[0], v.shape[1]], tl.float32)
             for i in tl.static_range(h.shape[0]):
-                h_i = tl.sum(tl.where(rm[:, None] == i, h, 0.0), axis=0)  # (BN,) row i
-                out = tl.where(rm[:, None] == i, tl.sum(h_i[:, None] * vf, axis=0)[None, :], out)
+                out = _with_row(out, i, tl.sum(_row_of(h, i)[:, None] * vf, axis=0))
         else:
             out = tl.sum(h[:, :, None] * vf[None, :, :], axis=1)
         return out
