@@ -146,8 +146,9 @@ if _triton_available():
                               HAS_BIAS2: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, TWO_D: tl.constexpr):
-        # one (BLOCK_M rows, BLOCK_N columns) tile of out, as broadcast products (rows, columns, K chunk)
-        # summed over K: each weight row's chunk is one contiguous read. NORM 0 none, 1 LayerNorm, 2 RMSNorm;
+        # one (BLOCK_M rows, BLOCK_N columns) tile of out: in one chunk a row at a time (_matvec, TWO_D), over K
+        # chunks as broadcast products (rows, columns, K chunk) summed over K: each weight row's chunk is one
+        # contiguous read. NORM 0 none, 1 LayerNorm, 2 RMSNorm;
         # ACT 0 none, 1 GELU (erf), 2 SwiGLU (silu(a W^T) * (a W2^T)). ONE_CHUNK (K <= BLOCK_K): every load
         # is issued at once and the statistics come from the tile in registers (a few microseconds of
         # dependent memory round trips is what a small kernel's time is made of)

@@ -66,7 +66,8 @@ MLP_PROJ_AHEAD = None  # FUSED_MLP: a tile's W_proj^T rows loaded at the phase's
 #                       elements (rows x columns x K), its registers leaving room for both MLP tiles (GPT-2 at batch 1:
 #                       MQA and Tucker, 255 registers, no spills; MHA, GQA-4 spill; session 20: Tucker at 4k 0.2073 /
 #                       0.2049 -> 0.1971 / 0.1969 ms, MHA's one-launch step 0.28 -> 0.33 forced on)
-PROJ_ROOM = 4096
+PROJ_ROOM = 4096  # MLP_PROJ_AHEAD=None: phase A's tile (rows x columns x K elements) at most this leaves the registers
+#                   for W_proj^T's tile at the MLP's start (GPT-2 at batch 1: 1 x 4 x 1024 for MQA and Tucker)
 MLP_UNITS = 0  # hidden units an MLP tile, fused or E's (a power of two; 0: one tile a program where the registers
 #               allow it, GPT-2 at batch 1: 16 units, 192 tiles for 264 programs, each output of the fused MLP summed
 #               by 192 atomic adds)
@@ -384,8 +385,9 @@ if _triton_available():
         The residual stream: X holds the layer's input x0 and X1 its middle x1 (each written by program 0, in a
         phase where nobody reads that buffer); ACC[0] collects the attention's output o W_O^T over the programs
         of B2D (fp32 atomic adds; zeroed by program 0 in A, a phase after its last reader), ACC[1] holds F's
-        h W_proj^T (FUSED_MLP: the fused phase's fp32 atomic sums, zeroed by program 0 in B1), and the phase after
-        each forms x1 = x0 + (ACC[0] + b_O), x2 = x1 + (ACC[1] + b_proj) as it reads."""
+        h W_proj^T (FUSED_MLP: the fused phase's fp32 atomic sums in ACC[1 .. ACC_COPIES], program p's into copy
+        p % ACC_COPIES, zeroed by program 0 in B1), and the phase after each forms x1 = x0 + (ACC[0] + b_O),
+        x2 = x1 + (ACC[1] + ... + b_proj) as it reads."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -804,8 +806,7 @@ class MegaDecoder:
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=self.proj_ahead(qkv[0]),
-            VEC_AHEAD=VEC_AHEAD,
-            ACC_COPIES=copies, PRODUCT_2D=PRODUCT_2D,
+            VEC_AHEAD=VEC_AHEAD, ACC_COPIES=copies, PRODUCT_2D=PRODUCT_2D,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
