@@ -83,10 +83,11 @@ def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch
     """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
     in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
     takes several a phase (GQA's several KV heads, Tucker's shared latent); the MLP fused (the default) and not, its
-    W_proj^T tiles loaded at the phase's start (these small models' choice: MLP_PROJ_AHEAD=None) and after each tile's
-    h, and in tiles of 4 hidden units (several a program, W_proj^T's either way); its sums in 4 copies (the default), 3 and 1; the norms'
-    weights and biases loaded in the barriers (the default) and where used; the products a row at a time (the default)
-    and as one 3D product; LayerNorm without biases (batch 1), with them (batch 2), RMSNorm with biases (batch 3)."""
+    W_proj^T tiles loaded at the phase's start (these small models' choice: MLP_PROJ_AHEAD=None) and after each
+    tile's h, and in tiles of 4 hidden units (several a program, W_proj^T's either way); its sums in 4 copies (the
+    default), 3 and 1; the norms' weights and biases loaded in the barriers (the default) and where used; the
+    products a row at a time (the default) and as one 3D product; LayerNorm without biases (batch 1), with them
+    (batch 2), RMSNorm with biases (batch 3)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dm, name, value)
     monkeypatch.setattr(dm, "BLOCK_N", 16)
