@@ -76,13 +76,13 @@ COPIES = dict(MLP_COPIES=1)  # the fused MLP's sums in one copy (the default spr
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in VARIANTS] + [
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker", 1, BEHIND),
-    ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 3, ROWS_3D),
+    ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 2, ROWS_3D),
     ("tucker_shared", 2, COPIES), ("gqa", 2, dict(MLP_COPIES=3)), ("mqa", 1, dict(MLP_UNITS=4, **BEHIND))],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
-    """Three steps from a 40-row cache: logits and the written cache rows equal the model's, the cache split
-    in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each program
-    takes several a phase (GQA's several KV heads, Tucker's shared latent); the MLP fused (the default) and not, its
+    """Three steps (two at batch 3) from a 40-row cache: logits and the written cache rows equal the model's, the
+    cache split in several (16-row chunks over 8 programs) and merged; at batch 3 with tiles small enough that each
+    program takes several a phase (GQA's several KV heads, Tucker's shared latent); the MLP fused (the default) and not, its
     W_proj^T tiles loaded at the phase's start (these small models' choice: MLP_PROJ_AHEAD=None) and after each
     tile's h, and in tiles of 4 hidden units (several a program, W_proj^T's either way); its sums in 4 copies (the
     default), 3 and 1; the norms' weights and biases loaded in the barriers (the default) and where used; the
@@ -95,7 +95,7 @@ def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch
     if batch == 3:  # small tiles: every phase takes several a program (the next one's loads in flight)
         monkeypatch.setattr(dm, "TILE", 512)
     model = tiny(variant, bias=batch > 1, norm="layernorm" if batch < 3 else "rmsnorm")
-    got, want, caches, ref, mega = decode_both(model, batch, 40, 3, programs=8)
+    got, want, caches, ref, mega = decode_both(model, batch, 40, 3 if batch < 3 else 2, programs=8)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
     for c, r in zip(caches, ref):
