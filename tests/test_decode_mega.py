@@ -93,7 +93,7 @@ def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch
     monkeypatch.setattr(dm, "BLOCK_N", 16)
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
     if batch == 3:  # small tiles: every phase takes several a program (the next one's loads in flight)
-        monkeypatch.setattr(dm, "TILE", 512)
+        monkeypatch.setattr(dm, "TILE", 1024)
     model = tiny(variant, bias=batch > 1, norm="layernorm" if batch < 3 else "rmsnorm")
     got, want, caches, ref, mega = decode_both(model, batch, 40, 3 if batch < 3 else 2, programs=8)
     for g, w in zip(got, want):
