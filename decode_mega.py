@@ -260,6 +260,23 @@ if _triton_available():
         return out
 
     @triton.jit
+    def _store_qkv(y, rn, rm, ok, Q, KC, VC, B, layer64, pos, max_len, NH: tl.constexpr, NKV: tl.constexpr,
+                   DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr):
+        """Columns rn of [q | k | v] for rows rm (y (rows, columns) in the activations' dtype, ok its mask): q into Q
+        (B, NH DK), k and v into the stacked caches (L, B, NKV, max_len, D) at row `pos`."""
+        is_q = rn < NH * DK
+        tl.store(Q + rm[:, None] * (NH * DK) + rn[None, :], y, mask=ok & is_q[None, :])
+        ck = tl.maximum(rn - NH * DK, 0)
+        is_k = (rn >= NH * DK) & (ck < NKV * DK)
+        row = (layer64 * B + rm[:, None]) * NKV + (ck // DK)[None, :]  # (rows, columns): its cache row
+        tl.store(KC + row * max_len * DK + pos * DK + (ck % DK)[None, :], y, mask=ok & is_k[None, :])
+        if not SHARED_KV:
+            cv = tl.maximum(rn - NH * DK - NKV * DK, 0)
+            is_v = rn >= NH * DK + NKV * DK
+            row = (layer64 * B + rm[:, None]) * NKV + (cv // DV)[None, :]
+            tl.store(VC + row * max_len * DV + pos * DV + (cv % DV)[None, :], y, mask=ok & is_v[None, :])
+
+    @triton.jit
     def _gemv_phase(a, w, W, N, pid, nprog, Bias, bias0, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
                     BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
                     NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
@@ -283,18 +300,7 @@ if _triton_available():
                     y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
             ok = m_ok[:, None] & n_ok[None, :]
             if EPI == 0:
-                y = y.to(dt)
-                is_q = rn < NH * DK
-                tl.store(OUT + rm[:, None] * (NH * DK) + rn[None, :], y, mask=ok & is_q[None, :])
-                ck = tl.maximum(rn - NH * DK, 0)
-                is_k = (rn >= NH * DK) & (ck < NKV * DK)
-                row = (layer64 * B + rm[:, None]) * NKV + (ck // DK)[None, :]  # (rows, columns): its cache row
-                tl.store(KC + row * max_len * DK + pos * DK + (ck % DK)[None, :], y, mask=ok & is_k[None, :])
-                if not SHARED_KV:
-                    cv = tl.maximum(rn - NH * DK - NKV * DK, 0)
-                    is_v = rn >= NH * DK + NKV * DK
-                    row = (layer64 * B + rm[:, None]) * NKV + (cv // DV)[None, :]
-                    tl.store(VC + row * max_len * DV + pos * DV + (cv % DV)[None, :], y, mask=ok & is_v[None, :])
+                _store_qkv(y.to(dt), rn, rm, ok, OUT, KC, VC, B, layer64, pos, max_len, NH, NKV, DK, DV, SHARED_KV)
             elif EPI == 1:  # the fp32 sum (no bias), for the next phase to add to the stream
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y, mask=ok)
             elif EPI == 2:  # F.gelu (exact) of the linear's stored output
@@ -360,6 +366,73 @@ if _triton_available():
             acc += _load_rows(ACC + c * B * D, rm, m_ok, rk, k_ok, D)
         y = acc + _at(bias, k_ok, AHEAD)[None, :]
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
+
+    @triton.jit
+    def _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
+                          qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
+                          DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                          DOT_PREC: tl.constexpr):
+        """Phase B1: the program's items (sequence, KV head, split) pid, pid + nprog, ...: the attention of the query
+        heads of the KV head (q from Q) to the split's `chunk` cache rows (rows 0 .. length - 1 split in n_split), its
+        partial (unnormalized output, row max, row sum; exp2 of scores scaled by qk_scale) into PO, PM, PL at
+        ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group."""
+        hh = tl.arange(0, BLOCK_H)
+        h_ok = hh < HPG
+        ev = tl.arange(0, DV)
+        ek = tl.arange(0, DK)
+        for item in range(pid, B * NKV * n_split, nprog):
+            bg = item // n_split  # (sequence, KV head) = b * NKV + g
+            s = item % n_split
+            b = bg // NKV
+            g = bg % NKV
+            heads = g * HPG + hh
+            q = tl.load(Q + b * (NH * DK) + heads[:, None] * DK + ek[None, :], mask=h_ok[:, None],
+                        other=0.0, cache_modifier=".cg")  # (BLOCK_H, DK)
+            k_base = KC + ((layer64 * B + b) * NKV + g) * max_len * DK
+            v_base = VC + ((layer64 * B + b) * NKV + g) * max_len * DV
+            start = s * chunk
+            end = tl.minimum(start + chunk, length)
+            m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_H], tl.float32)
+            acc = tl.zeros([BLOCK_H, DV], tl.float32)
+            for n0 in range(start, end, BLOCK_N):
+                rows = n0 + tl.arange(0, BLOCK_N)
+                r_ok = rows < end
+                k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
+                            cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
+                qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
+                qk = tl.where(r_ok[None, :], qk * qk_scale, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+                alpha = tl.exp2(m_i - m_new)
+                p = tl.exp2(qk - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, axis=1)
+                m_i = m_new
+                if SHARED_KV:  # the latent is key and value: one read
+                    v = k
+                else:
+                    v = tl.load(v_base + rows[:, None] * DV + ev[None, :], mask=r_ok[:, None], other=0.0,
+                                cache_modifier=".cg")
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+            slot = (bg * s_max + s) * BLOCK_H + hh  # (BLOCK_H,) partial rows of this split
+            tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
+            tl.store(PM + slot, m_i)
+            tl.store(PL + slot, l_i)
+
+    @triton.jit
+    def _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV: tl.constexpr, HPG: tl.constexpr, DV: tl.constexpr,
+                     BLOCK_H: tl.constexpr, BLOCK_SM: tl.constexpr, dt):
+        """Query head h of sequence b: its n_split partials (_attention_splits') merged (one load of them all), the
+        output rounded as stored: (DV,) fp32."""
+        ss = tl.arange(0, BLOCK_SM)
+        s_ok = ss < n_split
+        ev = tl.arange(0, DV)
+        at = ((b * NKV + h // HPG) * s_max + ss) * BLOCK_H + h % HPG  # (BLOCK_SM,) its partials
+        pm = tl.load(PM + at, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+        w = tl.where(s_ok, tl.exp2(pm - tl.max(pm, axis=0)), 0.0)
+        l_all = tl.sum(w * tl.load(PL + at, mask=s_ok, other=0.0, cache_modifier=".cg"), axis=0)
+        po = tl.load(PO + at[:, None] * DV + ev[None, :], mask=s_ok[:, None], other=0.0,
+                     cache_modifier=".cg")  # (BLOCK_SM, DV)
+        return (tl.sum(w[:, None] * po, axis=0) / l_all).to(dt).to(tl.float32)
 
     @triton.jit
     def _mega_step_kernel(
@@ -444,9 +517,6 @@ if _triton_available():
             # max, row sum) of every query head of its KV head
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
             n_split = tl.cdiv(length, chunk)
-            hh = tl.arange(0, BLOCK_H)
-            h_ok = hh < HPG
-            ev = tl.arange(0, DV)
             if (ONLY == 0) | (ONLY == 3):
                 w_o = _out_tile(WO, layer64, pid, NH, NCH, D, KO, DV, BN_OD)  # B2D's, in flight meanwhile
             if ONLY == 0:
@@ -459,64 +529,21 @@ if _triton_available():
                         for c in tl.static_range(ACC_COPIES):
                             tl.store(ACC_M + c * B * D + rm[:, None] * D + rk[None, :],
                                      tl.zeros([BLOCK_M, BLOCK_D], tl.float32), mask=row_ok)
-                ek = tl.arange(0, DK)
-                for item in range(pid, B * NKV * n_split, nprog):
-                    bg = item // n_split  # (sequence, KV head) = b * NKV + g
-                    s = item % n_split
-                    b = bg // NKV
-                    g = bg % NKV
-                    heads = g * HPG + hh
-                    q = tl.load(Q + b * (NH * DK) + heads[:, None] * DK + ek[None, :], mask=h_ok[:, None],
-                                other=0.0, cache_modifier=".cg")  # (BLOCK_H, DK)
-                    k_base = KC + ((layer64 * B + b) * NKV + g) * max_len * DK
-                    v_base = VC + ((layer64 * B + b) * NKV + g) * max_len * DV
-                    start = s * chunk
-                    end = tl.minimum(start + chunk, length)
-                    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-                    l_i = tl.zeros([BLOCK_H], tl.float32)
-                    acc = tl.zeros([BLOCK_H, DV], tl.float32)
-                    for n0 in range(start, end, BLOCK_N):
-                        rows = n0 + tl.arange(0, BLOCK_N)
-                        r_ok = rows < end
-                        k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
-                                    cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
-                        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
-                        qk = tl.where(r_ok[None, :], qk * qk_scale, float("-inf"))
-                        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-                        alpha = tl.exp2(m_i - m_new)
-                        p = tl.exp2(qk - m_new[:, None])
-                        l_i = l_i * alpha + tl.sum(p, axis=1)
-                        m_i = m_new
-                        if SHARED_KV:  # the latent is key and value: one read
-                            v = k
-                        else:
-                            v = tl.load(v_base + rows[:, None] * DV + ev[None, :], mask=r_ok[:, None], other=0.0,
-                                        cache_modifier=".cg")
-                        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-                    slot = (bg * s_max + s) * BLOCK_H + hh  # (BLOCK_H,) partial rows of this split
-                    tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
-                    tl.store(PM + slot, m_i)
-                    tl.store(PL + slot, l_i)
+                _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
+                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
+                                  DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 2), MAX_SPIN, TIMING)
             # ---- B2D: a program per (sequence, query head, chunk of outputs): the head's splits merged (one load
             # of them all), o_h rounded as stored, o_h W_O[:, head]^T for its outputs added into ACC[0]
             if (ONLY == 0) | (ONLY == 3):
-                ss = tl.arange(0, BLOCK_SM)
-                s_ok = ss < n_split
                 for item in range(pid, B * NH * NCH, nprog):
                     if item != pid:
                         w_o = _out_tile(WO, layer64, item, NH, NCH, D, KO, DV, BN_OD)
                     b = item // (NH * NCH)
                     h = (item // NCH) % NH
-                    at = ((b * NKV + h // HPG) * s_max + ss) * BLOCK_H + h % HPG  # (BLOCK_SM,) its partials
-                    pm = tl.load(PM + at, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
-                    w = tl.where(s_ok, tl.exp2(pm - tl.max(pm, axis=0)), 0.0)
-                    l_all = tl.sum(w * tl.load(PL + at, mask=s_ok, other=0.0, cache_modifier=".cg"), axis=0)
-                    po = tl.load(PO + at[:, None] * DV + ev[None, :], mask=s_ok[:, None], other=0.0,
-                                 cache_modifier=".cg")  # (BLOCK_SM, DV)
-                    o = (tl.sum(w[:, None] * po, axis=0) / l_all).to(dt).to(tl.float32)  # (DV,)
+                    o = _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV, HPG, DV, BLOCK_H, BLOCK_SM, dt)  # (DV,)
                     y = tl.sum(o[None, :] * w_o.to(tl.float32), axis=1)  # (BN_OD,)
                     rn = (item % NCH) * BN_OD + tl.arange(0, BN_OD)
                     tl.atomic_add(ACC_A + b * D + rn, y, mask=rn < D, sem="relaxed", scope="gpu")
@@ -618,9 +645,11 @@ def _attention_form(attn):
 def unsupported(model, batch_size: int) -> Optional[str]:
     """Why the step kernel cannot decode this model at this batch now (None when it can)."""
     from model import MLP
+    import decode_wide  # (it imports this module)
     p = model.lm_head.weight
-    if not 1 <= batch_size <= MAX_ROWS:
-        return f"batch {batch_size}: the step kernel serves 1 .. {MAX_ROWS} sequences"
+    if not 1 <= batch_size <= decode_wide.MAX_ROWS:
+        return (f"batch {batch_size}: the step kernel serves 1 .. {decode_wide.MAX_ROWS} sequences (1 .. {MAX_ROWS} "
+                f"with GEMV tiles, more with decode_wide's tensor-core tiles)")
     cfg = model.config
     if model.transformer.wpe is None:
         return "positions other than learned (RoPE)"
@@ -649,6 +678,16 @@ def unsupported(model, batch_size: int) -> Optional[str]:
     return kernel_unavailable(p, "the decode step")
 
 
+def step_decoder(model, caches, programs: Optional[int] = None) -> "MegaDecoder":
+    """The one-launch decode step for the batch the caches hold: MegaDecoder (GEMV tiles on CUDA cores) for 1 ..
+    MAX_ROWS sequences, decode_wide.WideDecoder (tensor-core tiles) above, up to decode_wide.MAX_ROWS."""
+    batch = next(iter(caches[0].store.values())).size(0)
+    if batch <= MAX_ROWS:
+        return MegaDecoder(model, caches, programs)
+    from decode_wide import WideDecoder
+    return WideDecoder(model, caches, programs)
+
+
 class MegaDecoder:
     """The model's decode step as one launch (decode_step(idx, caches, pos) -> logits, GPT.decode_step's
     signature, for model.StaticDecoder). Holds the layers' weights stacked (L, ...) in one buffer each (a copy:
@@ -661,6 +700,10 @@ class MegaDecoder:
         why = unsupported(model, B)
         if why:
             raise ValueError(f"the decode step kernel cannot serve this model: {why}")
+        lo, hi = self._rows()
+        if not lo <= B <= hi:
+            raise ValueError(f"{type(self).__name__} serves {lo} .. {hi} sequences, the caches hold {B} "
+                             f"(decode_mega.step_decoder picks the step for the batch)")
         self.model, self.caches, self.batch = model, caches, B
         p = model.lm_head.weight
         self.device, self.dtype = p.device, p.dtype
@@ -680,27 +723,51 @@ class MegaDecoder:
                                  f"expected {want} (heads, dim) in {self.dtype} for {B} sequences (model.new_caches "
                                  f"with the weights' dtype)")
         self.max_len = caches[0].max_len
-        if PROGRAMS_PER_SM * NUM_WARPS > 8:
-            raise ValueError(f"decode_mega: PROGRAMS_PER_SM x NUM_WARPS = {PROGRAMS_PER_SM} x {NUM_WARPS} > 8: every "
-                             f"program must be resident at once (a grid barrier waits for all), and 8 warps of up to "
-                             f"255 registers fill an SM's register file")
-        if not isinstance(MLP_COPIES, int) or MLP_COPIES < 1:
-            raise ValueError(f"decode_mega: MLP_COPIES={MLP_COPIES!r}: a positive int (copies of the MLP's sums)")
-        if MLP_UNITS and (MLP_UNITS < 0 or MLP_UNITS & (MLP_UNITS - 1)):
-            raise ValueError(f"decode_mega: MLP_UNITS={MLP_UNITS}: a power of two (hidden units an MLP tile), or 0")
+        self._check_knobs()
+        warps, per_sm, module = self._launch_shape()
+        if per_sm * warps > 8:
+            raise ValueError(f"{module}: PROGRAMS_PER_SM x NUM_WARPS = {per_sm} x {warps} > 8: every program must be "
+                             f"resident at once (a grid barrier waits for all), and 8 warps of up to 255 registers "
+                             f"fill an SM's register file")
         if self.device.type == "cuda" and not _interpret():
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            self.programs = programs or sms * PROGRAMS_PER_SM
-            if self.programs > sms * (8 // NUM_WARPS):
-                raise ValueError(f"MegaDecoder: programs={self.programs} > {sms} SMs x {8 // NUM_WARPS} programs of "
-                                 f"{NUM_WARPS} warps: every program must be resident at once (the grid barriers)")
+            self.programs = programs or sms * per_sm
+            if self.programs > sms * (8 // warps):
+                raise ValueError(f"{type(self).__name__}: programs={self.programs} > {sms} SMs x {8 // warps} "
+                                 f"programs of {warps} warps: every program must be resident at once (the grid "
+                                 f"barriers)")
         else:
             self.programs = programs or INTERPRET_PROGRAMS
         self._stack_caches()
         self._key, self.weights = None, None
-        dev, f32 = self.device, torch.float32
         self.block_h = _pow2(self.nH // self.nKV, 16)
         self.s_max = max(1, min(MAX_SPLITS, self.programs // (B * self.nKV)))
+        self.counters = torch.zeros(1, device=self.device, dtype=torch.int32)  # the barriers' arrivals, zeroed
+        #                                                                        each step
+        self.error = torch.zeros(1, device=self.device, dtype=torch.int32)
+        self.times = None  # while timed_step runs: every program's barrier stamps
+        self._buffers()
+
+    @staticmethod
+    def _rows():
+        """(fewest, most) sequences this class serves (the GEMV tiles' rows live in registers)."""
+        return 1, MAX_ROWS
+
+    @staticmethod
+    def _check_knobs() -> None:
+        if not isinstance(MLP_COPIES, int) or MLP_COPIES < 1:
+            raise ValueError(f"decode_mega: MLP_COPIES={MLP_COPIES!r}: a positive int (copies of the MLP's sums)")
+        if MLP_UNITS and (MLP_UNITS < 0 or MLP_UNITS & (MLP_UNITS - 1)):
+            raise ValueError(f"decode_mega: MLP_UNITS={MLP_UNITS}: a power of two (hidden units an MLP tile), or 0")
+
+    @staticmethod
+    def _launch_shape():
+        """(warps a program, programs an SM, the module whose knobs set them)."""
+        return NUM_WARPS, PROGRAMS_PER_SM, "decode_mega"
+
+    def _buffers(self) -> None:
+        """The step's working buffers (activations between phases, the attention's partials, the logits)."""
+        B, dev, f32 = self.batch, self.device, torch.float32
         parts = B * self.nKV * self.s_max * self.block_h
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # a layer's input x0
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
@@ -713,9 +780,6 @@ class MegaDecoder:
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)
         self.logits = torch.zeros(B, self.vocab, device=dev, dtype=self.dtype)
-        self.counters = torch.zeros(1, device=dev, dtype=torch.int32)  # the barriers' arrivals, zeroed each step
-        self.error = torch.zeros(1, device=dev, dtype=torch.int32)
-        self.times = None  # while timed_step runs: every program's barrier stamps
 
     def _stack_caches(self) -> None:
         names = ("kv",) if "kv" in self.caches[0].store else ("k", "v")
@@ -728,7 +792,8 @@ class MegaDecoder:
 
     def _stacked_weights(self) -> dict:
         """The kernel's weights, stacked over layers; rebuilt when a parameter (or a Tucker merged form) changes."""
-        key = (FUSED_MLP,) + tuple((t.data_ptr(), t._version) for t in self.model.parameters())
+        proj_rows = self._proj_transposed()
+        key = (proj_rows,) + tuple((t.data_ptr(), t._version) for t in self.model.parameters())
         if self.weights is not None and key == self._key:
             return self.weights
         blocks = self.model.transformer.h
@@ -747,7 +812,7 @@ class MegaDecoder:
                 bfc=torch.stack([b.mlp.c_fc.bias if b.mlp.c_fc.bias is not None else zeros(self.hidden) for b in blocks]),
                 # W_proj (L, d, hidden), or its transpose (L, hidden, d) for the fused MLP (a program's hidden units'
                 # weights are rows)
-                wpr=torch.stack([b.mlp.c_proj.weight.t() if FUSED_MLP else b.mlp.c_proj.weight
+                wpr=torch.stack([b.mlp.c_proj.weight.t() if proj_rows else b.mlp.c_proj.weight
                                  for b in blocks]).contiguous(),
                 bpr=torch.stack([b.mlp.c_proj.bias if b.mlp.c_proj.bias is not None else zeros(self.d) for b in blocks]),
                 nfw=self.model.transformer.ln_f.weight, nfb=norm_bias(self.model.transformer.ln_f))
@@ -755,6 +820,11 @@ class MegaDecoder:
         self.has_nb = bias is not None
         self.weights, self._key = w, key
         return w
+
+    @staticmethod
+    def _proj_transposed() -> bool:
+        """Whether W_proj is stacked transposed (hidden, d): the fused MLP's (a program's hidden units' rows)."""
+        return FUSED_MLP
 
     def _bn(self, N: int, K: int, tile: int = 0) -> int:
         """Output columns of a GEMV tile: enough for one tile a program where the register budget allows (`tile`,

@@ -1504,8 +1504,8 @@ class StaticDecoder:
         # stacked buffers), where it can serve the model (a ValueError says why not)
         self.mega = None
         if mega:
-            from decode_mega import MegaDecoder
-            self.mega = MegaDecoder(model, self.caches)
+            from decode_mega import step_decoder
+            self.mega = step_decoder(model, self.caches)  # batch <= 4: GEMV tiles; more: decode_wide's
             self.step_fn = self.mega.decode_step
         device = self.caches[0].store[next(iter(self.caches[0].store))].device
         self.position = torch.zeros(1, dtype=torch.long, device=device)  # where the next token goes

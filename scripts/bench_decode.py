@@ -155,7 +155,8 @@ MODE_NOTES = {
                     "everything x feeds in one matrix and W_UV W_O in another (LatentAttention.merged_decode: 2, "
                     "not 5); others as graph",
     "graph_merged_compiled": "as graph_merged, the step torch.compiled first",
-    "graph_mega": "the whole step as ONE persistent kernel (decode_mega.MegaDecoder: grid barriers between its phases, "
+    "graph_mega": "the whole step as ONE persistent kernel (decode_mega.step_decoder: MegaDecoder's GEMV tiles at "
+                  "batch <= 4, decode_wide.WideDecoder's tensor-core tiles above; grid barriers between its phases, "
                   "Tucker in its merged form), captured in a graph with the memset of its counters",
     "graph_mega_phases": "as graph_mega, each phase of each layer a launch of its own instead of the barriers (where "
                          "the time goes: the phases' own work against the barriers)",
@@ -165,12 +166,13 @@ MODE_NOTES = {
 }
 
 
-KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega")  # whose upper-case constants --knob may set
+KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega", "decode_wide")  # whose upper-case constants
+#                                                                                  --knob may set
 
 
 def set_knobs(pairs) -> dict:
     """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
-    default), decode_linear or decode_mega, the value a Python literal (bench_train.set_knobs)."""
+    default), decode_linear, decode_mega or decode_wide, the value a Python literal (bench_train.set_knobs)."""
     return set_module_knobs(pairs, KNOB_MODULES)
 
 
@@ -208,8 +210,9 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
         compile_mode = DECODE_COMPILE_MODES["max-autotune" if mode.endswith("_autotune") else "default"]
         step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)  # graphs: captured below
     elif mode.startswith("graph_mega"):
-        from decode_mega import MegaDecoder
-        mega = MegaDecoder(model, decoder.caches)  # the caches' contents copied into its stacked ones
+        from decode_mega import step_decoder
+        mega = step_decoder(model, decoder.caches)  # the caches' contents copied into its stacked ones (batch > 4:
+        #                                             decode_wide's tensor-core step)
         step_fn = functools.partial(mega.decode_step, phases=mode == "graph_mega_phases")
     else:
         step_fn = model.decode_step

@@ -104,5 +104,8 @@ def compile_sm90(kernel, args, kwargs):
 
     signature, constexprs, num_warps = typed(kernel, args, kwargs)
     attrs = specialization(kernel, args, kwargs, signature, constexprs)
+    options = {"num_warps": num_warps}
+    if "num_stages" in kwargs:  # the launch's software pipelining depth (Triton's default 3 otherwise)
+        options["num_stages"] = kwargs["num_stages"]
     return triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs),
-                          target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+                          target=GPUTarget("cuda", 90, 32), options=options)

@@ -54,7 +54,7 @@ def decode_both(model, batch, context, steps, programs, device="cpu"):
     for c, r in zip(caches, ref_caches):
         for name in c.store:
             c.store[name].copy_(r.store[name])
-    mega = dm.MegaDecoder(model, caches, programs=programs)
+    mega = dm.step_decoder(model, caches, programs=programs)
     tokens = torch.randint(model.config.vocab_size, (steps, batch, 1), generator=gen).to(device)
     got, want = [], []
     with torch.no_grad():
@@ -156,7 +156,8 @@ def test_unsupported_models_are_refused_with_the_reason():
     for why, over in cases.items():
         model = tiny("mha", **over)
         assert why in (dm.unsupported(model, 1) or ""), why
-    assert "batch" in dm.unsupported(tiny("mha"), dm.MAX_ROWS + 1)
+    import decode_wide
+    assert "batch" in dm.unsupported(tiny("mha"), decode_wide.MAX_ROWS + 1)
 
 
 def test_static_decoder_refuses_the_kernel_where_it_cannot_run():

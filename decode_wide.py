@@ -1,0 +1,321 @@
+"""
+The decode step of a GPT at 5 .. MAX_ROWS sequences as ONE persistent Triton kernel, its products on tensor cores.
+
+decode_mega's step keeps a tile's activation rows in registers and multiplies them on CUDA cores: it serves up to
+decode_mega.MAX_ROWS (4) sequences. At batch 32 the model's default step is ~84 kernels a token (cuBLAS GEMMs,
+the split attention, its merge, norms; results/bench/README.md), of which ~0.35-0.44 ms do not depend on the
+context: Tucker's small cache is then read in about as long as the launches around it take. Here the same grid
+of resident programs (decode_mega's barriers) runs every layer as six phases,
+
+    A   [q | k | v] = norm1(x0) W_qkv^T (+ b): a program per tile of BN output columns, all rows at once (tl.dot,
+        K in steps of BK), each row normalized on the fly from its statistics (below); q stored, k and v written
+        into the caches at `pos`
+    B1  attention of the new token to rows 0 .. pos, split over programs (decode_mega._attention_splits)
+    B2  a program per (sequence, query head): its splits merged, the head's output o stored (rounded)
+    D   x1 = x0 + (o W_O^T + b_O): a program per tile of output columns, the residual added in the epilogue
+    E   h = gelu(norm2(x1) W_fc^T + b_fc)
+    F   x2 = x1 + (h W_proj^T + b_proj)
+
+then the final norm and the LM head, with the embeddings as a phase before layer 0. No sum is split over programs
+(every output column is one program's), so no phase needs atomic adds for its products; instead the phases that
+write the residual stream (the embeddings, D, F) add their columns' share of each row's sum and sum of squares
+into STATS (fp32 atomics, 2 x B x 2 floats: the stream x0/x2 and x1), and the norms' consumers (A, E, the LM head)
+read a row's mean and variance from them (var = E[x^2] - mean^2, in fp32) instead of reducing whole rows first.
+The arithmetic follows the unfused model's rounding points (each op's result rounded to the activations' dtype);
+the statistics' sums arrive in any order, so the logits vary run to run in their last bits.
+
+Served: what decode_mega serves (MHA, GQA, MQA, Tucker merged, learned positions, GELU MLP, LayerNorm / RMSNorm),
+5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above decode_mega.MAX_ROWS). Tested in Triton's
+interpreter on the CPU, a phase a launch (ONLY), against GPT.decode_step; on the GPU the phases run behind grid
+barriers in one launch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import decode_mega as dm
+from decode_attention import _interpret, _pow2, _triton_available
+
+MAX_ROWS = 64  # sequences a step serves at most (a product's rows are one tl.dot operand: BLOCK_M x BK)
+BN = 16  # output columns a tile of the layers' products (tl.dot's least)
+BK = 128  # K a step of a product's loop
+BN_LM = 64  # the LM head's output columns a tile
+NUM_WARPS = 4
+PROGRAMS_PER_SM = 2  # programs of NUM_WARPS warps an SM (all resident at once: PROGRAMS_PER_SM x NUM_WARPS <= 8)
+STAGES = 3  # loads in flight ahead in the products' and the attention's loops (Triton's software pipelining)
+ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
+PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F)
+
+
+if _triton_available():
+    import triton
+    import triton.language as tl
+
+    from decode_linear import _gelu_erf, _scale_shift
+    from decode_mega import _attention_splits, _grid_sync, _merged_head, _store_qkv
+
+    @triton.jit
+    def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
+        """(mean, rstd) of rows rm of the stream whose sums slot holds (STATS (2, BLOCK_M, 2): sum x, sum x^2):
+        LayerNorm's (NORM 1) or RMSNorm's (2, mean 0)."""
+        at = STATS + slot * (BLOCK_M * 2) + rm * 2
+        s1 = tl.load(at, mask=m_ok, other=0.0, cache_modifier=".cg")
+        s2 = tl.load(at + 1, mask=m_ok, other=0.0, cache_modifier=".cg")
+        if NORM == 2:
+            mean = tl.zeros([BLOCK_M], tl.float32)
+            rstd = tl.rsqrt(s2 / d + eps)
+        else:
+            mean = s1 / d
+            rstd = tl.rsqrt(tl.maximum(s2 / d - mean * mean, 0.0) + eps)
+        return mean, rstd
+
+    @triton.jit
+    def _add_stats(STATS, slot, x, rm, m_ok, BLOCK_M: tl.constexpr):
+        """The rows' partial sums of x and x^2 (x (BLOCK_M, columns) fp32, zero outside) added into slot."""
+        at = STATS + slot * (BLOCK_M * 2) + rm * 2
+        tl.atomic_add(at, tl.sum(x, axis=1), mask=m_ok, sem="relaxed", scope="gpu")
+        tl.atomic_add(at + 1, tl.sum(x * x, axis=1), mask=m_ok, sem="relaxed", scope="gpu")
+
+    @triton.jit
+    def _product(A, W, t, N, K, rm, m_ok, STATS, slot, NW, NB, d, eps, dt, BN: tl.constexpr, BK: tl.constexpr,
+                 NORM: tl.constexpr, HAS_NB: tl.constexpr, DOT_PREC: tl.constexpr):
+        """(BLOCK_M, BN) fp32: rows rm of A (B, K) times rows t*BN .. t*BN + BN - 1 of W (N, K), transposed, K in
+        steps of BK. NORM 1 or 2: each row of A first normalized (LayerNorm / RMSNorm, statistics from STATS' slot,
+        weight NW and bias NB (HAS_NB)) and rounded as the unfused norm stores it; 0: A as it is."""
+        rn = t * BN + tl.arange(0, BN)
+        n_ok = rn < N
+        rb = tl.arange(0, BN)
+        w_base = W + (t * BN + tl.zeros([], tl.int64)) * K  # the tile's first row; 32-bit offsets from it
+        if NORM != 0:
+            mean, rstd = _row_stats(STATS, slot, rm, m_ok, d, eps, NORM, rm.shape[0])
+        acc = tl.zeros([rm.shape[0], BN], tl.float32)
+        for k0 in range(0, K, BK):
+            rk = k0 + tl.arange(0, BK)
+            k_ok = rk < K
+            a = tl.load(A + rm[:, None] * K + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0,
+                        cache_modifier=".cg")  # (BLOCK_M, BK): written by other programs in this launch
+            if NORM != 0:
+                nw = tl.load(NW + rk, mask=k_ok, other=0.0).to(tl.float32)
+                nb = nw
+                if HAS_NB:
+                    nb = tl.load(NB + rk, mask=k_ok, other=0.0).to(tl.float32)
+                a = _scale_shift(a.to(tl.float32), mean, rstd, nw, nb, k_ok, NORM, HAS_NB).to(dt)
+            w = tl.load(w_base + rb[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            acc += tl.dot(a, tl.trans(w), input_precision=DOT_PREC)  # (BLOCK_M, BN)
+        return acc
+
+    @triton.jit
+    def _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN: tl.constexpr, BLOCK_M: tl.constexpr):
+        """A sublayer's tile of output columns t*BN ..: x = R + (y + bias), each rounded as the unfused ops store
+        them, into OUT (B, N); its rows' partial statistics into STATS' slot."""
+        rn = t * BN + tl.arange(0, BN)
+        n_ok = rn < N
+        ok = m_ok[:, None] & n_ok[None, :]
+        y = (y + tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]).to(dt).to(tl.float32)
+        r = tl.load(R + rm[:, None] * N + rn[None, :], mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+        x = (y + r).to(dt)
+        tl.store(OUT + rm[:, None] * N + rn[None, :], x, mask=ok)
+        _add_stats(STATS, slot, tl.where(ok, x.to(tl.float32), 0.0), rm, m_ok, BLOCK_M)
+
+    @triton.jit
+    def _wide_step_kernel(
+            IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
+            X, X1, STATS, Q, O, H, PO, PM, PL, LOGITS, SYNC, ERR,
+            B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
+            D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
+            DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
+            HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+            BN_LM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr,
+            MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FIRST: tl.constexpr,
+            FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
+        """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
+        ONLY 0: every phase, a grid barrier after each; else one phase alone (the interpreter's launches, no
+        barrier): 1-6 A, B1, B2, D, E, F, 7 the embeddings, 8 the LM head.
+
+        Buffers: X the stream x0 (a layer's input) and x2 (its output, the next one's x0), X1 its middle x1, each
+        written column tile by column tile; STATS[0] the sums of X's rows (the embeddings store them whole, F adds
+        its columns'; zeroed by program 0 in B1, after A read them), STATS[1] of X1's (D adds, zeroed in A after the
+        previous layer's E read them); Q the queries, O the attention's merged outputs (nH DV a row), H the MLP's
+        hidden activations."""
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        dt = X.dtype.element_ty
+        pos = tl.load(POS)  # the new token's row; rows 0 .. pos are attended
+        length = pos + 1
+        rm = tl.arange(0, BLOCK_M)
+        m_ok = rm < B
+        KO: tl.constexpr = NH * DV  # the output projection's K
+        barriers = 0
+        if FIRST & ((ONLY == 0) | (ONLY == 7)):  # ---- x0 = wte[token] + wpe[pos], a row a program, its sums whole
+            rk = tl.arange(0, BLOCK_D)
+            k_ok = rk < D
+            for b in range(pid, B, nprog):
+                tok = tl.load(IDX + b)
+                x = (tl.load(WTE + tok * D + rk, mask=k_ok, other=0.0).to(tl.float32)
+                     + tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)).to(dt)
+                tl.store(X + b * D + rk, x, mask=k_ok)
+                xf = x.to(tl.float32)
+                tl.store(STATS + b * 2, tl.sum(xf, axis=0))
+                tl.store(STATS + b * 2 + 1, tl.sum(xf * xf, axis=0))
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+        for layer in range(layer_lo, layer_hi):
+            layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
+            # ---- A: [q | k | v] = norm1(x0) W_qkv^T + b_qkv; k, v into the caches at pos
+            if (ONLY == 0) | (ONLY == 1):
+                if pid == 0:  # x1's sums start from zero (their last reader: the previous layer's E)
+                    tl.store(STATS + BLOCK_M * 2 + rm * 2, tl.zeros([BLOCK_M], tl.float32))
+                    tl.store(STATS + BLOCK_M * 2 + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
+                for t in range(pid, tl.cdiv(N_QKV, BN), nprog):
+                    y = _product(X, WQKV + layer64 * N_QKV * D, t, N_QKV, D, rm, m_ok, STATS, 0, N1W + layer * D,
+                                 N1B + layer * D, D, eps, dt, BN, BK, NORM, HAS_NB, DOT_PREC)
+                    rn = t * BN + tl.arange(0, BN)
+                    n_ok = rn < N_QKV
+                    y += tl.load(BQKV + layer * N_QKV + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                    _store_qkv(y.to(dt), rn, rm, m_ok[:, None] & n_ok[None, :], Q, KC, VC, B, layer64, pos, max_len,
+                               NH, NKV, DK, DV, SHARED_KV)
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+            # ---- B1: the attention's splits (the cache rows split over programs)
+            chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
+            n_split = tl.cdiv(length, chunk)
+            if (ONLY == 0) | (ONLY == 2):
+                if pid == 0:  # x2's sums start from zero (read last in A)
+                    tl.store(STATS + rm * 2, tl.zeros([BLOCK_M], tl.float32))
+                    tl.store(STATS + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
+                _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
+                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N, DOT_PREC)
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+            # ---- B2: a program per (sequence, query head): its splits merged, o rounded as stored
+            if (ONLY == 0) | (ONLY == 3):
+                ev = tl.arange(0, DV)
+                for item in range(pid, B * NH, nprog):
+                    b = item // NH
+                    h = item % NH
+                    o = _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV, HPG, DV, BLOCK_H, BLOCK_SM, dt)
+                    tl.store(O + b * KO + h * DV + ev, o.to(dt))
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+            # ---- D: x1 = x0 + (o W_O^T + b_O)
+            if (ONLY == 0) | (ONLY == 4):
+                for t in range(pid, tl.cdiv(D, BN), nprog):
+                    y = _product(O, WO + layer64 * D * KO, t, D, KO, rm, m_ok, STATS, 0, N1W, N1B, D, eps, dt, BN,
+                                 BK, 0, HAS_NB, DOT_PREC)
+                    _residual_out(y, BO + layer * D, X, X1, STATS, 1, t, D, rm, m_ok, dt, BN, BLOCK_M)
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+            # ---- E: h = gelu(norm2(x1) W_fc^T + b_fc)
+            if (ONLY == 0) | (ONLY == 5):
+                for t in range(pid, tl.cdiv(HIDDEN, BN), nprog):
+                    y = _product(X1, WFC + layer64 * HIDDEN * D, t, HIDDEN, D, rm, m_ok, STATS, 1, N2W + layer * D,
+                                 N2B + layer * D, D, eps, dt, BN, BK, NORM, HAS_NB, DOT_PREC)
+                    rn = t * BN + tl.arange(0, BN)
+                    n_ok = rn < HIDDEN
+                    y += tl.load(BFC + layer * HIDDEN + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                    y = _gelu_erf(y.to(dt).to(tl.float32))  # F.gelu of the linear's stored output
+                    tl.store(H + rm[:, None] * HIDDEN + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+            # ---- F: x2 = x1 + (h W_proj^T + b_proj), the next layer's x0
+            if (ONLY == 0) | (ONLY == 6):
+                for t in range(pid, tl.cdiv(D, BN), nprog):
+                    y = _product(H, WPR + layer64 * D * HIDDEN, t, D, HIDDEN, rm, m_ok, STATS, 0, N2W, N2B, D, eps,
+                                 dt, BN, BK, 0, HAS_NB, DOT_PREC)
+                    _residual_out(y, BPR + layer * D, X1, X, STATS, 0, t, D, rm, m_ok, dt, BN, BLOCK_M)
+            if ONLY == 0:
+                barriers += 1
+                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+        # ---- the final norm and the LM head
+        if FINAL & ((ONLY == 0) | (ONLY == 8)):
+            for t in range(pid, tl.cdiv(vocab, BN_LM), nprog):
+                y = _product(X, WLM, t, vocab, D, rm, m_ok, STATS, 0, NFW, NFB, D, eps, dt, BN_LM, BK, NORM, HAS_NB,
+                             DOT_PREC)
+                rn = t * BN_LM + tl.arange(0, BN_LM)
+                tl.store(LOGITS + rm[:, None] * vocab + rn[None, :], y.to(dt),
+                         mask=m_ok[:, None] & (rn < vocab)[None, :])
+
+
+class WideDecoder(dm.MegaDecoder):
+    """decode_mega.MegaDecoder's one-launch step for MAX_ROWS >= batch > decode_mega.MAX_ROWS: the same interface
+    (decode_step(idx, caches, pos) -> logits, check()), the same stacked weights and caches, the wide kernel."""
+
+    @staticmethod
+    def _rows():
+        return dm.MAX_ROWS + 1, MAX_ROWS
+
+    @staticmethod
+    def _check_knobs() -> None:
+        for name, value in (("BN", BN), ("BK", BK), ("BN_LM", BN_LM)):
+            if not isinstance(value, int) or value < 16 or value & (value - 1):
+                raise ValueError(f"decode_wide: {name}={value!r}: a power of two >= 16 (a tl.dot operand's side)")
+
+    @staticmethod
+    def _launch_shape():
+        return NUM_WARPS, PROGRAMS_PER_SM, "decode_wide"
+
+    @staticmethod
+    def _proj_transposed() -> bool:
+        return False  # W_proj (d, hidden): phase F's tiles are its rows
+
+    def _buffers(self) -> None:
+        B, dev, f32 = self.batch, self.device, torch.float32
+        self.block_m = _pow2(B, 16)
+        parts = B * self.nKV * self.s_max * self.block_h
+        self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # the stream x0 / x2
+        self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
+        self.stats = torch.zeros(2, self.block_m, 2, device=dev, dtype=f32)  # sums of x, x^2 of X's and X1's rows
+        self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
+        self.o = torch.zeros(B, self.nH * self.dv, device=dev, dtype=self.dtype)  # the attention's merged heads
+        self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
+        self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
+        self.pm = torch.zeros(parts, device=dev, dtype=f32)
+        self.pl = torch.zeros(parts, device=dev, dtype=f32)
+        self.logits = torch.zeros(B, self.vocab, device=dev, dtype=self.dtype)
+
+    def _launch(self, w: dict, idx, pos, only: int, layer_lo: int, layer_hi: int, first: bool, final: bool) -> None:
+        tr = self.model.transformer
+        _wide_step_kernel[(self.programs,)](
+            idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
+            self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
+            w["nfb"], self.model.lm_head.weight,
+            self.x, self.x1, self.stats, self.q, self.o, self.h, self.po, self.pm, self.pl, self.logits,
+            self.counters, self.error,
+            self.batch, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * 1.4426950408889634,
+            self.s_max,
+            D=self.d, HIDDEN=self.hidden, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv,
+            N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb,
+            BLOCK_M=self.block_m, BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, BLOCK_H=self.block_h,
+            BLOCK_N=dm.BLOCK_N, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=dm.MIN_CHUNK,
+            DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
+            MAX_SPIN=dm.MAX_SPIN, num_warps=NUM_WARPS, num_stages=STAGES)
+
+    def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
+        """GPT.decode_step in one launch (MegaDecoder.decode_step's contract; phases=True, always in the
+        interpreter: a launch per phase and layer instead of the barriers)."""
+        if caches is not self.caches:
+            raise ValueError("WideDecoder.decode_step: pass the caches the decoder was built on (it reads its own "
+                             "stacked copy of them)")
+        idx = idx.reshape(-1)
+        w = self._stacked_weights()
+        self.counters.zero_()
+        if phases or _interpret():
+            self._launch(w, idx, pos, ONLY_EMBED, 0, 0, True, False)
+            for layer in range(self.n_layer):
+                for only in PHASES:
+                    self._launch(w, idx, pos, only, layer, layer + 1, False, False)
+            self._launch(w, idx, pos, ONLY_LM, self.n_layer, self.n_layer, False, True)
+        else:
+            self._launch(w, idx, pos, 0, 0, self.n_layer, True, True)
+        return self.logits
+
+    def timed_step(self, idx, caches, pos):
+        raise ValueError("WideDecoder has no timed step (decode_mega.MegaDecoder.timed_step stamps the batch <= "
+                         f"{dm.MAX_ROWS} kernel's barriers)")

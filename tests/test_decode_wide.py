@@ -1,0 +1,121 @@
+"""decode_wide: the decode step at 5 .. MAX_ROWS sequences in one persistent kernel, its products on tensor cores.
+
+Properties: for MHA, GQA, MQA, Tucker and Tucker with shared KV, the wide step's logits and the cache rows it writes
+equal GPT.decode_step's over consecutive steps (the cache split over programs and merged, the products' K in
+several steps, LayerNorm and RMSNorm, with and without biases); decode_mega.step_decoder picks the GEMV step up to
+decode_mega.MAX_ROWS sequences and this one above, and both refuse a batch outside their range by name;
+StaticDecoder(mega=True) at batch 6 decodes what the eager step decodes. CPU: Triton's interpreter (a phase a
+launch), float32, to float32 rounding. CUDA (skipped without a GPU): the one launch against the phases and the
+model, bf16, GPT-2 widths, batch 8 and 32.
+"""
+import pytest
+import torch
+
+import decode_mega as dm
+import decode_wide as dw
+from interpreted import needs_child
+from model import StaticDecoder
+from test_decode_mega import VARIANTS, decode_both, needs_cuda, tiny
+
+
+def no_device_checks(monkeypatch):
+    """Let a CPU model through unsupported()'s device checks (as in the interpreter)."""
+    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+    monkeypatch.setattr(dm, "_triton_available", lambda: True)
+
+
+@needs_child
+@pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
+    ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16), "rmsnorm", True),
+    ("mqa", 6, {}, "layernorm", True), ("tucker", 5, dict(BK=32), "layernorm", False),
+    ("tucker_shared", 7, dict(BN_LM=16), "rmsnorm", True)])
+def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, monkeypatch):
+    """Two steps from a 40-row cache (16-row chunks: split over the programs, merged): logits and the written cache
+    rows equal the model's; the products' K in one step (BK 128 over K 64 .. 256: masked) or several (BK 16, 32),
+    LM head tiles of 64 and 16 columns over a vocabulary of 101 (the last tile partly past it)."""
+    for name, value in knobs.items():
+        monkeypatch.setattr(dw, name, value)
+    monkeypatch.setattr(dm, "BLOCK_N", 16)
+    monkeypatch.setattr(dm, "MIN_CHUNK", 16)
+    model = tiny(variant, bias=bias, norm=norm)
+    got, want, caches, ref, mega = decode_both(model, batch, 40, 2, programs=12)
+    assert isinstance(mega, dw.WideDecoder)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    for c, r in zip(caches, ref):
+        for name in c.store:
+            torch.testing.assert_close(c.store[name][:, :, :42], r.store[name][:, :, :42], rtol=1e-5, atol=1e-5)
+    assert not mega.error.item()
+
+
+@needs_child
+def test_interp_static_decoder_at_batch_6_matches_eager():
+    """StaticDecoder(mega=True) at 6 sequences runs the wide step: prefill then four greedy steps, the eager
+    step's logits."""
+    model = tiny("tucker", bias=True)
+    prompt = torch.randint(101, (6, 5), generator=torch.Generator().manual_seed(3))
+    outs = []
+    for mega in (False, True):
+        dec = StaticDecoder(model, 6, max_len=16, mega=mega)
+        assert (dec.mega is not None) == mega and (not mega or isinstance(dec.mega, dw.WideDecoder))
+        logits = [dec.prefill(prompt)]
+        for _ in range(4):
+            logits.append(dec.step(logits[-1].argmax(-1, keepdim=True)).clone())
+        outs.append(torch.stack(logits))
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+
+
+def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
+    no_device_checks(monkeypatch)
+    model = tiny("tucker")
+    for batch, cls in ((1, dm.MegaDecoder), (dm.MAX_ROWS, dm.MegaDecoder), (dm.MAX_ROWS + 1, dw.WideDecoder),
+                       (dw.MAX_ROWS, dw.WideDecoder)):
+        dec = dm.step_decoder(model, model.new_caches(batch, 8), programs=4)
+        assert type(dec) is cls, batch
+    assert "batch 65" in dm.unsupported(model, dw.MAX_ROWS + 1)
+    with pytest.raises(ValueError, match="the decode step kernel cannot serve this model: batch 65"):
+        dm.step_decoder(model, model.new_caches(dw.MAX_ROWS + 1, 8))
+    with pytest.raises(ValueError, match="WideDecoder serves 5 .. 64 sequences, the caches hold 4"):
+        dw.WideDecoder(model, model.new_caches(4, 8))
+    with pytest.raises(ValueError, match="MegaDecoder serves 1 .. 4 sequences, the caches hold 5"):
+        dm.MegaDecoder(model, model.new_caches(5, 8))
+
+
+@pytest.mark.parametrize("knob, value", [("BN", 8), ("BK", 48), ("BN_LM", 0)])
+def test_tiles_tl_dot_cannot_take_are_refused(knob, value, monkeypatch):
+    no_device_checks(monkeypatch)
+    monkeypatch.setattr(dw, knob, value)
+    model = tiny("mqa")
+    with pytest.raises(ValueError, match=f"decode_wide: {knob}={value}: a power of two >= 16"):
+        dw.WideDecoder(model, model.new_caches(8, 8))
+
+
+def test_wide_decoder_has_no_timed_step(monkeypatch):
+    no_device_checks(monkeypatch)
+    model = tiny("mqa")
+    caches = model.new_caches(8, 8)
+    with pytest.raises(ValueError, match="no timed step"):
+        dw.WideDecoder(model, caches).timed_step(torch.zeros(8, 1, dtype=torch.long), caches, torch.tensor([3]))
+
+
+@needs_cuda
+@pytest.mark.parametrize("variant, batch", [("tucker", 32), ("tucker_shared", 32), ("mha", 8), ("gqa", 8),
+                                            ("mqa", 32), ("tucker", 8)])
+def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
+    """bf16 at GPT-2 widths: the one launch (barriers) against the phases launched one by one (equal up to the
+    statistics' order of arrival) and both against the model's step, over three steps from a 1,500-row cache."""
+    over = dict(n_layer=3, n_head=12, n_embd=768, block_size=2048, vocab_size=50304)
+    if variant.startswith("tucker"):
+        over["tucker_ranks"] = (8, 64, 64)
+    model = tiny(variant, dtype=torch.bfloat16, device="cuda", **over)
+    got, want, caches, _, mega = decode_both(model, batch, 1500, 3, programs=None, device="cuda")
+    assert isinstance(mega, dw.WideDecoder)
+    mega.check()
+    for g, w in zip(got, want):
+        assert ((g - w).norm() / w.norm()).item() < 2e-2
+    pos = torch.tensor([1503], device="cuda")
+    tok = torch.full((batch, 1), 7, device="cuda")
+    one = mega.decode_step(tok, caches, pos).float().clone()
+    phased = mega.decode_step(tok, caches, pos, phases=True).float().clone()
+    mega.check()
+    assert ((one - phased).norm() / phased.norm()).item() < 1e-2
