@@ -29,12 +29,15 @@ from scripts.bench_decode import KNOB_MODULES, build_model, fill_caches  # noqa:
 from scripts.bench_train import VARIANTS, set_module_knobs  # noqa: E402
 
 PHASES = ("A x0+norm1+qkv", "B1 attention splits", "B2D merge+out proj", "E x1+norm2+fc+gelu", "F proj")
+WIDE_PHASES = ("A norm1+qkv", "B1 attention splits", "B2 merge", "D out proj+residual", "E norm2+fc+gelu",
+               "F proj+residual")  # decode_wide's (batch > decode_mega.MAX_ROWS), in decode_wide.PHASES' order
 
 
 def setup(name: str, context: int, batch: int):
-    """(model, caches, MegaDecoder, tokens, pos): a benchmark variant on the GPU, its caches filled with `context`
-    random rows, the next token's ids and position."""
-    from decode_mega import MegaDecoder
+    """(model, caches, step decoder, tokens, pos): a benchmark variant on the GPU, its caches filled with `context`
+    random rows, the next token's ids and position (decode_mega.step_decoder: MegaDecoder up to decode_mega.MAX_ROWS
+    sequences, decode_wide.WideDecoder above)."""
+    from decode_mega import step_decoder
     from model import StaticDecoder
     device = torch.device("cuda")
     variant = next((v for v in VARIANTS if v.id == name), None)
@@ -44,7 +47,41 @@ def setup(name: str, context: int, batch: int):
     decoder = StaticDecoder(model, batch, device=device, max_len=context + 1)
     fill_caches(decoder.caches, context, torch.Generator(device=device).manual_seed(0))
     tokens = torch.randint(model.config.vocab_size, (batch, 1), device=device)
-    return model, decoder.caches, MegaDecoder(model, decoder.caches), tokens, torch.tensor([context], device=device)
+    return model, decoder.caches, step_decoder(model, decoder.caches), tokens, torch.tensor([context], device=device)
+
+
+def phase_launches(mega, tokens, caches, pos, steps: int, kernel: str) -> list:
+    """The CUDA kernel records of `steps` steps launched phase by phase (after 3 unprofiled ones), in time order."""
+    for _ in range(3):  # compile, warm up
+        mega.decode_step(tokens, caches, pos, phases=True)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            mega.decode_step(tokens, caches, pos, phases=True)
+        torch.cuda.synchronize()
+    return sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and kernel in e.name),
+                  key=lambda e: e.time_range.start)
+
+
+@torch.no_grad()
+def profile_wide(name: str, context: int, batch: int, steps: int) -> dict:
+    """decode_wide's step (batch > decode_mega.MAX_ROWS) launched phase by phase: kernel us per step of the
+    embeddings, each of WIDE_PHASES (summed over the layers) and the final norm + LM head, medians over the steps."""
+    import decode_wide as dw
+    model, caches, mega, tokens, pos = setup(name, context, batch)
+    launches = phase_launches(mega, tokens, caches, pos, steps, "_wide_step_kernel")
+    n = len(dw.PHASES)
+    per_step = model.config.n_layer * n + 2
+    if len(launches) != steps * per_step:
+        raise RuntimeError(f"{len(launches)} kernel records, expected {steps} x {per_step}")
+    us = {p: [] for p in ("embeddings",) + WIDE_PHASES + ("LM head",)}
+    for s in range(steps):
+        step = [e.time_range.elapsed_us() for e in launches[s * per_step:(s + 1) * per_step]]
+        us["embeddings"].append(step[0])
+        for i, p in enumerate(WIDE_PHASES):
+            us[p].append(sum(step[1 + i:-1:n]))
+        us["LM head"].append(step[-1])
+    return {p: statistics.median(v) for p, v in us.items()}
 
 
 @torch.no_grad()
@@ -53,15 +90,7 @@ def profile_variant(name: str, context: int, batch: int, steps: int) -> dict:
     decode_mega.FUSED_MLP, E's launches hold the whole MLP and F's row is zero (no launch)."""
     import decode_mega as dm
     model, caches, mega, tokens, pos = setup(name, context, batch)
-    for _ in range(3):  # compile, warm up
-        mega.decode_step(tokens, caches, pos, phases=True)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            mega.decode_step(tokens, caches, pos, phases=True)
-        torch.cuda.synchronize()
-    launches = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                       and "_mega_step_kernel" in e.name), key=lambda e: e.time_range.start)
+    launches = phase_launches(mega, tokens, caches, pos, steps, "_mega_step_kernel")
     order = dm.PHASE_LAUNCHES[dm.FUSED_MLP]  # a layer's launches (ONLY), in order
     per_step = model.config.n_layer * len(order) + 1
     if len(launches) != steps * per_step:
@@ -163,8 +192,18 @@ def main(argv=None):
             print(f"| {v} | whole step (first start to last end) | {r['total']:.1f} | | | |")
             print(f"| {v} | timer resolution seen | {r['timer step']:.3f} | | | |")
         return
-    rows = {v: profile_variant(v, a.context, a.batch, a.steps) for v in a.variants.split(",")}
     import decode_mega as dm
+    if a.batch > dm.MAX_ROWS:  # decode_wide's step
+        rows = {v: profile_wide(v, a.context, a.batch, a.steps) for v in a.variants.split(",")}
+        cols = list(next(iter(rows.values())))
+        print(f"decode_wide phases, batch {a.batch}, {a.context} cached, us per step (all layers), knobs "
+              f"{knobs or 'none'}, {torch.cuda.get_device_name()}")
+        print("| variant | " + " | ".join(cols) + " | sum |")
+        print("| --- " * (len(cols) + 2) + "|")
+        for v, r in rows.items():
+            print(f"| {v} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + f" | {sum(r.values()):.1f} |")
+        return
+    rows = {v: profile_variant(v, a.context, a.batch, a.steps) for v in a.variants.split(",")}
     cols = PHASES + ("LM head",)
     if dm.FUSED_MLP:  # E's launch holds the whole MLP, F has none
         for r in rows.values():
