@@ -16,13 +16,19 @@ of resident programs (decode_mega's barriers) runs every layer as six phases,
     E   h = gelu(norm2(x1) W_fc^T + b_fc)
     F   x2 = x1 + (h W_proj^T + b_proj)
 
-then the final norm and the LM head, with the embeddings as a phase before layer 0. No sum is split over programs
-(every output column is one program's), so no phase needs atomic adds for its products; instead the phases that
-write the residual stream (the embeddings, D, F) add their columns' share of each row's sum and sum of squares
-into STATS (fp32 atomics, 2 x B x 2 floats: the stream x0/x2 and x1), and the norms' consumers (A, E, the LM head)
-read a row's mean and variance from them (var = E[x^2] - mean^2, in fp32) instead of reducing whole rows first.
-The arithmetic follows the unfused model's rounding points (each op's result rounded to the activations' dtype);
-the statistics' sums arrive in any order, so the logits vary run to run in their last bits.
+then the final norm and the LM head, with the embeddings as a phase before layer 0. The phases that write the
+residual stream (the embeddings, D, F) add their columns' share of each row's sum and sum of squares into STATS
+(fp32 atomics, 2 x B x 2 floats: the stream x0/x2 and x1), and the norms' consumers (A, E, the LM head) read a
+row's mean and variance from them (var = E[x^2] - mean^2, in fp32) instead of reducing whole rows first. A norm's
+weight and bias are folded into the matrix after it (W' = W diag(g), b' = b + W beta, built with the stacked
+weights), so a product's loop normalizes a chunk of rows with two numbers a row and loads nothing else beside its
+operands (a norm-weight load per step of the loop, outside Triton's pipelining, cost A and E 4-6 us a layer).
+D's and F's K is split over SPLIT_D / SPLIT_F programs a tile (F's 3,072 in 24 steps on 48 programs was the slowest
+phase): each adds its part into an fp32 buffer and counts its arrival; the last one adds the bias and the
+residual, zeroes the buffer and the count. Rounding: each op's result is rounded to the activations' dtype as in
+the unfused model, but for the folded norms (the normalized rows are rounded before W', not after the weight and
+bias) and the split sums; the statistics and the split sums arrive in any order, so the logits vary run to run
+in their last bits. Tested to float32 rounding against the model in float32, to bf16's in bf16.
 
 Served: what decode_mega serves (MHA, GQA, MQA, Tucker merged, learned positions, GELU MLP, LayerNorm / RMSNorm),
 5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above decode_mega.MAX_ROWS). Tested in Triton's
@@ -35,7 +41,7 @@ from __future__ import annotations
 import torch
 
 import decode_mega as dm
-from decode_attention import _interpret, _pow2, _triton_available
+from decode_attention import _cdiv, _interpret, _pow2, _triton_available
 
 MAX_ROWS = 64  # sequences a step serves at most (a product's rows are one tl.dot operand: BLOCK_M x BK)
 BN = 16  # output columns a tile of the layers' products (tl.dot's least)
@@ -43,7 +49,11 @@ BK = 128  # K a step of a product's loop
 BN_LM = 64  # the LM head's output columns a tile
 NUM_WARPS = 4
 PROGRAMS_PER_SM = 2  # programs of NUM_WARPS warps an SM (all resident at once: PROGRAMS_PER_SM x NUM_WARPS <= 8)
-STAGES = 3  # loads in flight ahead in the products' and the attention's loops (Triton's software pipelining)
+STAGES = 4  # loads in flight ahead in the products' and the attention's loops (Triton's software pipelining;
+#             session 21 on an H100, Tucker at batch 32 and 16k: 2 stages 1.30 ms, 3 1.077, 4 1.057)
+SPLIT_D = 2  # programs a tile of phase D's output columns is split over along its K (nH Dv), each adding its part
+#              into an fp32 buffer; the last to arrive adds the residual (1: no split, no atomics)
+SPLIT_F = 4  # the same for phase F (K = the MLP's hidden width: 3,072 for GPT-2, 24 steps of BK unsplit)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F)
 
@@ -52,7 +62,7 @@ if _triton_available():
     import triton
     import triton.language as tl
 
-    from decode_linear import _gelu_erf, _scale_shift
+    from decode_linear import _gelu_erf
     from decode_mega import _attention_splits, _grid_sync, _merged_head, _store_qkv
 
     @triton.jit
@@ -78,11 +88,12 @@ if _triton_available():
         tl.atomic_add(at + 1, tl.sum(x * x, axis=1), mask=m_ok, sem="relaxed", scope="gpu")
 
     @triton.jit
-    def _product(A, W, t, N, K, rm, m_ok, STATS, slot, NW, NB, d, eps, dt, BN: tl.constexpr, BK: tl.constexpr,
-                 NORM: tl.constexpr, HAS_NB: tl.constexpr, DOT_PREC: tl.constexpr):
-        """(BLOCK_M, BN) fp32: rows rm of A (B, K) times rows t*BN .. t*BN + BN - 1 of W (N, K), transposed, K in
-        steps of BK. NORM 1 or 2: each row of A first normalized (LayerNorm / RMSNorm, statistics from STATS' slot,
-        weight NW and bias NB (HAS_NB)) and rounded as the unfused norm stores it; 0: A as it is."""
+    def _product(A, W, t, N, K, k_lo, k_hi, rm, m_ok, STATS, slot, d, eps, dt, BN: tl.constexpr, BK: tl.constexpr,
+                 NORM: tl.constexpr, DOT_PREC: tl.constexpr):
+        """(BLOCK_M, BN) fp32: rows rm of A (B, K), columns k_lo .. k_hi - 1, times rows t*BN .. t*BN + BN - 1 of
+        W (N, K) there, transposed; in steps of BK. NORM 1 or 2: each row of A first normalized without weight and
+        bias (LayerNorm: (x - mean) rstd, RMSNorm: x rstd; statistics from STATS' slot; W holds the norm's weight)
+        and rounded to the activations' dtype; 0: A as it is."""
         rn = t * BN + tl.arange(0, BN)
         n_ok = rn < N
         rb = tl.arange(0, BN)
@@ -90,20 +101,45 @@ if _triton_available():
         if NORM != 0:
             mean, rstd = _row_stats(STATS, slot, rm, m_ok, d, eps, NORM, rm.shape[0])
         acc = tl.zeros([rm.shape[0], BN], tl.float32)
-        for k0 in range(0, K, BK):
+        for k0 in range(k_lo, k_hi, BK):
             rk = k0 + tl.arange(0, BK)
-            k_ok = rk < K
+            k_ok = rk < k_hi
             a = tl.load(A + rm[:, None] * K + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0,
                         cache_modifier=".cg")  # (BLOCK_M, BK): written by other programs in this launch
             if NORM != 0:
-                nw = tl.load(NW + rk, mask=k_ok, other=0.0).to(tl.float32)
-                nb = nw
-                if HAS_NB:
-                    nb = tl.load(NB + rk, mask=k_ok, other=0.0).to(tl.float32)
-                a = _scale_shift(a.to(tl.float32), mean, rstd, nw, nb, k_ok, NORM, HAS_NB).to(dt)
+                a = tl.where(k_ok[None, :], (a.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0).to(dt)
             w = tl.load(w_base + rb[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             acc += tl.dot(a, tl.trans(w), input_precision=DOT_PREC)  # (BLOCK_M, BN)
         return acc
+
+    @triton.jit
+    def _split_residual_phase(A, W, Bias, R, OUT, ACC, CNT, STATS, slot, pid, nprog, N, K, rm, m_ok, dt,
+                              BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                              DOT_PREC: tl.constexpr):
+        """OUT = R + (A W^T + Bias) over the program's items: tiles of BN output columns, each split along K over
+        SPLIT items (SPLIT 1: the tile's product, then _residual_out; else each item's part added into ACC (B, N)
+        fp32 and its arrival counted in CNT[tile]: the last to arrive reads the sum, adds bias and residual
+        (_residual_out), and zeroes ACC's tile and the count for the next use)."""
+        k_step = tl.cdiv(tl.cdiv(K, SPLIT), BK) * BK  # a split's K, whole steps of BK
+        for item in range(pid, tl.cdiv(N, BN) * SPLIT, nprog):
+            t = item // SPLIT
+            k_lo = (item % SPLIT) * k_step
+            y = _product(A, W, t, N, K, k_lo, tl.minimum(k_lo + k_step, K), rm, m_ok, STATS, slot, 1, 1.0, dt, BN,
+                         BK, 0, DOT_PREC)
+            if SPLIT == 1:
+                _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
+            else:
+                rn = t * BN + tl.arange(0, BN)
+                at = ACC + rm[:, None] * N + rn[None, :]
+                ok = m_ok[:, None] & (rn < N)[None, :]
+                tl.atomic_add(at, y, mask=ok, sem="relaxed", scope="gpu")
+                tl.debug_barrier()  # every thread's adds issued before the (one-thread) release below
+                arrived = tl.atomic_add(CNT + t, 1, sem="acq_rel", scope="gpu")
+                if arrived == SPLIT - 1:  # the tile's last part: the others' adds are visible (acquire)
+                    total = tl.load(at, mask=ok, other=0.0, cache_modifier=".cg")
+                    _residual_out(total, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
+                    tl.store(at, tl.zeros([BLOCK_M, BN], tl.float32), mask=ok)
+                    tl.store(CNT + t, 0)
 
     @triton.jit
     def _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -120,15 +156,15 @@ if _triton_available():
 
     @triton.jit
     def _wide_step_kernel(
-            IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
-            X, X1, STATS, Q, O, H, PO, PM, PL, LOGITS, SYNC, ERR,
+            IDX, POS, WTE, WPE, WQKV, BQKV, KC, VC, WO, BO, WFC, BFC, WPR, BPR, WLM, BLM,
+            X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
-            HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-            BN_LM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr,
-            MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FIRST: tl.constexpr,
-            FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
+            BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
+            SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
+            FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
         ONLY 0: every phase, a grid barrier after each; else one phase alone (the interpreter's launches, no
         barrier): 1-6 A, B1, B2, D, E, F, 7 the embeddings, 8 the LM head.
@@ -137,7 +173,8 @@ if _triton_available():
         written column tile by column tile; STATS[0] the sums of X's rows (the embeddings store them whole, F adds
         its columns'; zeroed by program 0 in B1, after A read them), STATS[1] of X1's (D adds, zeroed in A after the
         previous layer's E read them); Q the queries, O the attention's merged outputs (nH DV a row), H the MLP's
-        hidden activations."""
+        hidden activations; ACC (B, d) fp32 and CNT (a count a column tile) D's and F's split sums, zero between
+        uses. W_qkv, W_fc and the LM head hold their norm's weight, BQKV, BFC and BLM (fp32) its bias (folded)."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -169,8 +206,8 @@ if _triton_available():
                     tl.store(STATS + BLOCK_M * 2 + rm * 2, tl.zeros([BLOCK_M], tl.float32))
                     tl.store(STATS + BLOCK_M * 2 + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
                 for t in range(pid, tl.cdiv(N_QKV, BN), nprog):
-                    y = _product(X, WQKV + layer64 * N_QKV * D, t, N_QKV, D, rm, m_ok, STATS, 0, N1W + layer * D,
-                                 N1B + layer * D, D, eps, dt, BN, BK, NORM, HAS_NB, DOT_PREC)
+                    y = _product(X, WQKV + layer64 * N_QKV * D, t, N_QKV, D, 0, D, rm, m_ok, STATS, 0, D, eps, dt,
+                                 BN, BK, NORM, DOT_PREC)
                     rn = t * BN + tl.arange(0, BN)
                     n_ok = rn < N_QKV
                     y += tl.load(BQKV + layer * N_QKV + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
@@ -204,18 +241,16 @@ if _triton_available():
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
             # ---- D: x1 = x0 + (o W_O^T + b_O)
             if (ONLY == 0) | (ONLY == 4):
-                for t in range(pid, tl.cdiv(D, BN), nprog):
-                    y = _product(O, WO + layer64 * D * KO, t, D, KO, rm, m_ok, STATS, 0, N1W, N1B, D, eps, dt, BN,
-                                 BK, 0, HAS_NB, DOT_PREC)
-                    _residual_out(y, BO + layer * D, X, X1, STATS, 1, t, D, rm, m_ok, dt, BN, BLOCK_M)
+                _split_residual_phase(O, WO + layer64 * D * KO, BO + layer * D, X, X1, ACC, CNT, STATS, 1, pid, nprog,
+                                      D, KO, rm, m_ok, dt, BN, BK, SPLIT_D, BLOCK_M, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
             # ---- E: h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 5):
                 for t in range(pid, tl.cdiv(HIDDEN, BN), nprog):
-                    y = _product(X1, WFC + layer64 * HIDDEN * D, t, HIDDEN, D, rm, m_ok, STATS, 1, N2W + layer * D,
-                                 N2B + layer * D, D, eps, dt, BN, BK, NORM, HAS_NB, DOT_PREC)
+                    y = _product(X1, WFC + layer64 * HIDDEN * D, t, HIDDEN, D, 0, D, rm, m_ok, STATS, 1, D, eps, dt,
+                                 BN, BK, NORM, DOT_PREC)
                     rn = t * BN + tl.arange(0, BN)
                     n_ok = rn < HIDDEN
                     y += tl.load(BFC + layer * HIDDEN + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
@@ -226,21 +261,19 @@ if _triton_available():
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
             # ---- F: x2 = x1 + (h W_proj^T + b_proj), the next layer's x0
             if (ONLY == 0) | (ONLY == 6):
-                for t in range(pid, tl.cdiv(D, BN), nprog):
-                    y = _product(H, WPR + layer64 * D * HIDDEN, t, D, HIDDEN, rm, m_ok, STATS, 0, N2W, N2B, D, eps,
-                                 dt, BN, BK, 0, HAS_NB, DOT_PREC)
-                    _residual_out(y, BPR + layer * D, X1, X, STATS, 0, t, D, rm, m_ok, dt, BN, BLOCK_M)
+                _split_residual_phase(H, WPR + layer64 * D * HIDDEN, BPR + layer * D, X1, X, ACC, CNT, STATS, 0, pid,
+                                      nprog, D, HIDDEN, rm, m_ok, dt, BN, BK, SPLIT_F, BLOCK_M, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
         # ---- the final norm and the LM head
         if FINAL & ((ONLY == 0) | (ONLY == 8)):
             for t in range(pid, tl.cdiv(vocab, BN_LM), nprog):
-                y = _product(X, WLM, t, vocab, D, rm, m_ok, STATS, 0, NFW, NFB, D, eps, dt, BN_LM, BK, NORM, HAS_NB,
-                             DOT_PREC)
+                y = _product(X, WLM, t, vocab, D, 0, D, rm, m_ok, STATS, 0, D, eps, dt, BN_LM, BK, NORM, DOT_PREC)
                 rn = t * BN_LM + tl.arange(0, BN_LM)
-                tl.store(LOGITS + rm[:, None] * vocab + rn[None, :], y.to(dt),
-                         mask=m_ok[:, None] & (rn < vocab)[None, :])
+                n_ok = rn < vocab
+                y += tl.load(BLM + rn, mask=n_ok, other=0.0)[None, :]
+                tl.store(LOGITS + rm[:, None] * vocab + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
 
 
 class WideDecoder(dm.MegaDecoder):
@@ -256,6 +289,9 @@ class WideDecoder(dm.MegaDecoder):
         for name, value in (("BN", BN), ("BK", BK), ("BN_LM", BN_LM)):
             if not isinstance(value, int) or value < 16 or value & (value - 1):
                 raise ValueError(f"decode_wide: {name}={value!r}: a power of two >= 16 (a tl.dot operand's side)")
+        for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"decode_wide: {name}={value!r}: a positive int (programs a tile's K is split over)")
 
     @staticmethod
     def _launch_shape():
@@ -264,6 +300,25 @@ class WideDecoder(dm.MegaDecoder):
     @staticmethod
     def _proj_transposed() -> bool:
         return False  # W_proj (d, hidden): phase F's tiles are its rows
+
+    def _stacked_weights(self) -> dict:
+        """MegaDecoder's stacked weights, with each norm folded into the matrix after it (rebuilt with them): W_qkv,
+        W_fc and the LM head times their norm's weight along K (in fp32, then rounded), their biases plus W times
+        the norm's bias (fp32; the LM head gets one: W_lm beta_f)."""
+        w = super()._stacked_weights()
+        if "blm" in w:
+            return w
+        f32 = torch.float32
+        with torch.no_grad():
+            def fold(weight, nw, nb, bias):  # weight (..., N, K), nw / nb (..., K), bias (..., N)
+                folded = (weight.to(f32) * nw.to(f32).unsqueeze(-2)).to(weight.dtype).contiguous()
+                b = bias.to(f32) + (weight.to(f32) @ nb.to(f32).unsqueeze(-1)).squeeze(-1)
+                return folded, b
+            w["wqkv"], w["bqkv"] = fold(w["wqkv"], w["n1w"], w["n1b"], w["bqkv"])
+            w["wfc"], w["bfc"] = fold(w["wfc"], w["n2w"], w["n2b"], w["bfc"])
+            lm = self.model.lm_head.weight
+            w["wlm"], w["blm"] = fold(lm, w["nfw"], w["nfb"], torch.zeros(lm.size(0), device=lm.device))
+        return w
 
     def _buffers(self) -> None:
         B, dev, f32 = self.batch, self.device, torch.float32
@@ -275,6 +330,8 @@ class WideDecoder(dm.MegaDecoder):
         self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
         self.o = torch.zeros(B, self.nH * self.dv, device=dev, dtype=self.dtype)  # the attention's merged heads
         self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
+        self.acc = torch.zeros(B, self.d, device=dev, dtype=f32)  # D's and F's split sums (zero between uses)
+        self.tile_counts = torch.zeros(_cdiv(self.d, 16), device=dev, dtype=torch.int32)  # their arrivals a tile
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)
@@ -283,16 +340,15 @@ class WideDecoder(dm.MegaDecoder):
     def _launch(self, w: dict, idx, pos, only: int, layer_lo: int, layer_hi: int, first: bool, final: bool) -> None:
         tr = self.model.transformer
         _wide_step_kernel[(self.programs,)](
-            idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
-            self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
-            w["nfb"], self.model.lm_head.weight,
-            self.x, self.x1, self.stats, self.q, self.o, self.h, self.po, self.pm, self.pl, self.logits,
-            self.counters, self.error,
+            idx, pos, tr.wte.weight, tr.wpe.weight, w["wqkv"], w["bqkv"], self.cache_k, self.cache_v, w["wo"], w["bo"],
+            w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["wlm"], w["blm"],
+            self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.po, self.pm, self.pl,
+            self.logits, self.counters, self.error,
             self.batch, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * 1.4426950408889634,
             self.s_max,
             D=self.d, HIDDEN=self.hidden, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv,
-            N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb,
-            BLOCK_M=self.block_m, BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, BLOCK_H=self.block_h,
+            N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, BLOCK_M=self.block_m,
+            BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F, BLOCK_H=self.block_h,
             BLOCK_N=dm.BLOCK_N, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=dm.MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, num_warps=NUM_WARPS, num_stages=STAGES)

@@ -26,13 +26,15 @@ def no_device_checks(monkeypatch):
 
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
-    ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16), "rmsnorm", True),
-    ("mqa", 6, {}, "layernorm", True), ("tucker", 5, dict(BK=32), "layernorm", False),
-    ("tucker_shared", 7, dict(BN_LM=16), "rmsnorm", True)])
+    ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16, SPLIT_F=3), "rmsnorm", True),
+    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1), "layernorm", True), ("tucker", 5, dict(BK=32), "layernorm", False),
+    ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, monkeypatch):
     """Two steps from a 40-row cache (16-row chunks: split over the programs, merged): logits and the written cache
-    rows equal the model's; the products' K in one step (BK 128 over K 64 .. 256: masked) or several (BK 16, 32),
-    LM head tiles of 64 and 16 columns over a vocabulary of 101 (the last tile partly past it)."""
+    rows equal the model's; the products' K in one step (BK 128 over K 64 .. 256: masked) or several (BK 16, 32);
+    D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
+    shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
+    (the last tile partly past it); the norms folded into the matrices after them, with and without biases."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
     monkeypatch.setattr(dm, "BLOCK_N", 16)
@@ -81,13 +83,35 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
         dm.MegaDecoder(model, model.new_caches(5, 8))
 
 
-@pytest.mark.parametrize("knob, value", [("BN", 8), ("BK", 48), ("BN_LM", 0)])
-def test_tiles_tl_dot_cannot_take_are_refused(knob, value, monkeypatch):
+@pytest.mark.parametrize("knob, value, why", [("BN", 8, "a power of two >= 16"), ("BK", 48, "a power of two >= 16"),
+                                             ("BN_LM", 0, "a power of two >= 16"), ("SPLIT_F", 0, "a positive int"),
+                                             ("SPLIT_D", 1.5, "a positive int")])
+def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
     monkeypatch.setattr(dw, knob, value)
     model = tiny("mqa")
-    with pytest.raises(ValueError, match=f"decode_wide: {knob}={value}: a power of two >= 16"):
+    with pytest.raises(ValueError, match=f"decode_wide: {knob}={value}: {why}"):
         dw.WideDecoder(model, model.new_caches(8, 8))
+
+
+def test_norms_fold_into_the_matrices_after_them(monkeypatch):
+    """The folded weights reproduce norm-then-linear: ((x - mean) rstd) W'^T + b' = LayerNorm(x) W^T + b, for
+    the QKV, fc and LM head matrices, in float32 to its rounding; rebuilt after a weight change."""
+    no_device_checks(monkeypatch)
+    model = tiny("gqa", bias=True)
+    dec = dw.WideDecoder(model, model.new_caches(5, 8))
+    x = torch.randn(5, 64) * 3 + 1
+    w = dec._stacked_weights()
+    block = model.transformer.h[1]
+    xn = (x - x.mean(-1, keepdim=True)) * torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + block.ln_1.eps)
+    close = lambda got, want: torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        close(xn @ w["wqkv"][1].t() + w["bqkv"][1], block.attn.c_attn(block.ln_1(x)))
+        close(xn @ w["wfc"][1].t() + w["bfc"][1], block.mlp.c_fc(block.ln_2(x)))
+        close(xn @ w["wlm"].t() + w["blm"], model.lm_head(model.transformer.ln_f(x)))
+        block.ln_2.weight.mul_(2.0)
+        w = dec._stacked_weights()
+        close(xn @ w["wfc"][1].t() + w["bfc"][1], block.mlp.c_fc(block.ln_2(x)))
 
 
 def test_wide_decoder_has_no_timed_step(monkeypatch):
