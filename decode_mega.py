@@ -368,14 +368,34 @@ if _triton_available():
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
 
     @triton.jit
+    def _merged_group(PO, PM, PL, bg, s_max, n_split, DV: tl.constexpr, BLOCK_H: tl.constexpr,
+                      BLOCK_SM: tl.constexpr):
+        """The query heads of (sequence, KV head) bg: their n_split partials (_attention_splits') merged, one load of
+        them all: (BLOCK_H, DV) fp32 (rows past the group's heads: garbage, not to be stored)."""
+        ss = tl.arange(0, BLOCK_SM)
+        s_ok = ss < n_split
+        hh = tl.arange(0, BLOCK_H)
+        ev = tl.arange(0, DV)
+        at = (bg * s_max + ss)[:, None] * BLOCK_H + hh[None, :]  # (BLOCK_SM, BLOCK_H) the partials' rows
+        pm = tl.load(PM + at, mask=s_ok[:, None], other=float("-inf"), cache_modifier=".cg")
+        w = tl.where(s_ok[:, None], tl.exp2(pm - tl.max(pm, axis=0)[None, :]), 0.0)
+        l_all = tl.sum(w * tl.load(PL + at, mask=s_ok[:, None], other=0.0, cache_modifier=".cg"), axis=0)
+        po = tl.load(PO + at[:, :, None] * DV + ev[None, None, :], mask=s_ok[:, None, None], other=0.0,
+                     cache_modifier=".cg")  # (BLOCK_SM, BLOCK_H, DV)
+        return tl.sum(w[:, :, None] * po, axis=0) / l_all[:, None]
+
+    @triton.jit
     def _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
                           qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
                           DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          DOT_PREC: tl.constexpr):
+                          DOT_PREC: tl.constexpr, MERGE: tl.constexpr = False, O=None, CNT=None, dt=None,
+                          BLOCK_SM: tl.constexpr = 1):
         """Phase B1: the program's items (sequence, KV head, split) pid, pid + nprog, ...: the attention of the query
         heads of the KV head (q from Q) to the split's `chunk` cache rows (rows 0 .. length - 1 split in n_split), its
         partial (unnormalized output, row max, row sum; exp2 of scores scaled by qk_scale) into PO, PM, PL at
-        ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group."""
+        ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group. MERGE: each item then
+        counts its arrival in CNT[sequence x NKV + head], and the last split of a (sequence, KV head) to arrive merges
+        the group's partials (_merged_group) into O (B, NH DV), rounded to dt, and zeroes the count."""
         hh = tl.arange(0, BLOCK_H)
         h_ok = hh < HPG
         ev = tl.arange(0, DV)
@@ -417,6 +437,13 @@ if _triton_available():
             tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
             tl.store(PM + slot, m_i)
             tl.store(PL + slot, l_i)
+            if MERGE:
+                tl.debug_barrier()  # every thread's partials stored before the (one-thread) release below
+                arrived = tl.atomic_add(CNT + bg, 1, sem="acq_rel", scope="gpu")
+                if arrived == n_split - 1:  # the group's last split: the others' partials are visible (acquire)
+                    o = _merged_group(PO, PM, PL, bg, s_max, n_split, DV, BLOCK_H, BLOCK_SM)
+                    tl.store(O + b * (NH * DV) + heads[:, None] * DV + ev[None, :], o.to(dt), mask=h_ok[:, None])
+                    tl.store(CNT + bg, 0)
 
     @triton.jit
     def _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV: tl.constexpr, HPG: tl.constexpr, DV: tl.constexpr,

@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 
 import decode_mega as dm
-from decode_attention import _cdiv, _interpret, _pow2, _triton_available
+from decode_attention import _cdiv, _interpret, _pow2, _pow2_floor, _triton_available
 
 MAX_ROWS = 64  # sequences a step serves at most (a product's rows are one tl.dot operand: BLOCK_M x BK)
 BN = 16  # output columns a tile of the layers' products (tl.dot's least)
@@ -54,8 +54,17 @@ STAGES = 4  # loads in flight ahead in the products' and the attention's loops (
 SPLIT_D = 2  # programs a tile of phase D's output columns is split over along its K (nH Dv), each adding its part
 #              into an fp32 buffer; the last to arrive adds the residual (1: no split, no atomics)
 SPLIT_F = 4  # the same for phase F (K = the MLP's hidden width: 3,072 for GPT-2, 24 steps of BK unsplit)
+#             (session 21 call 3, H200, batch 32 at 16k, Tucker / Tucker shared ms: SPLIT_F 2 0.8226 / 0.7563, 4
+#             0.8039 / 0.7387, 8 0.8301 / 0.7628; SPLIT_D 1 0.8142 / 0.7413, 2 0.8039 / 0.7387)
+LAST_SPLIT_MERGES = True  # the last attention split of a (sequence, KV head) to finish merges the group's partials
+#                           (no merge phase B2, one grid barrier less a layer; False: B2 as a phase)
+BLOCK_N = None  # cache rows a step of an attention split's loop; None: ATTN_STAGE_BYTES' worth of K (and V) rows
+ATTN_STAGE_BYTES = 16384  # BLOCK_N=None: the bytes of cache a loop step loads (K and V rows: 64 for Tucker
+#                           [8,64,64], 128 for its shared latent, which at 64 rows ran at 2.2 TB/s against
+#                           separate K, V's 3.6 on an H200, session 21 call 3)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
-PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F)
+PHASE_LAUNCHES = {False: (1, 2, 3, 4, 5, 6), True: (1, 2, 4, 5, 6)}  # a layer's launches phase by phase (A, B1, B2,
+#                                                                  D, E, F), by LAST_SPLIT_MERGES (no B2)
 
 
 if _triton_available():
@@ -88,28 +97,30 @@ if _triton_available():
         tl.atomic_add(at + 1, tl.sum(x * x, axis=1), mask=m_ok, sem="relaxed", scope="gpu")
 
     @triton.jit
-    def _product(A, W, t, N, K, k_lo, k_hi, rm, m_ok, STATS, slot, d, eps, dt, BN: tl.constexpr, BK: tl.constexpr,
+    def _product(A, W, t, N, K, k_lo, k_hi, rm, m_ok, STATS, slot, C, d, eps, BN: tl.constexpr, BK: tl.constexpr,
                  NORM: tl.constexpr, DOT_PREC: tl.constexpr):
         """(BLOCK_M, BN) fp32: rows rm of A (B, K), columns k_lo .. k_hi - 1, times rows t*BN .. t*BN + BN - 1 of
-        W (N, K) there, transposed; in steps of BK. NORM 1 or 2: each row of A first normalized without weight and
-        bias (LayerNorm: (x - mean) rstd, RMSNorm: x rstd; statistics from STATS' slot; W holds the norm's weight)
-        and rounded to the activations' dtype; 0: A as it is."""
+        W (N, K) there, transposed; in steps of BK, the operands straight from their loads. NORM 1 or 2: the rows of
+        A normalized without weight and bias (LayerNorm: (x - mean) rstd, RMSNorm: x rstd; statistics from STATS'
+        slot; W holds the norm's weight), applied to the product: rstd (x W^T - mean C), C (N,) fp32 W's row sums;
+        0: A as it is."""
         rn = t * BN + tl.arange(0, BN)
         n_ok = rn < N
         rb = tl.arange(0, BN)
         w_base = W + (t * BN + tl.zeros([], tl.int64)) * K  # the tile's first row; 32-bit offsets from it
-        if NORM != 0:
-            mean, rstd = _row_stats(STATS, slot, rm, m_ok, d, eps, NORM, rm.shape[0])
         acc = tl.zeros([rm.shape[0], BN], tl.float32)
         for k0 in range(k_lo, k_hi, BK):
             rk = k0 + tl.arange(0, BK)
             k_ok = rk < k_hi
             a = tl.load(A + rm[:, None] * K + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0,
                         cache_modifier=".cg")  # (BLOCK_M, BK): written by other programs in this launch
-            if NORM != 0:
-                a = tl.where(k_ok[None, :], (a.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0).to(dt)
             w = tl.load(w_base + rb[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             acc += tl.dot(a, tl.trans(w), input_precision=DOT_PREC)  # (BLOCK_M, BN)
+        if NORM != 0:
+            mean, rstd = _row_stats(STATS, slot, rm, m_ok, d, eps, NORM, rm.shape[0])
+            if NORM == 1:
+                acc -= mean[:, None] * tl.load(C + rn, mask=n_ok, other=0.0)[None, :]
+            acc = acc * rstd[:, None]
         return acc
 
     @triton.jit
@@ -124,8 +135,8 @@ if _triton_available():
         for item in range(pid, tl.cdiv(N, BN) * SPLIT, nprog):
             t = item // SPLIT
             k_lo = (item % SPLIT) * k_step
-            y = _product(A, W, t, N, K, k_lo, tl.minimum(k_lo + k_step, K), rm, m_ok, STATS, slot, 1, 1.0, dt, BN,
-                         BK, 0, DOT_PREC)
+            y = _product(A, W, t, N, K, k_lo, tl.minimum(k_lo + k_step, K), rm, m_ok, STATS, slot, Bias, 1, 1.0,
+                         BN, BK, 0, DOT_PREC)
             if SPLIT == 1:
                 _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
             else:
@@ -156,15 +167,15 @@ if _triton_available():
 
     @triton.jit
     def _wide_step_kernel(
-            IDX, POS, WTE, WPE, WQKV, BQKV, KC, VC, WO, BO, WFC, BFC, WPR, BPR, WLM, BLM,
-            X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR,
+            IDX, POS, WTE, WPE, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
+            X, X1, STATS, Q, O, H, ACC, CNT, CNT_ATT, PO, PM, PL, LOGITS, SYNC, ERR,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, ONLY: tl.constexpr,
-            FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, MERGE: tl.constexpr, DOT_PREC: tl.constexpr,
+            ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
         ONLY 0: every phase, a grid barrier after each; else one phase alone (the interpreter's launches, no
         barrier): 1-6 A, B1, B2, D, E, F, 7 the embeddings, 8 the LM head.
@@ -174,7 +185,9 @@ if _triton_available():
         its columns'; zeroed by program 0 in B1, after A read them), STATS[1] of X1's (D adds, zeroed in A after the
         previous layer's E read them); Q the queries, O the attention's merged outputs (nH DV a row), H the MLP's
         hidden activations; ACC (B, d) fp32 and CNT (a count a column tile) D's and F's split sums, zero between
-        uses. W_qkv, W_fc and the LM head hold their norm's weight, BQKV, BFC and BLM (fp32) its bias (folded)."""
+        uses; CNT_ATT (a count a (sequence, KV head)) the splits' arrivals (MERGE: B1's last split merges, no B2).
+        W_qkv, W_fc and the LM head hold their norm's weight, BQKV, BFC and BLM (fp32) its bias (folded), CQKV, CFC,
+        CLM (fp32) their row sums (the mean's term)."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -206,8 +219,8 @@ if _triton_available():
                     tl.store(STATS + BLOCK_M * 2 + rm * 2, tl.zeros([BLOCK_M], tl.float32))
                     tl.store(STATS + BLOCK_M * 2 + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
                 for t in range(pid, tl.cdiv(N_QKV, BN), nprog):
-                    y = _product(X, WQKV + layer64 * N_QKV * D, t, N_QKV, D, 0, D, rm, m_ok, STATS, 0, D, eps, dt,
-                                 BN, BK, NORM, DOT_PREC)
+                    y = _product(X, WQKV + layer64 * N_QKV * D, t, N_QKV, D, 0, D, rm, m_ok, STATS, 0,
+                                 CQKV + layer * N_QKV, D, eps, BN, BK, NORM, DOT_PREC)
                     rn = t * BN + tl.arange(0, BN)
                     n_ok = rn < N_QKV
                     y += tl.load(BQKV + layer * N_QKV + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
@@ -224,19 +237,20 @@ if _triton_available():
                     tl.store(STATS + rm * 2, tl.zeros([BLOCK_M], tl.float32))
                     tl.store(STATS + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
                 _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
-                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N, DOT_PREC)
+                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N, DOT_PREC,
+                                  MERGE, O, CNT_ATT, dt, BLOCK_SM)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
-            # ---- B2: a program per (sequence, query head): its splits merged, o rounded as stored
-            if (ONLY == 0) | (ONLY == 3):
+            # ---- B2 (without MERGE): a program per (sequence, query head): its splits merged, o rounded as stored
+            if ((ONLY == 0) | (ONLY == 3)) & (not MERGE):
                 ev = tl.arange(0, DV)
                 for item in range(pid, B * NH, nprog):
                     b = item // NH
                     h = item % NH
                     o = _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV, HPG, DV, BLOCK_H, BLOCK_SM, dt)
                     tl.store(O + b * KO + h * DV + ev, o.to(dt))
-            if ONLY == 0:
+            if (ONLY == 0) & (not MERGE):
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
             # ---- D: x1 = x0 + (o W_O^T + b_O)
@@ -249,8 +263,8 @@ if _triton_available():
             # ---- E: h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 5):
                 for t in range(pid, tl.cdiv(HIDDEN, BN), nprog):
-                    y = _product(X1, WFC + layer64 * HIDDEN * D, t, HIDDEN, D, 0, D, rm, m_ok, STATS, 1, D, eps, dt,
-                                 BN, BK, NORM, DOT_PREC)
+                    y = _product(X1, WFC + layer64 * HIDDEN * D, t, HIDDEN, D, 0, D, rm, m_ok, STATS, 1,
+                                 CFC + layer * HIDDEN, D, eps, BN, BK, NORM, DOT_PREC)
                     rn = t * BN + tl.arange(0, BN)
                     n_ok = rn < HIDDEN
                     y += tl.load(BFC + layer * HIDDEN + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
@@ -269,7 +283,7 @@ if _triton_available():
         # ---- the final norm and the LM head
         if FINAL & ((ONLY == 0) | (ONLY == 8)):
             for t in range(pid, tl.cdiv(vocab, BN_LM), nprog):
-                y = _product(X, WLM, t, vocab, D, 0, D, rm, m_ok, STATS, 0, D, eps, dt, BN_LM, BK, NORM, DOT_PREC)
+                y = _product(X, WLM, t, vocab, D, 0, D, rm, m_ok, STATS, 0, CLM, D, eps, BN_LM, BK, NORM, DOT_PREC)
                 rn = t * BN_LM + tl.arange(0, BN_LM)
                 n_ok = rn < vocab
                 y += tl.load(BLM + rn, mask=n_ok, other=0.0)[None, :]
@@ -304,7 +318,8 @@ class WideDecoder(dm.MegaDecoder):
     def _stacked_weights(self) -> dict:
         """MegaDecoder's stacked weights, with each norm folded into the matrix after it (rebuilt with them): W_qkv,
         W_fc and the LM head times their norm's weight along K (in fp32, then rounded), their biases plus W times
-        the norm's bias (fp32; the LM head gets one: W_lm beta_f)."""
+        the norm's bias (fp32; the LM head gets one: W_lm beta_f), and the folded matrices' row sums (cqkv, cfc,
+        clm, fp32)."""
         w = super()._stacked_weights()
         if "blm" in w:
             return w
@@ -318,6 +333,8 @@ class WideDecoder(dm.MegaDecoder):
             w["wfc"], w["bfc"] = fold(w["wfc"], w["n2w"], w["n2b"], w["bfc"])
             lm = self.model.lm_head.weight
             w["wlm"], w["blm"] = fold(lm, w["nfw"], w["nfb"], torch.zeros(lm.size(0), device=lm.device))
+            for name in ("qkv", "fc", "lm"):  # the folded matrices' row sums, as rounded: the mean's term
+                w["c" + name] = w["w" + name].to(f32).sum(-1)
         return w
 
     def _buffers(self) -> None:
@@ -332,6 +349,10 @@ class WideDecoder(dm.MegaDecoder):
         self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
         self.acc = torch.zeros(B, self.d, device=dev, dtype=f32)  # D's and F's split sums (zero between uses)
         self.tile_counts = torch.zeros(_cdiv(self.d, 16), device=dev, dtype=torch.int32)  # their arrivals a tile
+        self.split_counts = torch.zeros(B * self.nKV, device=dev, dtype=torch.int32)  # B1's arrivals a (sequence,
+        #                                                                               KV head) (LAST_SPLIT_MERGES)
+        row_bytes = self.dtype.itemsize * (self.dk + (0 if self.shared else self.dv))  # a cache row's K (and V)
+        self.block_n = BLOCK_N or max(16, min(256, _pow2_floor(max(1, ATTN_STAGE_BYTES // row_bytes))))
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)
@@ -340,16 +361,17 @@ class WideDecoder(dm.MegaDecoder):
     def _launch(self, w: dict, idx, pos, only: int, layer_lo: int, layer_hi: int, first: bool, final: bool) -> None:
         tr = self.model.transformer
         _wide_step_kernel[(self.programs,)](
-            idx, pos, tr.wte.weight, tr.wpe.weight, w["wqkv"], w["bqkv"], self.cache_k, self.cache_v, w["wo"], w["bo"],
-            w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["wlm"], w["blm"],
-            self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.po, self.pm, self.pl,
-            self.logits, self.counters, self.error,
+            idx, pos, tr.wte.weight, tr.wpe.weight, w["wqkv"], w["bqkv"], w["cqkv"], self.cache_k, self.cache_v,
+            w["wo"], w["bo"], w["wfc"], w["bfc"], w["cfc"], w["wpr"], w["bpr"], w["wlm"], w["blm"], w["clm"],
+            self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.split_counts,
+            self.po, self.pm, self.pl, self.logits, self.counters, self.error,
             self.batch, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * 1.4426950408889634,
             self.s_max,
             D=self.d, HIDDEN=self.hidden, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv,
             N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, BLOCK_M=self.block_m,
             BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F, BLOCK_H=self.block_h,
-            BLOCK_N=dm.BLOCK_N, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=dm.MIN_CHUNK,
+            BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n),
+            MERGE=bool(LAST_SPLIT_MERGES),
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, num_warps=NUM_WARPS, num_stages=STAGES)
 
@@ -365,7 +387,7 @@ class WideDecoder(dm.MegaDecoder):
         if phases or _interpret():
             self._launch(w, idx, pos, ONLY_EMBED, 0, 0, True, False)
             for layer in range(self.n_layer):
-                for only in PHASES:
+                for only in PHASE_LAUNCHES[bool(LAST_SPLIT_MERGES)]:
                     self._launch(w, idx, pos, only, layer, layer + 1, False, False)
             self._launch(w, idx, pos, ONLY_LM, self.n_layer, self.n_layer, False, True)
         else:

@@ -30,7 +30,8 @@ from scripts.bench_train import VARIANTS, set_module_knobs  # noqa: E402
 
 PHASES = ("A x0+norm1+qkv", "B1 attention splits", "B2D merge+out proj", "E x1+norm2+fc+gelu", "F proj")
 WIDE_PHASES = ("A norm1+qkv", "B1 attention splits", "B2 merge", "D out proj+residual", "E norm2+fc+gelu",
-               "F proj+residual")  # decode_wide's (batch > decode_mega.MAX_ROWS), in decode_wide.PHASES' order
+               "F proj+residual")  # decode_wide's (batch > decode_mega.MAX_ROWS), by their ONLY codes 1 .. 6
+#                                    (with decode_wide.LAST_SPLIT_MERGES, B1 merges and B2 has no launch)
 
 
 def setup(name: str, context: int, batch: int):
@@ -70,15 +71,17 @@ def profile_wide(name: str, context: int, batch: int, steps: int) -> dict:
     import decode_wide as dw
     model, caches, mega, tokens, pos = setup(name, context, batch)
     launches = phase_launches(mega, tokens, caches, pos, steps, "_wide_step_kernel")
-    n = len(dw.PHASES)
+    order = dw.PHASE_LAUNCHES[bool(dw.LAST_SPLIT_MERGES)]  # a layer's launches (ONLY), in order
+    phases = [WIDE_PHASES[only - 1] for only in order]
+    n = len(order)
     per_step = model.config.n_layer * n + 2
     if len(launches) != steps * per_step:
         raise RuntimeError(f"{len(launches)} kernel records, expected {steps} x {per_step}")
-    us = {p: [] for p in ("embeddings",) + WIDE_PHASES + ("LM head",)}
+    us = {p: [] for p in ["embeddings"] + phases + ["LM head"]}
     for s in range(steps):
         step = [e.time_range.elapsed_us() for e in launches[s * per_step:(s + 1) * per_step]]
         us["embeddings"].append(step[0])
-        for i, p in enumerate(WIDE_PHASES):
+        for i, p in enumerate(phases):
             us[p].append(sum(step[1 + i:-1:n]))
         us["LM head"].append(step[-1])
     return {p: statistics.median(v) for p, v in us.items()}

@@ -27,17 +27,20 @@ def no_device_checks(monkeypatch):
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
     ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16, SPLIT_F=3), "rmsnorm", True),
-    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1), "layernorm", True), ("tucker", 5, dict(BK=32), "layernorm", False),
+    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1), "layernorm", True),
+    ("tucker", 5, dict(BK=32, LAST_SPLIT_MERGES=False), "layernorm", False),
     ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, monkeypatch):
     """Two steps from a 40-row cache (16-row chunks: split over the programs, merged): logits and the written cache
     rows equal the model's; the products' K in one step (BK 128 over K 64 .. 256: masked) or several (BK 16, 32);
     D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
     shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
-    (the last tile partly past it); the norms folded into the matrices after them, with and without biases."""
+    (the last tile partly past it); the norms folded into the matrices after them (LayerNorm's mean taken out after
+    the product), with and without biases; the last split of a group merging it (the default) and the merge as a
+    phase of its own."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
-    monkeypatch.setattr(dm, "BLOCK_N", 16)
+    monkeypatch.setattr(dw, "BLOCK_N", 16)
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
     model = tiny(variant, bias=bias, norm=norm)
     got, want, caches, ref, mega = decode_both(model, batch, 40, 2, programs=12)
