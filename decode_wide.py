@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 
 import decode_mega as dm
-from decode_attention import _cdiv, _interpret, _pow2, _pow2_floor, _triton_available
+from decode_attention import _cdiv, _interpret, _pow2, _triton_available
 
 MAX_ROWS = 64  # sequences a step serves at most (a product's rows are one tl.dot operand: BLOCK_M x BK)
 BN = 16  # output columns a tile of the layers' products (tl.dot's least)
@@ -60,12 +60,11 @@ LAST_SPLIT_MERGES = False  # the last attention split of a (sequence, KV head) t
 #                            (no merge phase B2, one grid barrier less a layer; session 21 call 4, H200, batch 32 and
 #                            16k, Tucker / Tucker shared: 0.8025 / 0.6746 ms against 0.7445 / 0.6297 with B2 as a
 #                            phase: the merge lengthens B1's critical path more than a barrier costs)
-PREFETCH = True  # weights brought into L2 ahead by bulk prefetches (no registers): a program's D, E and F tiles as it
-#                  leaves B1, the next layer's A tile (or the LM head's) as it leaves F (the GPU only)
-BLOCK_N = None  # cache rows a step of an attention split's loop; None: ATTN_STAGE_BYTES' worth of K (and V) rows
-ATTN_STAGE_BYTES = 16384  # BLOCK_N=None: the bytes of cache a loop step loads (K and V rows: 64 for Tucker
-#                           [8,64,64], 128 for its shared latent, which at 64 rows ran at 2.2 TB/s against
-#                           separate K, V's 3.6 on an H200, session 21 call 3)
+BLOCK_N = None  # cache rows a step of an attention split's loop; None: ATTN_ROWS by whether K and V are one latent
+ATTN_ROWS = {False: 64, True: 256}  # BLOCK_N=None: rows a step for separate K and V / a shared latent (session 21,
+#                                     H200, batch 32 and 16k: the shared latent at 64 rows ran at 2.2 TB/s against
+#                                     separate K, V's 3.6 (call 3); Tucker at 128 rows 0.7609 ms against 0.7409 at
+#                                     64, Tucker shared at 256 rows 0.6146 against 0.6297 at 128 (call 5))
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASE_LAUNCHES = {False: (1, 2, 3, 4, 5, 6), True: (1, 2, 4, 5, 6)}  # a layer's launches phase by phase (A, B1, B2,
 #                                                                  D, E, F), by LAST_SPLIT_MERGES (no B2)
@@ -77,28 +76,6 @@ if _triton_available():
 
     from decode_linear import _gelu_erf
     from decode_mega import _attention_splits, _grid_sync, _merged_head, _store_qkv
-
-    @triton.jit
-    def _prefetch_l2(P, nbytes, NT: tl.constexpr):
-        """Start bringing the nbytes bytes at P into L2 and go on (no registers, no wait): a bulk prefetch (Hopper's
-        cp.async.bulk.prefetch.L2, to the SM's TMA unit) from lane 0 of each of the program's NT / 32 warps, a piece
-        each. P 16-byte aligned, nbytes a multiple of 16; nbytes <= 0 prefetches nothing."""
-        WARPS: tl.constexpr = NT // 32
-        piece = tl.cdiv(tl.cdiv(nbytes, WARPS), 16) * 16
-        i = tl.arange(0, NT)
-        start = (i // 32).to(tl.int64) * piece
-        size = tl.where(i % 32 == 0, tl.minimum(nbytes - start, piece), 0).to(tl.int32)  # bytes (<= 0: none)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [P.to(tl.pointer_type(tl.int8)) + start, size], dtype=tl.int32, is_pure=False, pack=1)
-
-    @triton.jit
-    def _prefetch_tile(W, t, N, K: tl.constexpr, BN: tl.constexpr, NT: tl.constexpr, ON: tl.constexpr):
-        """ON: rows t*BN .. t*BN + BN - 1 of W (N, K) (contiguous) into L2 (_prefetch_l2)."""
-        if ON:
-            rows = tl.minimum(N - t * BN, BN)
-            _prefetch_l2(W + (t * BN + tl.zeros([], tl.int64)) * K,
-                         rows * (K * (W.dtype.element_ty.primitive_bitwidth // 8)), NT)
 
     @triton.jit
     def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -201,8 +178,7 @@ if _triton_available():
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, MERGE: tl.constexpr, DOT_PREC: tl.constexpr,
-            ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
-            PREFETCH: tl.constexpr, NT: tl.constexpr):
+            ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
         ONLY 0: every phase, a grid barrier after each; else one phase alone (the interpreter's launches, no
         barrier): 1-6 A, B1, B2, D, E, F, 7 the embeddings, 8 the LM head.
@@ -235,7 +211,6 @@ if _triton_available():
                 xf = x.to(tl.float32)
                 tl.store(STATS + b * 2, tl.sum(xf, axis=0))
                 tl.store(STATS + b * 2 + 1, tl.sum(xf * xf, axis=0))
-            _prefetch_tile(WQKV + layer_lo * N_QKV * D, pid, N_QKV, D, BN, NT, PREFETCH)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
@@ -267,11 +242,6 @@ if _triton_available():
                 _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
                                   s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N, DOT_PREC,
                                   MERGE, O, CNT_ATT, dt, BLOCK_SM)
-                # the program's tiles of D, E and F into L2 while the others finish (a split tile: its first item's)
-                _prefetch_tile(WO + layer64 * D * KO, pid // SPLIT_D, D, KO, BN, NT, PREFETCH & (pid % SPLIT_D == 0))
-                _prefetch_tile(WFC + layer64 * HIDDEN * D, pid, HIDDEN, D, BN, NT, PREFETCH)
-                _prefetch_tile(WPR + layer64 * D * HIDDEN, pid // SPLIT_F, D, HIDDEN, BN, NT,
-                               PREFETCH & (pid % SPLIT_F == 0))
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
@@ -310,10 +280,6 @@ if _triton_available():
             if (ONLY == 0) | (ONLY == 6):
                 _split_residual_phase(H, WPR + layer64 * D * HIDDEN, BPR + layer * D, X1, X, ACC, CNT, STATS, 0, pid,
                                       nprog, D, HIDDEN, rm, m_ok, dt, BN, BK, SPLIT_F, BLOCK_M, DOT_PREC)
-                if layer + 1 < layer_hi:  # the next phase's tile into L2 meanwhile: A's, or the LM head's
-                    _prefetch_tile(WQKV + (layer64 + 1) * N_QKV * D, pid, N_QKV, D, BN, NT, PREFETCH)
-                else:
-                    _prefetch_tile(WLM, pid, vocab, D, BN_LM, NT, PREFETCH & FINAL)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
@@ -337,7 +303,8 @@ class WideDecoder(dm.MegaDecoder):
 
     @staticmethod
     def _check_knobs() -> None:
-        for name, value in (("BN", BN), ("BK", BK), ("BN_LM", BN_LM)):
+        rows = [("BLOCK_N", BLOCK_N)] if BLOCK_N is not None else [(f"ATTN_ROWS[{k}]", v) for k, v in ATTN_ROWS.items()]
+        for name, value in [("BN", BN), ("BK", BK), ("BN_LM", BN_LM)] + rows:
             if not isinstance(value, int) or value < 16 or value & (value - 1):
                 raise ValueError(f"decode_wide: {name}={value!r}: a power of two >= 16 (a tl.dot operand's side)")
         for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
@@ -388,8 +355,7 @@ class WideDecoder(dm.MegaDecoder):
         self.tile_counts = torch.zeros(_cdiv(self.d, 16), device=dev, dtype=torch.int32)  # their arrivals a tile
         self.split_counts = torch.zeros(B * self.nKV, device=dev, dtype=torch.int32)  # B1's arrivals a (sequence,
         #                                                                               KV head) (LAST_SPLIT_MERGES)
-        row_bytes = self.dtype.itemsize * (self.dk + (0 if self.shared else self.dv))  # a cache row's K (and V)
-        self.block_n = BLOCK_N or max(16, min(256, _pow2_floor(max(1, ATTN_STAGE_BYTES // row_bytes))))
+        self.block_n = BLOCK_N or ATTN_ROWS[bool(self.shared)]
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)
@@ -410,8 +376,7 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n),
             MERGE=bool(LAST_SPLIT_MERGES),
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
-            MAX_SPIN=dm.MAX_SPIN, PREFETCH=bool(PREFETCH) and not _interpret(), NT=32 * NUM_WARPS,
-            num_warps=NUM_WARPS, num_stages=STAGES)
+            MAX_SPIN=dm.MAX_SPIN, num_warps=NUM_WARPS, num_stages=STAGES)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch (MegaDecoder.decode_step's contract; phases=True, always in the

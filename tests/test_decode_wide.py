@@ -28,7 +28,7 @@ def no_device_checks(monkeypatch):
 @pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
     ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16, SPLIT_F=3), "rmsnorm", True),
     ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1), "layernorm", True),
-    ("tucker", 5, dict(BK=32, LAST_SPLIT_MERGES=False), "layernorm", False),
+    ("tucker", 5, dict(BK=32, LAST_SPLIT_MERGES=True), "layernorm", False),
     ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, monkeypatch):
     """Two steps from a 40-row cache (16-row chunks: split over the programs, merged): logits and the written cache
@@ -36,8 +36,8 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, m
     D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
     shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
     (the last tile partly past it); the norms folded into the matrices after them (LayerNorm's mean taken out after
-    the product), with and without biases; the last split of a group merging it (the default) and the merge as a
-    phase of its own."""
+    the product), with and without biases; the merge as a phase of its own (the default) and by the last split of
+    a group."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
     monkeypatch.setattr(dw, "BLOCK_N", 16)
@@ -88,7 +88,7 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
 
 @pytest.mark.parametrize("knob, value, why", [("BN", 8, "a power of two >= 16"), ("BK", 48, "a power of two >= 16"),
                                              ("BN_LM", 0, "a power of two >= 16"), ("SPLIT_F", 0, "a positive int"),
-                                             ("SPLIT_D", 1.5, "a positive int")])
+                                             ("SPLIT_D", 1.5, "a positive int"), ("BLOCK_N", 24, "a power of two")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
     monkeypatch.setattr(dw, knob, value)
