@@ -1691,9 +1691,10 @@ class GPT(nn.Module):
         both run the same kernels, so they give the same tokens. compile=True torch.compiles the
         step first (fewer, fused kernels; a one-time compile of tens of seconds), with torch.compile's
         compile_mode ('default' or 'max-autotune': fewer kernels still, minutes of tuning). decode='mega'
-        replays instead the whole step as one persistent kernel (decode_mega; CUDA, batch <= 4, MHA/GQA/MQA/Tucker
-        with learned positions and a GELU MLP, else a ValueError naming why): on an H200 the fastest batch-1 step
-        for GQA, MQA and Tucker, but its fp32 atomic sums make the logits vary in their last bits from run to run,
+        replays instead the whole step as one persistent kernel (decode_mega at batch <= 4, decode_wide's
+        tensor-core tiles at 5-64; CUDA, MHA/GQA/MQA/Tucker with learned positions and a GELU MLP, else a ValueError
+        naming why): on an H200 the fastest step for GQA, MQA and Tucker at batch 1 to 32, not for MHA, but its fp32
+        atomic sums make the logits vary in their last bits from run to run,
         so greedy tokens may differ from 'graph' where two logits nearly tie. When the context reaches
         block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
         crops the context each step instead, as nanoGPT does)."""

@@ -6,7 +6,10 @@ median over the profiled steps. With decode_mega.FUSED_MLP (the default) E's lau
     python3 -m scripts.profile_mega --variants mha,tucker_8_64_64 --context 4096 [--knob decode_mega.NUM_WARPS=4]
 
 The phases launched alone pay a launch each instead of a barrier; their sum is what the one-launch step spends
-outside its barriers (bench_decode's graph_mega_phases row times the same launches end to end).
+outside its barriers (bench_decode's graph_mega_phases row times the same launches end to end). With --batch above
+decode_mega.MAX_ROWS the step is decode_wide's (its phases: the embeddings, A, B1, B2, D, E, F, the LM head):
+
+    python3 -m scripts.profile_mega --variants tucker_8_64_64,tucker_shared_8_64_64 --batch 32 --context 16384
 
     python3 -m scripts.profile_mega --barriers --variants mha,tucker_8_64_64 --context 4096
 
