@@ -2,6 +2,7 @@
 compiles it, and what its machine code says about the grid barriers.
 
     python -m scripts.mega_sass --variant tucker_8_64_64 --out_dir /tmp/mega_sass [--knob decode_mega.EARLY_ARRIVE=False]
+    python -m scripts.mega_sass --variant tucker_8_64_64 --batch 32     # decode_wide's kernel (above 4 sequences)
 
 The kernel's launch for a GPT-2 124M-shaped model (2 layers: the code does not depend on the count; batch 1, 132
 SMs as on an H200, PROGRAMS_PER_SM programs each) is recorded instead of run, then compiled by triton.compile with the JIT launcher's
@@ -49,32 +50,45 @@ def barrier_loads(sass: str) -> list:
     return out
 
 
-def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
-    """The step kernel's launch for `variant` compiled (kernel_compile.compile_sm90) and disassembled into out_dir:
-    registers, stack, the load mix, MEMBARs and barrier_loads."""
+def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1) -> dict:
+    """The step kernel's launch for `variant` at `batch` sequences (decode_mega.step_decoder's: decode_wide's above
+    decode_mega.MAX_ROWS) compiled (kernel_compile.compile_sm90) and disassembled into out_dir: registers, stack,
+    shared memory a program, the load mix, tensor-core (HMMA) and asynchronous-copy (LDGSTS) instructions, MEMBARs and
+    barrier_loads."""
     import triton
 
     import decode_attention as da
     import decode_mega as dm
+    import decode_wide as dw
     from model import GPT, GPTConfig
     from scripts.bench_train import VARIANTS
 
     match = next((v for v in VARIANTS if v.id == variant), None)
     if match is None:
         raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(v.id for v in VARIANTS)}")
-    saved = da._interpret, dm._interpret, dm._mega_step_kernel
-    rec = Recorder(dm._mega_step_kernel)
+    wide = batch > dm.MAX_ROWS
+    saved = da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel
+    rec = Recorder(dw._wide_step_kernel if wide else dm._mega_step_kernel)
     try:
-        da._interpret = dm._interpret = lambda: True  # the CPU passes the wrappers' device checks
-        dm._mega_step_kernel = rec
+        da._interpret = dm._interpret = lambda: True  # the CPU passes the wrappers' device checks (decode_wide's own
+        #                                               _interpret stays: its launch is the GPU's)
+        if wide:
+            dw._wide_step_kernel = rec
+        else:
+            dm._mega_step_kernel = rec
         cfg = GPTConfig(n_layer=2, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False,
                         **match.overrides)
         model = GPT(cfg).to(torch.bfloat16).eval()
-        caches = model.new_caches(1, 1024)
-        mega = dm.MegaDecoder(model, caches, programs=sms * dm.PROGRAMS_PER_SM)  # as MegaDecoder on the GPU
-        mega._launch(mega._stacked_weights(), torch.tensor([3]), torch.tensor([10]), 0, 0, 2, True)
+        caches = model.new_caches(batch, 1024)
+        per_sm = dw.PROGRAMS_PER_SM if wide else dm.PROGRAMS_PER_SM
+        mega = dm.step_decoder(model, caches, programs=sms * per_sm)  # as on the GPU
+        idx, pos = torch.zeros(batch, dtype=torch.long), torch.tensor([10])
+        if wide:
+            mega._launch(mega._stacked_weights(), idx, pos, 0, 0, 2, True, True)
+        else:
+            mega._launch(mega._stacked_weights(), idx, pos, 0, 0, 2, True)
     finally:
-        da._interpret, dm._interpret, dm._mega_step_kernel = saved
+        da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel = saved
     compiled = compile_sm90(rec.kernel, *rec.launches[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{variant}.ttgir").write_text(compiled.asm["ttgir"])  # the layouts Triton chose
@@ -93,6 +107,8 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132) -> dict:
     for m in re.finditer(r"\b(LDG\.[A-Z0-9.]+|LDL[A-Z0-9.]*)", sass):
         loads[m.group(1)] = loads.get(m.group(1), 0) + 1
     return dict(registers=int(regs.group(1)) if regs else None, stack=int(stack.group(1)) if stack else None,
+                shared=compiled.metadata.shared, hmma=len(re.findall(r"\bHMMA\b", sass)),
+                ldgsts=len(re.findall(r"\bLDGSTS\b", sass)),
                 loads=loads, membars=sass.count("MEMBAR"), barriers=barrier_loads(sass),
                 converts=layout_converts(compiled.asm["ttgir"]), sections=phase_sections(sass))
 
@@ -126,16 +142,18 @@ def main(argv=None):
     p.add_argument("--variant", default="tucker_8_64_64")
     p.add_argument("--out_dir", default="mega_sass")
     p.add_argument("--knob", action="append", default=[], metavar="decode_mega.NAME=VALUE")
+    p.add_argument("--batch", type=int, default=1, help="sequences (above decode_mega.MAX_ROWS: decode_wide's kernel)")
     a = p.parse_args(argv)
     from scripts.bench_decode import KNOB_MODULES
     from scripts.bench_train import set_module_knobs
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
-    r = compile_step(a.variant, Path(a.out_dir))
-    print(f"decode_mega step kernel, {a.variant}, sm_90, knobs {knobs or 'none'}: {r['registers']} registers, "
-          f"stack {r['stack']} B, {r['membars']} MEMBARs")
+    r = compile_step(a.variant, Path(a.out_dir), batch=a.batch)
+    print(f"step kernel, {a.variant}, batch {a.batch}, sm_90, knobs {knobs or 'none'}: {r['registers']} registers, "
+          f"stack {r['stack']} B, shared memory {r['shared']} B a program, {r['hmma']} HMMA, {r['ldgsts']} LDGSTS, "
+          f"{r['membars']} MEMBARs")
     print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))
-    print("instructions from each release to the next arrival (A, B1, B2D, MLP, ..., LM head): "
-          + ", ".join(str(n) for n in r["sections"]))
+    phases = "the embeddings, A, B1, B2, D, E, F, ..., LM head" if a.batch > 4 else "A, B1, B2D, MLP, ..., LM head"
+    print(f"instructions from each release to the next arrival ({phases}): " + ", ".join(str(n) for n in r["sections"]))
     tiles = [f"{'x'.join(map(str, shape))} {dt}" for shape, dt in r["converts"] if len(shape) > 1 and shape[0] > 1
              and shape[-1] >= 256]
     print(f"layout conversions of weight-tile-shaped tensors (rows x >= 256 columns): {len(tiles)}"

@@ -146,3 +146,21 @@ def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
     phased = mega.decode_step(tok, caches, pos, phases=True).float().clone()
     mega.check()
     assert ((one - phased).norm() / phased.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("variant", ["tucker_8_64_64", "tucker_shared_8_64_64"])
+def test_sass_two_programs_fit_an_sm(variant, tmp_path):
+    """scripts/mega_sass at batch 32 (decode_wide's kernel as the launcher compiles it for sm_90, then ptxas): no
+    spills at PROGRAMS_PER_SM x NUM_WARPS = 2 x 4 (at most 255 registers a thread), two programs' shared memory (the
+    pipelined stages of the largest loop, 1 KB reserved a program) within an SM's 228 KB, the products on tensor
+    cores (HMMA) fed by asynchronous copies (LDGSTS: the loops are software-pipelined)."""
+    import triton
+    from pathlib import Path
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if not (tools / "nvdisasm").exists() or not (tools / "ptxas").exists():
+        pytest.skip("Triton's wheel has no ptxas / nvdisasm here")
+    from scripts import mega_sass
+    r = mega_sass.compile_step(variant, tmp_path, batch=32)
+    assert r["stack"] == 0 and r["registers"] <= 255
+    assert dw.PROGRAMS_PER_SM * (r["shared"] + 1024) <= 228 * 1024
+    assert r["hmma"] > 0 and r["ldgsts"] > 0
