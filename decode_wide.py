@@ -75,7 +75,7 @@ if _triton_available():
     import triton.language as tl
 
     from decode_linear import _gelu_erf
-    from decode_mega import _attention_splits, _grid_sync, _merged_head, _store_qkv
+    from decode_mega import _attention_splits, _grid_sync, _merged_head, _stamp, _stamp_sm, _store_qkv
 
     @triton.jit
     def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -171,14 +171,15 @@ if _triton_available():
     @triton.jit
     def _wide_step_kernel(
             IDX, POS, WTE, WPE, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
-            X, X1, STATS, Q, O, H, ACC, CNT, CNT_ATT, PO, PM, PL, LOGITS, SYNC, ERR,
+            X, X1, STATS, Q, O, H, ACC, CNT, CNT_ATT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, MERGE: tl.constexpr, DOT_PREC: tl.constexpr,
-            ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr):
+            ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
+            TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
         ONLY 0: every phase, a grid barrier after each; else one phase alone (the interpreter's launches, no
         barrier): 1-6 A, B1, B2, D, E, F, 7 the embeddings, 8 the LM head.
@@ -190,7 +191,10 @@ if _triton_available():
         hidden activations; ACC (B, d) fp32 and CNT (a count a column tile) D's and F's split sums, zero between
         uses; CNT_ATT (a count a (sequence, KV head)) the splits' arrivals (MERGE: B1's last split merges, no B2).
         W_qkv, W_fc and the LM head hold their norm's weight, BQKV, BFC and BLM (fp32) its bias (folded), CQKV, CFC,
-        CLM (fp32) their row sums (the mean's term)."""
+        CLM (fp32) their row sums (the mean's term). TIMING (ONLY 0): this program's stamps in TIMES, 4 a slot
+        (decode_mega's: arrival ns and cycles, release ns and cycles): slot 0 the start (its third column the SM),
+        1 the barrier after the embeddings, 2 + 6 l + i the barrier after layer l's phase i (A, B1, B2, D, E, F; B2's
+        left zero with MERGE), 6 L + 2 the end."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -200,6 +204,9 @@ if _triton_available():
         m_ok = rm < B
         KO: tl.constexpr = NH * DV  # the output projection's K
         barriers = 0
+        STAMP = TIMES + pid * (4 * (6 * (layer_hi - layer_lo) + 3))
+        _stamp(STAMP, TIMING)
+        _stamp_sm(STAMP + 2, TIMING)
         if FIRST & ((ONLY == 0) | (ONLY == 7)):  # ---- x0 = wte[token] + wpe[pos], a row a program, its sums whole
             rk = tl.arange(0, BLOCK_D)
             k_ok = rk < D
@@ -213,9 +220,10 @@ if _triton_available():
                 tl.store(STATS + b * 2 + 1, tl.sum(xf * xf, axis=0))
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4, MAX_SPIN, TIMING)
         for layer in range(layer_lo, layer_hi):
             layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
+            at_l = STAMP + 4 * (2 + 6 * (layer - layer_lo))  # the stamps of this layer's first barrier
             # ---- A: [q | k | v] = norm1(x0) W_qkv^T + b_qkv; k, v into the caches at pos
             if (ONLY == 0) | (ONLY == 1):
                 if pid == 0:  # x1's sums start from zero (their last reader: the previous layer's E)
@@ -231,7 +239,7 @@ if _triton_available():
                                NH, NKV, DK, DV, SHARED_KV)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l, MAX_SPIN, TIMING)
             # ---- B1: the attention's splits (the cache rows split over programs)
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
             n_split = tl.cdiv(length, chunk)
@@ -244,7 +252,7 @@ if _triton_available():
                                   MERGE, O, CNT_ATT, dt, BLOCK_SM)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
             # ---- B2 (without MERGE): a program per (sequence, query head): its splits merged, o rounded as stored
             if ((ONLY == 0) | (ONLY == 3)) & (not MERGE):
                 ev = tl.arange(0, DV)
@@ -255,14 +263,14 @@ if _triton_available():
                     tl.store(O + b * KO + h * DV + ev, o.to(dt))
             if (ONLY == 0) & (not MERGE):
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 8, MAX_SPIN, TIMING)
             # ---- D: x1 = x0 + (o W_O^T + b_O)
             if (ONLY == 0) | (ONLY == 4):
                 _split_residual_phase(O, WO + layer64 * D * KO, BO + layer * D, X, X1, ACC, CNT, STATS, 1, pid, nprog,
                                       D, KO, rm, m_ok, dt, BN, BK, SPLIT_D, BLOCK_M, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 12, MAX_SPIN, TIMING)
             # ---- E: h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 5):
                 for t in range(pid, tl.cdiv(HIDDEN, BN), nprog):
@@ -275,14 +283,14 @@ if _triton_available():
                     tl.store(H + rm[:, None] * HIDDEN + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 16, MAX_SPIN, TIMING)
             # ---- F: x2 = x1 + (h W_proj^T + b_proj), the next layer's x0
             if (ONLY == 0) | (ONLY == 6):
                 _split_residual_phase(H, WPR + layer64 * D * HIDDEN, BPR + layer * D, X1, X, ACC, CNT, STATS, 0, pid,
                                       nprog, D, HIDDEN, rm, m_ok, dt, BN, BK, SPLIT_F, BLOCK_M, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC, barriers * nprog, ERR, SYNC, MAX_SPIN, False)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 20, MAX_SPIN, TIMING)
         # ---- the final norm and the LM head
         if FINAL & ((ONLY == 0) | (ONLY == 8)):
             for t in range(pid, tl.cdiv(vocab, BN_LM), nprog):
@@ -291,6 +299,9 @@ if _triton_available():
                 n_ok = rn < vocab
                 y += tl.load(BLM + rn, mask=n_ok, other=0.0)[None, :]
                 tl.store(LOGITS + rm[:, None] * vocab + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
+        if TIMING:
+            tl.debug_barrier()
+            _stamp(STAMP + 4 * (6 * (layer_hi - layer_lo) + 2), TIMING)
 
 
 class WideDecoder(dm.MegaDecoder):
@@ -368,6 +379,7 @@ class WideDecoder(dm.MegaDecoder):
             w["wo"], w["bo"], w["wfc"], w["bfc"], w["cfc"], w["wpr"], w["bpr"], w["wlm"], w["blm"], w["clm"],
             self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.split_counts,
             self.po, self.pm, self.pl, self.logits, self.counters, self.error,
+            self.times if self.times is not None else self.counters,
             self.batch, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * 1.4426950408889634,
             self.s_max,
             D=self.d, HIDDEN=self.hidden, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv,
@@ -376,7 +388,8 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n),
             MERGE=bool(LAST_SPLIT_MERGES),
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
-            MAX_SPIN=dm.MAX_SPIN, num_warps=NUM_WARPS, num_stages=STAGES)
+            MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
+            num_stages=STAGES)
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch (MegaDecoder.decode_step's contract; phases=True, always in the
@@ -397,6 +410,19 @@ class WideDecoder(dm.MegaDecoder):
             self._launch(w, idx, pos, 0, 0, self.n_layer, True, True)
         return self.logits
 
-    def timed_step(self, idx, caches, pos):
-        raise ValueError("WideDecoder has no timed step (decode_mega.MegaDecoder.timed_step stamps the batch <= "
-                         f"{dm.MAX_ROWS} kernel's barriers)")
+    def timed_step(self, idx: torch.Tensor, caches, pos: torch.Tensor) -> torch.Tensor:
+        """One step in one launch, every program stamping the GPU's nanosecond timer and its SM's cycle counter at
+        its start, at each grid barrier (arriving, released) and at its end: (programs, 6 L + 3, 4) int64 on the CPU,
+        [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles); slot 0 the start (its third column
+        the program's SM), 1 the barrier after the embeddings, 2 + 6 l + i the barrier after layer l's phase i (A,
+        B1, B2, D, E, F; B2's zero with LAST_SPLIT_MERGES), 6 L + 2 the end (slots 0 and 6 L + 2: their first two
+        columns only). CUDA only."""
+        if self.device.type != "cuda" or _interpret():
+            raise ValueError("WideDecoder.timed_step needs the one-launch step on a CUDA device")
+        self.times = torch.zeros(self.programs, 6 * self.n_layer + 3, 4, device=self.device, dtype=torch.int64)
+        try:
+            self.decode_step(idx, caches, pos)
+            torch.cuda.synchronize(self.device)
+            return self.times.cpu()
+        finally:
+            self.times = None

@@ -50,11 +50,11 @@ def barrier_loads(sass: str) -> list:
     return out
 
 
-def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1) -> dict:
+def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, timed: bool = False) -> dict:
     """The step kernel's launch for `variant` at `batch` sequences (decode_mega.step_decoder's: decode_wide's above
     decode_mega.MAX_ROWS) compiled (kernel_compile.compile_sm90) and disassembled into out_dir: registers, stack,
     shared memory a program, the load mix, tensor-core (HMMA) and asynchronous-copy (LDGSTS) instructions, MEMBARs and
-    barrier_loads."""
+    barrier_loads. timed: the timed step's compile (TIMING, every barrier stamped; timed_step's)."""
     import triton
 
     import decode_attention as da
@@ -83,6 +83,8 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1) ->
         per_sm = dw.PROGRAMS_PER_SM if wide else dm.PROGRAMS_PER_SM
         mega = dm.step_decoder(model, caches, programs=sms * per_sm)  # as on the GPU
         idx, pos = torch.zeros(batch, dtype=torch.long), torch.tensor([10])
+        if timed:  # as timed_step sets it (the kernel only reads its presence and address here)
+            mega.times = torch.zeros(mega.programs, (6 * 2 + 3) if wide else (5 * 2 + 2), 4, dtype=torch.int64)
         if wide:
             mega._launch(mega._stacked_weights(), idx, pos, 0, 0, 2, True, True)
         else:
@@ -108,6 +110,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1) ->
         loads[m.group(1)] = loads.get(m.group(1), 0) + 1
     return dict(registers=int(regs.group(1)) if regs else None, stack=int(stack.group(1)) if stack else None,
                 shared=compiled.metadata.shared, hmma=len(re.findall(r"\bHMMA\b", sass)),
+                timer_reads=compiled.asm["ptx"].count("%globaltimer"),
                 ldgsts=len(re.findall(r"\bLDGSTS\b", sass)),
                 loads=loads, membars=sass.count("MEMBAR"), barriers=barrier_loads(sass),
                 converts=layout_converts(compiled.asm["ttgir"]), sections=phase_sections(sass))

@@ -111,26 +111,30 @@ def profile_variant(name: str, context: int, batch: int, steps: int) -> dict:
     return {p: statistics.median(v) for p, v in us.items()}
 
 
-def barrier_phases(stamps, n_layer: int) -> dict:
-    """Per phase kind (A .. F, summed over the layers) and the LM head, us: span, work, sync and median work, from
-    one timed step's stamps (programs, 5 L + 2, 4) (MegaDecoder.timed_step's layout). A slot no program stamped (E's
-    with decode_mega.FUSED_MLP: no barrier there) counts nothing, and the phase after it spans both (F's row holds
-    the fused MLP). Also `total` (the first start to the last end) and `timer step` (the smallest nonzero difference
-    between two ns stamps: the timer's resolution as seen)."""
+def barrier_phases(stamps, n_layer: int, phases=PHASES, lead=()) -> dict:
+    """Per phase kind (`phases`, summed over the layers; A .. F by default), each phase before the layers (`lead`:
+    decode_wide's ("embeddings",)) and the LM head, us: span, work, sync and median work, from one timed step's
+    stamps (programs, len(lead) + len(phases) L + 2, 4) (MegaDecoder.timed_step's layout: slot 0 the start, then a
+    slot per barrier in phase order, the last the end; WideDecoder.timed_step's with lead ("embeddings",) and its
+    six phases). A slot no program stamped (E's with decode_mega.FUSED_MLP, B2's with decode_wide.LAST_SPLIT_MERGES:
+    no barrier there) counts nothing, and the phase after it spans both (F's row holds the fused MLP). Also `total`
+    (the first start to the last end) and `timer step` (the smallest nonzero difference between two ns stamps: the
+    timer's resolution as seen)."""
     stamps = torch.as_tensor(stamps, dtype=torch.int64)
     P, slots, _ = stamps.shape
-    if slots != 5 * n_layer + 2:
-        raise ValueError(f"stamps for {slots} slots, expected 5 x {n_layer} + 2")
+    n, lead = len(phases), tuple(lead)
+    if slots != len(lead) + n * n_layer + 2:
+        raise ValueError(f"stamps for {slots} slots, expected {len(lead)} + {n} x {n_layer} + 2")
     arrive = stamps[:, :, 0].double() / 1e3  # us
     release = stamps[:, :, 2].double() / 1e3
     release[:, 0] = arrive[:, 0]  # the start: slot 0 holds its stamp in the arrival columns
     rel_med = release.median(dim=0).values  # (slots,)
-    out = {p: dict(span=0.0, work=0.0, sync=0.0, median_work=0.0) for p in PHASES}
+    out = {p: dict(span=0.0, work=0.0, sync=0.0, median_work=0.0) for p in lead + tuple(phases)}
     prev = 0  # the last slot with a barrier
-    for b in range(1, 5 * n_layer + 1):
+    for b in range(1, slots - 1):
         if not stamps[:, b, 0].any():  # no barrier here
             continue
-        row = out[PHASES[(b - 1) % 5]]
+        row = out[lead[b - 1] if b <= len(lead) else phases[(b - 1 - len(lead)) % n]]
         last = arrive[:, b].max().item()
         row["span"] += rel_med[b].item() - rel_med[prev].item()
         row["work"] += last - rel_med[prev].item()
@@ -163,7 +167,9 @@ def time_barriers(name: str, context: int, batch: int, steps: int, dump=None) ->
     if dump:
         Path(dump).mkdir(parents=True, exist_ok=True)
         torch.save(torch.stack(stamps), Path(dump) / f"{name}_stamps.pt")
-    runs = [barrier_phases(s, model.config.n_layer) for s in stamps]
+    import decode_mega as dm
+    wide = dict(phases=WIDE_PHASES, lead=("embeddings",)) if batch > dm.MAX_ROWS else {}  # decode_wide's layout
+    runs = [barrier_phases(s, model.config.n_layer, **wide) for s in stamps]
     med = lambda vals: statistics.median(vals)
     out = {k: (med([r[k] for r in runs]) if not isinstance(runs[0][k], dict)
                else {f: med([r[k][f] for r in runs]) for f in runs[0][k]}) for k in runs[0]}
@@ -182,12 +188,22 @@ def main(argv=None):
     a = p.parse_args(argv)
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
     if a.barriers:
-        print(f"decode_mega one-launch step, batch {a.batch}, {a.context} cached, us per step (all layers; median of "
+        import decode_mega as dm
+        kernel = "decode_wide" if a.batch > dm.MAX_ROWS else "decode_mega"
+        print(f"{kernel} one-launch step, batch {a.batch}, {a.context} cached, us per step (all layers; median of "
               f"{a.steps} steps), knobs {knobs or 'none'}, {torch.cuda.get_device_name()}")
         print("| variant | phase | span | work (last arrival) | sync | median work |")
         print("| --- | --- | --- | --- | --- | --- |")
         for v in a.variants.split(","):
             r = time_barriers(v, a.context, a.batch, a.steps, a.dump)
+            if a.batch > dm.MAX_ROWS:  # decode_wide's phases
+                for ph in ("embeddings",) + WIDE_PHASES + ("LM head",):
+                    x = r[ph]
+                    print(f"| {v} | {ph} | {x['span']:.1f} | {x['work']:.1f} | {x['sync']:.1f} | "
+                          f"{x['median_work']:.1f} |")
+                print(f"| {v} | whole step (first start to last end) | {r['total']:.1f} | | | |")
+                print(f"| {v} | timer resolution seen | {r['timer step']:.3f} | | | |")
+                continue
             fused = not any(r[PHASES[3]].values())  # no barrier after E: the fused MLP's phase in F's row
             for ph in PHASES + ("LM head",):
                 if fused and ph == PHASES[3]:

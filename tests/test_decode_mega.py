@@ -282,7 +282,7 @@ def test_barrier_phases_sums_each_phase_over_the_layers():
     assert got[PHASES[4]] == pytest.approx(dict(span=2.0, work=1.58, sync=0.42, median_work=1.38))
     assert got["LM head"] == pytest.approx(dict(span=0.79, work=0.79, sync=0.0, median_work=0.69))
     assert got["total"] == pytest.approx(11.2) and got["timer step"] == pytest.approx(0.01)
-    with pytest.raises(ValueError, match="12 slots, expected 5 x 3"):
+    with pytest.raises(ValueError, match="12 slots, expected 0 \\+ 5 x 3 \\+ 2"):
         barrier_phases(stamps, 3)
     stamps[:, [4, 9]] = 0  # the fused MLP: no barrier after E; F's row spans from B2D's release
     fused = barrier_phases(stamps, 2)

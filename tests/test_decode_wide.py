@@ -117,12 +117,36 @@ def test_norms_fold_into_the_matrices_after_them(monkeypatch):
         close(xn @ w["wfc"][1].t() + w["bfc"][1], block.mlp.c_fc(block.ln_2(x)))
 
 
-def test_wide_decoder_has_no_timed_step(monkeypatch):
+def test_timed_step_needs_the_one_launch_step_on_a_gpu(monkeypatch):
     no_device_checks(monkeypatch)
     model = tiny("mqa")
     caches = model.new_caches(8, 8)
-    with pytest.raises(ValueError, match="no timed step"):
+    with pytest.raises(ValueError, match="one-launch step on a CUDA device"):
         dw.WideDecoder(model, caches).timed_step(torch.zeros(8, 1, dtype=torch.long), caches, torch.tensor([3]))
+
+
+def test_barrier_phases_reads_the_wide_layout():
+    """profile_mega.barrier_phases on decode_wide's slots (the start, the embeddings' barrier, six a layer, the
+    end) against a hand count: 1 layer, 3 programs, program p arriving 100 p ns after a slot's base (a slot every
+    1000 ns) and released 400 + 10 p ns after it; B2's slot left empty (LAST_SPLIT_MERGES): D spans from B1's
+    release."""
+    from scripts.profile_mega import WIDE_PHASES, barrier_phases
+    stamps = torch.zeros(3, 9, 4, dtype=torch.int64)
+    for b in range(9):
+        for p in range(3):
+            stamps[p, b, 0], stamps[p, b, 2] = 1000 * b + 100 * p, 1000 * b + 400 + 10 * p
+    wide = dict(phases=WIDE_PHASES, lead=("embeddings",))
+    got = barrier_phases(stamps, 1, **wide)
+    assert got["embeddings"] == pytest.approx(dict(span=1.31, work=1.1, sync=0.21, median_work=1.0))
+    assert got[WIDE_PHASES[0]] == pytest.approx(dict(span=1.0, work=0.79, sync=0.21, median_work=0.69))
+    assert got["LM head"] == pytest.approx(dict(span=0.79, work=0.79, sync=0.0, median_work=0.69))
+    assert got["total"] == pytest.approx(8.2) and got["timer step"] == pytest.approx(0.01)
+    stamps[:, 4] = 0  # no barrier after B2
+    merged = barrier_phases(stamps, 1, **wide)
+    assert merged[WIDE_PHASES[2]] == dict(span=0.0, work=0.0, sync=0.0, median_work=0.0)
+    assert merged[WIDE_PHASES[3]] == pytest.approx(dict(span=2.0, work=1.79, sync=0.21, median_work=1.69))
+    with pytest.raises(ValueError, match="9 slots, expected 1 \\+ 6 x 2 \\+ 2"):
+        barrier_phases(stamps, 2, **wide)
 
 
 @needs_cuda
@@ -163,4 +187,32 @@ def test_sass_two_programs_fit_an_sm(variant, tmp_path):
     r = mega_sass.compile_step(variant, tmp_path, batch=32)
     assert r["stack"] == 0 and r["registers"] <= 255
     assert dw.PROGRAMS_PER_SM * (r["shared"] + 1024) <= 228 * 1024
-    assert r["hmma"] > 0 and r["ldgsts"] > 0
+    assert r["hmma"] > 0 and r["ldgsts"] > 0 and r["timer_reads"] == 0
+    if variant == "tucker_8_64_64":  # the timed step's compile: every barrier and the start and end stamped
+        timed = mega_sass.compile_step(variant, tmp_path / "timed", batch=32, timed=True)
+        assert timed["timer_reads"] > 0 and dw.PROGRAMS_PER_SM * (timed["shared"] + 1024) <= 228 * 1024
+
+
+@needs_cuda
+def test_cuda_wide_timed_step_stamps_every_barrier_in_order():
+    """timed_step at batch 8: the same logits as an untimed step; every program's stamps rise through the step,
+    no program is released before the last one arrived (the global timer across programs), B2's slot is the only
+    empty one (it is stamped with LAST_SPLIT_MERGES off, the default), and each SM holds PROGRAMS_PER_SM programs."""
+    over = dict(n_layer=2, n_head=12, n_embd=768, block_size=2048, vocab_size=50304, tucker_ranks=(8, 64, 64))
+    model = tiny("tucker", dtype=torch.bfloat16, device="cuda", **over)
+    caches = model.new_caches(8, 1024, device="cuda")
+    mega = dm.step_decoder(model, caches)
+    tok, pos = torch.full((8, 1), 5, device="cuda"), torch.tensor([700], device="cuda")
+    plain = mega.decode_step(tok, caches, pos).float().clone()
+    stamps = mega.timed_step(tok, caches, pos)
+    mega.check()
+    assert ((mega.logits.float() - plain).norm() / plain.norm()).item() < 1e-2
+    assert stamps.shape == (mega.programs, 6 * 2 + 3, 4) and mega.times is None
+    assert stamps[:, :, 0].ne(0).all()  # every slot stamped (B2 a phase: its barrier too)
+    for col in (0, 1):  # ns, cycles
+        seq = torch.cat([stamps[:, :1, col], stamps[:, 1:-1, [col, col + 2]].reshape(mega.programs, -1),
+                         stamps[:, -1:, col]], dim=1)
+        assert (seq[:, 1:] >= seq[:, :-1]).all()
+    assert (stamps[:, 1:-1, 2] >= stamps[:, 1:-1, 0].max(dim=0).values).all()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert torch.bincount(stamps[:, 0, 2], minlength=sms).tolist() == [dw.PROGRAMS_PER_SM] * sms
