@@ -911,31 +911,39 @@ class MegaDecoder:
         be the ones this decoder stacked. Returns the logits (B, vocab) (a buffer the next step overwrites).
         phases=True (always in the interpreter): a launch per phase and layer instead of the barriers."""
         if caches is not self.caches:
-            raise ValueError("MegaDecoder.decode_step: pass the caches the decoder was built on (it reads its own "
-                             "stacked copy of them)")
+            raise ValueError(f"{type(self).__name__}.decode_step: pass the caches the decoder was built on (it reads "
+                             f"its own stacked copy of them)")
         idx = idx.reshape(-1)
         w = self._stacked_weights()  # checked once a step (a parameter's change rebuilds them)
         self.counters.zero_()
-        if phases or _interpret():
+        self._run(w, idx, pos, phases or _interpret())
+        return self.logits
+
+    def _run(self, w: dict, idx, pos, phased: bool) -> None:
+        """The step's launches: one, or (phased) a launch per phase and layer, then the final norm and LM head's."""
+        if phased:
             for layer in range(self.n_layer):
                 for only in PHASE_LAUNCHES[FUSED_MLP]:
                     self._launch(w, idx, pos, only, layer, layer + 1, False)
             self._launch(w, idx, pos, 6, self.n_layer, self.n_layer, True)  # no layer: the final norm and LM head
         else:
             self._launch(w, idx, pos, 0, 0, self.n_layer, True)
-        return self.logits
+
+    def _stamp_slots(self) -> int:
+        """timed_step's slots a program: 0 the start, 5 l + 1 .. 5 l + 5 the barriers after layer l's phases A, B1,
+        B2D, E, F (with FUSED_MLP slot 5 l + 4 stays zero, no barrier after E, and 5 l + 5 follows the fused MLP),
+        5 L + 1 the end."""
+        return 5 * self.n_layer + 2
 
     def timed_step(self, idx: torch.Tensor, caches, pos: torch.Tensor) -> torch.Tensor:
         """One decode step in one launch, every program stamping the GPU's nanosecond timer and its SM's cycle counter
-        at its start, at each grid barrier (arriving, released) and at its end: (programs, 5 L + 2, 4) int64 on the
-        CPU, [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles), slot 0 the start, 5 l + 1 ..
-        5 l + 5 the barriers after layer l's phases A, B1, B2D, E, F (with FUSED_MLP slot 5 l + 4 stays zero, no
-        barrier after E, and 5 l + 5 follows the fused MLP), 5 L + 1 the end (slots 0 and 5 L + 1: their first two
-        columns only, but slot 0's third: the program's SM). CUDA
+        at its start, at each grid barrier (arriving, released) and at its end: (programs, slots, 4) int64 on the
+        CPU, [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles), the slots as _stamp_slots
+        says (the first and the last: their first two columns only, but the first's third: the program's SM). CUDA
         only (the interpreter runs the phases as separate launches, without barriers)."""
         if self.device.type != "cuda" or _interpret():
-            raise ValueError("MegaDecoder.timed_step needs the one-launch step on a CUDA device")
-        self.times = torch.zeros(self.programs, 5 * self.n_layer + 2, 4, device=self.device, dtype=torch.int64)
+            raise ValueError(f"{type(self).__name__}.timed_step needs the one-launch step on a CUDA device")
+        self.times = torch.zeros(self.programs, self._stamp_slots(), 4, device=self.device, dtype=torch.int64)
         try:
             self.decode_step(idx, caches, pos)
             torch.cuda.synchronize(self.device)

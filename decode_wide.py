@@ -127,6 +127,17 @@ if _triton_available():
         return acc
 
     @triton.jit
+    def _normed_linear(A, W, Bias, C, t, N, D, rm, m_ok, STATS, slot, eps, BN: tl.constexpr, BK: tl.constexpr,
+                       NORM: tl.constexpr, DOT_PREC: tl.constexpr):
+        """norm(rows rm of the stream A (B, D)) W^T + Bias for output columns t*BN .., the norm folded into W and
+        Bias (C W's row sums; _product): (y (BLOCK_M, BN) fp32, the columns rn, their mask)."""
+        y = _product(A, W, t, N, D, 0, D, rm, m_ok, STATS, slot, C, D, eps, BN, BK, NORM, DOT_PREC)
+        rn = t * BN + tl.arange(0, BN)
+        n_ok = rn < N
+        y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        return y, rn, n_ok
+
+    @triton.jit
     def _split_residual_phase(A, W, Bias, R, OUT, ACC, CNT, STATS, slot, pid, nprog, N, K, rm, m_ok, dt,
                               BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                               DOT_PREC: tl.constexpr):
@@ -230,11 +241,9 @@ if _triton_available():
                     tl.store(STATS + BLOCK_M * 2 + rm * 2, tl.zeros([BLOCK_M], tl.float32))
                     tl.store(STATS + BLOCK_M * 2 + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
                 for t in range(pid, tl.cdiv(N_QKV, BN), nprog):
-                    y = _product(X, WQKV + layer64 * N_QKV * D, t, N_QKV, D, 0, D, rm, m_ok, STATS, 0,
-                                 CQKV + layer * N_QKV, D, eps, BN, BK, NORM, DOT_PREC)
-                    rn = t * BN + tl.arange(0, BN)
-                    n_ok = rn < N_QKV
-                    y += tl.load(BQKV + layer * N_QKV + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                    y, rn, n_ok = _normed_linear(X, WQKV + layer64 * N_QKV * D, BQKV + layer * N_QKV,
+                                                 CQKV + layer * N_QKV, t, N_QKV, D, rm, m_ok, STATS, 0, eps, BN, BK,
+                                                 NORM, DOT_PREC)
                     _store_qkv(y.to(dt), rn, rm, m_ok[:, None] & n_ok[None, :], Q, KC, VC, B, layer64, pos, max_len,
                                NH, NKV, DK, DV, SHARED_KV)
             if ONLY == 0:
@@ -274,11 +283,9 @@ if _triton_available():
             # ---- E: h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 5):
                 for t in range(pid, tl.cdiv(HIDDEN, BN), nprog):
-                    y = _product(X1, WFC + layer64 * HIDDEN * D, t, HIDDEN, D, 0, D, rm, m_ok, STATS, 1,
-                                 CFC + layer * HIDDEN, D, eps, BN, BK, NORM, DOT_PREC)
-                    rn = t * BN + tl.arange(0, BN)
-                    n_ok = rn < HIDDEN
-                    y += tl.load(BFC + layer * HIDDEN + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+                    y, rn, n_ok = _normed_linear(X1, WFC + layer64 * HIDDEN * D, BFC + layer * HIDDEN,
+                                                 CFC + layer * HIDDEN, t, HIDDEN, D, rm, m_ok, STATS, 1, eps, BN, BK,
+                                                 NORM, DOT_PREC)
                     y = _gelu_erf(y.to(dt).to(tl.float32))  # F.gelu of the linear's stored output
                     tl.store(H + rm[:, None] * HIDDEN + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
             if ONLY == 0:
@@ -294,10 +301,8 @@ if _triton_available():
         # ---- the final norm and the LM head
         if FINAL & ((ONLY == 0) | (ONLY == 8)):
             for t in range(pid, tl.cdiv(vocab, BN_LM), nprog):
-                y = _product(X, WLM, t, vocab, D, 0, D, rm, m_ok, STATS, 0, CLM, D, eps, BN_LM, BK, NORM, DOT_PREC)
-                rn = t * BN_LM + tl.arange(0, BN_LM)
-                n_ok = rn < vocab
-                y += tl.load(BLM + rn, mask=n_ok, other=0.0)[None, :]
+                y, rn, n_ok = _normed_linear(X, WLM, BLM, CLM, t, vocab, D, rm, m_ok, STATS, 0, eps, BN_LM, BK, NORM,
+                                             DOT_PREC)
                 tl.store(LOGITS + rm[:, None] * vocab + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
         if TIMING:
             tl.debug_barrier()
@@ -391,16 +396,10 @@ class WideDecoder(dm.MegaDecoder):
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES)
 
-    def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
-        """GPT.decode_step in one launch (MegaDecoder.decode_step's contract; phases=True, always in the
-        interpreter: a launch per phase and layer instead of the barriers)."""
-        if caches is not self.caches:
-            raise ValueError("WideDecoder.decode_step: pass the caches the decoder was built on (it reads its own "
-                             "stacked copy of them)")
-        idx = idx.reshape(-1)
-        w = self._stacked_weights()
-        self.counters.zero_()
-        if phases or _interpret():
+    def _run(self, w: dict, idx, pos, phased: bool) -> None:
+        """The step's launches: one, or (phased) the embeddings', a launch per phase and layer, then the final norm
+        and LM head's."""
+        if phased:
             self._launch(w, idx, pos, ONLY_EMBED, 0, 0, True, False)
             for layer in range(self.n_layer):
                 for only in PHASE_LAUNCHES[bool(LAST_SPLIT_MERGES)]:
@@ -408,21 +407,8 @@ class WideDecoder(dm.MegaDecoder):
             self._launch(w, idx, pos, ONLY_LM, self.n_layer, self.n_layer, False, True)
         else:
             self._launch(w, idx, pos, 0, 0, self.n_layer, True, True)
-        return self.logits
 
-    def timed_step(self, idx: torch.Tensor, caches, pos: torch.Tensor) -> torch.Tensor:
-        """One step in one launch, every program stamping the GPU's nanosecond timer and its SM's cycle counter at
-        its start, at each grid barrier (arriving, released) and at its end: (programs, 6 L + 3, 4) int64 on the CPU,
-        [.., slot, :] = (arrival ns, arrival cycles, release ns, release cycles); slot 0 the start (its third column
-        the program's SM), 1 the barrier after the embeddings, 2 + 6 l + i the barrier after layer l's phase i (A,
-        B1, B2, D, E, F; B2's zero with LAST_SPLIT_MERGES), 6 L + 2 the end (slots 0 and 6 L + 2: their first two
-        columns only). CUDA only."""
-        if self.device.type != "cuda" or _interpret():
-            raise ValueError("WideDecoder.timed_step needs the one-launch step on a CUDA device")
-        self.times = torch.zeros(self.programs, 6 * self.n_layer + 3, 4, device=self.device, dtype=torch.int64)
-        try:
-            self.decode_step(idx, caches, pos)
-            torch.cuda.synchronize(self.device)
-            return self.times.cpu()
-        finally:
-            self.times = None
+    def _stamp_slots(self) -> int:
+        """timed_step's slots a program: 0 the start, 1 the barrier after the embeddings, 2 + 6 l + i the barrier
+        after layer l's phase i (A, B1, B2, D, E, F; B2's zero with LAST_SPLIT_MERGES), 6 L + 2 the end."""
+        return 6 * self.n_layer + 3

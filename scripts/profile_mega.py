@@ -215,24 +215,16 @@ def main(argv=None):
             print(f"| {v} | timer resolution seen | {r['timer step']:.3f} | | | |")
         return
     import decode_mega as dm
-    if a.batch > dm.MAX_ROWS:  # decode_wide's step
-        rows = {v: profile_wide(v, a.context, a.batch, a.steps) for v in a.variants.split(",")}
-        cols = list(next(iter(rows.values())))
-        print(f"decode_wide phases, batch {a.batch}, {a.context} cached, us per step (all layers), knobs "
-              f"{knobs or 'none'}, {torch.cuda.get_device_name()}")
-        print("| variant | " + " | ".join(cols) + " | sum |")
-        print("| --- " * (len(cols) + 2) + "|")
-        for v, r in rows.items():
-            print(f"| {v} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + f" | {sum(r.values()):.1f} |")
-        return
-    rows = {v: profile_variant(v, a.context, a.batch, a.steps) for v in a.variants.split(",")}
-    cols = PHASES + ("LM head",)
-    if dm.FUSED_MLP:  # E's launch holds the whole MLP, F has none
+    wide = a.batch > dm.MAX_ROWS  # decode_wide's step
+    rows = {v: (profile_wide if wide else profile_variant)(v, a.context, a.batch, a.steps)
+            for v in a.variants.split(",")}
+    cols = list(next(iter(rows.values()))) if wide else PHASES + ("LM head",)
+    if dm.FUSED_MLP and not wide:  # E's launch holds the whole MLP, F has none
         for r in rows.values():
             r["E+F fused MLP"] = r.pop(PHASES[3]) + r.pop(PHASES[4])
         cols = PHASES[:3] + ("E+F fused MLP", "LM head")
-    print(f"decode_mega phases, batch {a.batch}, {a.context} cached, us per step (all layers), knobs {knobs or 'none'}, "
-          f"{torch.cuda.get_device_name()}")
+    print(f"{'decode_wide' if wide else 'decode_mega'} phases, batch {a.batch}, {a.context} cached, us per step (all "
+          f"layers), knobs {knobs or 'none'}, {torch.cuda.get_device_name()}")
     print("| variant | " + " | ".join(cols) + " | sum |")
     print("| --- " * (len(cols) + 2) + "|")
     for v, r in rows.items():
