@@ -84,7 +84,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
         mega = dm.step_decoder(model, caches, programs=sms * per_sm)  # as on the GPU
         idx, pos = torch.zeros(batch, dtype=torch.long), torch.tensor([10])
         if timed:  # as timed_step sets it (the kernel only reads its presence and address here)
-            mega.times = torch.zeros(mega.programs, (6 * 2 + 3) if wide else (5 * 2 + 2), 4, dtype=torch.int64)
+            mega.times = torch.zeros(mega.programs, mega._stamp_slots(), 4, dtype=torch.int64)
         if wide:
             mega._launch(mega._stacked_weights(), idx, pos, 0, 0, 2, True, True)
         else:
@@ -155,7 +155,9 @@ def main(argv=None):
           f"stack {r['stack']} B, shared memory {r['shared']} B a program, {r['hmma']} HMMA, {r['ldgsts']} LDGSTS, "
           f"{r['membars']} MEMBARs")
     print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))
-    phases = "the embeddings, A, B1, B2, D, E, F, ..., LM head" if a.batch > 4 else "A, B1, B2D, MLP, ..., LM head"
+    import decode_mega as dm
+    wide = a.batch > dm.MAX_ROWS
+    phases = "the embeddings, A, B1, B2, D, E, F, ..., LM head" if wide else "A, B1, B2D, MLP, ..., LM head"
     print(f"instructions from each release to the next arrival ({phases}): " + ", ".join(str(n) for n in r["sections"]))
     tiles = [f"{'x'.join(map(str, shape))} {dt}" for shape, dt in r["converts"] if len(shape) > 1 and shape[0] > 1
              and shape[-1] >= 256]
