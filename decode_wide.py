@@ -31,9 +31,9 @@ bias) and the split sums; the statistics and the split sums arrive in any order,
 in their last bits. Tested to float32 rounding against the model in float32, to bf16's in bf16.
 
 Served: what decode_mega serves (MHA, GQA, MQA, Tucker merged, learned positions, GELU MLP, LayerNorm / RMSNorm),
-5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above decode_mega.MAX_ROWS). Tested in Triton's
-interpreter on the CPU, a phase a launch (ONLY), against GPT.decode_step; on the GPU the phases run behind grid
-barriers in one launch.
+5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above decode_mega.MAX_ROWS), bf16 or fp16 weights
+on the GPU (fp32's tiles would not leave room for two programs an SM). Tested in Triton's interpreter on the CPU, a
+phase a launch (ONLY), against GPT.decode_step; on the GPU the phases run behind grid barriers in one launch.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ import torch
 import decode_mega as dm
 from decode_attention import _cdiv, _interpret, _pow2, _triton_available
 
-MAX_ROWS = 64  # sequences a step serves at most (a product's rows are one tl.dot operand: BLOCK_M x BK)
+MAX_ROWS = 32  # sequences a step serves at most: a product's rows are one tl.dot operand (BLOCK_M x BK), and at 64
+#               (BLOCK_M 64) the LM head's pipelined tiles take 128 KB of shared memory a program, so two programs no
+#               longer fit an SM and the grid barriers wait for programs that cannot start (scripts/mega_sass --batch)
 BN = 16  # output columns a tile of the layers' products (tl.dot's least)
 BK = 128  # K a step of a product's loop
 BN_LM = 64  # the LM head's output columns a tile
@@ -327,6 +329,15 @@ class WideDecoder(dm.MegaDecoder):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"decode_wide: {name}={value!r}: a positive int (programs a tile's K is split over)")
 
+    def _check_fits(self) -> None:
+        """Refuse what would leave programs unable to start: fp32 weights on the GPU (its pipelined tiles take twice
+        bf16's shared memory: 120 KB a program at batch 8, so two no longer fit an SM; the interpreter has no such
+        limit)."""
+        if self.device.type == "cuda" and not _interpret() and self.dtype.itemsize > 2:
+            raise ValueError(f"decode_wide: {self.dtype} weights on the GPU: its pipelined tiles would not leave room "
+                             f"for {PROGRAMS_PER_SM} programs an SM (every program must be resident for the grid "
+                             f"barriers); the step serves bf16 and fp16 there")
+
     @staticmethod
     def _launch_shape():
         return NUM_WARPS, PROGRAMS_PER_SM, "decode_wide"
@@ -344,17 +355,17 @@ class WideDecoder(dm.MegaDecoder):
         if "blm" in w:
             return w
         f32 = torch.float32
+        folded = {}
         with torch.no_grad():
-            def fold(weight, nw, nb, bias):  # weight (..., N, K), nw / nb (..., K), bias (..., N)
-                folded = (weight.to(f32) * nw.to(f32).unsqueeze(-2)).to(weight.dtype).contiguous()
-                b = bias.to(f32) + (weight.to(f32) @ nb.to(f32).unsqueeze(-1)).squeeze(-1)
-                return folded, b
-            w["wqkv"], w["bqkv"] = fold(w["wqkv"], w["n1w"], w["n1b"], w["bqkv"])
-            w["wfc"], w["bfc"] = fold(w["wfc"], w["n2w"], w["n2b"], w["bfc"])
+            def fold(name, weight, nw, nb, bias):  # weight (..., N, K), nw / nb (..., K), bias (..., N)
+                folded["w" + name] = (weight.to(f32) * nw.to(f32).unsqueeze(-2)).to(weight.dtype).contiguous()
+                folded["b" + name] = bias.to(f32) + (weight.to(f32) @ nb.to(f32).unsqueeze(-1)).squeeze(-1)
+                folded["c" + name] = folded["w" + name].to(f32).sum(-1)  # its row sums, as rounded: the mean's term
+            fold("qkv", w["wqkv"], w["n1w"], w["n1b"], w["bqkv"])
+            fold("fc", w["wfc"], w["n2w"], w["n2b"], w["bfc"])
             lm = self.model.lm_head.weight
-            w["wlm"], w["blm"] = fold(lm, w["nfw"], w["nfb"], torch.zeros(lm.size(0), device=lm.device))
-            for name in ("qkv", "fc", "lm"):  # the folded matrices' row sums, as rounded: the mean's term
-                w["c" + name] = w["w" + name].to(f32).sum(-1)
+            fold("lm", lm, w["nfw"], w["nfb"], torch.zeros(lm.size(0), device=lm.device))
+        w.update(folded)  # all at once (a fold that raised leaves the stacked weights unfolded)
         return w
 
     def _buffers(self) -> None:

@@ -72,10 +72,10 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                        (dw.MAX_ROWS, dw.WideDecoder)):
         dec = dm.step_decoder(model, model.new_caches(batch, 8), programs=4)
         assert type(dec) is cls, batch
-    assert "batch 65" in dm.unsupported(model, dw.MAX_ROWS + 1)
-    with pytest.raises(ValueError, match="the decode step kernel cannot serve this model: batch 65"):
+    assert "batch 33" in dm.unsupported(model, dw.MAX_ROWS + 1)
+    with pytest.raises(ValueError, match="the decode step kernel cannot serve this model: batch 33"):
         dm.step_decoder(model, model.new_caches(dw.MAX_ROWS + 1, 8))
-    with pytest.raises(ValueError, match="WideDecoder serves 5 .. 64 sequences, the caches hold 4"):
+    with pytest.raises(ValueError, match="WideDecoder serves 5 .. 32 sequences, the caches hold 4"):
         dw.WideDecoder(model, model.new_caches(4, 8))
     with pytest.raises(ValueError, match="MegaDecoder serves 1 .. 4 sequences, the caches hold 5"):
         dm.MegaDecoder(model, model.new_caches(5, 8))
@@ -90,6 +90,19 @@ def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatc
     model = tiny("mqa")
     with pytest.raises(ValueError, match=f"decode_wide: {knob}={value}: {why}"):
         dw.WideDecoder(model, model.new_caches(8, 8))
+
+
+def test_fp32_weights_on_the_gpu_are_refused(monkeypatch):
+    """fp32's pipelined tiles leave no room for two programs an SM: refused by name on the GPU (the check reads the
+    device; the interpreter, which has no shared memory to run out of, serves fp32)."""
+    no_device_checks(monkeypatch)
+    model = tiny("tucker")
+    dec = dw.WideDecoder(model, model.new_caches(5, 8))  # fp32 on the CPU: served
+    dec.device = torch.device("cuda")
+    with pytest.raises(ValueError, match="decode_wide: torch.float32 weights on the GPU.*serves bf16 and fp16"):
+        dec._check_fits()
+    dec.dtype = torch.bfloat16
+    dec._check_fits()
 
 
 def test_norms_fold_into_the_matrices_after_them(monkeypatch):
@@ -155,7 +168,7 @@ def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
 
 @pytest.mark.parametrize("variant", ["tucker_8_64_64", "tucker_shared_8_64_64"])
 def test_sass_two_programs_fit_an_sm(variant, tmp_path):
-    """scripts/mega_sass at batch 32 (decode_wide's kernel as the launcher compiles it for sm_90, then ptxas): no
+    """scripts/mega_sass at MAX_ROWS (decode_wide's kernel as the launcher compiles it for sm_90, then ptxas): no
     spills at PROGRAMS_PER_SM x NUM_WARPS = 2 x 4 (at most 255 registers a thread), two programs' shared memory (the
     pipelined stages of the largest loop, 1 KB reserved a program) within an SM's 228 KB, the products on tensor
     cores (HMMA) fed by asynchronous copies (LDGSTS: the loops are software-pipelined)."""
@@ -165,12 +178,12 @@ def test_sass_two_programs_fit_an_sm(variant, tmp_path):
     if not (tools / "nvdisasm").exists() or not (tools / "ptxas").exists():
         pytest.skip("Triton's wheel has no ptxas / nvdisasm here")
     from scripts import mega_sass
-    r = mega_sass.compile_step(variant, tmp_path, batch=32)
+    r = mega_sass.compile_step(variant, tmp_path, batch=dw.MAX_ROWS)  # the widest row tile (BLOCK_M 32)
     assert r["stack"] == 0 and r["registers"] <= 255
     assert dw.PROGRAMS_PER_SM * (r["shared"] + 1024) <= 228 * 1024
     assert r["hmma"] > 0 and r["ldgsts"] > 0 and r["timer_reads"] == 0
     if variant == "tucker_8_64_64":  # the timed step's compile: every barrier and the start and end stamped
-        timed = mega_sass.compile_step(variant, tmp_path / "timed", batch=32, timed=True)
+        timed = mega_sass.compile_step(variant, tmp_path / "timed", batch=dw.MAX_ROWS, timed=True)
         assert timed["timer_reads"] > 0 and dw.PROGRAMS_PER_SM * (timed["shared"] + 1024) <= 228 * 1024
 
 
