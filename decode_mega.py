@@ -368,34 +368,14 @@ if _triton_available():
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
 
     @triton.jit
-    def _merged_group(PO, PM, PL, bg, s_max, n_split, DV: tl.constexpr, BLOCK_H: tl.constexpr,
-                      BLOCK_SM: tl.constexpr):
-        """The query heads of (sequence, KV head) bg: their n_split partials (_attention_splits') merged, one load of
-        them all: (BLOCK_H, DV) fp32 (rows past the group's heads: garbage, not to be stored)."""
-        ss = tl.arange(0, BLOCK_SM)
-        s_ok = ss < n_split
-        hh = tl.arange(0, BLOCK_H)
-        ev = tl.arange(0, DV)
-        at = (bg * s_max + ss)[:, None] * BLOCK_H + hh[None, :]  # (BLOCK_SM, BLOCK_H) the partials' rows
-        pm = tl.load(PM + at, mask=s_ok[:, None], other=float("-inf"), cache_modifier=".cg")
-        w = tl.where(s_ok[:, None], tl.exp2(pm - tl.max(pm, axis=0)[None, :]), 0.0)
-        l_all = tl.sum(w * tl.load(PL + at, mask=s_ok[:, None], other=0.0, cache_modifier=".cg"), axis=0)
-        po = tl.load(PO + at[:, :, None] * DV + ev[None, None, :], mask=s_ok[:, None, None], other=0.0,
-                     cache_modifier=".cg")  # (BLOCK_SM, BLOCK_H, DV)
-        return tl.sum(w[:, :, None] * po, axis=0) / l_all[:, None]
-
-    @triton.jit
     def _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
                           qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
                           DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          DOT_PREC: tl.constexpr, MERGE: tl.constexpr = False, O=None, CNT=None, dt=None,
-                          BLOCK_SM: tl.constexpr = 1):
+                          DOT_PREC: tl.constexpr):
         """Phase B1: the program's items (sequence, KV head, split) pid, pid + nprog, ...: the attention of the query
         heads of the KV head (q from Q) to the split's `chunk` cache rows (rows 0 .. length - 1 split in n_split), its
         partial (unnormalized output, row max, row sum; exp2 of scores scaled by qk_scale) into PO, PM, PL at
-        ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group. MERGE: each item then
-        counts its arrival in CNT[sequence x NKV + head], and the last split of a (sequence, KV head) to arrive merges
-        the group's partials (_merged_group) into O (B, NH DV), rounded to dt, and zeroes the count."""
+        ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group."""
         hh = tl.arange(0, BLOCK_H)
         h_ok = hh < HPG
         ev = tl.arange(0, DV)
@@ -437,13 +417,6 @@ if _triton_available():
             tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
             tl.store(PM + slot, m_i)
             tl.store(PL + slot, l_i)
-            if MERGE:
-                tl.debug_barrier()  # every thread's partials stored before the (one-thread) release below
-                arrived = tl.atomic_add(CNT + bg, 1, sem="acq_rel", scope="gpu")
-                if arrived == n_split - 1:  # the group's last split: the others' partials are visible (acquire)
-                    o = _merged_group(PO, PM, PL, bg, s_max, n_split, DV, BLOCK_H, BLOCK_SM)
-                    tl.store(O + b * (NH * DV) + heads[:, None] * DV + ev[None, :], o.to(dt), mask=h_ok[:, None])
-                    tl.store(CNT + bg, 0)
 
     @triton.jit
     def _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV: tl.constexpr, HPG: tl.constexpr, DV: tl.constexpr,
@@ -898,7 +871,8 @@ class MegaDecoder:
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
             w["nfb"], self.model.lm_head.weight,
             self.x, self.x1, self.acc, self.q, self.h, self.po, self.pm, self.pl, self.logits, self.counters, self.error,
-            self.times if self.times is not None else self.counters, B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
+            self.times if self.times is not None else self.counters,
+            B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
             D=d, HIDDEN=hid, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
             SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
             BLOCK_D=_pow2(d, 16), BN_QKV=qkv[0], ONE_QKV=qkv[1], NCH=_cdiv(d, bn_od), BN_OD=bn_od,

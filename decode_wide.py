@@ -38,6 +38,8 @@ phase a launch (ONLY), against GPT.decode_step; on the GPU the phases run behind
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import decode_mega as dm
@@ -58,18 +60,13 @@ SPLIT_D = 2  # programs a tile of phase D's output columns is split over along i
 SPLIT_F = 4  # the same for phase F (K = the MLP's hidden width: 3,072 for GPT-2, 24 steps of BK unsplit)
 #             (session 21 call 3, H200, batch 32 at 16k, Tucker / Tucker shared ms: SPLIT_F 2 0.8226 / 0.7563, 4
 #             0.8039 / 0.7387, 8 0.8301 / 0.7628; SPLIT_D 1 0.8142 / 0.7413, 2 0.8039 / 0.7387)
-LAST_SPLIT_MERGES = False  # the last attention split of a (sequence, KV head) to finish merges the group's partials
-#                            (no merge phase B2, one grid barrier less a layer; session 21 call 4, H200, batch 32 and
-#                            16k, Tucker / Tucker shared: 0.8025 / 0.6746 ms against 0.7445 / 0.6297 with B2 as a
-#                            phase: the merge lengthens B1's critical path more than a barrier costs)
 BLOCK_N = None  # cache rows a step of an attention split's loop; None: ATTN_ROWS by whether K and V are one latent
 ATTN_ROWS = {False: 64, True: 256}  # BLOCK_N=None: rows a step for separate K and V / a shared latent (session 21,
 #                                     H200, batch 32 and 16k: the shared latent at 64 rows ran at 2.2 TB/s against
 #                                     separate K, V's 3.6 (call 3); Tucker at 128 rows 0.7609 ms against 0.7409 at
 #                                     64, Tucker shared at 256 rows 0.6146 against 0.6297 at 128 (call 5))
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
-PHASE_LAUNCHES = {False: (1, 2, 3, 4, 5, 6), True: (1, 2, 4, 5, 6)}  # a layer's launches phase by phase (A, B1, B2,
-#                                                                  D, E, F), by LAST_SPLIT_MERGES (no B2)
+PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
 
 if _triton_available():
@@ -184,13 +181,13 @@ if _triton_available():
     @triton.jit
     def _wide_step_kernel(
             IDX, POS, WTE, WPE, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
-            X, X1, STATS, Q, O, H, ACC, CNT, CNT_ATT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
+            X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, MERGE: tl.constexpr, DOT_PREC: tl.constexpr,
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -202,12 +199,12 @@ if _triton_available():
         its columns'; zeroed by program 0 in B1, after A read them), STATS[1] of X1's (D adds, zeroed in A after the
         previous layer's E read them); Q the queries, O the attention's merged outputs (nH DV a row), H the MLP's
         hidden activations; ACC (B, d) fp32 and CNT (a count a column tile) D's and F's split sums, zero between
-        uses; CNT_ATT (a count a (sequence, KV head)) the splits' arrivals (MERGE: B1's last split merges, no B2).
+        uses.
         W_qkv, W_fc and the LM head hold their norm's weight, BQKV, BFC and BLM (fp32) its bias (folded), CQKV, CFC,
         CLM (fp32) their row sums (the mean's term). TIMING (ONLY 0): this program's stamps in TIMES, 4 a slot
         (decode_mega's: arrival ns and cycles, release ns and cycles): slot 0 the start (its third column the SM),
-        1 the barrier after the embeddings, 2 + 6 l + i the barrier after layer l's phase i (A, B1, B2, D, E, F; B2's
-        left zero with MERGE), 6 L + 2 the end."""
+        1 the barrier after the embeddings, 2 + 6 l + i the barrier after layer l's phase i (A, B1, B2, D, E, F),
+        6 L + 2 the end."""
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
@@ -259,20 +256,19 @@ if _triton_available():
                     tl.store(STATS + rm * 2, tl.zeros([BLOCK_M], tl.float32))
                     tl.store(STATS + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
                 _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
-                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N, DOT_PREC,
-                                  MERGE, O, CNT_ATT, dt, BLOCK_SM)
+                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
-            # ---- B2 (without MERGE): a program per (sequence, query head): its splits merged, o rounded as stored
-            if ((ONLY == 0) | (ONLY == 3)) & (not MERGE):
+            # ---- B2: a program per (sequence, query head): its splits merged, o rounded as stored
+            if (ONLY == 0) | (ONLY == 3):
                 ev = tl.arange(0, DV)
                 for item in range(pid, B * NH, nprog):
                     b = item // NH
                     h = item % NH
                     o = _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV, HPG, DV, BLOCK_H, BLOCK_SM, dt)
                     tl.store(O + b * KO + h * DV + ev, o.to(dt))
-            if (ONLY == 0) & (not MERGE):
+            if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 8, MAX_SPIN, TIMING)
             # ---- D: x1 = x0 + (o W_O^T + b_O)
@@ -380,8 +376,6 @@ class WideDecoder(dm.MegaDecoder):
         self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
         self.acc = torch.zeros(B, self.d, device=dev, dtype=f32)  # D's and F's split sums (zero between uses)
         self.tile_counts = torch.zeros(_cdiv(self.d, 16), device=dev, dtype=torch.int32)  # their arrivals a tile
-        self.split_counts = torch.zeros(B * self.nKV, device=dev, dtype=torch.int32)  # B1's arrivals a (sequence,
-        #                                                                               KV head) (LAST_SPLIT_MERGES)
         self.block_n = BLOCK_N or ATTN_ROWS[bool(self.shared)]
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
@@ -393,16 +387,16 @@ class WideDecoder(dm.MegaDecoder):
         _wide_step_kernel[(self.programs,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["wqkv"], w["bqkv"], w["cqkv"], self.cache_k, self.cache_v,
             w["wo"], w["bo"], w["wfc"], w["bfc"], w["cfc"], w["wpr"], w["bpr"], w["wlm"], w["blm"], w["clm"],
-            self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.split_counts,
-            self.po, self.pm, self.pl, self.logits, self.counters, self.error,
+            self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.po, self.pm, self.pl,
+            self.logits, self.counters, self.error,
             self.times if self.times is not None else self.counters,
-            self.batch, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * 1.4426950408889634,
+            self.batch, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e),
             self.s_max,
             D=self.d, HIDDEN=self.hidden, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv,
             N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, BLOCK_M=self.block_m,
-            BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F, BLOCK_H=self.block_h,
+            BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F,
+            BLOCK_H=self.block_h,
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n),
-            MERGE=bool(LAST_SPLIT_MERGES),
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES)
@@ -413,7 +407,7 @@ class WideDecoder(dm.MegaDecoder):
         if phased:
             self._launch(w, idx, pos, ONLY_EMBED, 0, 0, True, False)
             for layer in range(self.n_layer):
-                for only in PHASE_LAUNCHES[bool(LAST_SPLIT_MERGES)]:
+                for only in PHASES:
                     self._launch(w, idx, pos, only, layer, layer + 1, False, False)
             self._launch(w, idx, pos, ONLY_LM, self.n_layer, self.n_layer, False, True)
         else:
@@ -421,5 +415,5 @@ class WideDecoder(dm.MegaDecoder):
 
     def _stamp_slots(self) -> int:
         """timed_step's slots a program: 0 the start, 1 the barrier after the embeddings, 2 + 6 l + i the barrier
-        after layer l's phase i (A, B1, B2, D, E, F; B2's zero with LAST_SPLIT_MERGES), 6 L + 2 the end."""
+        after layer l's phase i (A, B1, B2, D, E, F), 6 L + 2 the end."""
         return 6 * self.n_layer + 3

@@ -34,7 +34,6 @@ from scripts.bench_train import VARIANTS, set_module_knobs  # noqa: E402
 PHASES = ("A x0+norm1+qkv", "B1 attention splits", "B2D merge+out proj", "E x1+norm2+fc+gelu", "F proj")
 WIDE_PHASES = ("A norm1+qkv", "B1 attention splits", "B2 merge", "D out proj+residual", "E norm2+fc+gelu",
                "F proj+residual")  # decode_wide's (batch > decode_mega.MAX_ROWS), by their ONLY codes 1 .. 6
-#                                    (with decode_wide.LAST_SPLIT_MERGES, B1 merges and B2 has no launch)
 
 
 def setup(name: str, context: int, batch: int):
@@ -74,7 +73,7 @@ def profile_wide(name: str, context: int, batch: int, steps: int) -> dict:
     import decode_wide as dw
     model, caches, mega, tokens, pos = setup(name, context, batch)
     launches = phase_launches(mega, tokens, caches, pos, steps, "_wide_step_kernel")
-    order = dw.PHASE_LAUNCHES[bool(dw.LAST_SPLIT_MERGES)]  # a layer's launches (ONLY), in order
+    order = dw.PHASES  # a layer's launches (ONLY), in order
     phases = [WIDE_PHASES[only - 1] for only in order]
     n = len(order)
     per_step = model.config.n_layer * n + 2
@@ -116,8 +115,8 @@ def barrier_phases(stamps, n_layer: int, phases=PHASES, lead=()) -> dict:
     decode_wide's ("embeddings",)) and the LM head, us: span, work, sync and median work, from one timed step's
     stamps (programs, len(lead) + len(phases) L + 2, 4) (MegaDecoder.timed_step's layout: slot 0 the start, then a
     slot per barrier in phase order, the last the end; WideDecoder.timed_step's with lead ("embeddings",) and its
-    six phases). A slot no program stamped (E's with decode_mega.FUSED_MLP, B2's with decode_wide.LAST_SPLIT_MERGES:
-    no barrier there) counts nothing, and the phase after it spans both (F's row holds the fused MLP). Also `total`
+    six phases). A slot no program stamped (E's with decode_mega.FUSED_MLP: no barrier
+    there) counts nothing, and the phase after it spans both (F's row holds the fused MLP). Also `total`
     (the first start to the last end) and `timer step` (the smallest nonzero difference between two ns stamps: the
     timer's resolution as seen)."""
     stamps = torch.as_tensor(stamps, dtype=torch.int64)

@@ -28,7 +28,7 @@ def no_device_checks(monkeypatch):
 @pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
     ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16, SPLIT_F=3), "rmsnorm", True),
     ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1), "layernorm", True),
-    ("tucker", 5, dict(BK=32, LAST_SPLIT_MERGES=True), "layernorm", False),
+    ("tucker", 5, dict(BK=32), "layernorm", False),
     ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, monkeypatch):
     """Two steps from a 40-row cache (16-row chunks: split over the programs, merged): logits and the written cache
@@ -136,8 +136,8 @@ def test_timed_step_needs_the_one_launch_step_on_a_gpu(monkeypatch):
 def test_barrier_phases_reads_the_wide_layout():
     """profile_mega.barrier_phases on decode_wide's slots (the start, the embeddings' barrier, six a layer, the
     end) against a hand count: 1 layer, 3 programs, program p arriving 100 p ns after a slot's base (a slot every
-    1000 ns) and released 400 + 10 p ns after it; B2's slot left empty (LAST_SPLIT_MERGES): D spans from B1's
-    release."""
+    1000 ns) and released 400 + 10 p ns after it; then with B2's slot left empty (the parser's rule for a slot no
+    program stamped): D spans from B1's release."""
     from scripts.profile_mega import WIDE_PHASES, barrier_phases
     stamps = torch.zeros(3, 9, 4, dtype=torch.int64)
     for b in range(9):
@@ -190,8 +190,8 @@ def test_sass_two_programs_fit_an_sm(variant, tmp_path):
 @needs_cuda
 def test_cuda_wide_timed_step_stamps_every_barrier_in_order():
     """timed_step at batch 8: the same logits as an untimed step; every program's stamps rise through the step,
-    no program is released before the last one arrived (the global timer across programs), B2's slot is the only
-    empty one (it is stamped with LAST_SPLIT_MERGES off, the default), and each SM holds PROGRAMS_PER_SM programs."""
+    no program is released before the last one arrived (the global timer across programs), every slot is stamped
+    (B2's barrier too), and each SM holds PROGRAMS_PER_SM programs."""
     over = dict(n_layer=2, n_head=12, n_embd=768, block_size=2048, vocab_size=50304, tucker_ranks=(8, 64, 64))
     model = tiny("tucker", dtype=torch.bfloat16, device="cuda", **over)
     caches = model.new_caches(8, 1024, device="cuda")
