@@ -368,24 +368,23 @@ if _triton_available():
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
 
     @triton.jit
-    def _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, b0, nb, layer64, max_len, length, chunk, n_split,
-                          s_max, qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
+    def _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
+                          qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
                           DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
                           DOT_PREC: tl.constexpr):
-        """Phase B1 for sequences b0 .. b0 + nb - 1 of the B the caches hold: the program's items (sequence, KV head,
-        split) pid, pid + nprog, ...: the attention of the query heads of the KV head (q from Q) to the split's
-        `chunk` cache rows (rows 0 .. length - 1 split in n_split), its partial (unnormalized output, row max, row
-        sum; exp2 of scores scaled by qk_scale) into PO, PM, PL at ((sequence x NKV + head) x s_max + split) x
-        BLOCK_H + the head's index in its group."""
+        """Phase B1: the program's items (sequence, KV head, split) pid, pid + nprog, ...: the attention of the query
+        heads of the KV head (q from Q) to the split's `chunk` cache rows (rows 0 .. length - 1 split in n_split), its
+        partial (unnormalized output, row max, row sum; exp2 of scores scaled by qk_scale) into PO, PM, PL at
+        ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group."""
         hh = tl.arange(0, BLOCK_H)
         h_ok = hh < HPG
         ev = tl.arange(0, DV)
         ek = tl.arange(0, DK)
-        for item in range(pid, nb * NKV * n_split, nprog):
+        for item in range(pid, B * NKV * n_split, nprog):
+            bg = item // n_split  # (sequence, KV head) = b * NKV + g
             s = item % n_split
-            b = b0 + (item // n_split) // NKV
-            g = (item // n_split) % NKV
-            bg = b * NKV + g  # (sequence, KV head)
+            b = bg // NKV
+            g = bg % NKV
             heads = g * HPG + hh
             q = tl.load(Q + b * (NH * DK) + heads[:, None] * DK + ek[None, :], mask=h_ok[:, None],
                         other=0.0, cache_modifier=".cg")  # (BLOCK_H, DK)
@@ -530,8 +529,8 @@ if _triton_available():
                         for c in tl.static_range(ACC_COPIES):
                             tl.store(ACC_M + c * B * D + rm[:, None] * D + rk[None, :],
                                      tl.zeros([BLOCK_M, BLOCK_D], tl.float32), mask=row_ok)
-                _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, 0, B, layer64, max_len, length, chunk,
-                                  n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
+                _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
+                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
                                   DOT_PREC)
             if ONLY == 0:
                 barriers += 1

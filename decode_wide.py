@@ -65,9 +65,6 @@ ATTN_ROWS = {False: 64, True: 256}  # BLOCK_N=None: rows a step for separate K a
 #                                     H200, batch 32 and 16k: the shared latent at 64 rows ran at 2.2 TB/s against
 #                                     separate K, V's 3.6 (call 3); Tucker at 128 rows 0.7609 ms against 0.7409 at
 #                                     64, Tucker shared at 256 rows 0.6146 against 0.6297 at 128 (call 5))
-LANES = 2  # the sequences in this many groups (1 or 2), each run by its own share of the programs behind its own
-#           barriers, so that one lane's latency-bound phases overlap the other's cache reads (the kernel's docstring)
-LANE_ORDER = True  # LANES 2: the lanes' attention splits one lane at a time (else they run unordered)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -77,18 +74,17 @@ if _triton_available():
     import triton.language as tl
 
     from decode_linear import _gelu_erf
-    from decode_mega import (_attention_splits, _grid_sync, _grid_wait, _merged_head, _stamp, _stamp_sm,
-                             _store_qkv)
+    from decode_mega import _attention_splits, _grid_sync, _merged_head, _stamp, _stamp_sm, _store_qkv
 
     @triton.jit
-    def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr):
-        """(mean, rstd) of rows rm of the stream whose sums slot holds (STATS (B, 2, 2): a row's sum x, sum x^2 a
-        slot): LayerNorm's (NORM 1) or RMSNorm's (2, mean 0)."""
-        at = STATS + rm * 4 + slot * 2
+    def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
+        """(mean, rstd) of rows rm of the stream whose sums slot holds (STATS (2, BLOCK_M, 2): sum x, sum x^2):
+        LayerNorm's (NORM 1) or RMSNorm's (2, mean 0)."""
+        at = STATS + slot * (BLOCK_M * 2) + rm * 2
         s1 = tl.load(at, mask=m_ok, other=0.0, cache_modifier=".cg")
         s2 = tl.load(at + 1, mask=m_ok, other=0.0, cache_modifier=".cg")
         if NORM == 2:
-            mean = tl.zeros([rm.shape[0]], tl.float32)
+            mean = tl.zeros([BLOCK_M], tl.float32)
             rstd = tl.rsqrt(s2 / d + eps)
         else:
             mean = s1 / d
@@ -96,9 +92,9 @@ if _triton_available():
         return mean, rstd
 
     @triton.jit
-    def _add_stats(STATS, slot, x, rm, m_ok):
-        """The rows' partial sums of x and x^2 (x (rows, columns) fp32, zero outside) added into slot."""
-        at = STATS + rm * 4 + slot * 2
+    def _add_stats(STATS, slot, x, rm, m_ok, BLOCK_M: tl.constexpr):
+        """The rows' partial sums of x and x^2 (x (BLOCK_M, columns) fp32, zero outside) added into slot."""
+        at = STATS + slot * (BLOCK_M * 2) + rm * 2
         tl.atomic_add(at, tl.sum(x, axis=1), mask=m_ok, sem="relaxed", scope="gpu")
         tl.atomic_add(at + 1, tl.sum(x * x, axis=1), mask=m_ok, sem="relaxed", scope="gpu")
 
@@ -123,7 +119,7 @@ if _triton_available():
             w = tl.load(w_base + rb[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             acc += tl.dot(a, tl.trans(w), input_precision=DOT_PREC)  # (BLOCK_M, BN)
         if NORM != 0:
-            mean, rstd = _row_stats(STATS, slot, rm, m_ok, d, eps, NORM)
+            mean, rstd = _row_stats(STATS, slot, rm, m_ok, d, eps, NORM, rm.shape[0])
             if NORM == 1:
                 acc -= mean[:, None] * tl.load(C + rn, mask=n_ok, other=0.0)[None, :]
             acc = acc * rstd[:, None]
@@ -155,7 +151,7 @@ if _triton_available():
             y = _product(A, W, t, N, K, k_lo, tl.minimum(k_lo + k_step, K), rm, m_ok, STATS, slot, Bias, 1, 1.0,
                          BN, BK, 0, DOT_PREC)
             if SPLIT == 1:
-                _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN)
+                _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
             else:
                 rn = t * BN + tl.arange(0, BN)
                 at = ACC + rm[:, None] * N + rn[None, :]
@@ -165,12 +161,12 @@ if _triton_available():
                 arrived = tl.atomic_add(CNT + t, 1, sem="acq_rel", scope="gpu")
                 if arrived == SPLIT - 1:  # the tile's last part: the others' adds are visible (acquire)
                     total = tl.load(at, mask=ok, other=0.0, cache_modifier=".cg")
-                    _residual_out(total, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN)
+                    _residual_out(total, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
                     tl.store(at, tl.zeros([BLOCK_M, BN], tl.float32), mask=ok)
                     tl.store(CNT + t, 0)
 
     @triton.jit
-    def _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN: tl.constexpr):
+    def _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN: tl.constexpr, BLOCK_M: tl.constexpr):
         """A sublayer's tile of output columns t*BN ..: x = R + (y + bias), each rounded as the unfused ops store
         them, into OUT (B, N); its rows' partial statistics into STATS' slot."""
         rn = t * BN + tl.arange(0, BN)
@@ -180,7 +176,7 @@ if _triton_available():
         r = tl.load(R + rm[:, None] * N + rn[None, :], mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
         x = (y + r).to(dt)
         tl.store(OUT + rm[:, None] * N + rn[None, :], x, mask=ok)
-        _add_stats(STATS, slot, tl.where(ok, x.to(tl.float32), 0.0), rm, m_ok)
+        _add_stats(STATS, slot, tl.where(ok, x.to(tl.float32), 0.0), rm, m_ok, BLOCK_M)
 
     @triton.jit
     def _wide_step_kernel(
@@ -191,78 +187,58 @@ if _triton_available():
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr, LANES: tl.constexpr,
-            LANE_ORDER: tl.constexpr, ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr,
-            MAX_SPIN: tl.constexpr, TIMING: tl.constexpr):
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr,
+            ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
+            TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
         ONLY 0: every phase, a grid barrier after each; else one phase alone (the interpreter's launches, no
         barrier): 1-6 A, B1, B2, D, E, F, 7 the embeddings, 8 the LM head.
 
-        Lanes (LANES 2): the sequences in two halves, each run by its own programs (lane 0 the first
-        cdiv(programs, 2), lane 1 the rest) behind its own barriers (SYNC[32 lane]: its own counter, its own L2
-        line). Every phase of a lane reads and writes its own rows only, so the lanes need no barrier between them;
-        LANE_ORDER orders their attention splits (B1, the cache reads) one lane at a time: lane 1's B1 of layer l
-        waits for lane 0's, lane 0's for lane 1's of layer l - 1, so that one lane's short phases (A, B2, D, E, F:
-        latency, not bandwidth) run while the other reads its cache.
-
         Buffers: X the stream x0 (a layer's input) and x2 (its output, the next one's x0), X1 its middle x1, each
-        written column tile by column tile; STATS (B, 2, 2) a row's sums of x and x^2 of X (slot 0: the embeddings
-        store them whole, F adds its columns'; zeroed by the lane's program 0 in B1, after A read them) and of X1
-        (slot 1: D adds, zeroed in A after the previous layer's E read them); Q the queries, O the attention's
-        merged outputs (nH DV a row), H the MLP's hidden activations; ACC (B, d) fp32 and CNT (a count a column tile
-        and lane) D's and F's split sums, zero between uses.
+        written column tile by column tile; STATS[0] the sums of X's rows (the embeddings store them whole, F adds
+        its columns'; zeroed by program 0 in B1, after A read them), STATS[1] of X1's (D adds, zeroed in A after the
+        previous layer's E read them); Q the queries, O the attention's merged outputs (nH DV a row), H the MLP's
+        hidden activations; ACC (B, d) fp32 and CNT (a count a column tile) D's and F's split sums, zero between
+        uses.
         W_qkv, W_fc and the LM head hold their norm's weight, BQKV, BFC and BLM (fp32) its bias (folded), CQKV, CFC,
         CLM (fp32) their row sums (the mean's term). TIMING (ONLY 0): this program's stamps in TIMES, 4 a slot
         (decode_mega's: arrival ns and cycles, release ns and cycles): slot 0 the start (its third column the SM),
         1 the barrier after the embeddings, 2 + 6 l + i the barrier after layer l's phase i (A, B1, B2, D, E, F),
-        6 L + 2 the end (the barriers of the program's lane)."""
-        pid = tl.program_id(0)  # the program's index in its lane from here on
-        nprog = tl.num_programs(0)  # the lane's programs
-        STAMP = TIMES + pid * (4 * (6 * (layer_hi - layer_lo) + 3))
-        lane = pid * 0
-        other = nprog  # programs of the other lane (LANE_ORDER's waits)
-        if LANES == 2:
-            first = tl.cdiv(nprog, 2)
-            lane = (pid >= first).to(tl.int32)
-            pid = pid - lane * first
-            other = tl.where(lane == 0, nprog - first, first)
-            nprog = nprog - other
+        6 L + 2 the end."""
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
         dt = X.dtype.element_ty
         pos = tl.load(POS)  # the new token's row; rows 0 .. pos are attended
         length = pos + 1
-        lane_rows = tl.cdiv(B, LANES)
-        row0 = lane * lane_rows  # the lane's first sequence
-        n_rows = tl.minimum(lane_rows, B - row0)
-        rm = row0 + tl.arange(0, BLOCK_M)
-        m_ok = tl.arange(0, BLOCK_M) < n_rows
-        SYNC_LANE = SYNC + lane * 32
-        n_tiles = tl.cdiv(D, BN)
+        rm = tl.arange(0, BLOCK_M)
+        m_ok = rm < B
         KO: tl.constexpr = NH * DV  # the output projection's K
         barriers = 0
+        STAMP = TIMES + pid * (4 * (6 * (layer_hi - layer_lo) + 3))
         _stamp(STAMP, TIMING)
         _stamp_sm(STAMP + 2, TIMING)
         if FIRST & ((ONLY == 0) | (ONLY == 7)):  # ---- x0 = wte[token] + wpe[pos], a row a program, its sums whole
             rk = tl.arange(0, BLOCK_D)
             k_ok = rk < D
-            for b in range(row0 + pid, row0 + n_rows, nprog):
+            for b in range(pid, B, nprog):
                 tok = tl.load(IDX + b)
                 x = (tl.load(WTE + tok * D + rk, mask=k_ok, other=0.0).to(tl.float32)
                      + tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)).to(dt)
                 tl.store(X + b * D + rk, x, mask=k_ok)
                 xf = x.to(tl.float32)
-                tl.store(STATS + b * 4, tl.sum(xf, axis=0))
-                tl.store(STATS + b * 4 + 1, tl.sum(xf * xf, axis=0))
+                tl.store(STATS + b * 2, tl.sum(xf, axis=0))
+                tl.store(STATS + b * 2 + 1, tl.sum(xf * xf, axis=0))
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC_LANE, barriers * nprog, ERR, STAMP + 4, MAX_SPIN, TIMING)
+                _grid_sync(SYNC, barriers * nprog, ERR, STAMP + 4, MAX_SPIN, TIMING)
         for layer in range(layer_lo, layer_hi):
             layer64 = layer + tl.zeros([], tl.int64)  # int64 offsets (the interpreter hands a Python int)
             at_l = STAMP + 4 * (2 + 6 * (layer - layer_lo))  # the stamps of this layer's first barrier
             # ---- A: [q | k | v] = norm1(x0) W_qkv^T + b_qkv; k, v into the caches at pos
             if (ONLY == 0) | (ONLY == 1):
                 if pid == 0:  # x1's sums start from zero (their last reader: the previous layer's E)
-                    tl.store(STATS + rm * 4 + 2, tl.zeros([BLOCK_M], tl.float32), mask=m_ok)
-                    tl.store(STATS + rm * 4 + 3, tl.zeros([BLOCK_M], tl.float32), mask=m_ok)
+                    tl.store(STATS + BLOCK_M * 2 + rm * 2, tl.zeros([BLOCK_M], tl.float32))
+                    tl.store(STATS + BLOCK_M * 2 + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
                 for t in range(pid, tl.cdiv(N_QKV, BN), nprog):
                     y, rn, n_ok = _normed_linear(X, WQKV + layer64 * N_QKV * D, BQKV + layer * N_QKV,
                                                  CQKV + layer * N_QKV, t, N_QKV, D, rm, m_ok, STATS, 0, eps, BN, BK,
@@ -271,42 +247,37 @@ if _triton_available():
                                NH, NKV, DK, DV, SHARED_KV)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC_LANE, barriers * nprog, ERR, at_l, MAX_SPIN, TIMING)
-                if (LANES == 2) & LANE_ORDER:  # the other lane's B1 (this layer's for lane 1, the last for lane 0)
-                    if (lane == 1) | (layer > layer_lo):
-                        _grid_wait(SYNC + (1 - lane) * 32, tl.zeros([], tl.int32),
-                                   (barriers + 1 - 6 * (1 - lane)) * other, ERR, at_l, MAX_SPIN, False)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l, MAX_SPIN, TIMING)
             # ---- B1: the attention's splits (the cache rows split over programs)
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
             n_split = tl.cdiv(length, chunk)
             if (ONLY == 0) | (ONLY == 2):
                 if pid == 0:  # x2's sums start from zero (read last in A)
-                    tl.store(STATS + rm * 4, tl.zeros([BLOCK_M], tl.float32), mask=m_ok)
-                    tl.store(STATS + rm * 4 + 1, tl.zeros([BLOCK_M], tl.float32), mask=m_ok)
-                _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, row0, n_rows, layer64, max_len, length, chunk,
-                                  n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
-                                  DOT_PREC)
+                    tl.store(STATS + rm * 2, tl.zeros([BLOCK_M], tl.float32))
+                    tl.store(STATS + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
+                _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
+                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC_LANE, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
             # ---- B2: a program per (sequence, query head): its splits merged, o rounded as stored
             if (ONLY == 0) | (ONLY == 3):
                 ev = tl.arange(0, DV)
-                for item in range(pid, n_rows * NH, nprog):
-                    b = row0 + item // NH
+                for item in range(pid, B * NH, nprog):
+                    b = item // NH
                     h = item % NH
                     o = _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV, HPG, DV, BLOCK_H, BLOCK_SM, dt)
                     tl.store(O + b * KO + h * DV + ev, o.to(dt))
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC_LANE, barriers * nprog, ERR, at_l + 8, MAX_SPIN, TIMING)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 8, MAX_SPIN, TIMING)
             # ---- D: x1 = x0 + (o W_O^T + b_O)
             if (ONLY == 0) | (ONLY == 4):
-                _split_residual_phase(O, WO + layer64 * D * KO, BO + layer * D, X, X1, ACC, CNT + lane * n_tiles,
-                                      STATS, 1, pid, nprog, D, KO, rm, m_ok, dt, BN, BK, SPLIT_D, BLOCK_M, DOT_PREC)
+                _split_residual_phase(O, WO + layer64 * D * KO, BO + layer * D, X, X1, ACC, CNT, STATS, 1, pid, nprog,
+                                      D, KO, rm, m_ok, dt, BN, BK, SPLIT_D, BLOCK_M, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC_LANE, barriers * nprog, ERR, at_l + 12, MAX_SPIN, TIMING)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 12, MAX_SPIN, TIMING)
             # ---- E: h = gelu(norm2(x1) W_fc^T + b_fc)
             if (ONLY == 0) | (ONLY == 5):
                 for t in range(pid, tl.cdiv(HIDDEN, BN), nprog):
@@ -317,16 +288,15 @@ if _triton_available():
                     tl.store(H + rm[:, None] * HIDDEN + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC_LANE, barriers * nprog, ERR, at_l + 16, MAX_SPIN, TIMING)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 16, MAX_SPIN, TIMING)
             # ---- F: x2 = x1 + (h W_proj^T + b_proj), the next layer's x0
             if (ONLY == 0) | (ONLY == 6):
-                _split_residual_phase(H, WPR + layer64 * D * HIDDEN, BPR + layer * D, X1, X, ACC,
-                                      CNT + lane * n_tiles, STATS, 0, pid, nprog, D, HIDDEN, rm, m_ok, dt, BN, BK,
-                                      SPLIT_F, BLOCK_M, DOT_PREC)
+                _split_residual_phase(H, WPR + layer64 * D * HIDDEN, BPR + layer * D, X1, X, ACC, CNT, STATS, 0, pid,
+                                      nprog, D, HIDDEN, rm, m_ok, dt, BN, BK, SPLIT_F, BLOCK_M, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
-                _grid_sync(SYNC_LANE, barriers * nprog, ERR, at_l + 20, MAX_SPIN, TIMING)
-        # ---- the final norm and the LM head (each lane its rows: no barrier between the lanes)
+                _grid_sync(SYNC, barriers * nprog, ERR, at_l + 20, MAX_SPIN, TIMING)
+        # ---- the final norm and the LM head
         if FINAL & ((ONLY == 0) | (ONLY == 8)):
             for t in range(pid, tl.cdiv(vocab, BN_LM), nprog):
                 y, rn, n_ok = _normed_linear(X, WLM, BLM, CLM, t, vocab, D, rm, m_ok, STATS, 0, eps, BN_LM, BK, NORM,
@@ -354,10 +324,6 @@ class WideDecoder(dm.MegaDecoder):
         for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"decode_wide: {name}={value!r}: a positive int (programs a tile's K is split over)")
-        if LANES not in (1, 2) or isinstance(LANES, bool):
-            raise ValueError(f"decode_wide: LANES={LANES!r}: 1 or 2 (groups of sequences with their own programs)")
-        if not isinstance(LANE_ORDER, bool):
-            raise ValueError(f"decode_wide: LANE_ORDER={LANE_ORDER!r}: True or False")
 
     def _check_fits(self) -> None:
         """Refuse what would leave programs unable to start: fp32 weights on the GPU (its pipelined tiles take twice
@@ -400,19 +366,16 @@ class WideDecoder(dm.MegaDecoder):
 
     def _buffers(self) -> None:
         B, dev, f32 = self.batch, self.device, torch.float32
-        self.lanes = LANES
-        self.block_m = _pow2(_cdiv(B, self.lanes), 16)  # a lane's rows, one tl.dot operand's
-        self.counters = torch.zeros(32 * self.lanes, device=dev, dtype=torch.int32)  # a lane's barrier count a line
+        self.block_m = _pow2(B, 16)
         parts = B * self.nKV * self.s_max * self.block_h
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # the stream x0 / x2
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
-        self.stats = torch.zeros(B, 2, 2, device=dev, dtype=f32)  # a row's sums of x, x^2 of X and of X1
+        self.stats = torch.zeros(2, self.block_m, 2, device=dev, dtype=f32)  # sums of x, x^2 of X's and X1's rows
         self.q = torch.zeros(B, self.nH * self.dk, device=dev, dtype=self.dtype)
         self.o = torch.zeros(B, self.nH * self.dv, device=dev, dtype=self.dtype)  # the attention's merged heads
         self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
         self.acc = torch.zeros(B, self.d, device=dev, dtype=f32)  # D's and F's split sums (zero between uses)
-        self.tile_counts = torch.zeros(self.lanes * _cdiv(self.d, 16), device=dev, dtype=torch.int32)  # their
-        #                                                                               arrivals a tile and lane
+        self.tile_counts = torch.zeros(_cdiv(self.d, 16), device=dev, dtype=torch.int32)  # their arrivals a tile
         self.block_n = BLOCK_N or ATTN_ROWS[bool(self.shared)]
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
@@ -434,8 +397,7 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F,
             BLOCK_H=self.block_h,
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n),
-            DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", LANES=self.lanes, LANE_ORDER=LANE_ORDER,
-            ONLY=only, FIRST=first, FINAL=final,
+            DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES)
 

@@ -154,11 +154,9 @@ def barrier_phases(stamps, n_layer: int, phases=PHASES, lead=()) -> dict:
 
 @torch.no_grad()
 def time_barriers(name: str, context: int, batch: int, steps: int, dump=None) -> dict:
-    """barrier_phases of `steps` one-launch steps, each entry's median over the steps, a dict a lane ({0: ...}, or
-    decode_wide's two lanes {0: .., 1: ..}: each lane's programs have their own barriers; "lane SMs": how many of
-    the lane's programs an SM runs, least and most); dump: a folder to save every step's stamps in
-    (<variant>_stamps.pt: (steps, programs, slots, 4) int64, MegaDecoder.timed_step's layout, slot 0's third column
-    the program's SM)."""
+    """barrier_phases of `steps` one-launch steps, each entry's median over the steps; dump: a folder to save every
+    step's stamps in (<variant>_stamps.pt: (steps, programs, slots, 4) int64, MegaDecoder.timed_step's layout, slot
+    0's third column the program's SM)."""
     model, caches, mega, tokens, pos = setup(name, context, batch)
     for _ in range(3):  # compile, warm up (the timed variant compiles on its first call)
         mega.decode_step(tokens, caches, pos)
@@ -170,20 +168,11 @@ def time_barriers(name: str, context: int, batch: int, steps: int, dump=None) ->
         torch.save(torch.stack(stamps), Path(dump) / f"{name}_stamps.pt")
     import decode_mega as dm
     wide = dict(phases=WIDE_PHASES, lead=("embeddings",)) if batch > dm.MAX_ROWS else {}  # decode_wide's layout
-    lanes = getattr(mega, "lanes", 1)
-    first = -(-mega.programs // lanes)  # lane 0's programs (decode_wide: the first cdiv(programs, 2))
-    groups = {0: slice(0, first), 1: slice(first, None)} if lanes == 2 else {0: slice(None)}
+    runs = [barrier_phases(s, model.config.n_layer, **wide) for s in stamps]
     med = lambda vals: statistics.median(vals)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    outs = {}
-    for lane, rows in groups.items():
-        runs = [barrier_phases(s[rows], model.config.n_layer, **wide) for s in stamps]
-        out = {k: (med([r[k] for r in runs]) if not isinstance(runs[0][k], dict)
-                   else {f: med([r[k][f] for r in runs]) for f in runs[0][k]}) for k in runs[0]}
-        per_sm = torch.bincount(stamps[0][rows, 0, 2], minlength=sms)
-        out["lane SMs"] = (per_sm.min().item(), per_sm.max().item())
-        outs[lane] = out
-    return outs
+    out = {k: (med([r[k] for r in runs]) if not isinstance(runs[0][k], dict)
+               else {f: med([r[k][f] for r in runs]) for f in runs[0][k]}) for k in runs[0]}
+    return out
 
 
 def main(argv=None):
@@ -205,19 +194,15 @@ def main(argv=None):
         print("| variant | phase | span | work (last arrival) | sync | median work |")
         print("| --- | --- | --- | --- | --- | --- |")
         for v in a.variants.split(","):
-            lanes = time_barriers(v, a.context, a.batch, a.steps, a.dump)
-            if a.batch > dm.MAX_ROWS:  # decode_wide's phases, lane by lane
-                for lane, r in lanes.items():
-                    name = f"{v} lane {lane}" if len(lanes) > 1 else v
-                    for ph in ("embeddings",) + WIDE_PHASES + ("LM head",):
-                        x = r[ph]
-                        print(f"| {name} | {ph} | {x['span']:.1f} | {x['work']:.1f} | {x['sync']:.1f} | "
-                              f"{x['median_work']:.1f} |")
-                    print(f"| {name} | whole step (first start to last end) | {r['total']:.1f} | | | |")
-                    print(f"| {name} | timer resolution seen | {r['timer step']:.3f} | | | |")
-                    print(f"| {name} | the lane's programs an SM (least, most) | {r['lane SMs']} | | | |")
+            r = time_barriers(v, a.context, a.batch, a.steps, a.dump)
+            if a.batch > dm.MAX_ROWS:  # decode_wide's phases
+                for ph in ("embeddings",) + WIDE_PHASES + ("LM head",):
+                    x = r[ph]
+                    print(f"| {v} | {ph} | {x['span']:.1f} | {x['work']:.1f} | {x['sync']:.1f} | "
+                          f"{x['median_work']:.1f} |")
+                print(f"| {v} | whole step (first start to last end) | {r['total']:.1f} | | | |")
+                print(f"| {v} | timer resolution seen | {r['timer step']:.3f} | | | |")
                 continue
-            r = lanes[0]
             fused = not any(r[PHASES[3]].values())  # no barrier after E: the fused MLP's phase in F's row
             for ph in PHASES + ("LM head",):
                 if fused and ph == PHASES[3]:

@@ -27,8 +27,8 @@ def no_device_checks(monkeypatch):
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
     ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16, SPLIT_F=3), "rmsnorm", True),
-    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1, LANES=1), "layernorm", True),
-    ("tucker", 5, dict(BK=32), "layernorm", False), ("tucker", 6, dict(LANES=1), "rmsnorm", True),
+    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1), "layernorm", True),
+    ("tucker", 5, dict(BK=32), "layernorm", False),
     ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, monkeypatch):
     """Two steps from a 40-row cache (16-row chunks: split over the programs, merged): logits and the written cache
@@ -36,8 +36,8 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, m
     D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
     shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
     (the last tile partly past it); the norms folded into the matrices after them (LayerNorm's mean taken out after
-    the product), with and without biases; the sequences in two lanes (the default: 3 + 2, 3 + 3, 4 + 3 rows, the
-    programs 6 + 6) or one."""
+    the product), with and without biases; the merge as a phase of its own (the default) and by the last split of
+    a group."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
     monkeypatch.setattr(dw, "BLOCK_N", 16)
@@ -83,8 +83,7 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
 
 @pytest.mark.parametrize("knob, value, why", [("BN", 8, "a power of two >= 16"), ("BK", 48, "a power of two >= 16"),
                                              ("BN_LM", 0, "a power of two >= 16"), ("SPLIT_F", 0, "a positive int"),
-                                             ("SPLIT_D", 1.5, "a positive int"), ("BLOCK_N", 24, "a power of two"),
-                                             ("LANES", 3, "1 or 2"), ("LANE_ORDER", 1, "True or False")])
+                                             ("SPLIT_D", 1.5, "a positive int"), ("BLOCK_N", 24, "a power of two")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
     monkeypatch.setattr(dw, knob, value)
@@ -191,8 +190,8 @@ def test_sass_two_programs_fit_an_sm(variant, tmp_path):
 @needs_cuda
 def test_cuda_wide_timed_step_stamps_every_barrier_in_order():
     """timed_step at batch 8: the same logits as an untimed step; every program's stamps rise through the step,
-    no program is released before the last one of its lane arrived (the global timer across programs), every slot
-    is stamped (B2's barrier too), and each SM holds PROGRAMS_PER_SM programs."""
+    no program is released before the last one arrived (the global timer across programs), every slot is stamped
+    (B2's barrier too), and each SM holds PROGRAMS_PER_SM programs."""
     over = dict(n_layer=2, n_head=12, n_embd=768, block_size=2048, vocab_size=50304, tucker_ranks=(8, 64, 64))
     model = tiny("tucker", dtype=torch.bfloat16, device="cuda", **over)
     caches = model.new_caches(8, 1024, device="cuda")
@@ -208,8 +207,6 @@ def test_cuda_wide_timed_step_stamps_every_barrier_in_order():
         seq = torch.cat([stamps[:, :1, col], stamps[:, 1:-1, [col, col + 2]].reshape(mega.programs, -1),
                          stamps[:, -1:, col]], dim=1)
         assert (seq[:, 1:] >= seq[:, :-1]).all()
-    first = -(-mega.programs // mega.lanes)  # lane 0's programs: each lane's barriers are its own
-    for lane in ([slice(0, first), slice(first, None)] if mega.lanes == 2 else [slice(None)]):
-        assert (stamps[lane, 1:-1, 2] >= stamps[lane, 1:-1, 0].max(dim=0).values).all()
+    assert (stamps[:, 1:-1, 2] >= stamps[:, 1:-1, 0].max(dim=0).values).all()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert torch.bincount(stamps[:, 0, 2], minlength=sms).tolist() == [dw.PROGRAMS_PER_SM] * sms
