@@ -65,6 +65,10 @@ ATTN_ROWS = {False: 64, True: 256}  # BLOCK_N=None: rows a step for separate K a
 #                                     H200, batch 32 and 16k: the shared latent at 64 rows ran at 2.2 TB/s against
 #                                     separate K, V's 3.6 (call 3); Tucker at 128 rows 0.7609 ms against 0.7409 at
 #                                     64, Tucker shared at 256 rows 0.6146 against 0.6297 at 128 (call 5))
+ATTN_GROUPS = 4  # B1: a step's cache rows in this many groups, each a warp's own (a batched tl.dot puts one group on a
+#                 warp): the softmax's row max and sum, and the probabilities' trip into the second product, stay
+#                 inside the warp, no block-wide reductions a step; each group's partial is a split of its own for
+#                 the merge. 1: decode_mega's 2D splits (their reductions cross the warps every step)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -179,6 +183,64 @@ if _triton_available():
         _add_stats(STATS, slot, tl.where(ok, x.to(tl.float32), 0.0), rm, m_ok, BLOCK_M)
 
     @triton.jit
+    def _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
+                          qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
+                          DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr):
+        """Phase B1 as decode_mega._attention_splits (items (sequence, KV head, split) pid, pid + nprog, ..., the
+        split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
+        a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). Group g of split s stores
+        its partial as split s GROUPS + g: PO, PM, PL at ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x
+        BLOCK_H + the head's index in its group. A group with no row yet keeps m = -inf, l = 0, o = 0 (its weight
+        in the merge: 0)."""
+        SUB: tl.constexpr = BLOCK_N // GROUPS
+        hh = tl.arange(0, BLOCK_H)
+        h_ok = hh < HPG
+        gg = tl.arange(0, GROUPS)
+        jj = tl.arange(0, SUB)
+        ev = tl.arange(0, DV)
+        ek = tl.arange(0, DK)
+        for item in range(pid, B * NKV * n_split, nprog):
+            bg = item // n_split  # (sequence, KV head) = b * NKV + g
+            s = item % n_split
+            b = bg // NKV
+            g = bg % NKV
+            heads = g * HPG + hh
+            q = tl.load(Q + b * (NH * DK) + heads[:, None] * DK + ek[None, :], mask=h_ok[:, None],
+                        other=0.0, cache_modifier=".cg")  # (BLOCK_H, DK)
+            q3 = tl.broadcast_to(q[None, :, :], (GROUPS, BLOCK_H, DK))
+            k_base = KC + ((layer64 * B + b) * NKV + g) * max_len * DK
+            v_base = VC + ((layer64 * B + b) * NKV + g) * max_len * DV
+            start = s * chunk
+            end = tl.minimum(start + chunk, length)
+            m_i = tl.full([GROUPS, BLOCK_H], float("-inf"), tl.float32)
+            l_i = tl.zeros([GROUPS, BLOCK_H], tl.float32)
+            acc = tl.zeros([GROUPS, BLOCK_H, DV], tl.float32)
+            for n0 in range(start, end, BLOCK_N):
+                rows = n0 + gg[:, None] * SUB + jj[None, :]  # (GROUPS, SUB)
+                r_ok = rows < end
+                k = tl.load(k_base + rows[:, :, None] * DK + ek[None, None, :], mask=r_ok[:, :, None], other=0.0,
+                            cache_modifier=".cg")  # (GROUPS, SUB, DK); row pos was written in phase A
+                qk = tl.dot(q3, tl.permute(k, (0, 2, 1)), input_precision=DOT_PREC)  # (GROUPS, BLOCK_H, SUB)
+                qk = tl.where(r_ok[:, None, :], qk * qk_scale, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(qk, axis=2))
+                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a group with no row yet: exp2(-inf) = 0
+                alpha = tl.exp2(m_i - m_use)
+                p = tl.exp2(qk - m_use[:, :, None])
+                l_i = l_i * alpha + tl.sum(p, axis=2)
+                m_i = m_new
+                if SHARED_KV:  # the latent is key and value: one read
+                    v = k
+                else:
+                    v = tl.load(v_base + rows[:, :, None] * DV + ev[None, None, :], mask=r_ok[:, :, None],
+                                other=0.0, cache_modifier=".cg")  # (GROUPS, SUB, DV)
+                acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+            slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
+            tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
+            tl.store(PM + slot, m_i)
+            tl.store(PL + slot, l_i)
+
+    @triton.jit
     def _wide_step_kernel(
             IDX, POS, WTE, WPE, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
             X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
@@ -187,7 +249,7 @@ if _triton_available():
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT_PREC: tl.constexpr,
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -255,8 +317,14 @@ if _triton_available():
                 if pid == 0:  # x2's sums start from zero (read last in A)
                     tl.store(STATS + rm * 2, tl.zeros([BLOCK_M], tl.float32))
                     tl.store(STATS + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
-                _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
-                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N, DOT_PREC)
+                if GROUPS == 1:
+                    _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
+                                      n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
+                                      DOT_PREC)
+                else:
+                    _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
+                                      n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
+                                      GROUPS, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
@@ -266,7 +334,8 @@ if _triton_available():
                 for item in range(pid, B * NH, nprog):
                     b = item // NH
                     h = item % NH
-                    o = _merged_head(PO, PM, PL, b, h, s_max, n_split, NKV, HPG, DV, BLOCK_H, BLOCK_SM, dt)
+                    o = _merged_head(PO, PM, PL, b, h, s_max * GROUPS, n_split * GROUPS, NKV, HPG, DV, BLOCK_H,
+                                     BLOCK_SM, dt)  # a group's partial a split
                     tl.store(O + b * KO + h * DV + ev, o.to(dt))
             if ONLY == 0:
                 barriers += 1
@@ -324,6 +393,13 @@ class WideDecoder(dm.MegaDecoder):
         for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"decode_wide: {name}={value!r}: a positive int (programs a tile's K is split over)")
+        if not isinstance(ATTN_GROUPS, int) or ATTN_GROUPS < 1 or ATTN_GROUPS & (ATTN_GROUPS - 1):
+            raise ValueError(f"decode_wide: ATTN_GROUPS={ATTN_GROUPS!r}: a power of two >= 1 (groups of a step's rows)")
+        if ATTN_GROUPS > 1:
+            for name, value in rows:
+                if value // ATTN_GROUPS < 16:
+                    raise ValueError(f"decode_wide: {name}={value!r}: with ATTN_GROUPS={ATTN_GROUPS} a group's "
+                                     f"{value // ATTN_GROUPS} rows, fewer than 16 (a tl.dot operand's side)")
 
     def _check_fits(self) -> None:
         """Refuse what would leave programs unable to start: fp32 weights on the GPU (its pipelined tiles take twice
@@ -367,7 +443,7 @@ class WideDecoder(dm.MegaDecoder):
     def _buffers(self) -> None:
         B, dev, f32 = self.batch, self.device, torch.float32
         self.block_m = _pow2(B, 16)
-        parts = B * self.nKV * self.s_max * self.block_h
+        parts = B * self.nKV * self.s_max * ATTN_GROUPS * self.block_h
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # the stream x0 / x2
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
         self.stats = torch.zeros(2, self.block_m, 2, device=dev, dtype=f32)  # sums of x, x^2 of X's and X1's rows
@@ -396,7 +472,8 @@ class WideDecoder(dm.MegaDecoder):
             N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, BLOCK_M=self.block_m,
             BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F,
             BLOCK_H=self.block_h,
-            BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n),
+            BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * ATTN_GROUPS, 1),
+            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=ATTN_GROUPS,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES)

@@ -26,9 +26,9 @@ def no_device_checks(monkeypatch):
 
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
-    ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16, SPLIT_F=3), "rmsnorm", True),
-    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1), "layernorm", True),
-    ("tucker", 5, dict(BK=32), "layernorm", False),
+    ("mha", 5, {}, "layernorm", False), ("gqa", 5, dict(BK=16, SPLIT_F=3, ATTN_GROUPS=2), "rmsnorm", True),
+    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1, ATTN_GROUPS=1), "layernorm", True),
+    ("tucker", 5, dict(BK=32, ATTN_GROUPS=2), "layernorm", False), ("tucker", 6, {}, "rmsnorm", True),
     ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, monkeypatch):
     """Two steps from a 40-row cache (16-row chunks: split over the programs, merged): logits and the written cache
@@ -36,11 +36,12 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, m
     D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
     shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
     (the last tile partly past it); the norms folded into the matrices after them (LayerNorm's mean taken out after
-    the product), with and without biases; the merge as a phase of its own (the default) and by the last split of
-    a group."""
+    the product), with and without biases; a step's rows in 4 groups of 16 (the default: one split of 64 rows, its
+    last group past the cache's end, empty), 2 of 16 (two splits of 32) or one (16-row steps, decode_mega's
+    splits)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
-    monkeypatch.setattr(dw, "BLOCK_N", 16)
+    monkeypatch.setattr(dw, "BLOCK_N", 16 * dw.ATTN_GROUPS)  # a group's 16 rows a step
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
     model = tiny(variant, bias=bias, norm=norm)
     results = decode_both(model, batch, 40, 2, programs=12)
@@ -83,7 +84,9 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
 
 @pytest.mark.parametrize("knob, value, why", [("BN", 8, "a power of two >= 16"), ("BK", 48, "a power of two >= 16"),
                                              ("BN_LM", 0, "a power of two >= 16"), ("SPLIT_F", 0, "a positive int"),
-                                             ("SPLIT_D", 1.5, "a positive int"), ("BLOCK_N", 24, "a power of two")])
+                                             ("SPLIT_D", 1.5, "a positive int"), ("BLOCK_N", 24, "a power of two"),
+                                             ("ATTN_GROUPS", 3, "a power of two >= 1"),
+                                             ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
     monkeypatch.setattr(dw, knob, value)
