@@ -61,14 +61,21 @@ SPLIT_F = 4  # the same for phase F (K = the MLP's hidden width: 3,072 for GPT-2
 #             (session 21 call 3, H200, batch 32 at 16k, Tucker / Tucker shared ms: SPLIT_F 2 0.8226 / 0.7563, 4
 #             0.8039 / 0.7387, 8 0.8301 / 0.7628; SPLIT_D 1 0.8142 / 0.7413, 2 0.8039 / 0.7387)
 BLOCK_N = None  # cache rows a step of an attention split's loop; None: ATTN_ROWS by whether K and V are one latent
-ATTN_ROWS = {False: 64, True: 256}  # BLOCK_N=None: rows a step for separate K and V / a shared latent (session 21,
+ATTN_ROWS = {False: 64, True: 128}  # BLOCK_N=None: rows a step for separate K and V / a shared latent (session 21,
 #                                     H200, batch 32 and 16k: the shared latent at 64 rows ran at 2.2 TB/s against
 #                                     separate K, V's 3.6 (call 3); Tucker at 128 rows 0.7609 ms against 0.7409 at
-#                                     64, Tucker shared at 256 rows 0.6146 against 0.6297 at 128 (call 5))
-ATTN_GROUPS = 4  # B1: a step's cache rows in this many groups, each a warp's own (a batched tl.dot puts one group on a
-#                 warp): the softmax's row max and sum, and the probabilities' trip into the second product, stay
-#                 inside the warp, no block-wide reductions a step; each group's partial is a split of its own for
-#                 the merge. 1: decode_mega's 2D splits (their reductions cross the warps every step)
+#                                     64, Tucker shared at 256 rows 0.6146 against 0.6297 at 128 (call 5); with
+#                                     ATTN_GROUPS, session 22 call 2: Tucker shared at 128 rows 0.5826 against
+#                                     0.5995 at 256)
+ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a step's cache rows in this many groups,
+#                                   each a warp's own (a batched tl.dot puts one group on a warp): the softmax's row
+#                                   max and sum, and the probabilities' trip into the second product, stay inside
+#                                   the warp, no block-wide reductions a step. 1: decode_mega's 2D splits (their
+#                                   reductions cross the warps every step). Session 22 call 2, H200, batch 32 at 16k,
+#                                   ms: Tucker 1 group of 64 rows 0.7452, 2 of 32 0.7387, 4 of 16 0.7593, 4 of 32
+#                                   0.7660; Tucker shared 1 of 256 0.6190, 4 of 64 0.5995, 4 of 32 0.5826
+GROUPS_MERGED = True  # the groups' partials merged at the end of each split's item (one cross-warp reduction an
+#                       item; B2 then merges s_max partials a head), else each stored as a split of its own
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -114,6 +121,10 @@ if _triton_available():
         n_ok = rn < N
         rb = tl.arange(0, BN)
         w_base = W + (t * BN + tl.zeros([], tl.int64)) * K  # the tile's first row; 32-bit offsets from it
+        if NORM != 0:  # loaded before the loop: in flight during it (after it, a round trip of their own)
+            mean, rstd = _row_stats(STATS, slot, rm, m_ok, d, eps, NORM, rm.shape[0])
+            if NORM == 1:
+                c_row = tl.load(C + rn, mask=n_ok, other=0.0)
         acc = tl.zeros([rm.shape[0], BN], tl.float32)
         for k0 in range(k_lo, k_hi, BK):
             rk = k0 + tl.arange(0, BK)
@@ -123,9 +134,8 @@ if _triton_available():
             w = tl.load(w_base + rb[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             acc += tl.dot(a, tl.trans(w), input_precision=DOT_PREC)  # (BLOCK_M, BN)
         if NORM != 0:
-            mean, rstd = _row_stats(STATS, slot, rm, m_ok, d, eps, NORM, rm.shape[0])
             if NORM == 1:
-                acc -= mean[:, None] * tl.load(C + rn, mask=n_ok, other=0.0)[None, :]
+                acc -= mean[:, None] * c_row[None, :]
             acc = acc * rstd[:, None]
         return acc
 
@@ -134,11 +144,11 @@ if _triton_available():
                        NORM: tl.constexpr, DOT_PREC: tl.constexpr):
         """norm(rows rm of the stream A (B, D)) W^T + Bias for output columns t*BN .., the norm folded into W and
         Bias (C W's row sums; _product): (y (BLOCK_M, BN) fp32, the columns rn, their mask)."""
-        y = _product(A, W, t, N, D, 0, D, rm, m_ok, STATS, slot, C, D, eps, BN, BK, NORM, DOT_PREC)
         rn = t * BN + tl.arange(0, BN)
         n_ok = rn < N
-        y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        return y, rn, n_ok
+        bias = tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)  # before the product's loop (in flight)
+        y = _product(A, W, t, N, D, 0, D, rm, m_ok, STATS, slot, C, D, eps, BN, BK, NORM, DOT_PREC)
+        return y + bias[None, :], rn, n_ok
 
     @triton.jit
     def _split_residual_phase(A, W, Bias, R, OUT, ACC, CNT, STATS, slot, pid, nprog, N, K, rm, m_ok, dt,
@@ -152,10 +162,11 @@ if _triton_available():
         for item in range(pid, tl.cdiv(N, BN) * SPLIT, nprog):
             t = item // SPLIT
             k_lo = (item % SPLIT) * k_step
+            bias, r = _residual_in(Bias, R, t, N, rm, m_ok, BN)  # before the loop (in flight), used by the last
             y = _product(A, W, t, N, K, k_lo, tl.minimum(k_lo + k_step, K), rm, m_ok, STATS, slot, Bias, 1, 1.0,
                          BN, BK, 0, DOT_PREC)
             if SPLIT == 1:
-                _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
+                _residual_out(y, bias, r, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
             else:
                 rn = t * BN + tl.arange(0, BN)
                 at = ACC + rm[:, None] * N + rn[None, :]
@@ -165,19 +176,28 @@ if _triton_available():
                 arrived = tl.atomic_add(CNT + t, 1, sem="acq_rel", scope="gpu")
                 if arrived == SPLIT - 1:  # the tile's last part: the others' adds are visible (acquire)
                     total = tl.load(at, mask=ok, other=0.0, cache_modifier=".cg")
-                    _residual_out(total, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
+                    _residual_out(total, bias, r, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
                     tl.store(at, tl.zeros([BLOCK_M, BN], tl.float32), mask=ok)
                     tl.store(CNT + t, 0)
 
     @triton.jit
-    def _residual_out(y, Bias, R, OUT, STATS, slot, t, N, rm, m_ok, dt, BN: tl.constexpr, BLOCK_M: tl.constexpr):
-        """A sublayer's tile of output columns t*BN ..: x = R + (y + bias), each rounded as the unfused ops store
-        them, into OUT (B, N); its rows' partial statistics into STATS' slot."""
+    def _residual_in(Bias, R, t, N, rm, m_ok, BN: tl.constexpr):
+        """The bias (BN,) and the residual rows (rm, BN) fp32 of output columns t*BN .. (_residual_out's inputs)."""
+        rn = t * BN + tl.arange(0, BN)
+        n_ok = rn < N
+        bias = tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)
+        r = tl.load(R + rm[:, None] * N + rn[None, :], mask=m_ok[:, None] & n_ok[None, :], other=0.0,
+                    cache_modifier=".cg").to(tl.float32)
+        return bias, r
+
+    @triton.jit
+    def _residual_out(y, bias, r, OUT, STATS, slot, t, N, rm, m_ok, dt, BN: tl.constexpr, BLOCK_M: tl.constexpr):
+        """A sublayer's tile of output columns t*BN ..: x = r + (y + bias) (_residual_in's), each rounded as the
+        unfused ops store them, into OUT (B, N); its rows' partial statistics into STATS' slot."""
         rn = t * BN + tl.arange(0, BN)
         n_ok = rn < N
         ok = m_ok[:, None] & n_ok[None, :]
-        y = (y + tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]).to(dt).to(tl.float32)
-        r = tl.load(R + rm[:, None] * N + rn[None, :], mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+        y = (y + bias[None, :]).to(dt).to(tl.float32)
         x = (y + r).to(dt)
         tl.store(OUT + rm[:, None] * N + rn[None, :], x, mask=ok)
         _add_stats(STATS, slot, tl.where(ok, x.to(tl.float32), 0.0), rm, m_ok, BLOCK_M)
@@ -186,13 +206,14 @@ if _triton_available():
     def _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
                           qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
                           DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr):
+                          GROUPS: tl.constexpr, MERGED: tl.constexpr, DOT_PREC: tl.constexpr):
         """Phase B1 as decode_mega._attention_splits (items (sequence, KV head, split) pid, pid + nprog, ..., the
         split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
-        a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). Group g of split s stores
-        its partial as split s GROUPS + g: PO, PM, PL at ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x
-        BLOCK_H + the head's index in its group. A group with no row yet keeps m = -inf, l = 0, o = 0 (its weight
-        in the merge: 0)."""
+        a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). A group with no row yet
+        keeps m = -inf, l = 0, o = 0 (its weight in any merge: 0). MERGED: the groups' partials merged at the end of
+        the item, stored as _attention_splits stores a split's; else group g of split s stores its partial as split
+        s GROUPS + g: PO, PM, PL at ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's
+        index in its group."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
         hh = tl.arange(0, BLOCK_H)
         h_ok = hh < HPG
@@ -235,10 +256,18 @@ if _triton_available():
                     v = tl.load(v_base + rows[:, :, None] * DV + ev[None, None, :], mask=r_ok[:, :, None],
                                 other=0.0, cache_modifier=".cg")  # (GROUPS, SUB, DV)
                 acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-            slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
-            tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
-            tl.store(PM + slot, m_i)
-            tl.store(PL + slot, l_i)
+            if MERGED:  # across the warps, once an item
+                m = tl.max(m_i, axis=0)  # (BLOCK_H,): finite (every split has a row)
+                scale = tl.exp2(m_i - m[None, :])  # (GROUPS, BLOCK_H); 0 for a group without rows
+                slot = (bg * s_max + s) * BLOCK_H + hh
+                tl.store(PO + slot[:, None] * DV + ev[None, :], tl.sum(acc * scale[:, :, None], axis=0))
+                tl.store(PM + slot, m)
+                tl.store(PL + slot, tl.sum(l_i * scale, axis=0))
+            else:
+                slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
+                tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
+                tl.store(PM + slot, m_i)
+                tl.store(PL + slot, l_i)
 
     @triton.jit
     def _wide_step_kernel(
@@ -249,7 +278,8 @@ if _triton_available():
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, DOT_PREC: tl.constexpr,
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGED: tl.constexpr,
+            DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -324,18 +354,19 @@ if _triton_available():
                 else:
                     _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
                                       n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
-                                      GROUPS, DOT_PREC)
+                                      GROUPS, MERGED, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
             # ---- B2: a program per (sequence, query head): its splits merged, o rounded as stored
             if (ONLY == 0) | (ONLY == 3):
+                PARTS: tl.constexpr = 1 if (GROUPS == 1) | MERGED else GROUPS  # partials a split
                 ev = tl.arange(0, DV)
                 for item in range(pid, B * NH, nprog):
                     b = item // NH
                     h = item % NH
-                    o = _merged_head(PO, PM, PL, b, h, s_max * GROUPS, n_split * GROUPS, NKV, HPG, DV, BLOCK_H,
-                                     BLOCK_SM, dt)  # a group's partial a split
+                    o = _merged_head(PO, PM, PL, b, h, s_max * PARTS, n_split * PARTS, NKV, HPG, DV, BLOCK_H,
+                                     BLOCK_SM, dt)
                     tl.store(O + b * KO + h * DV + ev, o.to(dt))
             if ONLY == 0:
                 barriers += 1
@@ -393,13 +424,18 @@ class WideDecoder(dm.MegaDecoder):
         for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"decode_wide: {name}={value!r}: a positive int (programs a tile's K is split over)")
-        if not isinstance(ATTN_GROUPS, int) or ATTN_GROUPS < 1 or ATTN_GROUPS & (ATTN_GROUPS - 1):
-            raise ValueError(f"decode_wide: ATTN_GROUPS={ATTN_GROUPS!r}: a power of two >= 1 (groups of a step's rows)")
-        if ATTN_GROUPS > 1:
-            for name, value in rows:
-                if value // ATTN_GROUPS < 16:
-                    raise ValueError(f"decode_wide: {name}={value!r}: with ATTN_GROUPS={ATTN_GROUPS} a group's "
-                                     f"{value // ATTN_GROUPS} rows, fewer than 16 (a tl.dot operand's side)")
+        groups = ATTN_GROUPS if isinstance(ATTN_GROUPS, dict) else {False: ATTN_GROUPS, True: ATTN_GROUPS}
+        for shared, g in groups.items():
+            if not isinstance(g, int) or g < 1 or g & (g - 1):
+                raise ValueError(f"decode_wide: ATTN_GROUPS={ATTN_GROUPS!r}: a power of two >= 1 (groups of a "
+                                 f"step's rows), or a dict of them by whether K and V are one latent")
+            rows_form = BLOCK_N if BLOCK_N is not None else ATTN_ROWS[shared]
+            if g > 1 and rows_form // g < 16:
+                name = "BLOCK_N" if BLOCK_N is not None else f"ATTN_ROWS[{shared}]"
+                raise ValueError(f"decode_wide: {name}={rows_form!r}: with ATTN_GROUPS={g} a group's "
+                                 f"{rows_form // g} rows, fewer than 16 (a tl.dot operand's side)")
+        if not isinstance(GROUPS_MERGED, bool):
+            raise ValueError(f"decode_wide: GROUPS_MERGED={GROUPS_MERGED!r}: True or False")
 
     def _check_fits(self) -> None:
         """Refuse what would leave programs unable to start: fp32 weights on the GPU (its pipelined tiles take twice
@@ -443,7 +479,9 @@ class WideDecoder(dm.MegaDecoder):
     def _buffers(self) -> None:
         B, dev, f32 = self.batch, self.device, torch.float32
         self.block_m = _pow2(B, 16)
-        parts = B * self.nKV * self.s_max * ATTN_GROUPS * self.block_h
+        self.groups = ATTN_GROUPS[bool(self.shared)] if isinstance(ATTN_GROUPS, dict) else ATTN_GROUPS
+        self.parts = 1 if self.groups == 1 or GROUPS_MERGED else self.groups  # partials a split
+        parts = B * self.nKV * self.s_max * self.parts * self.block_h
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # the stream x0 / x2
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
         self.stats = torch.zeros(2, self.block_m, 2, device=dev, dtype=f32)  # sums of x, x^2 of X's and X1's rows
@@ -472,8 +510,8 @@ class WideDecoder(dm.MegaDecoder):
             N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, BLOCK_M=self.block_m,
             BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F,
             BLOCK_H=self.block_h,
-            BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * ATTN_GROUPS, 1),
-            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=ATTN_GROUPS,
+            BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.parts, 1),
+            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGED=GROUPS_MERGED,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES)
