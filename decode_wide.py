@@ -10,8 +10,9 @@ of resident programs (decode_mega's barriers) runs every layer as six phases,
     A   [q | k | v] = norm1(x0) W_qkv^T (+ b): a program per tile of BN output columns, all rows at once (tl.dot,
         K in steps of BK), each row normalized on the fly from its statistics (below); q stored, k and v written
         into the caches at `pos`
-    B1  attention of the new token to rows 0 .. pos, split over programs (decode_mega._attention_splits)
-    B2  a program per (sequence, query head): its splits merged, the head's output o stored (rounded)
+    B1  attention of the new token to rows 0 .. pos, split over programs, each step's rows in ATTN_GROUPS groups a
+        warp each (_attention_groups: no reduction across warps inside the loop), a partial a group
+    B2  a program per (sequence, query head): its partials merged, the head's output o stored (rounded)
     D   x1 = x0 + (o W_O^T + b_O): a program per tile of output columns, the residual added in the epilogue
     E   h = gelu(norm2(x1) W_fc^T + b_fc)
     F   x2 = x1 + (h W_proj^T + b_proj)
@@ -73,9 +74,11 @@ ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a st
 #                                   the warp, no block-wide reductions a step. 1: decode_mega's 2D splits (their
 #                                   reductions cross the warps every step). Session 22 call 2, H200, batch 32 at 16k,
 #                                   ms: Tucker 1 group of 64 rows 0.7452, 2 of 32 0.7387, 4 of 16 0.7593, 4 of 32
-#                                   0.7660; Tucker shared 1 of 256 0.6190, 4 of 64 0.5995, 4 of 32 0.5826
-GROUPS_MERGED = True  # the groups' partials merged at the end of each split's item (one cross-warp reduction an
-#                       item; B2 then merges s_max partials a head), else each stored as a split of its own
+#                                   0.7660; Tucker shared 1 of 256 0.6190, 4 of 64 0.5995, 4 of 32 0.5826. Each
+#                                   group's partial is a split of its own for B2 (call 3: the groups merged at the
+#                                   end of each item instead, across the warps, made B2 cheaper and B1 dearer:
+#                                   Tucker 0.7480 / 0.7472 against 0.7472, Tucker shared 0.5757 / 0.5800 against
+#                                   0.5699; removed)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -206,14 +209,13 @@ if _triton_available():
     def _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
                           qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
                           DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          GROUPS: tl.constexpr, MERGED: tl.constexpr, DOT_PREC: tl.constexpr):
+                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr):
         """Phase B1 as decode_mega._attention_splits (items (sequence, KV head, split) pid, pid + nprog, ..., the
         split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
-        a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). A group with no row yet
-        keeps m = -inf, l = 0, o = 0 (its weight in any merge: 0). MERGED: the groups' partials merged at the end of
-        the item, stored as _attention_splits stores a split's; else group g of split s stores its partial as split
-        s GROUPS + g: PO, PM, PL at ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's
-        index in its group."""
+        a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). Group g of split s stores
+        its partial as split s GROUPS + g: PO, PM, PL at ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x
+        BLOCK_H + the head's index in its group. A group with no row yet keeps m = -inf, l = 0, o = 0 (its weight
+        in the merge: 0)."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
         hh = tl.arange(0, BLOCK_H)
         h_ok = hh < HPG
@@ -256,18 +258,10 @@ if _triton_available():
                     v = tl.load(v_base + rows[:, :, None] * DV + ev[None, None, :], mask=r_ok[:, :, None],
                                 other=0.0, cache_modifier=".cg")  # (GROUPS, SUB, DV)
                 acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-            if MERGED:  # across the warps, once an item
-                m = tl.max(m_i, axis=0)  # (BLOCK_H,): finite (every split has a row)
-                scale = tl.exp2(m_i - m[None, :])  # (GROUPS, BLOCK_H); 0 for a group without rows
-                slot = (bg * s_max + s) * BLOCK_H + hh
-                tl.store(PO + slot[:, None] * DV + ev[None, :], tl.sum(acc * scale[:, :, None], axis=0))
-                tl.store(PM + slot, m)
-                tl.store(PL + slot, tl.sum(l_i * scale, axis=0))
-            else:
-                slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
-                tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
-                tl.store(PM + slot, m_i)
-                tl.store(PL + slot, l_i)
+            slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
+            tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
+            tl.store(PM + slot, m_i)
+            tl.store(PL + slot, l_i)
 
     @triton.jit
     def _wide_step_kernel(
@@ -278,8 +272,7 @@ if _triton_available():
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGED: tl.constexpr,
-            DOT_PREC: tl.constexpr,
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -354,19 +347,18 @@ if _triton_available():
                 else:
                     _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
                                       n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
-                                      GROUPS, MERGED, DOT_PREC)
+                                      GROUPS, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
             # ---- B2: a program per (sequence, query head): its splits merged, o rounded as stored
             if (ONLY == 0) | (ONLY == 3):
-                PARTS: tl.constexpr = 1 if (GROUPS == 1) | MERGED else GROUPS  # partials a split
                 ev = tl.arange(0, DV)
                 for item in range(pid, B * NH, nprog):
                     b = item // NH
                     h = item % NH
-                    o = _merged_head(PO, PM, PL, b, h, s_max * PARTS, n_split * PARTS, NKV, HPG, DV, BLOCK_H,
-                                     BLOCK_SM, dt)
+                    o = _merged_head(PO, PM, PL, b, h, s_max * GROUPS, n_split * GROUPS, NKV, HPG, DV, BLOCK_H,
+                                     BLOCK_SM, dt)  # a group's partial a split
                     tl.store(O + b * KO + h * DV + ev, o.to(dt))
             if ONLY == 0:
                 barriers += 1
@@ -434,8 +426,6 @@ class WideDecoder(dm.MegaDecoder):
                 name = "BLOCK_N" if BLOCK_N is not None else f"ATTN_ROWS[{shared}]"
                 raise ValueError(f"decode_wide: {name}={rows_form!r}: with ATTN_GROUPS={g} a group's "
                                  f"{rows_form // g} rows, fewer than 16 (a tl.dot operand's side)")
-        if not isinstance(GROUPS_MERGED, bool):
-            raise ValueError(f"decode_wide: GROUPS_MERGED={GROUPS_MERGED!r}: True or False")
 
     def _check_fits(self) -> None:
         """Refuse what would leave programs unable to start: fp32 weights on the GPU (its pipelined tiles take twice
@@ -480,8 +470,7 @@ class WideDecoder(dm.MegaDecoder):
         B, dev, f32 = self.batch, self.device, torch.float32
         self.block_m = _pow2(B, 16)
         self.groups = ATTN_GROUPS[bool(self.shared)] if isinstance(ATTN_GROUPS, dict) else ATTN_GROUPS
-        self.parts = 1 if self.groups == 1 or GROUPS_MERGED else self.groups  # partials a split
-        parts = B * self.nKV * self.s_max * self.parts * self.block_h
+        parts = B * self.nKV * self.s_max * self.groups * self.block_h  # a group's partial a split
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # the stream x0 / x2
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
         self.stats = torch.zeros(2, self.block_m, 2, device=dev, dtype=f32)  # sums of x, x^2 of X's and X1's rows
@@ -510,8 +499,8 @@ class WideDecoder(dm.MegaDecoder):
             N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, BLOCK_M=self.block_m,
             BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F,
             BLOCK_H=self.block_h,
-            BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.parts, 1),
-            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGED=GROUPS_MERGED,
+            BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.groups, 1),
+            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, 
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES)

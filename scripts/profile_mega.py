@@ -18,6 +18,14 @@ it arrives at each grid barrier and as it is released): per phase, summed over t
 release of the barrier before it to the median release of its own, split into `work` (until the last program
 arrives) and `sync` (from that arrival to the median release), and the median program's own work (`median work`);
 `--dump DIR` also saves every timed step's raw stamps (each program's SM among them) as DIR/<variant>_stamps.pt.
+
+    ncu --profile-from-start off --clock-control none --kernel-name regex:step_kernel --launch-count 8 \
+        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SourceCounters \
+        python3 -m scripts.profile_mega --profiled_step --variants tucker_8_64_64 --batch 32 --context 16384
+
+`--profiled_step`: one step launched phase by phase between cudaProfilerStart and Stop (after 3 unprofiled ones), for
+an external profiler such as Nsight Compute (above: layer 0's launches; decode_wide's are the embeddings, A, B1,
+B2, D, E, F, then layer 1's A: the 8th).
 """
 import argparse
 import statistics
@@ -64,6 +72,21 @@ def phase_launches(mega, tokens, caches, pos, steps: int, kernel: str) -> list:
         torch.cuda.synchronize()
     return sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and kernel in e.name),
                   key=lambda e: e.time_range.start)
+
+
+@torch.no_grad()
+def profiled_step(name: str, context: int, batch: int) -> None:
+    """One step of `name` launched phase by phase between cudaProfilerStart and cudaProfilerStop (3 before it, not
+    profiled: the compiles and a warm-up), for a profiler that records only that range."""
+    model, caches, mega, tokens, pos = setup(name, context, batch)
+    for _ in range(3):
+        mega.decode_step(tokens, caches, pos, phases=True)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    mega.decode_step(tokens, caches, pos, phases=True)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print(f"{name}: one step phase by phase profiled (batch {batch}, {context} cached, {type(mega).__name__})")
 
 
 @torch.no_grad()
@@ -184,8 +207,14 @@ def main(argv=None):
     p.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE")
     p.add_argument("--barriers", action="store_true", help="time the one-launch step's phases by its barrier stamps")
     p.add_argument("--dump", default=None, metavar="DIR", help="--barriers: save every step's stamps in DIR")
+    p.add_argument("--profiled_step", action="store_true",
+                   help="one step phase by phase between cudaProfilerStart and Stop (for ncu --profile-from-start off)")
     a = p.parse_args(argv)
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
+    if a.profiled_step:
+        for v in a.variants.split(","):
+            profiled_step(v, a.context, a.batch)
+        return
     if a.barriers:
         import decode_mega as dm
         kernel = "decode_wide" if a.batch > dm.MAX_ROWS else "decode_mega"
