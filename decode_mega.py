@@ -725,16 +725,17 @@ class MegaDecoder:
         self.max_len = caches[0].max_len
         self._check_knobs()
         self._check_fits()
-        warps, per_sm, module = self._launch_shape()
-        if per_sm * warps > 8:
-            raise ValueError(f"{module}: PROGRAMS_PER_SM x NUM_WARPS = {per_sm} x {warps} > 8: every program must be "
-                             f"resident at once (a grid barrier waits for all), and 8 warps of up to 255 registers "
-                             f"fill an SM's register file")
+        warps, per_sm, module, regs = self._launch_shape()
+        resident = 65536 // (32 * warps * regs)  # programs an SM's 64K registers hold
+        if per_sm > resident:
+            raise ValueError(f"{module}: PROGRAMS_PER_SM x NUM_WARPS = {per_sm} x {warps} > {resident * warps}: every "
+                             f"program must be resident at once (a grid barrier waits for all), and "
+                             f"{resident * warps} warps of up to {regs} registers fill an SM's register file")
         if self.device.type == "cuda" and not _interpret():
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
             self.programs = programs or sms * per_sm
-            if self.programs > sms * (8 // warps):
-                raise ValueError(f"{type(self).__name__}: programs={self.programs} > {sms} SMs x {8 // warps} "
+            if self.programs > sms * resident:
+                raise ValueError(f"{type(self).__name__}: programs={self.programs} > {sms} SMs x {resident} "
                                  f"programs of {warps} warps: every program must be resident at once (the grid "
                                  f"barriers)")
         else:
@@ -766,8 +767,8 @@ class MegaDecoder:
 
     @staticmethod
     def _launch_shape():
-        """(warps a program, programs an SM, the module whose knobs set them)."""
-        return NUM_WARPS, PROGRAMS_PER_SM, "decode_mega"
+        """(warps a program, programs an SM, the module whose knobs set them, registers a thread at most)."""
+        return NUM_WARPS, PROGRAMS_PER_SM, "decode_mega", 255
 
     def _buffers(self) -> None:
         """The step's working buffers (activations between phases, the attention's partials, the logits)."""

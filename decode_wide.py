@@ -53,7 +53,10 @@ BN = 16  # output columns a tile of the layers' products (tl.dot's least)
 BK = 128  # K a step of a product's loop
 BN_LM = 64  # the LM head's output columns a tile
 NUM_WARPS = 4
-PROGRAMS_PER_SM = 2  # programs of NUM_WARPS warps an SM (all resident at once: PROGRAMS_PER_SM x NUM_WARPS <= 8)
+PROGRAMS_PER_SM = 2  # programs of NUM_WARPS warps an SM (all resident at once: PROGRAMS_PER_SM x NUM_WARPS x 32
+#                      threads x MAXNREG registers within an SM's 65,536)
+MAXNREG = None  # registers a thread at most (Triton's maxnreg; None: the compiler's choice, up to 255), e.g. 168 for
+#                 3 programs of 4 warps an SM
 STAGES = 4  # loads in flight ahead in the products' and the attention's loops (Triton's software pipelining;
 #             session 21 on an H100, Tucker at batch 32 and 16k: 2 stages 1.30 ms, 3 1.077, 4 1.057)
 SPLIT_D = 2  # programs a tile of phase D's output columns is split over along its K (nH Dv), each adding its part
@@ -413,6 +416,8 @@ class WideDecoder(dm.MegaDecoder):
         for name, value in [("BN", BN), ("BK", BK), ("BN_LM", BN_LM)] + rows:
             if not isinstance(value, int) or value < 16 or value & (value - 1):
                 raise ValueError(f"decode_wide: {name}={value!r}: a power of two >= 16 (a tl.dot operand's side)")
+        if MAXNREG is not None and (not isinstance(MAXNREG, int) or not 32 <= MAXNREG <= 255):
+            raise ValueError(f"decode_wide: MAXNREG={MAXNREG!r}: None or an int from 32 to 255 (registers a thread)")
         for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"decode_wide: {name}={value!r}: a positive int (programs a tile's K is split over)")
@@ -438,7 +443,7 @@ class WideDecoder(dm.MegaDecoder):
 
     @staticmethod
     def _launch_shape():
-        return NUM_WARPS, PROGRAMS_PER_SM, "decode_wide"
+        return NUM_WARPS, PROGRAMS_PER_SM, "decode_wide", MAXNREG or 255
 
     @staticmethod
     def _proj_transposed() -> bool:
@@ -503,7 +508,7 @@ class WideDecoder(dm.MegaDecoder):
             MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, 
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
-            num_stages=STAGES)
+            num_stages=STAGES, **({"maxnreg": MAXNREG} if MAXNREG else {}))
 
     def _run(self, w: dict, idx, pos, phased: bool) -> None:
         """The step's launches: one, or (phased) the embeddings', a launch per phase and layer, then the final norm

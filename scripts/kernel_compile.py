@@ -107,5 +107,7 @@ def compile_sm90(kernel, args, kwargs):
     options = {"num_warps": num_warps}
     if "num_stages" in kwargs:  # the launch's software pipelining depth (Triton's default 3 otherwise)
         options["num_stages"] = kwargs["num_stages"]
+    if kwargs.get("maxnreg"):  # the launch's register cap a thread
+        options["maxnreg"] = kwargs["maxnreg"]
     return triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32), options=options)

@@ -349,7 +349,7 @@ def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("knob, value, message", [
-    ("PROGRAMS_PER_SM", 3, "PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8"),
+    ("PROGRAMS_PER_SM", 3, "PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8: every program"),
     ("MLP_UNITS", 12, "MLP_UNITS=12: a power of two")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, message, monkeypatch):
     """Refused by name: more than 8 warps an SM (every program must be resident: the grid barriers wait for all), an
