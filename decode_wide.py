@@ -12,7 +12,8 @@ of resident programs (decode_mega's barriers) runs every layer as six phases,
         into the caches at `pos`
     B1  attention of the new token to rows 0 .. pos, split over programs, each step's rows in ATTN_GROUPS groups a
         warp each (_attention_groups: no reduction across warps inside the loop), a partial a group
-    B2  a program per (sequence, query head): its partials merged, the head's output o stored (rounded)
+    B2  a program per MERGE_HEADS (sequence, query head) pairs: their partials merged, each head's output o stored
+        (rounded)
     D   x1 = x0 + (o W_O^T + b_O): a program per tile of output columns, the residual added in the epilogue
     E   h = gelu(norm2(x1) W_fc^T + b_fc)
     F   x2 = x1 + (h W_proj^T + b_proj)
@@ -82,6 +83,8 @@ ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a st
 #                                   end of each item instead, across the warps, made B2 cheaper and B1 dearer:
 #                                   Tucker 0.7480 / 0.7472 against 0.7472, Tucker shared 0.5757 / 0.5800 against
 #                                   0.5699; removed)
+MERGE_HEADS = None  # B2's (sequence, query head) pairs a program, loaded at once (a power of two; None: the least
+#                    that gives every program at most one item: batch 32 x 12 heads on 264 programs, 2)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -91,7 +94,7 @@ if _triton_available():
     import triton.language as tl
 
     from decode_linear import _gelu_erf
-    from decode_mega import _attention_splits, _grid_sync, _merged_head, _stamp, _stamp_sm, _store_qkv
+    from decode_mega import _attention_splits, _grid_sync, _stamp, _stamp_sm, _store_qkv
 
     @triton.jit
     def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -267,6 +270,31 @@ if _triton_available():
             tl.store(PL + slot, l_i)
 
     @triton.jit
+    def _merged_heads(PO, PM, PL, O, f0, n_pairs, s_max, n_split, NH: tl.constexpr, NKV: tl.constexpr,
+                      HPG: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_SM: tl.constexpr,
+                      MERGE_HEADS: tl.constexpr, dt):
+        """decode_mega._merged_head for the MERGE_HEADS (sequence, query head) pairs f0 .. (flat: sequence NH + head;
+        those from n_pairs on skipped), their partials loaded at once; each head's output rounded as stored into O
+        (B, NH DV)."""
+        f = f0 + tl.arange(0, MERGE_HEADS)
+        f_ok = f < n_pairs
+        b = f // NH
+        h = f % NH
+        ss = tl.arange(0, BLOCK_SM)
+        ev = tl.arange(0, DV)
+        ok = f_ok[:, None] & (ss < n_split)[None, :]  # (MERGE_HEADS, BLOCK_SM)
+        at = ((b * NKV + h // HPG)[:, None] * s_max + ss[None, :]) * BLOCK_H + (h % HPG)[:, None]
+        pm = tl.load(PM + at, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        pl = tl.load(PL + at, mask=ok, other=0.0, cache_modifier=".cg")
+        po = tl.load(PO + at[:, :, None] * DV + ev[None, None, :], mask=ok[:, :, None], other=0.0,
+                     cache_modifier=".cg")  # (MERGE_HEADS, BLOCK_SM, DV)
+        top = tl.max(pm, axis=1)
+        w = tl.where(ok, tl.exp2(pm - tl.where(f_ok, top, 0.0)[:, None]), 0.0)
+        l_all = tl.where(f_ok, tl.sum(w * pl, axis=1), 1.0)
+        o = tl.sum(w[:, :, None] * po, axis=1) / l_all[:, None]  # (MERGE_HEADS, DV)
+        tl.store(O + (b * (NH * DV) + h * DV)[:, None] + ev[None, :], o.to(dt), mask=f_ok[:, None])
+
+    @triton.jit
     def _wide_step_kernel(
             IDX, POS, WTE, WPE, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
             X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
@@ -275,7 +303,8 @@ if _triton_available():
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, DOT_PREC: tl.constexpr,
+            BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGE_HEADS: tl.constexpr,
+            DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -354,15 +383,12 @@ if _triton_available():
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
-            # ---- B2: a program per (sequence, query head): its splits merged, o rounded as stored
+            # ---- B2: a program per MERGE_HEADS (sequence, query head) pairs: their partials merged, o rounded as
+            # stored
             if (ONLY == 0) | (ONLY == 3):
-                ev = tl.arange(0, DV)
-                for item in range(pid, B * NH, nprog):
-                    b = item // NH
-                    h = item % NH
-                    o = _merged_head(PO, PM, PL, b, h, s_max * GROUPS, n_split * GROUPS, NKV, HPG, DV, BLOCK_H,
-                                     BLOCK_SM, dt)  # a group's partial a split
-                    tl.store(O + b * KO + h * DV + ev, o.to(dt))
+                for item in range(pid, tl.cdiv(B * NH, MERGE_HEADS), nprog):
+                    _merged_heads(PO, PM, PL, O, item * MERGE_HEADS, B * NH, s_max * GROUPS, n_split * GROUPS, NH,
+                                  NKV, HPG, DV, BLOCK_H, BLOCK_SM, MERGE_HEADS, dt)  # a group's partial a split
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 8, MAX_SPIN, TIMING)
@@ -416,6 +442,9 @@ class WideDecoder(dm.MegaDecoder):
         for name, value in [("BN", BN), ("BK", BK), ("BN_LM", BN_LM)] + rows:
             if not isinstance(value, int) or value < 16 or value & (value - 1):
                 raise ValueError(f"decode_wide: {name}={value!r}: a power of two >= 16 (a tl.dot operand's side)")
+        if MERGE_HEADS is not None and (not isinstance(MERGE_HEADS, int) or MERGE_HEADS < 1
+                                        or MERGE_HEADS & (MERGE_HEADS - 1)):
+            raise ValueError(f"decode_wide: MERGE_HEADS={MERGE_HEADS!r}: None or a power of two (pairs a program)")
         if MAXNREG is not None and (not isinstance(MAXNREG, int) or not 32 <= MAXNREG <= 255):
             raise ValueError(f"decode_wide: MAXNREG={MAXNREG!r}: None or an int from 32 to 255 (registers a thread)")
         for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
@@ -476,6 +505,7 @@ class WideDecoder(dm.MegaDecoder):
         self.block_m = _pow2(B, 16)
         self.groups = ATTN_GROUPS[bool(self.shared)] if isinstance(ATTN_GROUPS, dict) else ATTN_GROUPS
         parts = B * self.nKV * self.s_max * self.groups * self.block_h  # a group's partial a split
+        self.merge_heads = MERGE_HEADS or _pow2(_cdiv(B * self.nH, self.programs), 1)  # B2's pairs a program: one round
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # the stream x0 / x2
         self.x1 = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # x0 + attention
         self.stats = torch.zeros(2, self.block_m, 2, device=dev, dtype=f32)  # sums of x, x^2 of X's and X1's rows
@@ -505,7 +535,7 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F,
             BLOCK_H=self.block_h,
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.groups, 1),
-            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, 
+            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGE_HEADS=self.merge_heads, 
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES, **({"maxnreg": MAXNREG} if MAXNREG else {}))

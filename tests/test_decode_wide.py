@@ -27,7 +27,7 @@ def no_device_checks(monkeypatch):
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
     ("mha", 5, {}, "layernorm", False),
-    ("gqa", 5, dict(BK=16, SPLIT_F=3, ATTN_GROUPS=2), "rmsnorm", True),
+    ("gqa", 5, dict(BK=16, SPLIT_F=3, ATTN_GROUPS=2, MERGE_HEADS=8), "rmsnorm", True),
     ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1, ATTN_GROUPS=1), "layernorm", True),
     ("tucker", 5, dict(BK=32, ATTN_GROUPS=4), "layernorm", False),
     ("tucker", 6, {}, "rmsnorm", True),
@@ -40,7 +40,9 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, m
     (the last tile partly past it); the norms folded into the matrices after them (LayerNorm's mean taken out after
     the product), with and without biases; a step's rows in groups of 16 rows, 2 (splits of 32 rows: separate K
     and V by default) or 4 (one split of 64 rows, its last group past the cache's end, empty: a shared latent by
-    default), each group's partial a split of its own for B2, or one group (16-row steps, decode_mega's splits)."""
+    default), each group's partial a split of its own for B2, or one group (16-row steps, decode_mega's splits);
+    B2's (sequence, head) pairs 2 a program (the default on 12 programs) or 8 (the last item partly past the
+    batch's)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
     groups = dw.ATTN_GROUPS if isinstance(dw.ATTN_GROUPS, dict) else dict.fromkeys((False, True), dw.ATTN_GROUPS)
@@ -89,6 +91,7 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                                              ("BN_LM", 0, "a power of two >= 16"), ("SPLIT_F", 0, "a positive int"),
                                              ("SPLIT_D", 1.5, "a positive int"), ("BLOCK_N", 24, "a power of two"),
                                              ("ATTN_GROUPS", 3, "a power of two >= 1"),
+                                             ("MERGE_HEADS", 3, "None or a power of two"),
                                              ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
