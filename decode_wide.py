@@ -57,14 +57,19 @@ NUM_WARPS = 4
 PROGRAMS_PER_SM = 2  # programs of NUM_WARPS warps an SM (all resident at once: PROGRAMS_PER_SM x NUM_WARPS x 32
 #                      threads x MAXNREG registers within an SM's 65,536)
 MAXNREG = None  # registers a thread at most (Triton's maxnreg; None: the compiler's choice, up to 255), e.g. 168 for
-#                 3 programs of 4 warps an SM
+#                 3 programs of 4 warps an SM (session 22 call 5, H200, batch 32 at 16k, Tucker / Tucker shared ms:
+#                 2 programs, no cap 0.7514 / 0.5699; 3 at 168 registers 0.8277 / 0.6519; 4 at 128, 3 stages 0.8946 /
+#                 0.7320: the caps spill)
 STAGES = 4  # loads in flight ahead in the products' and the attention's loops (Triton's software pipelining;
-#             session 21 on an H100, Tucker at batch 32 and 16k: 2 stages 1.30 ms, 3 1.077, 4 1.057)
+#             session 21 on an H100, Tucker at batch 32 and 16k: 2 stages 1.30 ms, 3 1.077, 4 1.057; session 22
+#             call 4, H200, with ATTN_GROUPS: 3 stages 0.7496 / Tucker shared 0.5747 against 0.7502 / 0.5737)
 SPLIT_D = 2  # programs a tile of phase D's output columns is split over along its K (nH Dv), each adding its part
 #              into an fp32 buffer; the last to arrive adds the residual (1: no split, no atomics)
 SPLIT_F = 4  # the same for phase F (K = the MLP's hidden width: 3,072 for GPT-2, 24 steps of BK unsplit)
 #             (session 21 call 3, H200, batch 32 at 16k, Tucker / Tucker shared ms: SPLIT_F 2 0.8226 / 0.7563, 4
-#             0.8039 / 0.7387, 8 0.8301 / 0.7628; SPLIT_D 1 0.8142 / 0.7413, 2 0.8039 / 0.7387)
+#             0.8039 / 0.7387, 8 0.8301 / 0.7628; SPLIT_D 1 0.8142 / 0.7413, 2 0.8039 / 0.7387; session 22 call 6,
+#             the epilogue's loads ahead of the loops: SPLIT_D 1 0.7318 / 0.5629, 2 0.7288 / 0.5712 and 0.7327 /
+#             0.5711)
 BLOCK_N = None  # cache rows a step of an attention split's loop; None: ATTN_ROWS by whether K and V are one latent
 ATTN_ROWS = {False: 64, True: 128}  # BLOCK_N=None: rows a step for separate K and V / a shared latent (session 21,
 #                                     H200, batch 32 and 16k: the shared latent at 64 rows ran at 2.2 TB/s against
@@ -84,7 +89,8 @@ ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a st
 #                                   Tucker 0.7480 / 0.7472 against 0.7472, Tucker shared 0.5757 / 0.5800 against
 #                                   0.5699; removed)
 MERGE_HEADS = None  # B2's (sequence, query head) pairs a program, loaded at once (a power of two; None: the least
-#                    that gives every program at most one item: batch 32 x 12 heads on 264 programs, 2)
+#                    that gives every program at most one item: batch 32 x 12 heads on 264 programs, 2; session 22
+#                    call 6, Tucker / Tucker shared ms: 1 a program 0.7498 / 0.5773, 2 0.7288 / 0.5712)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
