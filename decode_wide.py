@@ -91,8 +91,6 @@ ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a st
 MERGE_HEADS = None  # B2's (sequence, query head) pairs a program, loaded at once (a power of two; None: the least
 #                    that gives every program at most one item: batch 32 x 12 heads on 264 programs, 2; session 22
 #                    call 6, Tucker / Tucker shared ms: 1 a program 0.7498 / 0.5773, 2 0.7288 / 0.5712)
-CACHE_AHEAD = 0  # cache rows of its next layer's first attention item each program brings into L2 (a bulk prefetch
-#                 at the start of phase D, in flight through D, E, F and A; 0: none). Experimental, off
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -103,21 +101,6 @@ if _triton_available():
 
     from decode_linear import _gelu_erf
     from decode_mega import _attention_splits, _grid_sync, _stamp, _stamp_sm, _store_qkv
-
-    @triton.jit
-    def _prefetch_l2(P, nbytes, NT: tl.constexpr):
-        """Start bringing the nbytes bytes at P into L2 and go on (no registers, no wait): a bulk prefetch (Hopper's
-        cp.async.bulk.prefetch.L2, to the SM's TMA unit) from lane 0 of each of the program's NT / 32 warps, a piece
-        each. P 16-byte aligned, nbytes a multiple of 16; nbytes <= 0 prefetches nothing. (No interpreter: inline
-        PTX.)"""
-        WARPS: tl.constexpr = NT // 32
-        piece = tl.cdiv(tl.cdiv(nbytes, WARPS), 16) * 16
-        i = tl.arange(0, NT)
-        start = (i // 32).to(tl.int64) * piece
-        size = tl.where(i % 32 == 0, tl.minimum(nbytes - start, piece), 0).to(tl.int32)  # bytes (<= 0: none)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [P.to(tl.pointer_type(tl.int8)) + start, size], dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
     def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -327,7 +310,7 @@ if _triton_available():
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGE_HEADS: tl.constexpr,
-            CACHE_AHEAD: tl.constexpr, NUM_THREADS: tl.constexpr, DOT_PREC: tl.constexpr,
+            DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -416,15 +399,6 @@ if _triton_available():
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 8, MAX_SPIN, TIMING)
             # ---- D: x1 = x0 + (o W_O^T + b_O)
-            if (ONLY == 0) & (CACHE_AHEAD > 0):  # the next layer's first B1 item's rows into L2 (its cache is this
-                if (layer + 1 < layer_hi) & (pid < B * NKV * n_split):  # step's but for row pos, which A writes)
-                    bg = pid // n_split
-                    start = (pid % n_split) * chunk
-                    ahead = tl.minimum(tl.minimum(chunk, length - start), CACHE_AHEAD)
-                    row0 = ((layer64 + 1) * B * NKV + bg) * max_len + start
-                    _prefetch_l2(KC + row0 * DK, ahead * (DK * 2), NUM_THREADS)
-                    if not SHARED_KV:
-                        _prefetch_l2(VC + row0 * DV, ahead * (DV * 2), NUM_THREADS)
             if (ONLY == 0) | (ONLY == 4):
                 _split_residual_phase(O, WO + layer64 * D * KO, BO + layer * D, X, X1, ACC, CNT, STATS, 1, pid, nprog,
                                       D, KO, rm, m_ok, dt, BN, BK, SPLIT_D, BLOCK_M, DOT_PREC)
@@ -477,8 +451,6 @@ class WideDecoder(dm.MegaDecoder):
         if MERGE_HEADS is not None and (not isinstance(MERGE_HEADS, int) or MERGE_HEADS < 1
                                         or MERGE_HEADS & (MERGE_HEADS - 1)):
             raise ValueError(f"decode_wide: MERGE_HEADS={MERGE_HEADS!r}: None or a power of two (pairs a program)")
-        if not isinstance(CACHE_AHEAD, int) or CACHE_AHEAD < 0:
-            raise ValueError(f"decode_wide: CACHE_AHEAD={CACHE_AHEAD!r}: a count of cache rows >= 0")
         if MAXNREG is not None and (not isinstance(MAXNREG, int) or not 32 <= MAXNREG <= 255):
             raise ValueError(f"decode_wide: MAXNREG={MAXNREG!r}: None or an int from 32 to 255 (registers a thread)")
         for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
@@ -569,8 +541,7 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F,
             BLOCK_H=self.block_h,
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.groups, 1),
-            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGE_HEADS=self.merge_heads,
-            CACHE_AHEAD=0 if _interpret() else CACHE_AHEAD, NUM_THREADS=32 * NUM_WARPS, 
+            MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGE_HEADS=self.merge_heads, 
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES, **({"maxnreg": MAXNREG} if MAXNREG else {}))

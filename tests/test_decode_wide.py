@@ -92,7 +92,6 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                                              ("SPLIT_D", 1.5, "a positive int"), ("BLOCK_N", 24, "a power of two"),
                                              ("ATTN_GROUPS", 3, "a power of two >= 1"),
                                              ("MERGE_HEADS", 3, "None or a power of two"),
-                                             ("CACHE_AHEAD", -1, "a count of cache rows"),
                                              ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
