@@ -368,6 +368,25 @@ if _triton_available():
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
 
     @triton.jit
+    def _split_item(Q, KC, VC, item, B, layer64, max_len, length, chunk, n_split, NH: tl.constexpr,
+                    NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr):
+        """B1's item (sequence, KV head, split) `item`: (bg = sequence x NKV + KV head, split s, the group's queries
+        q (BLOCK_H, DK) from Q, its key and value cache rows' base pointers, the split's first row and its end)."""
+        hh = tl.arange(0, BLOCK_H)
+        ek = tl.arange(0, DK)
+        bg = item // n_split  # (sequence, KV head) = b * NKV + g
+        s = item % n_split
+        b = bg // NKV
+        g = bg % NKV
+        heads = g * HPG + hh
+        q = tl.load(Q + b * (NH * DK) + heads[:, None] * DK + ek[None, :], mask=(hh < HPG)[:, None],
+                    other=0.0, cache_modifier=".cg")  # (BLOCK_H, DK)
+        k_base = KC + ((layer64 * B + b) * NKV + g) * max_len * DK
+        v_base = VC + ((layer64 * B + b) * NKV + g) * max_len * DV
+        start = s * chunk
+        return bg, s, q, k_base, v_base, start, tl.minimum(start + chunk, length)
+
+    @triton.jit
     def _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
                           qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
                           DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -377,21 +396,11 @@ if _triton_available():
         partial (unnormalized output, row max, row sum; exp2 of scores scaled by qk_scale) into PO, PM, PL at
         ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group."""
         hh = tl.arange(0, BLOCK_H)
-        h_ok = hh < HPG
         ev = tl.arange(0, DV)
         ek = tl.arange(0, DK)
         for item in range(pid, B * NKV * n_split, nprog):
-            bg = item // n_split  # (sequence, KV head) = b * NKV + g
-            s = item % n_split
-            b = bg // NKV
-            g = bg % NKV
-            heads = g * HPG + hh
-            q = tl.load(Q + b * (NH * DK) + heads[:, None] * DK + ek[None, :], mask=h_ok[:, None],
-                        other=0.0, cache_modifier=".cg")  # (BLOCK_H, DK)
-            k_base = KC + ((layer64 * B + b) * NKV + g) * max_len * DK
-            v_base = VC + ((layer64 * B + b) * NKV + g) * max_len * DV
-            start = s * chunk
-            end = tl.minimum(start + chunk, length)
+            bg, s, q, k_base, v_base, start, end = _split_item(Q, KC, VC, item, B, layer64, max_len, length, chunk,
+                                                               n_split, NH, NKV, HPG, DK, DV, BLOCK_H)
             m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
             l_i = tl.zeros([BLOCK_H], tl.float32)
             acc = tl.zeros([BLOCK_H, DV], tl.float32)

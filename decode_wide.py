@@ -100,7 +100,7 @@ if _triton_available():
     import triton.language as tl
 
     from decode_linear import _gelu_erf
-    from decode_mega import _attention_splits, _grid_sync, _stamp, _stamp_sm, _store_qkv
+    from decode_mega import _attention_splits, _grid_sync, _split_item, _stamp, _stamp_sm, _store_qkv
 
     @triton.jit
     def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -230,24 +230,14 @@ if _triton_available():
         in the merge: 0)."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
         hh = tl.arange(0, BLOCK_H)
-        h_ok = hh < HPG
         gg = tl.arange(0, GROUPS)
         jj = tl.arange(0, SUB)
         ev = tl.arange(0, DV)
         ek = tl.arange(0, DK)
         for item in range(pid, B * NKV * n_split, nprog):
-            bg = item // n_split  # (sequence, KV head) = b * NKV + g
-            s = item % n_split
-            b = bg // NKV
-            g = bg % NKV
-            heads = g * HPG + hh
-            q = tl.load(Q + b * (NH * DK) + heads[:, None] * DK + ek[None, :], mask=h_ok[:, None],
-                        other=0.0, cache_modifier=".cg")  # (BLOCK_H, DK)
+            bg, s, q, k_base, v_base, start, end = _split_item(Q, KC, VC, item, B, layer64, max_len, length, chunk,
+                                                               n_split, NH, NKV, HPG, DK, DV, BLOCK_H)
             q3 = tl.broadcast_to(q[None, :, :], (GROUPS, BLOCK_H, DK))
-            k_base = KC + ((layer64 * B + b) * NKV + g) * max_len * DK
-            v_base = VC + ((layer64 * B + b) * NKV + g) * max_len * DV
-            start = s * chunk
-            end = tl.minimum(start + chunk, length)
             m_i = tl.full([GROUPS, BLOCK_H], float("-inf"), tl.float32)
             l_i = tl.zeros([GROUPS, BLOCK_H], tl.float32)
             acc = tl.zeros([GROUPS, BLOCK_H, DV], tl.float32)
