@@ -19,13 +19,14 @@ release of the barrier before it to the median release of its own, split into `w
 arrives) and `sync` (from that arrival to the median release), and the median program's own work (`median work`);
 `--dump DIR` also saves every timed step's raw stamps (each program's SM among them) as DIR/<variant>_stamps.pt.
 
-    ncu --profile-from-start off --clock-control none --kernel-name regex:step_kernel --launch-count 8 \
-        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SourceCounters \
-        python3 -m scripts.profile_mega --profiled_step --variants tucker_8_64_64 --batch 32 --context 16384
+    ncu --profile-from-start off --clock-control none --kernel-name regex:step_kernel --launch-count 7 \
+        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+        --section Occupancy python3 -m scripts.profile_mega --profiled_step --variants tucker_8_64_64 --batch 32 \
+        --context 16384
 
 `--profiled_step`: one step launched phase by phase between cudaProfilerStart and Stop (after 3 unprofiled ones), for
-an external profiler such as Nsight Compute (above: layer 0's launches; decode_wide's are the embeddings, A, B1,
-B2, D, E, F, then layer 1's A: the 8th).
+an external profiler such as Nsight Compute (above: decode_wide's first 7 launches, the embeddings and layer 0's
+A, B1, B2, D, E, F; results/bench/session22/call4/ncu_*.txt).
 """
 import argparse
 import statistics
