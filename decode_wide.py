@@ -457,14 +457,27 @@ class WideDecoder(dm.MegaDecoder):
                 raise ValueError(f"decode_wide: {name}={rows_form!r}: with ATTN_GROUPS={g} a group's "
                                  f"{rows_form // g} rows, fewer than 16 (a tl.dot operand's side)")
 
+    def shared_bytes(self) -> int:
+        """The shared memory a program takes, as Triton allocates it: its loops' software-pipelined buffers (STAGES -
+        1 steps in flight) reuse one space, so the largest loop's: the products' (a BLOCK_M x BK row tile and a
+        BN_LM x BK weight tile, the LM head's being the widest) or the attention's (a step's cache rows of K, and of
+        V unless they are one latent). tests/test_decode_wide.py holds it to the sm_90 compile's."""
+        block_m = _pow2(self.batch, 16)
+        product = (block_m + max(BN, BN_LM)) * BK
+        attention = (BLOCK_N or ATTN_ROWS[bool(self.shared)]) * (self.dk + (0 if self.shared else self.dv))
+        return (STAGES - 1) * max(product, attention) * self.dtype.itemsize
+
     def _check_fits(self) -> None:
-        """Refuse what would leave programs unable to start: fp32 weights on the GPU (its pipelined tiles take twice
-        bf16's shared memory: 120 KB a program at batch 8, so two no longer fit an SM; the interpreter has no such
-        limit)."""
-        if self.device.type == "cuda" and not _interpret() and self.dtype.itemsize > 2:
-            raise ValueError(f"decode_wide: {self.dtype} weights on the GPU: its pipelined tiles would not leave room "
-                             f"for {PROGRAMS_PER_SM} programs an SM (every program must be resident for the grid "
-                             f"barriers); the step serves bf16 and fp16 there")
+        """Refuse what would leave programs unable to start on the GPU: PROGRAMS_PER_SM programs of shared_bytes()
+        each (plus the 1 KB an SM reserves a program) beyond an SM's 228 KB, e.g. fp32 weights (twice bf16's tiles:
+        120 KB a program at batch 8) or BK 256 at 4 stages (144 KB); the barriers would wait for programs that cannot
+        start. The interpreter has no such limit."""
+        need = PROGRAMS_PER_SM * (self.shared_bytes() + 1024)
+        if self.device.type == "cuda" and not _interpret() and need > 228 * 1024:
+            raise ValueError(f"decode_wide: {self.dtype} weights, BK={BK}, STAGES={STAGES}, batch {self.batch}: a "
+                             f"program's pipelined tiles take {self.shared_bytes()} B of shared memory, so "
+                             f"{PROGRAMS_PER_SM} programs ({need} B) do not fit an SM's 228 KB (every program must be "
+                             f"resident for the grid barriers); at the default tiles the step serves bf16 and fp16")
 
     @staticmethod
     def _launch_shape():

@@ -116,15 +116,46 @@ def test_programs_an_sm_are_held_to_the_register_file(monkeypatch):
 
 def test_fp32_weights_on_the_gpu_are_refused(monkeypatch):
     """fp32's pipelined tiles leave no room for two programs an SM: refused by name on the GPU (the check reads the
-    device; the interpreter, which has no shared memory to run out of, serves fp32)."""
+    device; the interpreter, which has no shared memory to run out of, serves fp32); so is BK 256 at 4 stages in
+    bf16, which fits at 3."""
     no_device_checks(monkeypatch)
     model = tiny("tucker")
     dec = dw.WideDecoder(model, model.new_caches(5, 8))  # fp32 on the CPU: served
     dec.device = torch.device("cuda")
-    with pytest.raises(ValueError, match="decode_wide: torch.float32 weights on the GPU.*serves bf16 and fp16"):
+    with pytest.raises(ValueError, match="decode_wide: torch.float32 weights.*do not fit.*serves bf16 and fp16"):
         dec._check_fits()
     dec.dtype = torch.bfloat16
     dec._check_fits()
+    monkeypatch.setattr(dw, "BK", 256)
+    with pytest.raises(ValueError, match="BK=256, STAGES=4, batch 5: .* take 122880 B of shared memory"):
+        dec._check_fits()
+    monkeypatch.setattr(dw, "STAGES", 3)
+    dec._check_fits()
+
+
+@pytest.mark.parametrize("variant, knobs", [("tucker_8_64_64", {}), ("tucker_shared_8_64_64", {}),
+                                            ("tucker_8_64_64", dict(BK=256, STAGES=3)),
+                                            ("tucker_shared_8_64_64", dict(BN_LM=16, ATTN_ROWS={False: 64, True: 512}))])
+def test_shared_bytes_is_the_compiles(variant, knobs, tmp_path, monkeypatch):
+    """WideDecoder.shared_bytes (the fit check's estimate) equals the sm_90 compile's shared memory a program at 32
+    rows: the LM head's tiles the largest (the defaults, and BK 256 at 3 stages), or the attention's (512 rows of a
+    shared latent a step beside 16-column LM head tiles)."""
+    import triton
+    from pathlib import Path
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if not (tools / "ptxas").exists():
+        pytest.skip("Triton's wheel has no ptxas here")
+    from scripts import mega_sass
+    from scripts.bench_train import VARIANTS
+    for name, value in knobs.items():
+        monkeypatch.setattr(dw, name, value)
+    no_device_checks(monkeypatch)
+    cfg = dict(n_layer=2, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False,
+               **next(v for v in VARIANTS if v.id == variant).overrides)
+    from model import GPT, GPTConfig
+    model = GPT(GPTConfig(**cfg)).to(torch.bfloat16)
+    estimate = dw.WideDecoder(model, model.new_caches(dw.MAX_ROWS, 8)).shared_bytes()
+    assert mega_sass.compile_step(variant, tmp_path, batch=dw.MAX_ROWS)["shared"] == estimate
 
 
 def test_norms_fold_into_the_matrices_after_them(monkeypatch):
