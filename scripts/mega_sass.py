@@ -53,8 +53,9 @@ def barrier_loads(sass: str) -> list:
 def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, timed: bool = False) -> dict:
     """The step kernel's launch for `variant` at `batch` sequences (decode_mega.step_decoder's: decode_wide's above
     decode_mega.MAX_ROWS) compiled (kernel_compile.compile_sm90) and disassembled into out_dir: registers, stack,
-    shared memory a program, the load mix, tensor-core (HMMA) and asynchronous-copy (LDGSTS) instructions, MEMBARs and
-    barrier_loads. timed: the timed step's compile (TIMING, every barrier stamped; timed_step's)."""
+    shared memory a program (decode_wide's: WideDecoder.shared_bytes() beside it, shared_estimate), the load mix,
+    tensor-core (HMMA) and asynchronous-copy (LDGSTS) instructions, MEMBARs and barrier_loads. timed: the timed step's
+    compile (TIMING, every barrier stamped; timed_step's)."""
     import triton
 
     import decode_attention as da
@@ -82,6 +83,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
         caches = model.new_caches(batch, 1024)
         per_sm = dw.PROGRAMS_PER_SM if wide else dm.PROGRAMS_PER_SM
         mega = dm.step_decoder(model, caches, programs=sms * per_sm)  # as on the GPU
+        estimate = mega.shared_bytes() if wide else None  # decode_wide's fit check's shared memory a program
         idx, pos = torch.zeros(batch, dtype=torch.long), torch.tensor([10])
         if timed:  # as timed_step sets it (the kernel only reads its presence and address here)
             mega.times = torch.zeros(mega.programs, mega._stamp_slots(), 4, dtype=torch.int64)
@@ -109,7 +111,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
     for m in re.finditer(r"\b(LDG\.[A-Z0-9.]+|LDL[A-Z0-9.]*)", sass):
         loads[m.group(1)] = loads.get(m.group(1), 0) + 1
     return dict(registers=int(regs.group(1)) if regs else None, stack=int(stack.group(1)) if stack else None,
-                shared=compiled.metadata.shared, hmma=len(re.findall(r"\bHMMA\b", sass)),
+                shared=compiled.metadata.shared, shared_estimate=estimate, hmma=len(re.findall(r"\bHMMA\b", sass)),
                 timer_reads=compiled.asm["ptx"].count("%globaltimer"),
                 ldgsts=len(re.findall(r"\bLDGSTS\b", sass)),
                 loads=loads, membars=sass.count("MEMBAR"), barriers=barrier_loads(sass),

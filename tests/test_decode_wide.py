@@ -146,16 +146,10 @@ def test_shared_bytes_is_the_compiles(variant, knobs, tmp_path, monkeypatch):
     if not (tools / "ptxas").exists():
         pytest.skip("Triton's wheel has no ptxas here")
     from scripts import mega_sass
-    from scripts.bench_train import VARIANTS
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
-    no_device_checks(monkeypatch)
-    cfg = dict(n_layer=2, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False,
-               **next(v for v in VARIANTS if v.id == variant).overrides)
-    from model import GPT, GPTConfig
-    model = GPT(GPTConfig(**cfg)).to(torch.bfloat16)
-    estimate = dw.WideDecoder(model, model.new_caches(dw.MAX_ROWS, 8)).shared_bytes()
-    assert mega_sass.compile_step(variant, tmp_path, batch=dw.MAX_ROWS)["shared"] == estimate
+    r = mega_sass.compile_step(variant, tmp_path, batch=dw.MAX_ROWS)  # the decoder it compiles, its estimate beside
+    assert r["shared_estimate"] == r["shared"]
 
 
 def test_norms_fold_into_the_matrices_after_them(monkeypatch):
