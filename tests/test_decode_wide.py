@@ -25,16 +25,20 @@ def no_device_checks(monkeypatch):
 
 
 @needs_child
-@pytest.mark.parametrize("variant, batch, knobs, norm, bias", [
-    ("mha", 5, {}, "layernorm", False),
-    ("gqa", 5, dict(BK=16, SPLIT_F=3, ATTN_GROUPS=2, MERGE_HEADS=8), "rmsnorm", True),
-    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1, ATTN_GROUPS=1), "layernorm", True),
-    ("tucker", 5, dict(BK=32, ATTN_GROUPS=4), "layernorm", False),
-    ("tucker", 6, {}, "rmsnorm", True),
-    ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True)])
-def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, monkeypatch):
-    """Two steps from a 40-row cache (16-row chunks: split over the programs, merged): logits and the written cache
-    rows equal the model's; the products' K in one step (BK 128 over K 64 .. 256: masked) or several (BK 16, 32);
+@pytest.mark.parametrize("variant, batch, knobs, norm, bias, context", [
+    ("mha", 5, {}, "layernorm", False, 40),
+    ("gqa", 5, dict(BK=16, SPLIT_F=3, ATTN_GROUPS=2, MERGE_HEADS=8), "rmsnorm", True, 40),
+    ("mqa", 6, dict(SPLIT_D=1, SPLIT_F=1, ATTN_GROUPS=1), "layernorm", True, 40),
+    ("tucker", 5, dict(BK=32, ATTN_GROUPS=4), "layernorm", False, 40),
+    ("tucker", 6, {}, "rmsnorm", True, 40),
+    ("tucker", 5, {}, "layernorm", True, 100),
+    ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True, 40),
+    ("tucker_shared", 6, dict(ATTN_GROUPS=2), "layernorm", False, 100)])
+def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, context, monkeypatch):
+    """Two steps from a 40- or 100-row cache (split over the programs, merged; the rows past the cache's end hold
+    random values): logits and the written cache rows equal the model's; a split's rows in whole steps, unmasked
+    (at 100 rows and 32-row steps: splits of 64 rows, two whole steps, then one whole step and a masked partial
+    one), and its last partial step masked; the products' K in one step (BK 128 over K 64 .. 256: masked) or several (BK 16, 32);
     D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
     shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
     (the last tile partly past it); the norms folded into the matrices after them (LayerNorm's mean taken out after
@@ -48,10 +52,10 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, m
     groups = dw.ATTN_GROUPS if isinstance(dw.ATTN_GROUPS, dict) else dict.fromkeys((False, True), dw.ATTN_GROUPS)
     monkeypatch.setattr(dw, "ATTN_ROWS", {k: 16 * g for k, g in groups.items()})  # a group's 16 rows a step
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
-    model = tiny(variant, bias=bias, norm=norm)
-    results = decode_both(model, batch, 40, 2, programs=12)
+    model = tiny(variant, bias=bias, norm=norm, block_size=max(96, context + 8))
+    results = decode_both(model, batch, context, 2, programs=12)
     assert isinstance(results[-1], dw.WideDecoder)
-    assert_matches_the_model(*results, rows=42)
+    assert_matches_the_model(*results, rows=context + 2)
 
 
 @needs_child
@@ -93,6 +97,7 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                                              ("ATTN_GROUPS", 3, "a power of two >= 1"),
                                              ("MERGE_HEADS", 3, "None or a power of two"),
                                              ("MAXNREG", 16, "None or an int from 32 to 255"),
+                                             ("WEIGHTS_AHEAD", 3, "0 \\(off\\), 1 \\(after B1's items\\) or 2"),
                                              ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
@@ -211,6 +216,15 @@ def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
     """bf16 at GPT-2 widths: the one launch (barriers) against the phases launched one by one (equal up to the
     statistics' order of arrival) and both against the model's step, over three steps from a 1,500-row cache."""
     assert isinstance(check_one_launch(variant, batch), dw.WideDecoder)
+
+
+@needs_cuda
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_cuda_wide_weights_ahead_changes_nothing(ahead, monkeypatch):
+    """WEIGHTS_AHEAD (the next phases' matrices brought into L2 during B1, after or before its items): the same
+    checks as without."""
+    monkeypatch.setattr(dw, "WEIGHTS_AHEAD", ahead)
+    assert isinstance(check_one_launch("tucker", 32), dw.WideDecoder)
 
 
 @pytest.mark.parametrize("variant", ["tucker_8_64_64", "tucker_shared_8_64_64"])
