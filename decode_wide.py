@@ -96,10 +96,6 @@ MERGE_HEADS = None  # B2's (sequence, query head) pairs a program, loaded at onc
 #                    call 6, Tucker / Tucker shared ms: 1 a program 0.7498 / 0.5773, 2 0.7288 / 0.5712)
 WEIGHTS_AHEAD = 0  # B1 brings the matrices of its layer's D, E, F and the next layer's A into L2 (bulk prefetches,
 #                   _weights_ahead): 0 no, 1 after each program's attention items, 2 before them. Experimental
-FOLD_B2 = False  # B2 folded into B1: each item counts its arrival in its (sequence, KV head)'s counter, and the last
-#                 item's program merges that sequence's heads there (FOLD_HEADS at once): no B2 phase, no barrier
-#                 after B1 (5 grid barriers a layer, not 6)
-FOLD_HEADS = 4  # FOLD_B2: heads a merge loads at once (a power of two)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -289,18 +285,14 @@ if _triton_available():
     def _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
                           qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
                           DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr, STAGES_N: tl.constexpr, O, SEQCNT, dt,
-                          BLOCK_SM: tl.constexpr, FOLD: tl.constexpr, FOLD_HEADS: tl.constexpr):
+                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr, STAGES_N: tl.constexpr):
         """Phase B1 as decode_mega._attention_splits (items (sequence, KV head, split) pid, pid + nprog, ..., the
         split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
         a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). The split's whole steps
         run without masks, their row pointers advanced a step at a time; its last, partial step (if any) masked,
         after the loop (_group_rows). Group g of split s stores its partial as split s GROUPS + g: PO, PM, PL at
         ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's index in its group. A group
-        with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0). FOLD: B2 here, each item's arrival
-        counted in SEQCNT[sequence x NKV + head] (acquire-release, after every thread's stores), and the program of
-        the group's last item merges the group's HPG heads FOLD_HEADS at a time (_merged_heads) into O, then zeroes
-        the count for the next layer."""
+        with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0)."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
         hh = tl.arange(0, BLOCK_H)
         gg = tl.arange(0, GROUPS)
@@ -339,15 +331,6 @@ if _triton_available():
             tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
             tl.store(PM + slot, m_i)
             tl.store(PL + slot, l_i)
-            if FOLD:
-                tl.debug_barrier()  # every thread's partials issued before the (one-thread) release below
-                arrived = tl.atomic_add(SEQCNT + bg, 1, sem="acq_rel", scope="gpu")
-                if arrived == n_split - 1:  # the group's last item: every partial is visible (acquire)
-                    f0 = (bg // NKV) * NH + (bg % NKV) * HPG  # the group's first (sequence, query head) pair
-                    for h0 in range(0, HPG, FOLD_HEADS):
-                        _merged_heads(PO, PM, PL, O, f0 + h0, f0 + HPG, s_max * GROUPS, n_split * GROUPS, NH, NKV,
-                                      HPG, DV, BLOCK_H, BLOCK_SM, FOLD_HEADS, dt)
-                    tl.store(SEQCNT + bg, 0)
 
     @triton.jit
     def _merged_heads(PO, PM, PL, O, f0, n_pairs, s_max, n_split, NH: tl.constexpr, NKV: tl.constexpr,
@@ -377,7 +360,7 @@ if _triton_available():
     @triton.jit
     def _wide_step_kernel(
             IDX, POS, WTE, WPE, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
-            X, X1, STATS, Q, O, H, ACC, CNT, SEQCNT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
+            X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
@@ -385,8 +368,7 @@ if _triton_available():
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGE_HEADS: tl.constexpr,
             WEIGHTS_AHEAD: tl.constexpr, NUM_THREADS: tl.constexpr, DOT_PREC: tl.constexpr,
-            LAYER_STAGES: tl.constexpr, ATTN_STAGES: tl.constexpr, LM_STAGES: tl.constexpr, FOLD_B2: tl.constexpr,
-            FOLD_HEADS: tl.constexpr,
+            LAYER_STAGES: tl.constexpr, ATTN_STAGES: tl.constexpr, LM_STAGES: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -463,15 +445,15 @@ if _triton_available():
                 else:
                     _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
                                       n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
-                                      GROUPS, DOT_PREC, ATTN_STAGES, O, SEQCNT, dt, BLOCK_SM, FOLD_B2, FOLD_HEADS)
+                                      GROUPS, DOT_PREC, ATTN_STAGES)
                 if (ONLY == 0) & (WEIGHTS_AHEAD == 1):
                     _weights_ahead(WO, WFC, WPR, WQKV, layer64, layer_hi, pid, nprog, D, KO, HIDDEN, N_QKV, NUM_THREADS)
-            if (ONLY == 0) & (not FOLD_B2):  # (FOLD_B2: B2 done in B1, the next barrier is D's)
+            if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
             # ---- B2: a program per MERGE_HEADS (sequence, query head) pairs: their partials merged, o rounded as
             # stored
-            if ((ONLY == 0) | (ONLY == 3)) & (not FOLD_B2):
+            if (ONLY == 0) | (ONLY == 3):
                 for item in range(pid, tl.cdiv(B * NH, MERGE_HEADS), nprog):
                     _merged_heads(PO, PM, PL, O, item * MERGE_HEADS, B * NH, s_max * GROUPS, n_split * GROUPS, NH,
                                   NKV, HPG, DV, BLOCK_H, BLOCK_SM, MERGE_HEADS, dt)  # a group's partial a split
@@ -535,8 +517,6 @@ class WideDecoder(dm.MegaDecoder):
             if value is not None and (not isinstance(value, int) or value < 2):
                 raise ValueError(f"decode_wide: {name}={value!r}: None (STAGES) or an int >= 2 (a loop's pipelining "
                                  f"stages)")
-        if not isinstance(FOLD_HEADS, int) or FOLD_HEADS < 1 or FOLD_HEADS & (FOLD_HEADS - 1):
-            raise ValueError(f"decode_wide: FOLD_HEADS={FOLD_HEADS!r}: a power of two (heads a merge loads at once)")
         if WEIGHTS_AHEAD not in (0, 1, 2):
             raise ValueError(f"decode_wide: WEIGHTS_AHEAD={WEIGHTS_AHEAD!r}: 0 (off), 1 (after B1's items) or 2 "
                              f"(before them)")
@@ -625,7 +605,6 @@ class WideDecoder(dm.MegaDecoder):
         self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
         self.acc = torch.zeros(B, self.d, device=dev, dtype=f32)  # D's and F's split sums (zero between uses)
         self.tile_counts = torch.zeros(_cdiv(self.d, 16), device=dev, dtype=torch.int32)  # their arrivals a tile
-        self.seq_counts = torch.zeros(B * self.nKV, device=dev, dtype=torch.int32)  # FOLD_B2: B1's items' arrivals
         self.block_n = BLOCK_N or ATTN_ROWS[bool(self.shared)]
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
@@ -637,8 +616,7 @@ class WideDecoder(dm.MegaDecoder):
         _wide_step_kernel[(self.programs,)](
             idx, pos, tr.wte.weight, tr.wpe.weight, w["wqkv"], w["bqkv"], w["cqkv"], self.cache_k, self.cache_v,
             w["wo"], w["bo"], w["wfc"], w["bfc"], w["cfc"], w["wpr"], w["bpr"], w["wlm"], w["blm"], w["clm"],
-            self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.seq_counts, self.po,
-            self.pm, self.pl,
+            self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.po, self.pm, self.pl,
             self.logits, self.counters, self.error,
             self.times if self.times is not None else self.counters,
             self.batch, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e),
@@ -651,7 +629,6 @@ class WideDecoder(dm.MegaDecoder):
             MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGE_HEADS=self.merge_heads,
             WEIGHTS_AHEAD=0 if _interpret() else WEIGHTS_AHEAD, NUM_THREADS=32 * NUM_WARPS,
             LAYER_STAGES=LAYER_STAGES or STAGES, ATTN_STAGES=ATTN_STAGES or STAGES, LM_STAGES=STAGES,
-            FOLD_B2=FOLD_B2 and self.groups > 1, FOLD_HEADS=FOLD_HEADS,  # (groups of 1: decode_mega's splits, no fold)
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES, **({"maxnreg": MAXNREG} if MAXNREG else {}))

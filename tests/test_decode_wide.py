@@ -32,9 +32,6 @@ def no_device_checks(monkeypatch):
     ("tucker", 5, dict(BK=32, ATTN_GROUPS=4), "layernorm", False, 40),
     ("tucker", 6, {}, "rmsnorm", True, 40),
     ("tucker", 5, {}, "layernorm", True, 100),
-    ("tucker", 6, dict(FOLD_B2=True), "layernorm", True, 100),
-    ("gqa", 7, dict(FOLD_B2=True, FOLD_HEADS=1), "rmsnorm", False, 40),
-    ("mha", 5, dict(FOLD_B2=True, ATTN_GROUPS=4), "layernorm", True, 100),
     ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True, 40),
     ("tucker_shared", 6, dict(ATTN_GROUPS=2), "layernorm", False, 100)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, context, monkeypatch):
@@ -49,8 +46,7 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, c
     and V by default) or 4 (one split of 64 rows, its last group past the cache's end, empty: a shared latent by
     default), each group's partial a split of its own for B2, or one group (16-row steps, decode_mega's splits);
     B2's (sequence, head) pairs 2 a program (the default on 12 programs) or 8 (the last item partly past the
-    batch's), or B2 folded into B1 (FOLD_B2: the last item of each (sequence, KV head) merges its heads, 4 or 1 at
-    a time; MHA's group a single head, GQA's two, Tucker's all four)."""
+    batch's)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
     groups = dw.ATTN_GROUPS if isinstance(dw.ATTN_GROUPS, dict) else dict.fromkeys((False, True), dw.ATTN_GROUPS)
@@ -103,7 +99,6 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                                              ("MAXNREG", 16, "None or an int from 32 to 255"),
                                              ("LAYER_STAGES", 1, "None \\(STAGES\\) or an int >= 2"),
                                              ("ATTN_STAGES", 2.0, "None \\(STAGES\\) or an int >= 2"),
-                                             ("FOLD_HEADS", 3, "a power of two"),
                                              ("WEIGHTS_AHEAD", 3, "0 \\(off\\), 1 \\(after B1's items\\) or 2"),
                                              ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
@@ -230,15 +225,12 @@ def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("variant, knobs", [("tucker", dict(WEIGHTS_AHEAD=1)), ("tucker", dict(WEIGHTS_AHEAD=2)),
-                                            ("tucker", dict(FOLD_B2=True)), ("tucker_shared", dict(FOLD_B2=True)),
-                                            ("gqa", dict(FOLD_B2=True, FOLD_HEADS=2))])
-def test_cuda_wide_knobs_pass_the_same_checks(variant, knobs, monkeypatch):
-    """WEIGHTS_AHEAD (the next phases' matrices brought into L2 during B1, after or before its items) and FOLD_B2
-    (B2 merged by each sequence's last B1 item, no barrier between): the same checks at batch 32 as without."""
-    for name, value in knobs.items():
-        monkeypatch.setattr(dw, name, value)
-    assert isinstance(check_one_launch(variant, 32), dw.WideDecoder)
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_cuda_wide_weights_ahead_changes_nothing(ahead, monkeypatch):
+    """WEIGHTS_AHEAD (the next phases' matrices brought into L2 during B1, after or before its items): the same
+    checks as without."""
+    monkeypatch.setattr(dw, "WEIGHTS_AHEAD", ahead)
+    assert isinstance(check_one_launch("tucker", 32), dw.WideDecoder)
 
 
 @pytest.mark.parametrize("variant", ["tucker_8_64_64", "tucker_shared_8_64_64"])
