@@ -63,9 +63,6 @@ MAXNREG = None  # registers a thread at most (Triton's maxnreg; None: the compil
 STAGES = 4  # loads in flight ahead in the products' and the attention's loops (Triton's software pipelining;
 #             session 21 on an H100, Tucker at batch 32 and 16k: 2 stages 1.30 ms, 3 1.077, 4 1.057; session 22
 #             call 4, H200, with ATTN_GROUPS: 3 stages 0.7496 / Tucker shared 0.5747 against 0.7502 / 0.5737)
-LAYER_STAGES = None  # the same for the layers' products alone (A, D, E, F: BN-column tiles, K 768 in 6 steps of BK for
-#                      GPT-2; None: STAGES); the LM head's wider tiles keep STAGES
-ATTN_STAGES = None  # the same for B1's loop over the cache rows (None: STAGES)
 SPLIT_D = 2  # programs a tile of phase D's output columns is split over along its K (nH Dv), each adding its part
 #              into an fp32 buffer; the last to arrive adds the residual (1: no split, no atomics)
 SPLIT_F = 4  # the same for phase F (K = the MLP's hidden width: 3,072 for GPT-2, 24 steps of BK unsplit)
@@ -131,12 +128,12 @@ if _triton_available():
 
     @triton.jit
     def _product(A, W, t, N, K, k_lo, k_hi, rm, m_ok, STATS, slot, C, d, eps, BN: tl.constexpr, BK: tl.constexpr,
-                 NORM: tl.constexpr, DOT_PREC: tl.constexpr, K_STAGES: tl.constexpr):
+                 NORM: tl.constexpr, DOT_PREC: tl.constexpr):
         """(BLOCK_M, BN) fp32: rows rm of A (B, K), columns k_lo .. k_hi - 1, times rows t*BN .. t*BN + BN - 1 of
         W (N, K) there, transposed; in steps of BK, the operands straight from their loads. NORM 1 or 2: the rows of
         A normalized without weight and bias (LayerNorm: (x - mean) rstd, RMSNorm: x rstd; statistics from STATS'
         slot; W holds the norm's weight), applied to the product: rstd (x W^T - mean C), C (N,) fp32 W's row sums;
-        0: A as it is. K_STAGES: the loop's software-pipelining stages (K_STAGES - 1 steps' loads in flight)."""
+        0: A as it is."""
         rn = t * BN + tl.arange(0, BN)
         n_ok = rn < N
         rb = tl.arange(0, BN)
@@ -146,7 +143,7 @@ if _triton_available():
             if NORM == 1:
                 c_row = tl.load(C + rn, mask=n_ok, other=0.0)
         acc = tl.zeros([rm.shape[0], BN], tl.float32)
-        for k0 in tl.range(k_lo, k_hi, BK, num_stages=K_STAGES):
+        for k0 in range(k_lo, k_hi, BK):
             rk = k0 + tl.arange(0, BK)
             k_ok = rk < k_hi
             a = tl.load(A + rm[:, None] * K + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0,
@@ -161,19 +158,19 @@ if _triton_available():
 
     @triton.jit
     def _normed_linear(A, W, Bias, C, t, N, D, rm, m_ok, STATS, slot, eps, BN: tl.constexpr, BK: tl.constexpr,
-                       NORM: tl.constexpr, DOT_PREC: tl.constexpr, K_STAGES: tl.constexpr):
+                       NORM: tl.constexpr, DOT_PREC: tl.constexpr):
         """norm(rows rm of the stream A (B, D)) W^T + Bias for output columns t*BN .., the norm folded into W and
         Bias (C W's row sums; _product): (y (BLOCK_M, BN) fp32, the columns rn, their mask)."""
         rn = t * BN + tl.arange(0, BN)
         n_ok = rn < N
         bias = tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)  # before the product's loop (in flight)
-        y = _product(A, W, t, N, D, 0, D, rm, m_ok, STATS, slot, C, D, eps, BN, BK, NORM, DOT_PREC, K_STAGES)
+        y = _product(A, W, t, N, D, 0, D, rm, m_ok, STATS, slot, C, D, eps, BN, BK, NORM, DOT_PREC)
         return y + bias[None, :], rn, n_ok
 
     @triton.jit
     def _split_residual_phase(A, W, Bias, R, OUT, ACC, CNT, STATS, slot, pid, nprog, N, K, rm, m_ok, dt,
                               BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
-                              DOT_PREC: tl.constexpr, K_STAGES: tl.constexpr):
+                              DOT_PREC: tl.constexpr):
         """OUT = R + (A W^T + Bias) over the program's items: tiles of BN output columns, each split along K over
         SPLIT items (SPLIT 1: the tile's product, then _residual_out; else each item's part added into ACC (B, N)
         fp32 and its arrival counted in CNT[tile]: the last to arrive reads the sum, adds bias and residual
@@ -184,7 +181,7 @@ if _triton_available():
             k_lo = (item % SPLIT) * k_step
             bias, r = _residual_in(Bias, R, t, N, rm, m_ok, BN)  # before the loop (in flight), used by the last
             y = _product(A, W, t, N, K, k_lo, tl.minimum(k_lo + k_step, K), rm, m_ok, STATS, slot, Bias, 1, 1.0,
-                         BN, BK, 0, DOT_PREC, K_STAGES)
+                         BN, BK, 0, DOT_PREC)
             if SPLIT == 1:
                 _residual_out(y, bias, r, OUT, STATS, slot, t, N, rm, m_ok, dt, BN, BLOCK_M)
             else:
@@ -285,7 +282,7 @@ if _triton_available():
     def _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
                           qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
                           DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr, STAGES_N: tl.constexpr):
+                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr):
         """Phase B1 as decode_mega._attention_splits (items (sequence, KV head, split) pid, pid + nprog, ..., the
         split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
         a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). The split's whole steps
@@ -310,7 +307,7 @@ if _triton_available():
             k_at = k_base + rows[:, :, None] * DK + ek[None, None, :]  # (GROUPS, SUB, DK)
             v_at = v_base + rows[:, :, None] * DV + ev[None, None, :]  # (GROUPS, SUB, DV)
             whole = start + (end - start) // BLOCK_N * BLOCK_N  # the split's rows in whole steps end here
-            for n0 in tl.range(start, whole, BLOCK_N, num_stages=STAGES_N):
+            for n0 in range(start, whole, BLOCK_N):
                 k = tl.load(k_at, cache_modifier=".cg")  # row pos was written in phase A
                 if SHARED_KV:  # the latent is key and value: one read
                     v = k
@@ -368,7 +365,6 @@ if _triton_available():
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGE_HEADS: tl.constexpr,
             WEIGHTS_AHEAD: tl.constexpr, NUM_THREADS: tl.constexpr, DOT_PREC: tl.constexpr,
-            LAYER_STAGES: tl.constexpr, ATTN_STAGES: tl.constexpr, LM_STAGES: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -423,7 +419,7 @@ if _triton_available():
                 for t in range(pid, tl.cdiv(N_QKV, BN), nprog):
                     y, rn, n_ok = _normed_linear(X, WQKV + layer64 * N_QKV * D, BQKV + layer * N_QKV,
                                                  CQKV + layer * N_QKV, t, N_QKV, D, rm, m_ok, STATS, 0, eps, BN, BK,
-                                                 NORM, DOT_PREC, LAYER_STAGES)
+                                                 NORM, DOT_PREC)
                     _store_qkv(y.to(dt), rn, rm, m_ok[:, None] & n_ok[None, :], Q, KC, VC, B, layer64, pos, max_len,
                                NH, NKV, DK, DV, SHARED_KV)
             if ONLY == 0:
@@ -445,7 +441,7 @@ if _triton_available():
                 else:
                     _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
                                       n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
-                                      GROUPS, DOT_PREC, ATTN_STAGES)
+                                      GROUPS, DOT_PREC)
                 if (ONLY == 0) & (WEIGHTS_AHEAD == 1):
                     _weights_ahead(WO, WFC, WPR, WQKV, layer64, layer_hi, pid, nprog, D, KO, HIDDEN, N_QKV, NUM_THREADS)
             if ONLY == 0:
@@ -463,7 +459,7 @@ if _triton_available():
             # ---- D: x1 = x0 + (o W_O^T + b_O)
             if (ONLY == 0) | (ONLY == 4):
                 _split_residual_phase(O, WO + layer64 * D * KO, BO + layer * D, X, X1, ACC, CNT, STATS, 1, pid, nprog,
-                                      D, KO, rm, m_ok, dt, BN, BK, SPLIT_D, BLOCK_M, DOT_PREC, LAYER_STAGES)
+                                      D, KO, rm, m_ok, dt, BN, BK, SPLIT_D, BLOCK_M, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 12, MAX_SPIN, TIMING)
@@ -472,7 +468,7 @@ if _triton_available():
                 for t in range(pid, tl.cdiv(HIDDEN, BN), nprog):
                     y, rn, n_ok = _normed_linear(X1, WFC + layer64 * HIDDEN * D, BFC + layer * HIDDEN,
                                                  CFC + layer * HIDDEN, t, HIDDEN, D, rm, m_ok, STATS, 1, eps, BN, BK,
-                                                 NORM, DOT_PREC, LAYER_STAGES)
+                                                 NORM, DOT_PREC)
                     y = _gelu_erf(y.to(dt).to(tl.float32))  # F.gelu of the linear's stored output
                     tl.store(H + rm[:, None] * HIDDEN + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
             if ONLY == 0:
@@ -481,7 +477,7 @@ if _triton_available():
             # ---- F: x2 = x1 + (h W_proj^T + b_proj), the next layer's x0
             if (ONLY == 0) | (ONLY == 6):
                 _split_residual_phase(H, WPR + layer64 * D * HIDDEN, BPR + layer * D, X1, X, ACC, CNT, STATS, 0, pid,
-                                      nprog, D, HIDDEN, rm, m_ok, dt, BN, BK, SPLIT_F, BLOCK_M, DOT_PREC, LAYER_STAGES)
+                                      nprog, D, HIDDEN, rm, m_ok, dt, BN, BK, SPLIT_F, BLOCK_M, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 20, MAX_SPIN, TIMING)
@@ -489,7 +485,7 @@ if _triton_available():
         if FINAL & ((ONLY == 0) | (ONLY == 8)):
             for t in range(pid, tl.cdiv(vocab, BN_LM), nprog):
                 y, rn, n_ok = _normed_linear(X, WLM, BLM, CLM, t, vocab, D, rm, m_ok, STATS, 0, eps, BN_LM, BK, NORM,
-                                             DOT_PREC, LM_STAGES)
+                                             DOT_PREC)
                 tl.store(LOGITS + rm[:, None] * vocab + rn[None, :], y.to(dt), mask=m_ok[:, None] & n_ok[None, :])
         if TIMING:
             tl.debug_barrier()
@@ -513,10 +509,6 @@ class WideDecoder(dm.MegaDecoder):
         if MERGE_HEADS is not None and (not isinstance(MERGE_HEADS, int) or MERGE_HEADS < 1
                                         or MERGE_HEADS & (MERGE_HEADS - 1)):
             raise ValueError(f"decode_wide: MERGE_HEADS={MERGE_HEADS!r}: None or a power of two (pairs a program)")
-        for name, value in (("LAYER_STAGES", LAYER_STAGES), ("ATTN_STAGES", ATTN_STAGES)):
-            if value is not None and (not isinstance(value, int) or value < 2):
-                raise ValueError(f"decode_wide: {name}={value!r}: None (STAGES) or an int >= 2 (a loop's pipelining "
-                                 f"stages)")
         if WEIGHTS_AHEAD not in (0, 1, 2):
             raise ValueError(f"decode_wide: WEIGHTS_AHEAD={WEIGHTS_AHEAD!r}: 0 (off), 1 (after B1's items) or 2 "
                              f"(before them)")
@@ -537,17 +529,14 @@ class WideDecoder(dm.MegaDecoder):
                                  f"{rows_form // g} rows, fewer than 16 (a tl.dot operand's side)")
 
     def shared_bytes(self) -> int:
-        """The shared memory a program takes, as Triton allocates it: its loops' software-pipelined buffers (a loop's
-        stages - 1 steps in flight) reuse one space, so the largest loop's: the layers' products' (a BLOCK_M x BK row
-        tile and a BN x BK weight tile, LAYER_STAGES), the LM head's (BN_LM x BK weight tiles, STAGES) or the
-        attention's (a step's cache rows of K, and of V unless they are one latent, ATTN_STAGES).
-        tests/test_decode_wide.py holds it to the sm_90 compile's."""
+        """The shared memory a program takes, as Triton allocates it: its loops' software-pipelined buffers (STAGES -
+        1 steps in flight) reuse one space, so the largest loop's: the products' (a BLOCK_M x BK row tile and a
+        BN_LM x BK weight tile, the LM head's being the widest) or the attention's (a step's cache rows of K, and of
+        V unless they are one latent). tests/test_decode_wide.py holds it to the sm_90 compile's."""
         block_m = _pow2(self.batch, 16)
-        layers = ((LAYER_STAGES or STAGES) - 1) * (block_m + BN) * BK
-        lm_head = (STAGES - 1) * (block_m + BN_LM) * BK
-        attention = ((ATTN_STAGES or STAGES) - 1) * (BLOCK_N or ATTN_ROWS[bool(self.shared)]) * (
-            self.dk + (0 if self.shared else self.dv))
-        return max(layers, lm_head, attention) * self.dtype.itemsize
+        product = (block_m + max(BN, BN_LM)) * BK
+        attention = (BLOCK_N or ATTN_ROWS[bool(self.shared)]) * (self.dk + (0 if self.shared else self.dv))
+        return (STAGES - 1) * max(product, attention) * self.dtype.itemsize
 
     def _check_fits(self) -> None:
         """Refuse what would leave programs unable to start on the GPU: PROGRAMS_PER_SM programs of shared_bytes()
@@ -628,7 +617,6 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.groups, 1),
             MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGE_HEADS=self.merge_heads,
             WEIGHTS_AHEAD=0 if _interpret() else WEIGHTS_AHEAD, NUM_THREADS=32 * NUM_WARPS,
-            LAYER_STAGES=LAYER_STAGES or STAGES, ATTN_STAGES=ATTN_STAGES or STAGES, LM_STAGES=STAGES,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES, **({"maxnreg": MAXNREG} if MAXNREG else {}))

@@ -97,8 +97,6 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                                              ("ATTN_GROUPS", 3, "a power of two >= 1"),
                                              ("MERGE_HEADS", 3, "None or a power of two"),
                                              ("MAXNREG", 16, "None or an int from 32 to 255"),
-                                             ("LAYER_STAGES", 1, "None \\(STAGES\\) or an int >= 2"),
-                                             ("ATTN_STAGES", 2.0, "None \\(STAGES\\) or an int >= 2"),
                                              ("WEIGHTS_AHEAD", 3, "0 \\(off\\), 1 \\(after B1's items\\) or 2"),
                                              ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
@@ -142,15 +140,11 @@ def test_fp32_weights_on_the_gpu_are_refused(monkeypatch):
 
 @pytest.mark.parametrize("variant, knobs", [("tucker_8_64_64", {}), ("tucker_shared_8_64_64", {}),
                                             ("tucker_8_64_64", dict(BK=256, STAGES=3)),
-                                            ("tucker_shared_8_64_64", dict(BN_LM=16, ATTN_ROWS={False: 64, True: 512})),
-                                            ("tucker_8_64_64", dict(LAYER_STAGES=7, ATTN_STAGES=5)),
-                                            ("tucker_8_64_64", dict(LAYER_STAGES=9, STAGES=3))])
+                                            ("tucker_shared_8_64_64", dict(BN_LM=16, ATTN_ROWS={False: 64, True: 512}))])
 def test_shared_bytes_is_the_compiles(variant, knobs, tmp_path, monkeypatch):
     """WideDecoder.shared_bytes (the fit check's estimate) equals the sm_90 compile's shared memory a program at 32
     rows: the LM head's tiles the largest (the defaults, and BK 256 at 3 stages), or the attention's (512 rows of a
-    shared latent a step beside 16-column LM head tiles), the layers' products' 16-column tiles at 9 stages against
-    the LM head's at 3; each loop at its own stages (7 for the layers' products and 5 for the attention: as large
-    as the LM head's at 4)."""
+    shared latent a step beside 16-column LM head tiles)."""
     import triton
     from pathlib import Path
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
