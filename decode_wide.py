@@ -91,8 +91,6 @@ ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a st
 MERGE_HEADS = None  # B2's (sequence, query head) pairs a program, loaded at once (a power of two; None: the least
 #                    that gives every program at most one item: batch 32 x 12 heads on 264 programs, 2; session 22
 #                    call 6, Tucker / Tucker shared ms: 1 a program 0.7498 / 0.5773, 2 0.7288 / 0.5712)
-WEIGHTS_AHEAD = 0  # B1 brings the matrices of its layer's D, E, F and the next layer's A into L2 (bulk prefetches,
-#                   _weights_ahead): 0 no, 1 after each program's attention items, 2 before them. Experimental
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -220,43 +218,6 @@ if _triton_available():
         _add_stats(STATS, slot, tl.where(ok, x.to(tl.float32), 0.0), rm, m_ok, BLOCK_M)
 
     @triton.jit
-    def _prefetch_l2(P, nbytes, NT: tl.constexpr):
-        """Start bringing the nbytes bytes at P into L2 and go on (no registers, no wait): a bulk prefetch (Hopper's
-        cp.async.bulk.prefetch.L2, to the SM's TMA unit) from lane 0 of each of the program's NT / 32 warps, a piece
-        each. P 16-byte aligned, nbytes a multiple of 16; nbytes <= 0 prefetches nothing. (No interpreter: inline
-        PTX.)"""
-        WARPS: tl.constexpr = NT // 32
-        piece = tl.cdiv(tl.cdiv(nbytes, WARPS), 16) * 16
-        i = tl.arange(0, NT)
-        start = (i // 32).to(tl.int64) * piece
-        size = tl.where(i % 32 == 0, tl.minimum(nbytes - start, piece), 0).to(tl.int32)  # bytes (<= 0: none)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [P.to(tl.pointer_type(tl.int8)) + start, size], dtype=tl.int32, is_pure=False, pack=1)
-
-    @triton.jit
-    def _prefetch_share(W, N: tl.constexpr, pid, nprog, NT: tl.constexpr):
-        """The program's share of matrix W's N elements (a 16-byte multiple of its bytes, the last share shorter)
-        brought into L2 (_prefetch_l2); nothing where N elements are not a whole number of 16-byte pieces."""
-        NBYTES: tl.constexpr = N * (W.dtype.element_ty.primitive_bitwidth // 8)
-        if NBYTES % 16 == 0:
-            share = tl.cdiv(tl.cdiv(NBYTES, nprog), 16) * 16
-            start = pid.to(tl.int64) * share
-            _prefetch_l2(W.to(tl.pointer_type(tl.int8)) + start, tl.minimum(NBYTES - start, share), NT)
-
-    @triton.jit
-    def _weights_ahead(WO, WFC, WPR, WQKV, layer64, layer_hi, pid, nprog, D: tl.constexpr, KO: tl.constexpr,
-                       HIDDEN: tl.constexpr, N_QKV: tl.constexpr, NT: tl.constexpr):
-        """The matrices of this layer's D, E and F and of the next layer's A (W_O, W_fc, W_proj, W_qkv: ~12 MB for
-        GPT-2, within L2) brought into L2, each program a share (_prefetch_share), so that those phases' first
-        loads hit L2 instead of HBM."""
-        _prefetch_share(WO + layer64 * D * KO, D * KO, pid, nprog, NT)
-        _prefetch_share(WFC + layer64 * HIDDEN * D, HIDDEN * D, pid, nprog, NT)
-        _prefetch_share(WPR + layer64 * D * HIDDEN, D * HIDDEN, pid, nprog, NT)
-        if layer64 + 1 < layer_hi:
-            _prefetch_share(WQKV + (layer64 + 1) * N_QKV * D, N_QKV * D, pid, nprog, NT)
-
-    @triton.jit
     def _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, r_ok, MASKED: tl.constexpr, DOT_PREC: tl.constexpr):
         """One step of _attention_groups' online softmax: queries q3 (GROUPS, BLOCK_H, DK) against a group's SUB cache
         rows k (GROUPS, SUB, DK), values v (GROUPS, SUB, DV); running max m_i and sum l_i (GROUPS, BLOCK_H, scaled
@@ -364,7 +325,7 @@ if _triton_available():
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGE_HEADS: tl.constexpr,
-            WEIGHTS_AHEAD: tl.constexpr, NUM_THREADS: tl.constexpr, DOT_PREC: tl.constexpr,
+            DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -432,8 +393,6 @@ if _triton_available():
                 if pid == 0:  # x2's sums start from zero (read last in A)
                     tl.store(STATS + rm * 2, tl.zeros([BLOCK_M], tl.float32))
                     tl.store(STATS + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
-                if (ONLY == 0) & (WEIGHTS_AHEAD == 2):
-                    _weights_ahead(WO, WFC, WPR, WQKV, layer64, layer_hi, pid, nprog, D, KO, HIDDEN, N_QKV, NUM_THREADS)
                 if GROUPS == 1:
                     _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
                                       n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
@@ -442,8 +401,6 @@ if _triton_available():
                     _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
                                       n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
                                       GROUPS, DOT_PREC)
-                if (ONLY == 0) & (WEIGHTS_AHEAD == 1):
-                    _weights_ahead(WO, WFC, WPR, WQKV, layer64, layer_hi, pid, nprog, D, KO, HIDDEN, N_QKV, NUM_THREADS)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
@@ -509,9 +466,6 @@ class WideDecoder(dm.MegaDecoder):
         if MERGE_HEADS is not None and (not isinstance(MERGE_HEADS, int) or MERGE_HEADS < 1
                                         or MERGE_HEADS & (MERGE_HEADS - 1)):
             raise ValueError(f"decode_wide: MERGE_HEADS={MERGE_HEADS!r}: None or a power of two (pairs a program)")
-        if WEIGHTS_AHEAD not in (0, 1, 2):
-            raise ValueError(f"decode_wide: WEIGHTS_AHEAD={WEIGHTS_AHEAD!r}: 0 (off), 1 (after B1's items) or 2 "
-                             f"(before them)")
         if MAXNREG is not None and (not isinstance(MAXNREG, int) or not 32 <= MAXNREG <= 255):
             raise ValueError(f"decode_wide: MAXNREG={MAXNREG!r}: None or an int from 32 to 255 (registers a thread)")
         for name, value in (("SPLIT_D", SPLIT_D), ("SPLIT_F", SPLIT_F)):
@@ -616,7 +570,6 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_H=self.block_h,
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.groups, 1),
             MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGE_HEADS=self.merge_heads,
-            WEIGHTS_AHEAD=0 if _interpret() else WEIGHTS_AHEAD, NUM_THREADS=32 * NUM_WARPS,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES, **({"maxnreg": MAXNREG} if MAXNREG else {}))

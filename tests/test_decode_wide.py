@@ -38,8 +38,8 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, c
     """Two steps from a 40- or 100-row cache (split over the programs, merged; the rows past the cache's end hold
     random values): logits and the written cache rows equal the model's; a split's rows in whole steps, unmasked
     (at 100 rows and 32-row steps: splits of 64 rows, two whole steps, then one whole step and a masked partial
-    one), and its last partial step masked; the products' K in one step (BK 128 over K 64 .. 256: masked) or several (BK 16, 32);
-    D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
+    one), and its last partial step masked; the products' K in one step (BK 128 over K 64 .. 256: masked) or
+    several (BK 16, 32); D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
     shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
     (the last tile partly past it); the norms folded into the matrices after them (LayerNorm's mean taken out after
     the product), with and without biases; a step's rows in groups of 16 rows, 2 (splits of 32 rows: separate K
@@ -97,7 +97,6 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                                              ("ATTN_GROUPS", 3, "a power of two >= 1"),
                                              ("MERGE_HEADS", 3, "None or a power of two"),
                                              ("MAXNREG", 16, "None or an int from 32 to 255"),
-                                             ("WEIGHTS_AHEAD", 3, "0 \\(off\\), 1 \\(after B1's items\\) or 2"),
                                              ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
@@ -216,15 +215,6 @@ def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
     """bf16 at GPT-2 widths: the one launch (barriers) against the phases launched one by one (equal up to the
     statistics' order of arrival) and both against the model's step, over three steps from a 1,500-row cache."""
     assert isinstance(check_one_launch(variant, batch), dw.WideDecoder)
-
-
-@needs_cuda
-@pytest.mark.parametrize("ahead", [1, 2])
-def test_cuda_wide_weights_ahead_changes_nothing(ahead, monkeypatch):
-    """WEIGHTS_AHEAD (the next phases' matrices brought into L2 during B1, after or before its items): the same
-    checks as without."""
-    monkeypatch.setattr(dw, "WEIGHTS_AHEAD", ahead)
-    assert isinstance(check_one_launch("tucker", 32), dw.WideDecoder)
 
 
 @pytest.mark.parametrize("variant", ["tucker_8_64_64", "tucker_shared_8_64_64"])
