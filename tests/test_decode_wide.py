@@ -36,14 +36,14 @@ def no_device_checks(monkeypatch):
     ("tucker_shared", 6, dict(ATTN_GROUPS=2), "layernorm", False, 100)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, context, monkeypatch):
     """Two steps from a 40- or 100-row cache (split over the programs, merged; the rows past the cache's end hold
-    random values): logits and the written cache rows equal the model's; a split's rows in whole steps, unmasked
-    (at 100 rows and 32-row steps: splits of 64 rows, two whole steps, then one whole step and a masked partial
-    one), and its last partial step masked; the products' K in one step (BK 128 over K 64 .. 256: masked) or
-    several (BK 16, 32); D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last one
-    shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
+    random values): logits and the written cache rows equal the model's; a split's rows in whole steps, unmasked (at
+    100 rows and 32-row steps: splits of 64 rows, two whole steps, then one whole step and a masked partial one),
+    and its last partial step masked; the products' K in one step (BK 128 over K 64 .. 256: masked) or several (BK
+    16, 32); D's and F's K split over 2 and 4 programs a tile (the defaults), 3 (F's 256 in parts of 96: the last
+    one shorter), 4 (D's 64 in BK-sized parts) or none; LM head tiles of 64 and 16 columns over a vocabulary of 101
     (the last tile partly past it); the norms folded into the matrices after them (LayerNorm's mean taken out after
-    the product), with and without biases; a step's rows in groups of 16 rows, 2 (splits of 32 rows: separate K
-    and V by default) or 4 (one split of 64 rows, its last group past the cache's end, empty: a shared latent by
+    the product), with and without biases; a step's rows in groups of 16 rows, 2 (splits of 32 rows: separate K and
+    V by default) or 4 (one split of 64 rows, its last group past the cache's end, empty: a shared latent by
     default), each group's partial a split of its own for B2, or one group (16-row steps, decode_mega's splits);
     B2's (sequence, head) pairs 2 a program (the default on 12 programs) or 8 (the last item partly past the
     batch's)."""
