@@ -91,8 +91,6 @@ ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a st
 MERGE_HEADS = None  # B2's (sequence, query head) pairs a program, loaded at once (a power of two; None: the least
 #                    that gives every program at most one item: batch 32 x 12 heads on 264 programs, 2; session 22
 #                    call 6, Tucker / Tucker shared ms: 1 a program 0.7498 / 0.5773, 2 0.7288 / 0.5712)
-FLAT_SPLITS = False  # B1 (in groups): the sequences' rows as one range, each program an equal share (a split of
-#                      each sequence it reaches: _attention_groups), not ~programs / batch splits a sequence
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -242,111 +240,71 @@ if _triton_available():
         return m_new, l_i, acc
 
     @triton.jit
-    def _attend_rows(q, k_base, v_base, start, end, qk_scale, BLOCK_H: tl.constexpr, DK: tl.constexpr,
-                     DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                     DOT_PREC: tl.constexpr):
-        """The queries q (BLOCK_H, DK) against cache rows start .. end - 1 (K rows at k_base, V rows at v_base, or the
-        latent at k_base for both), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online
-        softmax a group (a batched product: Triton's 3D tl.dot puts each group on its own warp): the whole steps
-        without masks, their row pointers advanced a step at a time, then the last, partial step (if any) masked
-        (_group_rows). Returns each group's (max, sum, unnormalized output): (GROUPS, BLOCK_H) twice and (GROUPS,
-        BLOCK_H, DV); a group with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0)."""
+    def _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
+                          qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
+                          DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr):
+        """Phase B1 as decode_mega._attention_splits (items (sequence, KV head, split) pid, pid + nprog, ..., the
+        split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
+        a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). The split's whole steps
+        run without masks, their row pointers advanced a step at a time; its last, partial step (if any) masked,
+        after the loop (_group_rows). Group g of split s stores its partial as split s GROUPS + g: PO, PM, PL at
+        ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's index in its group. A group
+        with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0)."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
+        hh = tl.arange(0, BLOCK_H)
         gg = tl.arange(0, GROUPS)
         jj = tl.arange(0, SUB)
         ev = tl.arange(0, DV)
         ek = tl.arange(0, DK)
-        q3 = tl.broadcast_to(q[None, :, :], (GROUPS, BLOCK_H, DK))
-        m_i = tl.full([GROUPS, BLOCK_H], float("-inf"), tl.float32)
-        l_i = tl.zeros([GROUPS, BLOCK_H], tl.float32)
-        acc = tl.zeros([GROUPS, BLOCK_H, DV], tl.float32)
-        rows = start + gg[:, None] * SUB + jj[None, :]  # (GROUPS, SUB) the first step's rows
-        k_at = k_base + rows[:, :, None] * DK + ek[None, None, :]  # (GROUPS, SUB, DK)
-        v_at = v_base + rows[:, :, None] * DV + ev[None, None, :]  # (GROUPS, SUB, DV)
-        whole = start + (end - start) // BLOCK_N * BLOCK_N  # the rows in whole steps end here
-        for n0 in range(start, whole, BLOCK_N):
-            k = tl.load(k_at, cache_modifier=".cg")  # row pos was written in phase A
-            if SHARED_KV:  # the latent is key and value: one read
-                v = k
-            else:
-                v = tl.load(v_at, cache_modifier=".cg")
-            m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, rows, False, DOT_PREC)  # (no mask read)
-            k_at += BLOCK_N * DK
-            v_at += BLOCK_N * DV
-        if whole < end:  # the last, partial step
-            r_ok = (whole + gg[:, None] * SUB + jj[None, :]) < end  # (GROUPS, SUB)
-            k = tl.load(k_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
-            if SHARED_KV:
-                v = k
-            else:
-                v = tl.load(v_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
-            m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, r_ok, True, DOT_PREC)
-        return m_i, l_i, acc
+        for item in range(pid, B * NKV * n_split, nprog):
+            bg, s, q, k_base, v_base, start, end = _split_item(Q, KC, VC, item, B, layer64, max_len, length, chunk,
+                                                               n_split, NH, NKV, HPG, DK, DV, BLOCK_H)
+            q3 = tl.broadcast_to(q[None, :, :], (GROUPS, BLOCK_H, DK))
+            m_i = tl.full([GROUPS, BLOCK_H], float("-inf"), tl.float32)
+            l_i = tl.zeros([GROUPS, BLOCK_H], tl.float32)
+            acc = tl.zeros([GROUPS, BLOCK_H, DV], tl.float32)
+            rows = start + gg[:, None] * SUB + jj[None, :]  # (GROUPS, SUB) the first step's rows
+            k_at = k_base + rows[:, :, None] * DK + ek[None, None, :]  # (GROUPS, SUB, DK)
+            v_at = v_base + rows[:, :, None] * DV + ev[None, None, :]  # (GROUPS, SUB, DV)
+            whole = start + (end - start) // BLOCK_N * BLOCK_N  # the split's rows in whole steps end here
+            for n0 in range(start, whole, BLOCK_N):
+                k = tl.load(k_at, cache_modifier=".cg")  # row pos was written in phase A
+                if SHARED_KV:  # the latent is key and value: one read
+                    v = k
+                else:
+                    v = tl.load(v_at, cache_modifier=".cg")
+                m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, rows, False, DOT_PREC)  # (no mask read)
+                k_at += BLOCK_N * DK
+                v_at += BLOCK_N * DV
+            if whole < end:  # the split's last, partial step
+                r_ok = (whole + gg[:, None] * SUB + jj[None, :]) < end  # (GROUPS, SUB)
+                k = tl.load(k_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                if SHARED_KV:
+                    v = k
+                else:
+                    v = tl.load(v_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, r_ok, True, DOT_PREC)
+            slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
+            tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
+            tl.store(PM + slot, m_i)
+            tl.store(PL + slot, l_i)
 
     @triton.jit
-    def _store_partials(PO, PM, PL, bg, s, s_max, m_i, l_i, acc, BLOCK_H: tl.constexpr, DV: tl.constexpr,
-                        GROUPS: tl.constexpr):
-        """_attend_rows' partials of split s of group bg (sequence x NKV + KV head), group g as split s GROUPS + g:
-        PO, PM, PL at ((bg x s_max + s) x GROUPS + g) x BLOCK_H + the head's index in its group."""
-        gg = tl.arange(0, GROUPS)
-        hh = tl.arange(0, BLOCK_H)
-        ev = tl.arange(0, DV)
-        slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
-        tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
-        tl.store(PM + slot, m_i)
-        tl.store(PL + slot, l_i)
-
-    @triton.jit
-    def _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
-                          share, qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
-                          DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          GROUPS: tl.constexpr, FLAT: tl.constexpr, DOT_PREC: tl.constexpr):
-        """Phase B1 in groups (_attend_rows), its splits' partials stored by _store_partials. FLAT: the B NKV groups'
-        rows (sequence x NKV + KV head, then row) as one range of B NKV length rows, program pid's share the rows
-        pid share .. (pid + 1) share - 1: a split of each group it reaches (one or two, more where a share is longer
-        than a group), the split's index in its group pid - (the group's first row) // share; every program reads
-        as many rows (but the last). Else decode_mega._attention_splits' items (sequence, KV head, split) pid, pid +
-        nprog, ..., the split's `chunk` rows (the last split of a group shorter)."""
-        if FLAT:
-            lo = pid * share
-            hi = tl.minimum(lo + share, B * NKV * length)
-            for bg in range(lo // length, (hi + length - 1) // length):  # the groups rows lo .. hi - 1 reach
-                _, _, q, k_base, v_base, _, _ = _split_item(Q, KC, VC, bg, B, layer64, max_len, length, length, 1,
-                                                            NH, NKV, HPG, DK, DV, BLOCK_H)  # q and bases of group bg
-                first = bg * length
-                m_i, l_i, acc = _attend_rows(q, k_base, v_base, tl.maximum(lo - first, 0),
-                                             tl.minimum(hi - first, length), qk_scale, BLOCK_H, DK, DV, SHARED_KV,
-                                             BLOCK_N, GROUPS, DOT_PREC)
-                _store_partials(PO, PM, PL, bg, pid - first // share, s_max, m_i, l_i, acc, BLOCK_H, DV, GROUPS)
-        else:
-            for item in range(pid, B * NKV * n_split, nprog):
-                bg, s, q, k_base, v_base, start, end = _split_item(Q, KC, VC, item, B, layer64, max_len, length,
-                                                                   chunk, n_split, NH, NKV, HPG, DK, DV, BLOCK_H)
-                m_i, l_i, acc = _attend_rows(q, k_base, v_base, start, end, qk_scale, BLOCK_H, DK, DV, SHARED_KV,
-                                             BLOCK_N, GROUPS, DOT_PREC)
-                _store_partials(PO, PM, PL, bg, s, s_max, m_i, l_i, acc, BLOCK_H, DV, GROUPS)
-
-    @triton.jit
-    def _merged_heads(PO, PM, PL, O, f0, n_pairs, s_max, n_split, length, share, NH: tl.constexpr, NKV: tl.constexpr,
+    def _merged_heads(PO, PM, PL, O, f0, n_pairs, s_max, n_split, NH: tl.constexpr, NKV: tl.constexpr,
                       HPG: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_SM: tl.constexpr,
-                      MERGE_HEADS: tl.constexpr, GROUPS: tl.constexpr, FLAT: tl.constexpr, dt):
+                      MERGE_HEADS: tl.constexpr, dt):
         """decode_mega._merged_head for the MERGE_HEADS (sequence, query head) pairs f0 .. (flat: sequence NH + head;
         those from n_pairs on skipped), their partials loaded at once; each head's output rounded as stored into O
-        (B, NH DV). s_max: partial slots a (sequence, KV head); n_split: its partials, or (FLAT) GROUPS for each
-        program its rows reach (_attention_groups' shares)."""
+        (B, NH DV)."""
         f = f0 + tl.arange(0, MERGE_HEADS)
         f_ok = f < n_pairs
         b = f // NH
         h = f % NH
-        bg = b * NKV + h // HPG
         ss = tl.arange(0, BLOCK_SM)
         ev = tl.arange(0, DV)
-        if FLAT:  # the programs from the one with the group's first row to the one with its last
-            n_parts = (((bg + 1) * length - 1) // share - (bg * length) // share + 1) * GROUPS
-            ok = f_ok[:, None] & (ss[None, :] < n_parts[:, None])  # (MERGE_HEADS, BLOCK_SM)
-        else:
-            ok = f_ok[:, None] & (ss < n_split)[None, :]
-        at = (bg[:, None] * s_max + ss[None, :]) * BLOCK_H + (h % HPG)[:, None]
+        ok = f_ok[:, None] & (ss < n_split)[None, :]  # (MERGE_HEADS, BLOCK_SM)
+        at = ((b * NKV + h // HPG)[:, None] * s_max + ss[None, :]) * BLOCK_H + (h % HPG)[:, None]
         pm = tl.load(PM + at, mask=ok, other=float("-inf"), cache_modifier=".cg")
         pl = tl.load(PL + at, mask=ok, other=0.0, cache_modifier=".cg")
         po = tl.load(PO + at[:, :, None] * DV + ev[None, None, :], mask=ok[:, :, None], other=0.0,
@@ -367,7 +325,7 @@ if _triton_available():
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGE_HEADS: tl.constexpr,
-            FLAT: tl.constexpr, DOT_PREC: tl.constexpr,
+            DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -431,7 +389,6 @@ if _triton_available():
             # ---- B1: the attention's splits (the cache rows split over programs)
             chunk = tl.maximum(tl.cdiv(tl.cdiv(length, s_max), BLOCK_N) * BLOCK_N, MIN_CHUNK)
             n_split = tl.cdiv(length, chunk)
-            share = tl.maximum(tl.cdiv(B * NKV * length, nprog), MIN_CHUNK)  # FLAT: a program's rows
             if (ONLY == 0) | (ONLY == 2):
                 if pid == 0:  # x2's sums start from zero (read last in A)
                     tl.store(STATS + rm * 2, tl.zeros([BLOCK_M], tl.float32))
@@ -442,8 +399,8 @@ if _triton_available():
                                       DOT_PREC)
                 else:
                     _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
-                                      n_split, s_max, share, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H,
-                                      BLOCK_N, GROUPS, FLAT, DOT_PREC)
+                                      n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
+                                      GROUPS, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
@@ -451,9 +408,8 @@ if _triton_available():
             # stored
             if (ONLY == 0) | (ONLY == 3):
                 for item in range(pid, tl.cdiv(B * NH, MERGE_HEADS), nprog):
-                    _merged_heads(PO, PM, PL, O, item * MERGE_HEADS, B * NH, s_max * GROUPS, n_split * GROUPS,
-                                  length, share, NH, NKV, HPG, DV, BLOCK_H, BLOCK_SM, MERGE_HEADS, GROUPS, FLAT,
-                                  dt)  # a group's partial a split
+                    _merged_heads(PO, PM, PL, O, item * MERGE_HEADS, B * NH, s_max * GROUPS, n_split * GROUPS, NH,
+                                  NKV, HPG, DV, BLOCK_H, BLOCK_SM, MERGE_HEADS, dt)  # a group's partial a split
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 8, MAX_SPIN, TIMING)
@@ -582,9 +538,6 @@ class WideDecoder(dm.MegaDecoder):
         B, dev, f32 = self.batch, self.device, torch.float32
         self.block_m = _pow2(B, 16)
         self.groups = ATTN_GROUPS[bool(self.shared)] if isinstance(ATTN_GROUPS, dict) else ATTN_GROUPS
-        self.flat = bool(FLAT_SPLITS) and self.groups > 1  # (groups of 1: decode_mega's splits)
-        if self.flat:  # partial slots a (sequence, KV head): the programs its rows reach, at most
-            self.s_max = _cdiv(self.programs, B * self.nKV) + 1
         parts = B * self.nKV * self.s_max * self.groups * self.block_h  # a group's partial a split
         self.merge_heads = MERGE_HEADS or _pow2(_cdiv(B * self.nH, self.programs), 1)  # B2's pairs a program: one round
         self.x = torch.zeros(B, self.d, device=dev, dtype=self.dtype)  # the stream x0 / x2
@@ -617,7 +570,6 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_H=self.block_h,
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.groups, 1),
             MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGE_HEADS=self.merge_heads,
-            FLAT=self.flat,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES, **({"maxnreg": MAXNREG} if MAXNREG else {}))

@@ -32,10 +32,6 @@ def no_device_checks(monkeypatch):
     ("tucker", 5, dict(BK=32, ATTN_GROUPS=4), "layernorm", False, 40),
     ("tucker", 6, {}, "rmsnorm", True, 40),
     ("tucker", 5, {}, "layernorm", True, 100),
-    ("tucker", 6, dict(FLAT_SPLITS=True), "layernorm", False, 100),
-    ("mha", 5, dict(FLAT_SPLITS=True, ATTN_GROUPS=2), "rmsnorm", True, 40),
-    ("gqa", 7, dict(FLAT_SPLITS=True, ATTN_GROUPS=4, MERGE_HEADS=8), "layernorm", True, 100),
-    ("tucker_shared", 7, dict(FLAT_SPLITS=True), "rmsnorm", False, 100),
     ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True, 40),
     ("tucker_shared", 6, dict(ATTN_GROUPS=2), "layernorm", False, 100)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, context, monkeypatch):
@@ -50,8 +46,7 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, c
     V by default) or 4 (one split of 64 rows, its last group past the cache's end, empty: a shared latent by
     default), each group's partial a split of its own for B2, or one group (16-row steps, decode_mega's splits);
     B2's (sequence, head) pairs 2 a program (the default on 12 programs) or 8 (the last item partly past the
-    batch's). FLAT_SPLITS: every (sequence, KV head)'s rows as one range in equal shares a program (a share within
-    one group, across two, or, for MHA's 20 groups of 41 rows on 12 programs, across three)."""
+    batch's)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
     groups = dw.ATTN_GROUPS if isinstance(dw.ATTN_GROUPS, dict) else dict.fromkeys((False, True), dw.ATTN_GROUPS)
@@ -220,14 +215,6 @@ def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
     """bf16 at GPT-2 widths: the one launch (barriers) against the phases launched one by one (equal up to the
     statistics' order of arrival) and both against the model's step, over three steps from a 1,500-row cache."""
     assert isinstance(check_one_launch(variant, batch), dw.WideDecoder)
-
-
-@needs_cuda
-@pytest.mark.parametrize("variant", ["tucker", "tucker_shared", "gqa"])
-def test_cuda_wide_flat_splits_pass_the_same_checks(variant, monkeypatch):
-    """FLAT_SPLITS (B1's rows in equal shares a program across the sequences): the same checks at batch 32."""
-    monkeypatch.setattr(dw, "FLAT_SPLITS", True)
-    assert isinstance(check_one_launch(variant, 32), dw.WideDecoder)
 
 
 @pytest.mark.parametrize("variant", ["tucker_8_64_64", "tucker_shared_8_64_64"])
