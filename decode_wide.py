@@ -11,7 +11,8 @@ of resident programs (decode_mega's barriers) runs every layer as six phases,
         K in steps of BK), each row normalized on the fly from its statistics (below); q stored, k and v written
         into the caches at `pos`
     B1  attention of the new token to rows 0 .. pos, split over programs, each step's rows in ATTN_GROUPS groups a
-        warp each (_attention_groups: no reduction across warps inside the loop), a partial a group
+        warp each (_attention_groups: no reduction across warps inside the loop), a partial a group; a split's whole
+        steps unmasked, its last partial step masked after the loop (_group_rows)
     B2  a program per MERGE_HEADS (sequence, query head) pairs: their partials merged, each head's output o stored
         (rounded)
     D   x1 = x0 + (o W_O^T + b_O): a program per tile of output columns, the residual added in the epilogue
@@ -62,7 +63,11 @@ MAXNREG = None  # registers a thread at most (Triton's maxnreg; None: the compil
 #                 0.7320: the caps spill)
 STAGES = 4  # loads in flight ahead in the products' and the attention's loops (Triton's software pipelining;
 #             session 21 on an H100, Tucker at batch 32 and 16k: 2 stages 1.30 ms, 3 1.077, 4 1.057; session 22
-#             call 4, H200, with ATTN_GROUPS: 3 stages 0.7496 / Tucker shared 0.5747 against 0.7502 / 0.5737)
+#             call 4, H200, with ATTN_GROUPS: 3 stages 0.7496 / Tucker shared 0.5747 against 0.7502 / 0.5737;
+#             session 23 call 2, each loop at its own depth (tl.range num_stages; knobs reverted), against 0.7173 /
+#             0.5591 and 0.7167 / 0.5516: the layers' products at 7 stages 0.7278 / 0.5634, at 5 0.7302 / 0.5532,
+#             at 9 with the LM head at 3 0.7450 / 0.5713; B1 at 6 0.7586 / 0.5735, at 3 0.7165 / 0.5523; BK 256 at
+#             3 stages 0.7460 / 0.6022)
 SPLIT_D = 2  # programs a tile of phase D's output columns is split over along its K (nH Dv), each adding its part
 #              into an fp32 buffer; the last to arrive adds the residual (1: no split, no atomics)
 SPLIT_F = 4  # the same for phase F (K = the MLP's hidden width: 3,072 for GPT-2, 24 steps of BK unsplit)
@@ -76,7 +81,8 @@ ATTN_ROWS = {False: 64, True: 128}  # BLOCK_N=None: rows a step for separate K a
 #                                     separate K, V's 3.6 (call 3); Tucker at 128 rows 0.7609 ms against 0.7409 at
 #                                     64, Tucker shared at 256 rows 0.6146 against 0.6297 at 128 (call 5); with
 #                                     ATTN_GROUPS, session 22 call 2: Tucker shared at 128 rows 0.5826 against
-#                                     0.5995 at 256)
+#                                     0.5995 at 256; session 23 call 1: Tucker at 128 rows, 2 groups of 64,
+#                                     0.7445 against 0.7155 at 64)
 ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a step's cache rows in this many groups,
 #                                   each a warp's own (a batched tl.dot puts one group on a warp): the softmax's row
 #                                   max and sum, and the probabilities' trip into the second product, stay inside
@@ -90,7 +96,10 @@ ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a st
 #                                   0.5699; removed)
 MERGE_HEADS = None  # B2's (sequence, query head) pairs a program, loaded at once (a power of two; None: the least
 #                    that gives every program at most one item: batch 32 x 12 heads on 264 programs, 2; session 22
-#                    call 6, Tucker / Tucker shared ms: 1 a program 0.7498 / 0.5773, 2 0.7288 / 0.5712)
+#                    call 6, Tucker / Tucker shared ms: 1 a program 0.7498 / 0.5773, 2 0.7288 / 0.5712; session 23
+#                    call 3, B2 folded into B1 instead, each sequence's last item merging its 12 heads 4 or 8 at a
+#                    time, no barrier between (knob reverted): 0.7479 / 0.6520 and 0.7234 / 0.5542 against 0.7161 /
+#                    0.5490)
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
