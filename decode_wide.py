@@ -231,8 +231,8 @@ if _triton_available():
         """One step of _attention_groups' online softmax: queries q3 (GROUPS, BLOCK_H, DK) against a group's SUB cache
         rows k (GROUPS, SUB, DK), values v (GROUPS, SUB, DV); running max m_i and sum l_i (GROUPS, BLOCK_H, scaled
         by qk_scale, base 2), output acc (GROUPS, BLOCK_H, DV). MASKED: rows where r_ok (GROUPS, SUB) is false
-        count for nothing (a split's last, partial step); else every row is real, so the max is finite from the
-        first step on and needs no guard. The scale is applied to the row max and inside exp2's argument (one
+        count for nothing (a split's last, partial step); else (r_ok None) every row is real, so the max is finite
+        from the first step on and needs no guard. The scale is applied to the row max and inside exp2's argument (one
         fused multiply-add an element): max(qk) qk_scale is max(qk qk_scale), as qk_scale > 0."""
         qk = tl.dot(q3, tl.permute(k, (0, 2, 1)), input_precision=DOT_PREC)  # (GROUPS, BLOCK_H, SUB), unscaled
         if MASKED:
@@ -283,7 +283,7 @@ if _triton_available():
                     v = k
                 else:
                     v = tl.load(v_at, cache_modifier=".cg")
-                m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, rows, False, DOT_PREC)  # (no mask read)
+                m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, None, False, DOT_PREC)  # no mask
                 k_at += BLOCK_N * DK
                 v_at += BLOCK_N * DV
             if whole < end:  # the split's last, partial step
