@@ -2,7 +2,7 @@
 per program, B1's work (A's release to its own B1 arrival) over every layer of every step; the spread, whether the
 same programs (or SMs) are the last again and again, and whether a program's item or its SM mate explains it.
 
-    python results/bench/session23/b1_tail.py /work/.device/7/c7/tucker_8_64_64_stamps.pt [--splits 8]
+    python results/bench/session23/b1_tail.py DIR/tucker_8_64_64_stamps.pt [--splits 8]   # DIR: --dump's folder
 
 Stamps (steps, programs, slots, 4): slot 0 (start ns, start cycles, SM, 0), slot 1 the embeddings' barrier, slot
 2 + 6 l + i layer l's barrier after phase i (A, B1, B2, D, E, F), each (arrive ns, cycles, release ns, cycles).
