@@ -801,6 +801,7 @@ class LatentAttention(InferenceForm, nn.Module):
         if self.decoupled:
             self.q_rope = nn.Linear(q_in, nH * self.rope_head_dim, bias=config.bias)  # W_QR
             self.k_rope = nn.Linear(d, self.rope_head_dim, bias=config.bias)  # W_KR, one shared head
+            import fused_mla_rope  # noqa: F401  registers the training step's query / key ops now, before torch.compile traces a step
         self.c_proj = nn.Linear(nH * dH, d, bias=config.bias)  # W_O
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -886,7 +887,7 @@ class LatentAttention(InferenceForm, nn.Module):
         parts = _stacked_linear(x, self.x_projections())
         c_k = parts[1]  # (B, T, dcK)
         c_v = c_k if self.shared_kv else parts[2]  # (B, T, dcK)
-        q_r = k_r = None
+        q_r = k_r = q_wide = None
         if self.q_down is None:  # the full query and its rotary part came with the first matmul
             q = parts[0].view(B, T, nH, dH)  # (B, T, nH, dH)
             if self.decoupled:
@@ -894,11 +895,14 @@ class LatentAttention(InferenceForm, nn.Module):
         else:
             c_q = parts[0]  # (B, T, dcQ)
             if self.decoupled:  # q_i and q^R_i from c_Q in one matmul, laid out per head as [q_i | q^R_i]
-                q, q_r = _stacked_linear(c_q, [self.q_up, self.q_rope], heads=nH).view(B, T, nH, dH + dR).split([dH, dR], -1)
+                q_wide = _stacked_linear(c_q, [self.q_up, self.q_rope], heads=nH).view(B, T, nH, dH + dR)
+                q, q_r = q_wide.split([dH, dR], -1)  # (B, T, nH, dH), (B, T, nH, dR)
                 k_r = parts[-1]  # (B, T, dR)
             else:
                 q = self.q_up(c_q).view(B, T, nH, dH)  # (B, T, nH, dH)
         q_start = cache.pos if cache is not None else 0
+        if self.decoupled and not self.fused and cache is None:  # training's decoupled RoPE: SDPA's query and key
+            return self._decoupled_forward(q, q_r, q_wide, k_r, c_k, c_v, rope, B, T)  # built in one kernel
         if self.decoupled:
             cos, sin = rope_at(rope, q_start, T)  # (T, dR/2)
             q_r = apply_rope(q_r, cos[:, None], sin[:, None]).transpose(1, 2)  # (B, nH, T, dR), rotated before the transpose
@@ -941,11 +945,29 @@ class LatentAttention(InferenceForm, nn.Module):
                 k, v = self.k_up(c_k.squeeze(1)), self.v_up(c_v.squeeze(1))  # (B, S, nH dH) each
             k = k.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
             v = v.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
-            if self.decoupled:
-                q = torch.cat((q, q_r), dim=-1)  # (B, nH, T, dH + dR)
-                k = torch.cat((k, k_r.expand(B, nH, S, -1)), dim=-1)  # (B, nH, S, dH + dR)
             y = _attend(q, k, v, scale=self.scale, dropout_p=dropout_p, q_start=q_start)  # (B, nH, T, dH)
         y = y.transpose(1, 2).reshape(B, T, nH * dH)
+        return self.resid_dropout(self.c_proj(y))
+
+    def _decoupled_forward(self, q, q_r, q_wide, k_r, c_k, c_v, rope, B, T):
+        """forward's unabsorbed attention with decoupled RoPE, no cache (training): head i attends with [q_i | R q^R_i]
+        against [k_i | R k^R] (fused_mla_rope.decoupled_qk builds both in (B, T, nH, dH + dR) in one pass, and their
+        gradients in one; SDPA reads them through a transposed view, no copy). q, q_r (B, T, nH, dH / dR); q_wide
+        their (B, T, nH, dH + dR) tensor when one matmul made them (else None); k_r (B, T, dR) and the latents c_k,
+        c_v (B, T, dcK) as forward made them."""
+        import fused_mla_rope  # imported (its ops registered) by __init__ already
+        nH, dH = self.n_head, self.head_dim
+        if q_wide is None:  # the full query: q and q^R came from separate matmuls
+            q_wide = torch.cat((q, q_r), dim=-1)  # (B, T, nH, dH + dR)
+        if self.shared_kv:  # k_i and v_i from the one latent in one matmul
+            k, v = _stacked_linear(c_k, [self.k_up, self.v_up])  # (B, T, nH dH) each
+        else:
+            k, v = self.k_up(c_k), self.v_up(c_v)  # (B, T, nH dH) each
+        Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, T, nH, dH), k_r, *rope_at(rope, 0, T))  # (B, T, nH, dH + dR)
+        v = v.view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
+        dropout_p = self.dropout if self.training else 0.0
+        y = _attend(Q.transpose(1, 2), K.transpose(1, 2), v, scale=self.scale, dropout_p=dropout_p, q_start=0)
+        y = y.transpose(1, 2).reshape(B, T, nH * dH)  # (B, T, nH dH)
         return self.resid_dropout(self.c_proj(y))
 
     def build_inference_form(self) -> Dict[str, torch.Tensor]:

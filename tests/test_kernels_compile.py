@@ -19,6 +19,7 @@ import decode_attention as da  # noqa: E402
 import decode_linear as dl  # noqa: E402
 import fused_gelu as fg  # noqa: E402
 import fused_loss as fl  # noqa: E402
+import fused_mla_rope as fm  # noqa: E402
 import fused_norm as fn  # noqa: E402
 import master_adamw as ma  # noqa: E402
 from model import LayerNorm, RMSNorm, rope_cache  # noqa: E402
@@ -49,6 +50,7 @@ def record(monkeypatch):
     monkeypatch.setattr(da, "_interpret", lambda: True)  # decode_attention, and decode_linear's / fused_norm's checks
     monkeypatch.setattr(fl, "_interpret", lambda: True)
     monkeypatch.setattr(fg, "_interpret", lambda: True)
+    monkeypatch.setattr(fm, "_interpret", lambda: True)
     monkeypatch.setattr(ma, "_interpret", lambda: True)
 
     def install(module, name):
@@ -161,6 +163,23 @@ def test_gelu_kernels_compile(dtype, record, monkeypatch):
         sig, const, warps = typed(rec.kernel, *rec.launches[0])
         ttir = compile_to_ttir(rec.kernel, sig, const, num_warps=warps)
         assert ttir.count("math.exp2") == 1 and "erf" not in ttir  # one exp2, no erf
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_mla_rope_kernels_compile(dtype, record, monkeypatch):
+    """fused_mla_rope's forward and backward kernels at GPT-2 MLA's shapes (12 heads of 64 + 32: the heads and the
+    widths padded to powers of two), through decoupled_qk and its autograd, the incoming gradient of Q transposed."""
+    fwd, bwd = record(fm, "_qk_fwd_kernel"), record(fm, "_qk_bwd_kernel")
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
+    cos, sin = (t[:16] for t in rope_cache(32, 16, 10000.0))
+    q = rnd(2, 16, 12, 96, dtype=dtype).requires_grad_()
+    kv = rnd(2, 16, 1536, dtype=dtype).requires_grad_()
+    k_rope = rnd(2, 16, 32, dtype=dtype).requires_grad_()
+    Q, K = fm.decoupled_qk(q, kv[..., :768].view(2, 16, 12, 64), k_rope, cos, sin, backend="triton")
+    torch.autograd.backward([Q, K], [rnd(2, 12, 16, 96, dtype=dtype).transpose(1, 2), rnd(2, 16, 12, 96, dtype=dtype)])
+    assert compile_launches(fwd) == 1 and compile_launches(bwd) == 1
+    sig, const, warps = typed(bwd.kernel, *bwd.launches[0])
+    assert (const["BLOCK_H"], const["BLOCK_DH"], const["BLOCK_HALF"]) == (16, 64, 16)
 
 
 @pytest.mark.parametrize("lr_tensor", [False, True])

@@ -1,0 +1,262 @@
+"""
+MLA's decoupled RoPE in the training step: the query and key that SDPA reads, built in one Triton kernel forward
+and one backward on CUDA.
+
+With decoupled RoPE (model.LatentAttention, mla_rope='decoupled') head i attends with
+
+    Q_i = [q_i | R(t) q^R_i]    (dH + dR)        K_i = [k_i | R(t) k^R]    (dH + dR, k^R one head shared by all)
+
+where R(t) rotates pairs (x[j], x[j + dR/2]) by the angles of position t (model.apply_rope). Written as torch ops
+(the rotations, a cat each, k^R expanded to every head) inductor made five elementwise kernels forward and backward,
+1.37 ms of GPT-2 MLA's 12 x 1024 step on an H200 beyond the learned-position step's (results/bench/README.md,
+session 24), about three times what their bytes take at the copy rate. Here:
+
+    forward   Q (B, T, nH, dH + dR) and K (B, T, nH, dH + dR) written from [q_i | q^R_i], k_i and k^R in one pass
+    backward  dq = [dQ_i | R(t)^T dQ^R_i]; dk_i = dK_i; dk^R = R(t)^T sum_i dK^R_i (the sum in float32), one pass
+
+Q and K are laid out (B, T, nH, D), so Q.transpose(1, 2) is the (B, nH, T, D) view SDPA takes with no copy (as the
+model's q, k and v without RoPE). The rotation runs in float32 with cos and sin rounded to the activations' dtype
+first, each output rounded once (as inductor compiles model.apply_rope).
+
+`decoupled_qk` is the one dispatch point: the kernels on CUDA (and on the CPU under TRITON_INTERPRET=1, for tests),
+registered as torch.library triton_ops so that torch.compile keeps each as one call; the same formula in torch ops
+everywhere else (backend='torch', or BACKEND).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from decode_attention import _interpret, _triton_available
+
+# Tuning knobs, read at call time (under torch.compile: when the step is traced).
+BACKEND = "auto"  # what decoupled_qk's backend='auto' means: 'auto' (the kernels where they can run), or 'torch'
+ROWS = 4  # tokens a program (every head of each)
+NUM_WARPS = 4
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+BACKENDS = ("auto", "triton", "torch")
+FWD_OP, BWD_OP = "tucker_attention::mla_rope_qk_fwd", "tucker_attention::mla_rope_qk_bwd"
+_HAVE_TRITON = _triton_available()  # once, at import: not a cached call inside a traced step
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """model.apply_rope's rotation (the rotate-half layout) of x (..., dR) by cos / sin broadcast as (..., dR/2)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def decoupled_qk_torch(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
+                       sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """decoupled_qk in torch ops (its reference; differentiable by autograd)."""
+    B, T, nH, _ = k.shape
+    dR = k_rope.size(-1)
+    dH = q.size(-1) - dR
+    q_c, q_r = q.split([dH, dR], dim=-1)
+    Q = torch.cat((q_c, _rotate(q_r, cos[:, None], sin[:, None])), dim=-1)  # (B, T, nH, dH + dR)
+    k_r = _rotate(k_rope, cos, sin).unsqueeze(2).expand(B, T, nH, dR)  # (B, T, nH, dR)
+    return Q, torch.cat((k, k_r), dim=-1)  # (B, T, nH, dH + dR) each
+
+
+if _HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _tables(COS, SIN, t, r_ok, dt, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr):
+        """cos, sin (ROWS, BLOCK_HALF) fp32 of positions t, rounded to dt first (as apply_rope's .to(x.dtype))."""
+        i = tl.arange(0, BLOCK_HALF)
+        ok = r_ok[:, None] & (i < HALF)[None, :]
+        at = t[:, None] * HALF + i[None, :]
+        c = tl.load(COS + at, mask=ok, other=0.0).to(dt).to(tl.float32)
+        s = tl.load(SIN + at, mask=ok, other=0.0).to(dt).to(tl.float32)
+        return c, s
+
+    @triton.jit
+    def _qk_fwd_kernel(Q, K, KR, COS, SIN, QO, KO, n_rows, T, q_sb, q_st, q_sh, k_sb, k_st, k_sh, r_sb, r_st,
+                       NH: tl.constexpr, DH: tl.constexpr, DR: tl.constexpr, ROWS: tl.constexpr,
+                       BLOCK_H: tl.constexpr, BLOCK_DH: tl.constexpr, BLOCK_HALF: tl.constexpr):
+        HALF: tl.constexpr = DR // 2
+        W: tl.constexpr = DH + DR
+        dt = QO.dtype.element_ty
+        r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # (ROWS,) flat token rows b T + t
+        r_ok = r < n_rows
+        b = (r // T).to(tl.int64)
+        t = r % T
+        h = tl.arange(0, BLOCK_H)
+        j = tl.arange(0, BLOCK_DH)
+        i = tl.arange(0, BLOCK_HALF)
+        h_ok = h < NH
+        m_c = r_ok[:, None, None] & h_ok[None, :, None] & (j < DH)[None, None, :]  # (ROWS, BLOCK_H, BLOCK_DH)
+        m_r = r_ok[:, None, None] & h_ok[None, :, None] & (i < HALF)[None, None, :]  # (ROWS, BLOCK_H, BLOCK_HALF)
+        out = r.to(tl.int64)[:, None, None] * (NH * W) + h[None, :, None] * W  # (ROWS, BLOCK_H, 1) Q's, K's heads
+        # the content parts: copied
+        q_at = Q + (b * q_sb + t * q_st)[:, None, None] + h[None, :, None] * q_sh  # (ROWS, BLOCK_H, 1)
+        tl.store(QO + out + j[None, None, :], tl.load(q_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
+        k_at = K + (b * k_sb + t * k_st)[:, None, None] + h[None, :, None] * k_sh
+        tl.store(KO + out + j[None, None, :], tl.load(k_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
+        c, s = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)  # (ROWS, BLOCK_HALF)
+        # q^R_i rotated, head by head
+        x1 = tl.load(q_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
+        x2 = tl.load(q_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
+        c3, s3 = c[:, None, :], s[:, None, :]
+        tl.store(QO + out + DH + i[None, None, :], (x1 * c3 - x2 * s3).to(dt), mask=m_r)
+        tl.store(QO + out + DH + HALF + i[None, None, :], (x1 * s3 + x2 * c3).to(dt), mask=m_r)
+        # k^R rotated once a token, written into every head's key
+        m_t = r_ok[:, None] & (i < HALF)[None, :]
+        kr_at = KR + (b * r_sb + t * r_st)[:, None] + i[None, :]
+        z1 = tl.load(kr_at, mask=m_t, other=0.0).to(tl.float32)
+        z2 = tl.load(kr_at + HALF, mask=m_t, other=0.0).to(tl.float32)
+        y1 = (z1 * c - z2 * s).to(dt)
+        y2 = (z1 * s + z2 * c).to(dt)
+        tl.store(KO + out + DH + i[None, None, :], tl.broadcast_to(y1[:, None, :], (ROWS, BLOCK_H, BLOCK_HALF)),
+                 mask=m_r)
+        tl.store(KO + out + DH + HALF + i[None, None, :],
+                 tl.broadcast_to(y2[:, None, :], (ROWS, BLOCK_H, BLOCK_HALF)), mask=m_r)
+
+    @triton.jit
+    def _qk_bwd_kernel(GQ, GK, COS, SIN, DQ, DK, DKR, n_rows, T, q_sb, q_st, q_sh, k_sb, k_st, k_sh,
+                       NH: tl.constexpr, DH: tl.constexpr, DR: tl.constexpr, ROWS: tl.constexpr,
+                       BLOCK_H: tl.constexpr, BLOCK_DH: tl.constexpr, BLOCK_HALF: tl.constexpr):
+        HALF: tl.constexpr = DR // 2
+        W: tl.constexpr = DH + DR
+        dt = DQ.dtype.element_ty
+        r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        r_ok = r < n_rows
+        b = (r // T).to(tl.int64)
+        t = r % T
+        r64 = r.to(tl.int64)
+        h = tl.arange(0, BLOCK_H)
+        j = tl.arange(0, BLOCK_DH)
+        i = tl.arange(0, BLOCK_HALF)
+        h_ok = h < NH
+        m_c = r_ok[:, None, None] & h_ok[None, :, None] & (j < DH)[None, None, :]
+        m_r = r_ok[:, None, None] & h_ok[None, :, None] & (i < HALF)[None, None, :]
+        gq_at = GQ + (b * q_sb + t * q_st)[:, None, None] + h[None, :, None] * q_sh  # (ROWS, BLOCK_H, 1)
+        gk_at = GK + (b * k_sb + t * k_st)[:, None, None] + h[None, :, None] * k_sh
+        dq_at = DQ + r64[:, None, None] * (NH * W) + h[None, :, None] * W  # dq (B, T, nH, W) contiguous
+        # the content parts: copied (dk_i into dk (B, T, nH, dH), contiguous)
+        tl.store(dq_at + j[None, None, :], tl.load(gq_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
+        tl.store(DK + r64[:, None, None] * (NH * DH) + h[None, :, None] * DH + j[None, None, :],
+                 tl.load(gk_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
+        c, s = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)
+        c3, s3 = c[:, None, :], s[:, None, :]
+        # R^T on each head's dQ^R: (g1 c + g2 s, g2 c - g1 s)
+        g1 = tl.load(gq_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
+        g2 = tl.load(gq_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
+        tl.store(dq_at + DH + i[None, None, :], (g1 * c3 + g2 * s3).to(dt), mask=m_r)
+        tl.store(dq_at + DH + HALF + i[None, None, :], (g2 * c3 - g1 * s3).to(dt), mask=m_r)
+        # dk^R: the heads' dK^R summed in fp32, then R^T
+        e1 = tl.sum(tl.load(gk_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32), axis=1)
+        e2 = tl.sum(tl.load(gk_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32), axis=1)
+        m_t = r_ok[:, None] & (i < HALF)[None, :]
+        dkr_at = DKR + r64[:, None] * DR + i[None, :]
+        tl.store(dkr_at, (e1 * c + e2 * s).to(dt), mask=m_t)
+        tl.store(dkr_at + HALF, (e2 * c - e1 * s).to(dt), mask=m_t)
+
+    def _blocks(nH: int, dH: int, dR: int) -> dict:
+        return dict(NH=nH, DH=dH, DR=dR, ROWS=ROWS, BLOCK_H=triton.next_power_of_2(nH),
+                    BLOCK_DH=triton.next_power_of_2(dH), BLOCK_HALF=triton.next_power_of_2(dR // 2))
+
+    def _qk_fwd_impl(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        B, T, nH, dH = k.shape
+        dR = k_rope.size(-1)
+        Q = q.new_empty(B, T, nH, dH + dR)
+        K = q.new_empty(B, T, nH, dH + dR)
+        n = B * T
+        if n:
+            torch.library.wrap_triton(_qk_fwd_kernel)[(triton.cdiv(n, ROWS),)](
+                q, k, k_rope, cos, sin, Q, K, n, T, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
+                k.stride(2), k_rope.stride(0), k_rope.stride(1), **_blocks(nH, dH, dR), num_warps=NUM_WARPS)
+        return Q, K
+
+    def _qk_bwd_impl(gq: torch.Tensor, gk: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        B, T, nH, W = gq.shape
+        dR = 2 * cos.size(-1)
+        dH = W - dR
+        dq = gq.new_empty(B, T, nH, W)
+        dk = gq.new_empty(B, T, nH, dH)
+        dk_rope = gq.new_empty(B, T, dR)
+        n = B * T
+        if n:
+            torch.library.wrap_triton(_qk_bwd_kernel)[(triton.cdiv(n, ROWS),)](
+                gq, gk, cos, sin, dq, dk, dk_rope, n, T, gq.stride(0), gq.stride(1), gq.stride(2), gk.stride(0),
+                gk.stride(1), gk.stride(2), **_blocks(nH, dH, dR), num_warps=NUM_WARPS)
+        return dq, dk, dk_rope
+
+    # Registered when this module is imported (model.py imports it with an MLA model), never inside a traced step:
+    # Dynamo would break the graph around a registration (as for fused_loss's op)
+    _FWD = torch.library.triton_op(FWD_OP, _qk_fwd_impl, mutates_args=())
+    _BWD = torch.library.triton_op(BWD_OP, _qk_bwd_impl, mutates_args=())
+
+
+class _TritonDecoupledQK(torch.autograd.Function):
+    """Q and K through the two kernels; saves only the tables (the backward is linear in the gradients)."""
+
+    @staticmethod
+    def forward(ctx, q, k, k_rope, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return _FWD(q, k, k_rope, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad_q, grad_k):
+        cos, sin = ctx.saved_tensors
+        # a gradient's last dim must be contiguous (SDPA's are: their other dims may come transposed)
+        gq = grad_q if grad_q.stride(-1) == 1 else grad_q.contiguous()
+        gk = grad_k if grad_k.stride(-1) == 1 else grad_k.contiguous()
+        dq, dk, dk_rope = _BWD(gq, gk, cos, sin)
+        return dq, dk, dk_rope, None, None
+
+
+def unsupported(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor) -> Optional[str]:
+    """Why the kernels cannot take these inputs now (None when they can)."""
+    if q.device.type != "cuda" and not (_interpret() and q.device.type == "cpu"):
+        return f"device {q.device.type} (Triton needs CUDA, or the CPU under TRITON_INTERPRET=1)"
+    if not _HAVE_TRITON:
+        return "triton is not installed"
+    if q.dtype not in DTYPES or k.dtype != q.dtype or k_rope.dtype != q.dtype:
+        return f"dtypes q {q.dtype}, k {k.dtype}, k_rope {k_rope.dtype} (one of fp16/bf16/fp32, all the same)"
+    if any(x.stride(-1) != 1 for x in (q, k, k_rope)):
+        return "q, k and k_rope need their last dim contiguous"
+    if not (cos.is_contiguous() and sin.is_contiguous()):
+        return "cos and sin must be contiguous"
+    return None
+
+
+def _check_shapes(q, k, k_rope, cos, sin) -> None:
+    if k.dim() != 4 or q.dim() != 4 or k_rope.dim() != 3:
+        raise ValueError(f"decoupled_qk: q (B, T, nH, dH + dR), k (B, T, nH, dH), k_rope (B, T, dR); got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(k_rope.shape)}")
+    B, T, nH, dH = k.shape
+    dR = k_rope.size(-1)
+    if dR % 2 or tuple(q.shape) != (B, T, nH, dH + dR) or tuple(k_rope.shape[:2]) != (B, T):
+        raise ValueError(f"decoupled_qk: q {tuple(q.shape)} must be (B, T, nH, dH + dR) = {(B, T, nH, dH + dR)} "
+                         f"and k_rope {tuple(k_rope.shape)} (B, T, dR) with dR even")
+    if cos.shape != sin.shape or tuple(cos.shape) != (T, dR // 2):
+        raise ValueError(f"decoupled_qk: cos / sin {tuple(cos.shape)} / {tuple(sin.shape)}: (T, dR/2) = {(T, dR // 2)}")
+
+
+def decoupled_qk(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 backend: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """SDPA's query and key with decoupled RoPE, differentiable.
+
+    q (B, T, nH, dH + dR): each head's [q_i | q^R_i], q^R unrotated; k (B, T, nH, dH): each head's key; k_rope (B, T,
+    dR): the shared rotary key, unrotated; cos, sin (T, dR/2): the angles' rows of the T positions (model.rope_at).
+    Any strides but a contiguous last dim. Returns Q = [q_i | R q^R_i] and K = [k_i | R k^R], both (B, T, nH, dH +
+    dR) contiguous. backend 'auto' (None: BACKEND): the Triton kernels where they can run, else torch ops;
+    'triton': the kernels or a ValueError; 'torch': torch ops (decoupled_qk_torch)."""
+    backend = BACKEND if backend is None else backend
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+    _check_shapes(q, k, k_rope, cos, sin)
+    why = unsupported(q, k, k_rope, cos, sin) if backend != "torch" else "backend='torch'"
+    if why is not None:
+        if backend == "triton":
+            raise ValueError(f"fused_mla_rope.decoupled_qk: the Triton kernels cannot run: {why}")
+        return decoupled_qk_torch(q, k, k_rope, cos, sin)
+    return _TritonDecoupledQK.apply(q, k, k_rope, cos, sin)

@@ -1,0 +1,229 @@
+"""fused_mla_rope.decoupled_qk: MLA's decoupled-RoPE query [q_i | R q^R_i] and key [k_i | R k^R] for SDPA, built in
+one Triton kernel forward and one backward.
+
+Properties: the torch form scores every head as the paper's decoupled MLA does (q_i . k_i + R(t) q^R_i . R(s) k^R,
+the rotary term a function of t - s only); the kernels equal it, values and gradients, at float32 rounding (fp16 at
+its own) for odd head counts and widths, strided inputs (k a column slice of the stacked k / v output, k^R a slice
+of the stacked down-projection) and transposed incoming gradients (SDPA's), and sizes that leave a partial block of
+tokens; a whole MLA model with the kernels equals it with torch ops, loss and every gradient; dispatch and errors;
+the model traces as one graph with the two ops. CPU: the kernels through Triton's interpreter (tests/interpreted.py);
+CUDA (skipped without a GPU): bf16, and a compiled model's step.
+"""
+import pytest
+import torch
+
+import fused_mla_rope as fm
+from interpreted import needs_child
+from model import GPT, GPTConfig, apply_rope, rope_cache
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def inputs(B=2, T=7, nH=3, dH=12, dR=6, dtype=torch.float32, device="cpu", start=5, seed=0):
+    """q (B, T, nH, dH + dR) contiguous; k a (B, T, nH, dH) view of a stacked [k | v] output (row stride 2 nH dH);
+    k_rope a column slice of a wider (B, T, 20) tensor; cos, sin of positions start .. start + T - 1."""
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)
+    cos, sin = rope_cache(dR, start + T + 1, 10000.0, device=device)
+    leaves = [rnd(B, T, nH, dH + dR), rnd(B, T, 2 * nH * dH), rnd(B, T, 20)]
+    return leaves, cos[start:start + T], sin[start:start + T]
+
+
+def views(leaves, nH, dH, dR):
+    q, kv, wide = leaves
+    B, T = q.shape[:2]
+    return q, kv[..., :nH * dH].view(B, T, nH, dH), wide[..., 3:3 + dR]
+
+
+def run(backend, leaves, cos, sin, nH, dH, dR, grads):
+    """Q, K and the leaves' gradients for incoming gradients grads."""
+    leaves = [x.detach().clone().requires_grad_() for x in leaves]
+    Q, K = fm.decoupled_qk(*views(leaves, nH, dH, dR), cos, sin, backend=backend)
+    torch.autograd.backward([Q, K], list(grads))
+    return Q.detach(), K.detach(), [x.grad for x in leaves]
+
+
+def test_torch_form_scores_heads_as_decoupled_mla():
+    """Q_i . K_i over positions t, s equals q_i . k_i + R(t) q^R_i . R(s) k^R with model.apply_rope, and the rotary
+    term depends on t - s only (the same vectors at every position give a Toeplitz matrix)."""
+    B, T, nH, dH, dR = 1, 6, 2, 4, 8
+    cos, sin = rope_cache(dR, T, 10000.0)
+    torch.manual_seed(0)
+    q_c, q_r, k = torch.randn(B, T, nH, dH), torch.randn(B, T, nH, dR), torch.randn(B, T, nH, dH)
+    k_r = torch.randn(B, T, dR)
+    Q, K = fm.decoupled_qk(torch.cat((q_c, q_r), -1), k, k_r, cos, sin, backend="torch")
+    scores = torch.einsum("bthd,bshd->bhts", Q, K)
+    ref = (torch.einsum("bthd,bshd->bhts", q_c, k)
+           + torch.einsum("bthd,bsd->bhts", apply_rope(q_r, cos[:, None], sin[:, None]), apply_rope(k_r, cos, sin)))
+    torch.testing.assert_close(scores, ref)
+    same_q, same_k = q_r[:, :1].expand(B, T, nH, dR), k_r[:, :1].expand(B, T, dR)
+    rot = torch.einsum("bthd,bsd->bhts", apply_rope(same_q, cos[:, None], sin[:, None]), apply_rope(same_k, cos, sin))
+    for off in range(-T + 1, T):
+        diag = rot[0, 0].diagonal(off)
+        torch.testing.assert_close(diag, diag[:1].expand_as(diag), atol=1e-5, rtol=1e-5)
+
+
+def test_dispatch_and_errors(monkeypatch):
+    leaves, cos, sin = inputs()
+    q, k, k_rope = views(leaves, 3, 12, 6)
+    with pytest.raises(ValueError, match="backend='bogus'"):
+        fm.decoupled_qk(q, k, k_rope, cos, sin, backend="bogus")
+    with pytest.raises(ValueError, match="q .* must be"):
+        fm.decoupled_qk(q[..., :-1], k, k_rope, cos, sin)
+    with pytest.raises(ValueError, match="cos / sin"):
+        fm.decoupled_qk(q, k, k_rope, cos[:-1], sin[:-1])
+    with pytest.raises(ValueError, match="k_rope"):
+        fm.decoupled_qk(q, k, k_rope[0], cos, sin)
+    monkeypatch.setattr(fm, "_interpret", lambda: False)  # the CPU without the interpreter
+    with pytest.raises(ValueError, match="cannot run: device cpu"):
+        fm.decoupled_qk(q, k, k_rope, cos, sin, backend="triton")
+    a, b = fm.decoupled_qk(q, k, k_rope, cos, sin), fm.decoupled_qk_torch(q, k, k_rope, cos, sin)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    monkeypatch.setattr(fm, "BACKEND", "bogus")
+    with pytest.raises(ValueError, match="backend='bogus'"):
+        fm.decoupled_qk(q, k, k_rope, cos, sin)
+
+
+def test_unsupported_names_why(monkeypatch):
+    monkeypatch.setattr(fm, "_interpret", lambda: True)  # the CPU counts as a Triton device, as in the child
+    leaves, cos, sin = inputs()
+    q, k, k_rope = views(leaves, 3, 12, 6)
+    if fm._HAVE_TRITON:
+        assert fm.unsupported(q, k, k_rope, cos, sin) is None
+        assert "dtypes" in fm.unsupported(q, k.double(), k_rope, cos, sin)
+        assert "last dim" in fm.unsupported(q.transpose(2, 3).contiguous().transpose(2, 3), k, k_rope, cos, sin)
+        assert "contiguous" in fm.unsupported(q, k, k_rope, cos.t().contiguous().t(), sin)
+    monkeypatch.setattr(fm, "_interpret", lambda: False)
+    assert "device cpu" in fm.unsupported(q, k, k_rope, cos, sin)
+
+
+def mla_config(**kw):
+    return GPTConfig(**{**dict(n_layer=2, n_head=3, n_embd=48, block_size=16, vocab_size=97, bias=True, attn="mla",
+                               q_rank=24, kv_rank=16, pos_emb="rope", mla_rope="decoupled"), **kw})
+
+
+def test_model_is_one_traced_graph_with_the_ops(monkeypatch):
+    """With the kernels chosen, torch.compile still traces MLA's training forward as one graph (torch._dynamo.export
+    fails on a graph break): one more autograd function a layer than with torch ops."""
+    if not fm._HAVE_TRITON:
+        pytest.skip("triton is not installed")
+    import fused_loss as fl
+    monkeypatch.setattr(fm, "_interpret", lambda: True)
+    monkeypatch.setattr(fl, "_interpret", lambda: True)
+    x = torch.randint(0, 97, (2, 16))
+    functions = {}
+    for backend in ("auto", "torch"):
+        monkeypatch.setattr(fm, "BACKEND", backend)
+        model = GPT(mla_config(gelu="torch"))
+        try:
+            graph, _ = torch._dynamo.export(model)(x, x)  # traced with fake tensors: no kernel runs
+        finally:
+            torch._dynamo.reset()
+        functions[backend] = sum("AutogradFunctionApply" in type(n.target).__name__ for n in graph.graph.nodes)
+    assert functions["auto"] - functions["torch"] == 2  # one a layer
+
+
+# ----------------------------------------------------------------------------------------
+# The kernels through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
+
+
+@needs_child
+@pytest.mark.parametrize("shape", [(2, 7, 3, 12, 6), (1, 9, 4, 16, 8), (3, 1, 1, 5, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_interp_kernels_match_torch_form(shape, dtype, monkeypatch):
+    """Values and gradients against decoupled_qk_torch (in float32 for fp16: the kernels round once, eager ops each
+    step), 4 tokens a program (7, 9 and 2 tokens: partial blocks); the incoming gradient of Q transposed as SDPA's."""
+    monkeypatch.setattr(fm, "ROWS", 4)
+    B, T, nH, dH, dR = shape
+    leaves, cos, sin = inputs(B, T, nH, dH, dR, dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    gq = torch.randn(B, nH, T, dH + dR, generator=g).to(dtype).transpose(1, 2)  # (B, T, nH, W), not contiguous
+    gk = torch.randn(B, T, nH, dH + dR, generator=g).to(dtype)
+    Qa, Ka, grads_a = run("triton", leaves, cos, sin, nH, dH, dR, (gq, gk))
+    leaves32 = [x.float() for x in leaves]
+    Qb, Kb, grads_b = run("torch", leaves32, cos, sin, nH, dH, dR, (gq.float(), gk.float()))
+    assert Qa.dtype == dtype and Qa.is_contiguous() and Ka.is_contiguous() and Qa.shape == (B, T, nH, dH + dR)
+    tol = dict(atol=1e-6, rtol=1e-6) if dtype == torch.float32 else dict(atol=2e-3, rtol=1e-3)
+    if dtype == torch.float16:  # the torch form in float32 from fp16 tables: the kernels' rounding of cos, sin
+        Qb, Kb, grads_b = run("torch", leaves32, cos.half().float(), sin.half().float(), nH, dH, dR,
+                              (gq.float(), gk.float()))
+    torch.testing.assert_close(Qa.float(), Qb, **tol)
+    torch.testing.assert_close(Ka.float(), Kb, **tol)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a.float(), b, **tol)
+    assert grads_a[2][..., :3].abs().max() == 0 and grads_a[2][..., 3 + dR:].abs().max() == 0  # k^R's slice only
+
+
+@needs_child
+def test_interp_mla_model_with_kernels_equals_torch_ops(monkeypatch):
+    """A whole MLA model with decoupled RoPE (query rank and the full query; shared and separate K, V): the loss and
+    every gradient with the kernels equal those with torch ops to float32 rounding."""
+    import fused_gelu as fg
+    import fused_loss as fl
+    monkeypatch.setattr(fg, "_interpret", lambda: False)  # only this module's kernels (the others have their tests)
+    monkeypatch.setattr(fl, "_interpret", lambda: False)
+    x = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
+    for kw in (dict(), dict(q_rank=None, shared_kv=True)):
+        out = {}
+        for backend in ("auto", "torch"):
+            monkeypatch.setattr(fm, "BACKEND", backend)
+            torch.manual_seed(0)
+            model = GPT(mla_config(**kw))
+            _, loss = model(x, x)
+            loss.backward()
+            out[backend] = (loss.detach(), [p.grad for p in model.parameters()])
+        torch.testing.assert_close(out["auto"][0], out["torch"][0], atol=1e-6, rtol=1e-6)
+        for a, b in zip(out["auto"][1], out["torch"][1]):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------
+# On the GPU
+
+
+@needs_cuda
+def test_cuda_bf16_kernels_match_torch_form():
+    B, T, nH, dH, dR = 4, 1024, 12, 64, 32  # GPT-2 MLA's shapes
+    leaves, cos, sin = inputs(B, T, nH, dH, dR, dtype=torch.bfloat16, device="cuda")
+    gq = torch.randn(B, nH, T, dH + dR, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    gk = torch.randn(B, T, nH, dH + dR, device="cuda", dtype=torch.bfloat16)
+    Qa, Ka, grads_a = run("triton", leaves, cos, sin, nH, dH, dR, (gq, gk))
+    Qb, Kb, grads_b = run("torch", [x.float() for x in leaves], cos.bfloat16().float(), sin.bfloat16().float(),
+                          nH, dH, dR, (gq.float(), gk.float()))
+    tol = dict(atol=1e-2, rtol=8e-3)  # one bf16 rounding of each output
+    torch.testing.assert_close(Qa.float(), Qb, **tol)
+    torch.testing.assert_close(Ka.float(), Kb, **tol)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a.float(), b, atol=3e-2, rtol=8e-3)  # dk^R: a sum of 12 heads, rounded once
+
+
+@needs_cuda
+def test_cuda_compiled_model_step_matches_torch_ops(monkeypatch):
+    """A compiled MLA model's loss and gradients with the kernels (which the profiler must see run) equal those with
+    torch ops (whose step must not run them) within bf16 noise."""
+    x = torch.randint(0, 512, (4, 64), device="cuda")
+    y = torch.randint(0, 512, (4, 64), device="cuda")
+    out, ran = {}, {}
+    for backend in ("auto", "torch"):
+        monkeypatch.setattr(fm, "BACKEND", backend)
+        torch.manual_seed(0)
+        model = GPT(mla_config(n_head=4, n_embd=256, q_rank=64, kv_rank=64, block_size=64, vocab_size=512)).cuda()
+        torch._dynamo.reset()
+        step = torch.compile(model)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            step(x, y)
+        model.zero_grad(set_to_none=True)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                _, loss = step(x, y)
+            loss.backward()
+            torch.cuda.synchronize()
+        names = {e.name for e in prof.events()}
+        ran[backend] = {k for k in ("_qk_fwd_kernel", "_qk_bwd_kernel") if any(k in n for n in names)}
+        out[backend] = (loss.item(), [p.grad.clone() for p in model.parameters()])
+    torch._dynamo.reset()
+    assert ran == {"auto": {"_qk_fwd_kernel", "_qk_bwd_kernel"}, "torch": set()}
+    assert abs(out["auto"][0] - out["torch"][0]) < 1e-3
+    for a, b in zip(out["auto"][1], out["torch"][1]):
+        assert ((a - b).norm() / b.norm().clamp_min(1e-12)).item() < 2e-2
