@@ -880,7 +880,7 @@ def add_common_args(p, name: str) -> None:
 
 
 BLAS_CHOICES = ("default", "cublas", "cublaslt")
-TRAIN_KNOB_MODULES = ("master_adamw", "fused_gelu")  # whose upper-case constants bench_train's --knob may set
+TRAIN_KNOB_MODULES = ("master_adamw", "fused_gelu", "fused_mla_rope")  # whose upper-case constants bench_train's --knob may set
 
 
 def set_module_knobs(pairs, modules: Sequence[str]) -> dict:
@@ -913,8 +913,9 @@ def set_module_knobs(pairs, modules: Sequence[str]) -> dict:
 def add_knob_arg(p) -> None:
     """bench_train's and loop_gap's --knob (bench_decode has its own, over the decode modules)."""
     p.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE",
-                   help="set a tuning constant of master_adamw (the default module) or fused_gelu for the run (a "
-                        "Python literal; repeatable), e.g. --knob TENSORS_PER_LAUNCH=16 (with --master_weights)")
+                   help="set a tuning constant of master_adamw (the default module), fused_gelu or fused_mla_rope for "
+                        "the run (a Python literal; repeatable), e.g. --knob TENSORS_PER_LAUNCH=16 (with "
+                        "--master_weights), --knob fused_mla_rope.BACKEND=\'torch\'")
 
 
 def apply_blas(choice: str) -> None:
