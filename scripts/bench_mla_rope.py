@@ -6,8 +6,9 @@ with a copy of the same bytes as the floor.
     python -m scripts.bench_mla_rope --out_dir $OUT                    # GPU, bf16, 12x1024 and 64x256, 12 heads 64 + 32
     python -m scripts.bench_mla_rope --device cpu --shapes 2x64         # smoke test (torch rows only)
 
-Rows, median over --repeats of the mean of --calls back-to-back calls between two CUDA events (scripts.bench_gelu's
-timing), per layer:
+Rows, per layer, the GPU time of a pass's kernels (torch.profiler over --calls calls, their kernels' durations summed
+and divided by the calls: the passes are short enough that timing them from the host measures Python's launches, not
+the GPU; the copy row is event-timed, scripts.bench_gelu's timing):
 
     copy          one read and one write of the pass's bytes (forward: q, k, k^R in, Q, K out; backward: dQ, dK in,
                   dq, dk, dk^R out): its floor
@@ -30,7 +31,7 @@ import torch
 import fused_mla_rope as fm
 from model import rope_cache
 from scripts.bench_gelu import timed
-from scripts.bench_train import fmt, markdown_table, parse_ints, parse_shapes, run_info, write_report
+from scripts.bench_train import fmt, kernel_times, markdown_table, parse_ints, parse_shapes, run_info, write_report
 
 
 def make_inputs(B, T, nH, dH, dR, dtype, device):
@@ -46,6 +47,23 @@ def make_inputs(B, T, nH, dH, dR, dtype, device):
     gq = rnd(B, nH, T, dH + dR).transpose(1, 2)
     gk = rnd(B, nH, T, dH + dR).transpose(1, 2)
     return (q, kv[..., :nH * dH].view(B, T, nH, dH), wide[..., 256:]), (q, kv, wide), cos, sin, (gq, gk)
+
+
+def device_ms(fn, calls: int, cuda: bool) -> float:
+    """ms of device kernels a call of fn: their durations under torch.profiler over `calls` calls (after 3 unprofiled
+    ones), summed, divided by calls. Host time on the CPU (no device kernels there)."""
+    if not cuda:
+        return timed(fn, calls, 1, cuda)
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    pairs, source = kernel_times(prof.events())  # bench_train's: the device kernels, host annotations left out
+    return sum(us for _, us in pairs) / 1e3 / calls
 
 
 def main(argv=None):
@@ -72,7 +90,7 @@ def main(argv=None):
 
     def add(shape, name, fwd_ms, bwd_ms, fwd_mb, bwd_mb, err=None):
         r = dict(shape=shape, name=name, fwd_ms=fwd_ms, bwd_ms=bwd_ms, err=err,
-                 fwd_tbs=fwd_mb / fwd_ms / 1e6 if fwd_ms else None, bwd_tbs=bwd_mb / bwd_ms / 1e6 if bwd_ms else None)
+                 fwd_tbs=fwd_mb / fwd_ms / 1e3 if fwd_ms else None, bwd_tbs=bwd_mb / bwd_ms / 1e3 if bwd_ms else None)
         payload["rows"].append(r)
         rows.append([shape, name, fmt(fwd_ms and fwd_ms * 1e3, ".1f"), fmt(r["fwd_tbs"], ".2f"),
                      fmt(bwd_ms and bwd_ms * 1e3, ".1f"), fmt(r["bwd_tbs"], ".2f"), fmt(err, ".3g")])
@@ -106,9 +124,9 @@ def main(argv=None):
             return f, b, (Q, K)
 
         def both(f, b):
-            """(forward ms, backward ms): the backward's is forward + backward less the forward."""
-            t_f = timed(f, args.calls, args.repeats, cuda)
-            return t_f, timed(b, args.calls, args.repeats, cuda) - t_f
+            """(forward ms, backward ms) of GPU time: the backward's is forward + backward less the forward."""
+            t_f = device_ms(f, args.calls, cuda)
+            return t_f, device_ms(b, args.calls, cuda) - t_f
         f, b, ref = fwd_bwd(compiled)
         b()
         ref_grads = [x.grad.clone() for x in leaves]
