@@ -33,8 +33,11 @@ from decode_attention import _interpret, _triton_available
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BACKEND = "auto"  # what decoupled_qk's backend='auto' means: 'auto' (the kernels where they can run), or 'torch'
-ROWS = 4  # tokens a program (every head of each)
-NUM_WARPS = 4
+ROWS = 2  # tokens a program (every head of each). H200, GPT-2 MLA (12 heads of 64 + 32), the forward kernel's GPU time
+NUM_WARPS = 4  # a layer (scripts/bench_mla_rope.py, session 24 call 4): 29.6 / 38.2 us at 12x1024 / 64x256 (a copy of
+#               its bytes 28.4 / 37.5; inductor's torch form 41.2 / 60.4), ROWS 4 31.8 / 41.6, 8 34.2 / 45.6, 16 38.5
+#               / 48.8; 2 or 8 warps no better. The training step at ROWS 2 against 4 (same call): 23.57 / 27.52 ms
+#               against 23.66 / 27.57
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
 FWD_OP, BWD_OP = "tucker_attention::mla_rope_qk_fwd", "tucker_attention::mla_rope_qk_bwd"

@@ -35,18 +35,22 @@ from scripts.bench_train import fmt, kernel_times, markdown_table, parse_ints, p
 
 
 def make_inputs(B, T, nH, dH, dR, dtype, device):
-    """The step's layouts: q (B, T, nH, dH + dR) from one matmul; k a view of the stacked [k | v] output; k^R a
-    column slice of the stacked down-projection's output (dcQ + dcK + dR wide, here 2 x 128 + dR); gradients: dQ
-    transposed from SDPA's (B, nH, T, D), dK too."""
+    """The step's layouts: q (B, T, nH, dH + dR) from one matmul; k with the strides of a view of the stacked [k | v]
+    output; k^R with those of a column slice of the stacked down-projection's output (dcQ + dcK + dR wide, here 2 x
+    128 + dR); gradients: dQ transposed from SDPA's (B, nH, T, D), dK too."""
     g = torch.Generator(device=device).manual_seed(0)
     rnd = lambda *s: torch.randn(*s, generator=g, device=device, dtype=dtype)
+
+    def strided_leaf(shape, strides):  # a leaf with the step's strides: its gradient lands as it comes (no scatter
+        x = torch.empty_strided(shape, strides, device=device, dtype=dtype)  # into a wider tensor, which the
+        return x.copy_(rnd(*shape)).requires_grad_()  # backward's time would count)
     q = rnd(B, T, nH, dH + dR).requires_grad_()
-    kv = rnd(B, T, 2 * nH * dH).requires_grad_()
-    wide = rnd(B, T, 256 + dR).requires_grad_()
+    k = strided_leaf((B, T, nH, dH), (T * 2 * nH * dH, 2 * nH * dH, dH, 1))
+    k_rope = strided_leaf((B, T, dR), (T * (256 + dR), 256 + dR, 1))
     cos, sin = (t[:T].contiguous() for t in rope_cache(dR, T, 10000.0, device=device))
     gq = rnd(B, nH, T, dH + dR).transpose(1, 2)
     gk = rnd(B, nH, T, dH + dR).transpose(1, 2)
-    return (q, kv[..., :nH * dH].view(B, T, nH, dH), wide[..., 256:]), (q, kv, wide), cos, sin, (gq, gk)
+    return (q, k, k_rope), (q, k, k_rope), cos, sin, (gq, gk)
 
 
 def device_ms(fn, calls: int, cuda: bool) -> float:

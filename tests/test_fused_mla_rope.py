@@ -229,3 +229,19 @@ def test_cuda_compiled_model_step_matches_torch_ops(monkeypatch):
     assert abs(out["auto"][0] - out["torch"][0]) < 1e-3
     for a, b in zip(out["auto"][1], out["torch"][1]):
         assert ((a - b).norm() / b.norm().clamp_min(1e-12)).item() < 2e-2
+
+
+def test_bench_mla_rope_smoke_on_cpu(tmp_path):
+    """scripts/bench_mla_rope runs on the CPU (its copy and torch-form rows) and writes its report, every number
+    positive, the passes' bytes as the formula: forward q, k, k^R in and Q, K out; backward dQ, dK in and dq, dk,
+    dk^R out (the same count)."""
+    import json
+    from scripts import bench_mla_rope
+    bench_mla_rope.main(["--device", "cpu", "--shapes", "2x16", "--heads", "3", "--head_dim", "8", "--rope_dim", "4",
+                         "--calls", "2", "--repeats", "1", "--out_dir", str(tmp_path)])
+    rows = json.loads((tmp_path / "bench_mla_rope.json").read_text())["rows"]
+    assert [r["name"].split()[0] for r in rows] == ["copy", "inductor"]
+    assert all(r["fwd_ms"] > 0 and r["bwd_ms"] is not None for r in rows)  # bwd: a difference of two host times
+    mb = 2 * 16 * 4 * (3 * 12 + 3 * 8 + 4 + 2 * 3 * 12) / 1e6  # fp32 on the CPU
+    assert rows[0]["fwd_tbs"] == pytest.approx(mb / rows[0]["fwd_ms"] / 1e3)
+    assert "| 2x16 | inductor" in (tmp_path / "bench_mla_rope.md").read_text()
