@@ -53,7 +53,9 @@ MAX_ROWS = 32  # sequences a step serves at most: a product's rows are one tl.do
 #               longer fit an SM and the grid barriers wait for programs that cannot start (scripts/mega_sass --batch)
 BN = 16  # output columns a tile of the layers' products (tl.dot's least)
 BK = 128  # K a step of a product's loop
-BN_LM = 64  # the LM head's output columns a tile
+BN_LM = 64  # the LM head's output columns a tile (session 24 call 6, H200, batch 32 at 16k, alternating, Tucker / Tucker
+#              shared ms: 64 0.7212 / 0.5528 and 0.7167 / 0.5538, 32 0.7279 / 0.5550 and 0.7278 / 0.5504; 128 does not fit
+#              two programs an SM at 4 stages)
 NUM_WARPS = 4
 PROGRAMS_PER_SM = 2  # programs of NUM_WARPS warps an SM (all resident at once: PROGRAMS_PER_SM x NUM_WARPS x 32
 #                      threads x MAXNREG registers within an SM's 65,536)
