@@ -33,33 +33,28 @@ from decode_attention import _interpret, _triton_available
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BACKEND = "auto"  # what decoupled_qk's backend='auto' means: 'auto' (the kernels where they can run), or 'torch'
-ROWS = 2  # tokens a program (every head of each). H200, GPT-2 MLA (12 heads of 64 + 32), the forward kernel's GPU time
-NUM_WARPS = 4  # a layer (scripts/bench_mla_rope.py, session 24 call 4): 29.6 / 38.2 us at 12x1024 / 64x256 (a copy of
-#               its bytes 28.4 / 37.5; inductor's torch form 41.2 / 60.4), ROWS 4 31.8 / 41.6, 8 34.2 / 45.6, 16 38.5
-#               / 48.8; 2 or 8 warps no better. The training step at ROWS 2 against 4 (same call): 23.57 / 27.52 ms
-#               against 23.66 / 27.57
+ROWS = 2  # tokens a program (every head of each; a power of two). H200, GPT-2 MLA (12 heads of 64 + 32), the forward
+#          kernel's GPU time a layer (scripts/bench_mla_rope.py, session 24 call 4): 29.6 / 38.2 us at 12x1024 /
+#          64x256 (a copy of its bytes 28.4 / 37.5; inductor's torch form 41.2 / 60.4), ROWS 4 31.8 / 41.6, 8 34.2 /
+#          45.6, 16 38.5 / 48.8. The training step at ROWS 2 against 4 (same call): 23.57 / 27.52 ms against 23.66 /
+#          27.57
+NUM_WARPS = 4  # a program's warps (a power of two; the same sweep: 2 or 8 no faster at any ROWS)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
-FWD_OP, BWD_OP = "tucker_attention::mla_rope_qk_fwd", "tucker_attention::mla_rope_qk_bwd"
+_FWD_OP, _BWD_OP = "tucker_attention::mla_rope_qk_fwd", "tucker_attention::mla_rope_qk_bwd"
 _HAVE_TRITON = _triton_available()  # once, at import: not a cached call inside a traced step
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """model.apply_rope's rotation (the rotate-half layout) of x (..., dR) by cos / sin broadcast as (..., dR/2)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
 def decoupled_qk_torch(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
                        sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """decoupled_qk in torch ops (its reference; differentiable by autograd)."""
+    """decoupled_qk in torch ops (its reference; differentiable by autograd), model.apply_rope's rotation."""
+    from model import apply_rope  # here, not at import: model.py imports this module when it builds an MLA layer
     B, T, nH, _ = k.shape
     dR = k_rope.size(-1)
     dH = q.size(-1) - dR
     q_c, q_r = q.split([dH, dR], dim=-1)
-    Q = torch.cat((q_c, _rotate(q_r, cos[:, None], sin[:, None])), dim=-1)  # (B, T, nH, dH + dR)
-    k_r = _rotate(k_rope, cos, sin).unsqueeze(2).expand(B, T, nH, dR)  # (B, T, nH, dR)
+    Q = torch.cat((q_c, apply_rope(q_r, cos[:, None], sin[:, None])), dim=-1)  # (B, T, nH, dH + dR)
+    k_r = apply_rope(k_rope, cos, sin).unsqueeze(2).expand(B, T, nH, dR)  # (B, T, nH, dR)
     return Q, torch.cat((k, k_r), dim=-1)  # (B, T, nH, dH + dR) each
 
 
@@ -86,9 +81,9 @@ if _HAVE_TRITON:
         dt = QO.dtype.element_ty
         r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # (ROWS,) flat token rows b T + t
         r_ok = r < n_rows
-        b = (r // T).to(tl.int64)
-        t = r % T
-        h = tl.arange(0, BLOCK_H)
+        b = (r // T).to(tl.int64)  # every input offset in int64: a sequence's slice (T x its row stride, or a
+        t = (r % T).to(tl.int64)  # transposed gradient's head stride T x W) passes 2^31 elements at long context
+        h = tl.arange(0, BLOCK_H).to(tl.int64)
         j = tl.arange(0, BLOCK_DH)
         i = tl.arange(0, BLOCK_HALF)
         h_ok = h < NH
@@ -128,10 +123,10 @@ if _HAVE_TRITON:
         dt = DQ.dtype.element_ty
         r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         r_ok = r < n_rows
-        b = (r // T).to(tl.int64)
-        t = r % T
+        b = (r // T).to(tl.int64)  # int64 offsets, as in the forward
+        t = (r % T).to(tl.int64)
         r64 = r.to(tl.int64)
-        h = tl.arange(0, BLOCK_H)
+        h = tl.arange(0, BLOCK_H).to(tl.int64)
         j = tl.arange(0, BLOCK_DH)
         i = tl.arange(0, BLOCK_HALF)
         h_ok = h < NH
@@ -160,6 +155,10 @@ if _HAVE_TRITON:
         tl.store(dkr_at + HALF, (e2 * c - e1 * s).to(dt), mask=m_t)
 
     def _blocks(nH: int, dH: int, dR: int) -> dict:
+        """The kernels' constexprs, the knobs checked (they are set by hand, e.g. bench_train --knob)."""
+        for name, value, most in (("ROWS", ROWS, 1024), ("NUM_WARPS", NUM_WARPS, 32)):
+            if not isinstance(value, int) or not 1 <= value <= most or value & (value - 1):
+                raise ValueError(f"fused_mla_rope: {name}={value!r}: a power of two from 1 to {most}")
         return dict(NH=nH, DH=dH, DR=dR, ROWS=ROWS, BLOCK_H=triton.next_power_of_2(nH),
                     BLOCK_DH=triton.next_power_of_2(dH), BLOCK_HALF=triton.next_power_of_2(dR // 2))
 
@@ -170,10 +169,11 @@ if _HAVE_TRITON:
         Q = q.new_empty(B, T, nH, dH + dR)
         K = q.new_empty(B, T, nH, dH + dR)
         n = B * T
+        blocks = _blocks(nH, dH, dR)  # the knobs checked before the grid divides by ROWS
         if n:
             torch.library.wrap_triton(_qk_fwd_kernel)[(triton.cdiv(n, ROWS),)](
                 q, k, k_rope, cos, sin, Q, K, n, T, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
-                k.stride(2), k_rope.stride(0), k_rope.stride(1), **_blocks(nH, dH, dR), num_warps=NUM_WARPS)
+                k.stride(2), k_rope.stride(0), k_rope.stride(1), **blocks, num_warps=NUM_WARPS)
         return Q, K
 
     def _qk_bwd_impl(gq: torch.Tensor, gk: torch.Tensor, cos: torch.Tensor,
@@ -185,16 +185,17 @@ if _HAVE_TRITON:
         dk = gq.new_empty(B, T, nH, dH)
         dk_rope = gq.new_empty(B, T, dR)
         n = B * T
+        blocks = _blocks(nH, dH, dR)
         if n:
             torch.library.wrap_triton(_qk_bwd_kernel)[(triton.cdiv(n, ROWS),)](
                 gq, gk, cos, sin, dq, dk, dk_rope, n, T, gq.stride(0), gq.stride(1), gq.stride(2), gk.stride(0),
-                gk.stride(1), gk.stride(2), **_blocks(nH, dH, dR), num_warps=NUM_WARPS)
+                gk.stride(1), gk.stride(2), **blocks, num_warps=NUM_WARPS)
         return dq, dk, dk_rope
 
     # Registered when this module is imported (model.py imports it with an MLA model), never inside a traced step:
     # Dynamo would break the graph around a registration (as for fused_loss's op)
-    _FWD = torch.library.triton_op(FWD_OP, _qk_fwd_impl, mutates_args=())
-    _BWD = torch.library.triton_op(BWD_OP, _qk_bwd_impl, mutates_args=())
+    _FWD = torch.library.triton_op(_FWD_OP, _qk_fwd_impl, mutates_args=())
+    _BWD = torch.library.triton_op(_BWD_OP, _qk_bwd_impl, mutates_args=())
 
 
 class _TritonDecoupledQK(torch.autograd.Function):
@@ -220,6 +221,9 @@ def unsupported(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: tor
     """Why the kernels cannot take these inputs now (None when they can)."""
     if q.device.type != "cuda" and not (_interpret() and q.device.type == "cpu"):
         return f"device {q.device.type} (Triton needs CUDA, or the CPU under TRITON_INTERPRET=1)"
+    if any(x.device != q.device for x in (k, k_rope, cos, sin)):
+        return (f"devices q {q.device}, k {k.device}, k_rope {k_rope.device}, cos {cos.device}, sin {sin.device} "
+                f"(all must be one)")
     if not _HAVE_TRITON:
         return "triton is not installed"
     if q.dtype not in DTYPES or k.dtype != q.dtype or k_rope.dtype != q.dtype:

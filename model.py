@@ -801,7 +801,7 @@ class LatentAttention(InferenceForm, nn.Module):
         if self.decoupled:
             self.q_rope = nn.Linear(q_in, nH * self.rope_head_dim, bias=config.bias)  # W_QR
             self.k_rope = nn.Linear(d, self.rope_head_dim, bias=config.bias)  # W_KR, one shared head
-            import fused_mla_rope  # noqa: F401  registers the training step's query / key ops now, before torch.compile traces a step
+            import fused_mla_rope  # noqa: F401  its query / key ops registered now, before torch.compile traces
         self.c_proj = nn.Linear(nH * dH, d, bias=config.bias)  # W_O
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -963,10 +963,11 @@ class LatentAttention(InferenceForm, nn.Module):
             k, v = _stacked_linear(c_k, [self.k_up, self.v_up])  # (B, T, nH dH) each
         else:
             k, v = self.k_up(c_k), self.v_up(c_v)  # (B, T, nH dH) each
-        Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, T, nH, dH), k_r, *rope_at(rope, 0, T))  # (B, T, nH, dH + dR)
+        Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, T, nH, dH), k_r, *rope_at(rope, 0, T))  # (B, T, nH, W)
         v = v.view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
         dropout_p = self.dropout if self.training else 0.0
-        y = _attend(Q.transpose(1, 2), K.transpose(1, 2), v, scale=self.scale, dropout_p=dropout_p, q_start=0)
+        y = _attend(Q.transpose(1, 2), K.transpose(1, 2), v, scale=self.scale, dropout_p=dropout_p,
+                    q_start=0)  # (B, nH, T, dH): q, k the (B, nH, T, W = dH + dR) views SDPA reads without a copy
         y = y.transpose(1, 2).reshape(B, T, nH * dH)  # (B, T, nH dH)
         return self.resid_dropout(self.c_proj(y))
 

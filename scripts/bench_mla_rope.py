@@ -31,7 +31,8 @@ import torch
 import fused_mla_rope as fm
 from model import rope_cache
 from scripts.bench_gelu import timed
-from scripts.bench_train import fmt, kernel_times, markdown_table, parse_ints, parse_shapes, run_info, write_report
+from scripts.bench_train import (fmt, kernel_times, markdown_table, parse_ints, parse_shapes, run_info,
+                                 write_report)
 
 
 def make_inputs(B, T, nH, dH, dR, dtype, device):
@@ -98,8 +99,9 @@ def main(argv=None):
         payload["rows"].append(r)
         rows.append([shape, name, fmt(fwd_ms and fwd_ms * 1e3, ".1f"), fmt(r["fwd_tbs"], ".2f"),
                      fmt(bwd_ms and bwd_ms * 1e3, ".1f"), fmt(r["bwd_tbs"], ".2f"), fmt(err, ".3g")])
-        md = (f"# MLA decoupled RoPE: query and key alone\n\n{info['date']} on {info['gpu'] or info['device']}, torch {info['torch']}, commit {info['git_commit']}, {dtype}, {nH} heads "
-              f"of {dH} + {dR}\n\n`{info['command']}`\n\n"
+        md = (f"# MLA decoupled RoPE: query and key alone\n\n{info['date']} on {info['gpu'] or info['device']}, "
+              f"torch {info['torch']}, commit {info['git_commit']}, {dtype}, {nH} heads of {dH} + {dR}\n\n"
+              f"`{info['command']}`\n\n"
               + markdown_table(["shape", "row", "fwd us", "fwd TB/s", "bwd us", "bwd TB/s", "max diff vs inductor"],
                                rows) + "\n")
         write_report(args.out_dir, args.name, md, payload)

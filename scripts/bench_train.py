@@ -880,7 +880,8 @@ def add_common_args(p, name: str) -> None:
 
 
 BLAS_CHOICES = ("default", "cublas", "cublaslt")
-TRAIN_KNOB_MODULES = ("master_adamw", "fused_gelu", "fused_mla_rope")  # whose upper-case constants bench_train's --knob may set
+# whose upper-case constants bench_train's --knob may set
+TRAIN_KNOB_MODULES = ("master_adamw", "fused_gelu", "fused_mla_rope")
 
 
 def set_module_knobs(pairs, modules: Sequence[str]) -> dict:

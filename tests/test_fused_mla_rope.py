@@ -142,18 +142,57 @@ def test_interp_kernels_match_torch_form(shape, dtype, monkeypatch):
     gq = torch.randn(B, nH, T, dH + dR, generator=g).to(dtype).transpose(1, 2)  # (B, T, nH, W), not contiguous
     gk = torch.randn(B, T, nH, dH + dR, generator=g).to(dtype)
     Qa, Ka, grads_a = run("triton", leaves, cos, sin, nH, dH, dR, (gq, gk))
-    leaves32 = [x.float() for x in leaves]
-    Qb, Kb, grads_b = run("torch", leaves32, cos, sin, nH, dH, dR, (gq.float(), gk.float()))
+    # the torch form in float32 (from the tables as the kernels round them: to q's dtype first)
+    tables = [t.to(dtype).float() for t in (cos, sin)]
+    Qb, Kb, grads_b = run("torch", [x.float() for x in leaves], *tables, nH, dH, dR, (gq.float(), gk.float()))
     assert Qa.dtype == dtype and Qa.is_contiguous() and Ka.is_contiguous() and Qa.shape == (B, T, nH, dH + dR)
     tol = dict(atol=1e-6, rtol=1e-6) if dtype == torch.float32 else dict(atol=2e-3, rtol=1e-3)
-    if dtype == torch.float16:  # the torch form in float32 from fp16 tables: the kernels' rounding of cos, sin
-        Qb, Kb, grads_b = run("torch", leaves32, cos.half().float(), sin.half().float(), nH, dH, dR,
-                              (gq.float(), gk.float()))
     torch.testing.assert_close(Qa.float(), Qb, **tol)
     torch.testing.assert_close(Ka.float(), Kb, **tol)
     for a, b in zip(grads_a, grads_b):
         torch.testing.assert_close(a.float(), b, **tol)
     assert grads_a[2][..., :3].abs().max() == 0 and grads_a[2][..., 3 + dR:].abs().max() == 0  # k^R's slice only
+
+
+@needs_child
+@pytest.mark.parametrize("case", ["k_transposed", "last_dim_strided", "only_q_used", "only_k_used"])
+def test_interp_backward_gradient_layouts_and_unused_outputs(case):
+    """The backward's other inputs: dK transposed as SDPA's; a gradient whose last dim is not contiguous (copied
+    first); one output unused (autograd hands the Function None or zeros for its gradient: either way the unused
+    output's share of each gradient is zero, k's and k^R's wholly when K is unused; torch ops leave them None)."""
+    B, T, nH, dH, dR = 2, 5, 3, 12, 6
+    leaves, cos, sin = inputs(B, T, nH, dH, dR)
+    g = torch.Generator().manual_seed(2)
+    gq = torch.randn(B, T, nH, dH + dR, generator=g)
+    gk = torch.randn(B, nH, T, dH + dR, generator=g).transpose(1, 2)  # SDPA's layout
+    if case == "last_dim_strided":
+        gq = torch.randn(B, T, nH, 2 * (dH + dR), generator=g)[..., ::2]  # stride 2 in the last dim
+    out = {}
+    for backend in ("triton", "torch"):
+        xs = [x.detach().clone().requires_grad_() for x in leaves]
+        Q, K = fm.decoupled_qk(*views(xs, nH, dH, dR), cos, sin, backend=backend)
+        if case == "only_q_used":
+            (Q * gq).sum().backward()
+        elif case == "only_k_used":
+            (K * gk).sum().backward()
+        else:
+            torch.autograd.backward([Q, K], [gq, gk])
+        out[backend] = [x.grad if x.grad is not None else torch.zeros_like(x) for x in xs]  # torch: None, no path
+    for a, b in zip(out["triton"], out["torch"]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    if case == "only_q_used":
+        assert out["triton"][1].abs().max() == 0 and out["triton"][2].abs().max() == 0  # no gradient for k, k^R
+
+
+@needs_child
+def test_interp_knobs_checked(monkeypatch):
+    """ROWS and NUM_WARPS are set by hand (bench_train --knob): a ValueError naming the knob, not Triton's error."""
+    leaves, cos, sin = inputs()
+    for name, bad in (("ROWS", 3), ("NUM_WARPS", 6), ("ROWS", 0)):
+        monkeypatch.setattr(fm, name, bad)
+        with pytest.raises(ValueError, match=f"{name}={bad}: a power of two"):
+            fm.decoupled_qk(*views(leaves, 3, 12, 6), cos, sin, backend="triton")
+        monkeypatch.undo()
 
 
 @needs_child
@@ -164,6 +203,10 @@ def test_interp_mla_model_with_kernels_equals_torch_ops(monkeypatch):
     import fused_loss as fl
     monkeypatch.setattr(fg, "_interpret", lambda: False)  # only this module's kernels (the others have their tests)
     monkeypatch.setattr(fl, "_interpret", lambda: False)
+    calls = {"fwd": 0, "bwd": 0}  # the kernels' ops counted: 'auto' must not fall back to torch ops unseen
+    for key, name in (("fwd", "_FWD"), ("bwd", "_BWD")):
+        op = getattr(fm, name)
+        monkeypatch.setattr(fm, name, lambda *a, _op=op, _key=key: calls.__setitem__(_key, calls[_key] + 1) or _op(*a))
     x = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
     for kw in (dict(), dict(q_rank=None, shared_kv=True)):
         out = {}
@@ -171,8 +214,11 @@ def test_interp_mla_model_with_kernels_equals_torch_ops(monkeypatch):
             monkeypatch.setattr(fm, "BACKEND", backend)
             torch.manual_seed(0)
             model = GPT(mla_config(**kw))
+            before = dict(calls)
             _, loss = model(x, x)
             loss.backward()
+            ran = {k: calls[k] - before[k] for k in calls}
+            assert ran == ({"fwd": 2, "bwd": 2} if backend == "auto" else {"fwd": 0, "bwd": 0})  # a layer each
             out[backend] = (loss.detach(), [p.grad for p in model.parameters()])
         torch.testing.assert_close(out["auto"][0], out["torch"][0], atol=1e-6, rtol=1e-6)
         for a, b in zip(out["auto"][1], out["torch"][1]):
