@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import fused_gelu as fg
 from interpreted import needs_child
+from tiny import compiled_step_kernels, traced_autograd_functions
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -108,11 +109,7 @@ def test_model_mlp_is_one_traced_graph_with_the_kernels(monkeypatch):
     functions = {}
     for backend in ("auto", "torch"):
         model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False, gelu=backend))
-        try:
-            graph, _ = torch._dynamo.export(model)(x, x)  # traced with fake tensors: no kernel runs
-        finally:
-            torch._dynamo.reset()
-        functions[backend] = sum("AutogradFunctionApply" in type(n.target).__name__ for n in graph.graph.nodes)
+        functions[backend] = traced_autograd_functions(model, x)
     assert functions == {"auto": 2, "torch": 1}
 
 
@@ -208,19 +205,7 @@ def test_cuda_compiled_model_step_matches_f_gelu():
     for backend in ("auto", "torch"):
         torch.manual_seed(0)  # the same weights
         model = GPT(GPTConfig(**kw, gelu=backend)).cuda()
-        torch._dynamo.reset()
-        step = torch.compile(model)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            step(x, y)  # compiled before the profiled call
-        model.zero_grad(set_to_none=True)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                _, loss = step(x, y)
-            loss.backward()
-            torch.cuda.synchronize()
-        names = {e.name for e in prof.events()}
-        ran[backend] = {k for k in ("_gelu_fwd_kernel", "_gelu_bwd_kernel") if any(k in n for n in names)}
-        out[backend] = (loss.item(), [p.grad.clone() for p in model.parameters()])
+        *out[backend], ran[backend] = compiled_step_kernels(model, x, y, ("_gelu_fwd_kernel", "_gelu_bwd_kernel"))
     torch._dynamo.reset()
     assert ran == {"auto": {"_gelu_fwd_kernel", "_gelu_bwd_kernel"}, "torch": set()}
     assert abs(out["auto"][0] - out["torch"][0]) < 1e-3

@@ -15,6 +15,7 @@ import torch
 import fused_mla_rope as fm
 from interpreted import needs_child
 from model import GPT, GPTConfig, apply_rope, rope_cache
+from tiny import compiled_step_kernels, traced_autograd_functions
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -117,11 +118,7 @@ def test_model_is_one_traced_graph_with_the_ops(monkeypatch):
     for backend in ("auto", "torch"):
         monkeypatch.setattr(fm, "BACKEND", backend)
         model = GPT(mla_config(gelu="torch"))
-        try:
-            graph, _ = torch._dynamo.export(model)(x, x)  # traced with fake tensors: no kernel runs
-        finally:
-            torch._dynamo.reset()
-        functions[backend] = sum("AutogradFunctionApply" in type(n.target).__name__ for n in graph.graph.nodes)
+        functions[backend] = traced_autograd_functions(model, x)
     assert functions["auto"] - functions["torch"] == 2  # one a layer
 
 
@@ -257,19 +254,7 @@ def test_cuda_compiled_model_step_matches_torch_ops(monkeypatch):
         torch.manual_seed(0)
         model = GPT(mla_config(n_head=4, n_embd=256, q_rank=64, kv_rank=64, block_size=64, vocab_size=512,
                                bias=False)).cuda()  # no key bias: its gradient is zero in exact arithmetic
-        torch._dynamo.reset()
-        step = torch.compile(model)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            step(x, y)
-        model.zero_grad(set_to_none=True)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                _, loss = step(x, y)
-            loss.backward()
-            torch.cuda.synchronize()
-        names = {e.name for e in prof.events()}
-        ran[backend] = {k for k in ("_qk_fwd_kernel", "_qk_bwd_kernel") if any(k in n for n in names)}
-        out[backend] = (loss.item(), [p.grad.clone() for p in model.parameters()])
+        *out[backend], ran[backend] = compiled_step_kernels(model, x, y, ("_qk_fwd_kernel", "_qk_bwd_kernel"))
     torch._dynamo.reset()
     assert ran == {"auto": {"_qk_fwd_kernel", "_qk_bwd_kernel"}, "torch": set()}
     assert abs(out["auto"][0] - out["torch"][0]) < 1e-3

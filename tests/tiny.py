@@ -24,3 +24,32 @@ def rel_err(a, b):
 
 def tokens(B=2, T=TINY["block_size"], seed=1):
     return torch.randint(0, TINY["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def compiled_step_kernels(model, x, y, kernel_names):
+    """One compiled bf16-autocast training step of a CUDA model (compiled by a first step, then profiled): (its loss,
+    every parameter's gradient, which of kernel_names the profiler saw run). The GPU tests of a fused training
+    kernel compare these between the kernel's path and the torch ops'."""
+    torch._dynamo.reset()
+    step = torch.compile(model)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        step(x, y)  # compiled before the profiled call
+    model.zero_grad(set_to_none=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = step(x, y)
+        loss.backward()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events()}
+    ran = {k for k in kernel_names if any(k in n for n in names)}
+    return loss.item(), [p.grad.clone() for p in model.parameters()], ran
+
+
+def traced_autograd_functions(model, x) -> int:
+    """How many autograd functions torch._dynamo.export finds in model(x, x)'s training forward, traced with fake
+    tensors (no kernel runs); export fails on any graph break, so a fused op that breaks the graph fails here."""
+    try:
+        graph, _ = torch._dynamo.export(model)(x, x)
+    finally:
+        torch._dynamo.reset()
+    return sum("AutogradFunctionApply" in type(n.target).__name__ for n in graph.graph.nodes)
