@@ -916,7 +916,7 @@ def add_knob_arg(p) -> None:
     p.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE",
                    help="set a tuning constant of master_adamw (the default module), fused_gelu or fused_mla_rope for "
                         "the run (a Python literal; repeatable), e.g. --knob TENSORS_PER_LAUNCH=16 (with "
-                        "--master_weights), --knob fused_mla_rope.BACKEND=\'torch\'")
+                        "--master_weights), --knob fused_mla_rope.BACKEND='torch'")
 
 
 def apply_blas(choice: str) -> None:
