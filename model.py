@@ -965,9 +965,12 @@ class LatentAttention(InferenceForm, nn.Module):
             k, v = self.k_up(c_k), self.v_up(c_v)  # (B, T, nH dH) each
         Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, T, nH, dH), k_r, *rope_at(rope, 0, T))  # (B, T, nH, W)
         v = v.view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
+        if fused_mla_rope.PAD_VALUES:  # zeros up to Q and K's width: one head dim, as SDPA's flash backend needs
+            v = F.pad(v, (0, self.rope_head_dim))  # (B, nH, T, W)
         dropout_p = self.dropout if self.training else 0.0
         y = _attend(Q.transpose(1, 2), K.transpose(1, 2), v, scale=self.scale, dropout_p=dropout_p,
-                    q_start=0)  # (B, nH, T, dH): q, k the (B, nH, T, W = dH + dR) views SDPA reads without a copy
+                    q_start=0)  # (B, nH, T, dH or W): q, k the (B, nH, T, W = dH + dR) views SDPA reads without a copy
+        y = y[..., :dH]  # (B, nH, T, dH): the padded values' outputs are zero
         y = y.transpose(1, 2).reshape(B, T, nH * dH)  # (B, T, nH dH)
         return self.resid_dropout(self.c_proj(y))
 
