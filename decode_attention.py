@@ -103,6 +103,14 @@ def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def device_problem(device: torch.device, interpret: bool) -> Optional[str]:
+    """Why a Triton kernel cannot run on `device` (None when it can): it needs CUDA, or the CPU under
+    TRITON_INTERPRET=1. interpret: the caller's _interpret() (the tests patch it module by module)."""
+    if device.type != "cuda" and not (interpret and device.type == "cpu"):
+        return f"device {device.type} (Triton needs CUDA, or the CPU under TRITON_INTERPRET=1)"
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def _triton_available() -> bool:
     try:
@@ -134,8 +142,9 @@ def kernel_unavailable(t: torch.Tensor, ops: str) -> Optional[str]:
     """Why a Triton kernel of the decode step cannot run on t's device now (None when it can): CUDA (or the CPU under
     TRITON_INTERPRET=1), no CUDA autocast (the `ops` it replaces would take autocast's dtypes), Triton importable.
     Shared by decode_linear and fused_norm."""
-    if t.device.type != "cuda" and not (_interpret() and t.device.type == "cpu"):
-        return f"device {t.device.type}"
+    why = device_problem(t.device, _interpret())
+    if why:
+        return why
     if t.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
         return f"autocast is on ({ops}' output dtypes are autocast's)"
     if not _triton_available():
@@ -154,8 +163,9 @@ def _unsupported(q, k, v) -> Optional[str]:
         return f"group size nH/nG = {q.size(1) // k.size(1)} > {MAX_GROUP}"
     if len({t.device for t in (q, k, v)}) != 1:
         return "q, k, v on different devices"
-    if q.device.type != "cuda" and not (_interpret() and q.device.type == "cpu"):
-        return f"device {q.device.type} (Triton needs CUDA, or CPU under TRITON_INTERPRET=1)"
+    why = device_problem(q.device, _interpret())
+    if why:
+        return why
     if not _triton_available():
         return "triton is not installed"
     return None

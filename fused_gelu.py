@@ -30,7 +30,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from decode_attention import _interpret, _triton_available
+from decode_attention import _interpret, _triton_available, device_problem
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BLOCK = 2048  # elements per program (H200, results/bench/session14/bench_gelu.md: 2,048 with 4 warps the fastest
@@ -150,8 +150,9 @@ class _TritonGELU(torch.autograd.Function):
 
 def unsupported(x: torch.Tensor) -> Optional[str]:
     """Why the Triton kernels cannot take x now (None when they can)."""
-    if x.device.type != "cuda" and not (_interpret() and x.device.type == "cpu"):
-        return f"device {x.device.type} (Triton needs CUDA, or the CPU under TRITON_INTERPRET=1)"
+    why = device_problem(x.device, _interpret())
+    if why:
+        return why
     if not _HAVE_TRITON:
         return "triton is not installed"
     if x.dtype not in DTYPES:

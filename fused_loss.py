@@ -27,7 +27,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from decode_attention import _interpret, _triton_available
+from decode_attention import _interpret, _triton_available, device_problem
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BLOCK = 8192  # logits per step of a row's loop
@@ -127,8 +127,9 @@ def _torch_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: bool):
 
 def unsupported(logits: torch.Tensor, targets: torch.Tensor) -> Optional[str]:
     """Why the Triton kernel cannot take these tensors now (None when it can)."""
-    if logits.device.type != "cuda" and not (_interpret() and logits.device.type == "cpu"):
-        return f"device {logits.device.type} (Triton needs CUDA, or the CPU under TRITON_INTERPRET=1)"
+    why = device_problem(logits.device, _interpret())
+    if why:
+        return why
     if not _HAVE_TRITON:
         return "triton is not installed"
     if logits.dim() != 2 or targets.shape != logits.shape[:1]:

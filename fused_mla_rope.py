@@ -29,7 +29,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from decode_attention import _interpret, _triton_available
+from decode_attention import _interpret, _triton_available, device_problem
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BACKEND = "auto"  # what decoupled_qk's backend='auto' means: 'auto' (the kernels where they can run), or 'torch'
@@ -223,8 +223,9 @@ class _TritonDecoupledQK(torch.autograd.Function):
 def unsupported(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor) -> Optional[str]:
     """Why the kernels cannot take these inputs now (None when they can)."""
-    if q.device.type != "cuda" and not (_interpret() and q.device.type == "cpu"):
-        return f"device {q.device.type} (Triton needs CUDA, or the CPU under TRITON_INTERPRET=1)"
+    why = device_problem(q.device, _interpret())
+    if why:
+        return why
     if any(x.device != q.device for x in (k, k_rope, cos, sin)):
         return (f"devices q {q.device}, k {k.device}, k_rope {k_rope.device}, cos {cos.device}, sin {sin.device} "
                 f"(all must be one)")

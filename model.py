@@ -901,9 +901,10 @@ class LatentAttention(InferenceForm, nn.Module):
             else:
                 q = self.q_up(c_q).view(B, T, nH, dH)  # (B, T, nH, dH)
         q_start = cache.pos if cache is not None else 0
-        if self.decoupled and not self.fused and cache is None:  # training's decoupled RoPE: SDPA's query and key
-            return self._decoupled_forward(q, q_r, q_wide, k_r, c_k, c_v, rope, B, T)  # built in one kernel
-        if self.decoupled:
+        absorbed = self.fused or cache is not None  # else unabsorbed, as in training: no cache, so q_start 0
+        if self.decoupled and not absorbed:  # [q_i | q^R_i] whole for fused_mla_rope, which rotates (below)
+            q_wide = torch.cat((q, q_r), dim=-1) if q_wide is None else q_wide  # (B, T, nH, dH + dR)
+        elif self.decoupled:
             cos, sin = rope_at(rope, q_start, T)  # (T, dR/2)
             q_r = apply_rope(q_r, cos[:, None], sin[:, None]).transpose(1, 2)  # (B, nH, T, dR), rotated before the transpose
             k_r = apply_rope(k_r, cos, sin).unsqueeze(1)  # (B, 1, T, dR)
@@ -918,7 +919,7 @@ class LatentAttention(InferenceForm, nn.Module):
             c_v = c_k if self.shared_kv else full["v"]  # (B, 1, S, dcK)
         dropout_p = self.dropout if self.training else 0.0
 
-        if self.fused or cache is not None:
+        if absorbed:
             # absorbed: q_i W_UK,i^T puts each query head in the dcK latent of the shared key
             W_UK = self.k_up.weight.view(nH, dH, dc)  # (nH, dH, dcK)
             q_lat = torch.matmul(q, W_UK)  # (B, nH, T, dcK)
@@ -943,35 +944,18 @@ class LatentAttention(InferenceForm, nn.Module):
                 k, v = _stacked_linear(c_k.squeeze(1), [self.k_up, self.v_up])  # (B, S, nH dH) each
             else:
                 k, v = self.k_up(c_k.squeeze(1)), self.v_up(c_v.squeeze(1))  # (B, S, nH dH) each
-            k = k.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
             v = v.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
-            y = _attend(q, k, v, scale=self.scale, dropout_p=dropout_p, q_start=q_start)  # (B, nH, T, dH)
+            if self.decoupled:  # SDPA's [q_i | R q^R_i] and [k_i | R k^R] built by one kernel (and their gradients)
+                import fused_mla_rope  # imported (its ops registered) by __init__ already
+                Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, S, nH, dH), k_r, *rope_at(rope, 0, T))
+                q, k = Q.transpose(1, 2), K.transpose(1, 2)  # (B, nH, T, dH + dR): views, no copy
+                if fused_mla_rope.PAD_VALUES:  # zeros up to Q and K's width: one head dim, as SDPA's flash needs
+                    v = F.pad(v, (0, dR))  # (B, nH, S, dH + dR)
+            else:
+                k = k.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
+            y = _attend(q, k, v, scale=self.scale, dropout_p=dropout_p, q_start=q_start)  # (B, nH, T, dH (+ dR))
+            y = y[..., :dH]  # (B, nH, T, dH): a padded value's outputs are zeros
         y = y.transpose(1, 2).reshape(B, T, nH * dH)
-        return self.resid_dropout(self.c_proj(y))
-
-    def _decoupled_forward(self, q, q_r, q_wide, k_r, c_k, c_v, rope, B, T):
-        """forward's unabsorbed attention with decoupled RoPE, no cache (training): head i attends with [q_i | R q^R_i]
-        against [k_i | R k^R] (fused_mla_rope.decoupled_qk builds both in (B, T, nH, dH + dR) in one pass, and their
-        gradients in one; SDPA reads them through a transposed view, no copy). q, q_r (B, T, nH, dH / dR); q_wide
-        their (B, T, nH, dH + dR) tensor when one matmul made them (else None); k_r (B, T, dR) and the latents c_k,
-        c_v (B, T, dcK) as forward made them."""
-        import fused_mla_rope  # imported (its ops registered) by __init__ already
-        nH, dH = self.n_head, self.head_dim
-        if q_wide is None:  # the full query: q and q^R came from separate matmuls
-            q_wide = torch.cat((q, q_r), dim=-1)  # (B, T, nH, dH + dR)
-        if self.shared_kv:  # k_i and v_i from the one latent in one matmul
-            k, v = _stacked_linear(c_k, [self.k_up, self.v_up])  # (B, T, nH dH) each
-        else:
-            k, v = self.k_up(c_k), self.v_up(c_v)  # (B, T, nH dH) each
-        Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, T, nH, dH), k_r, *rope_at(rope, 0, T))  # (B, T, nH, W)
-        v = v.view(B, T, nH, dH).transpose(1, 2)  # (B, nH, T, dH)
-        if fused_mla_rope.PAD_VALUES:  # zeros up to Q and K's width: one head dim, as SDPA's flash backend needs
-            v = F.pad(v, (0, self.rope_head_dim))  # (B, nH, T, W)
-        dropout_p = self.dropout if self.training else 0.0
-        y = _attend(Q.transpose(1, 2), K.transpose(1, 2), v, scale=self.scale, dropout_p=dropout_p,
-                    q_start=0)  # (B, nH, T, dH or W): q, k the (B, nH, T, W = dH + dR) views SDPA reads without a copy
-        y = y[..., :dH]  # (B, nH, T, dH): the padded values' outputs are zero
-        y = y.transpose(1, 2).reshape(B, T, nH * dH)  # (B, T, nH dH)
         return self.resid_dropout(self.c_proj(y))
 
     def build_inference_form(self) -> Dict[str, torch.Tensor]:

@@ -31,8 +31,8 @@ import torch
 import fused_mla_rope as fm
 from model import rope_cache
 from scripts.bench_gelu import timed
-from scripts.bench_train import (fmt, kernel_times, markdown_table, parse_ints, parse_shapes, run_info,
-                                 write_report)
+from scripts.bench_train import (Clock, fmt, markdown_table, parse_ints, parse_shapes, profile_iterations,
+                                 run_info, write_report)
 
 
 def make_inputs(B, T, nH, dH, dR, dtype, device):
@@ -54,20 +54,12 @@ def make_inputs(B, T, nH, dH, dR, dtype, device):
     return (q, k, k_rope), (q, k, k_rope), cos, sin, (gq, gk)
 
 
-def device_ms(fn, calls: int, cuda: bool) -> float:
-    """ms of device kernels a call of fn: their durations under torch.profiler over `calls` calls (after 3 unprofiled
-    ones), summed, divided by calls. Host time on the CPU (no device kernels there)."""
-    if not cuda:
-        return timed(fn, calls, 1, cuda)
-    from torch.profiler import ProfilerActivity, profile
+def device_ms(fn, calls: int, device: torch.device) -> float:
+    """ms of device kernels a call of fn: bench_train's profile of `calls` calls (after one discarded), its kernels'
+    durations summed, divided by calls (the CPU operators' self times on the CPU)."""
     for _ in range(3):
         fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    pairs, source = kernel_times(prof.events())  # bench_train's: the device kernels, host annotations left out
+    pairs, _ = profile_iterations(lambda i: fn(), calls, device, Clock(device))
     return sum(us for _, us in pairs) / 1e3 / calls
 
 
@@ -131,8 +123,8 @@ def main(argv=None):
 
         def both(f, b):
             """(forward ms, backward ms) of GPU time: the backward's is forward + backward less the forward."""
-            t_f = device_ms(f, args.calls, cuda)
-            return t_f, device_ms(b, args.calls, cuda) - t_f
+            t_f = device_ms(f, args.calls, device)
+            return t_f, device_ms(b, args.calls, device) - t_f
         f, b, ref = fwd_bwd(compiled)
         b()
         ref_grads = [x.grad.clone() for x in leaves]
