@@ -41,10 +41,6 @@ ROWS = 2  # tokens a program (every head of each; a power of two). H200, GPT-2 M
 NUM_WARPS = 4  # a program's warps (a power of two; the same sweep: 2 or 8 no faster at any ROWS)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
-PAD_VALUES = False  # an experiment's switch, read by model.LatentAttention's decoupled training path: v zero-padded to
-#                    Q and K's width dH + dR (the output sliced back), so that SDPA's flash backend, which takes one
-#                    head dim for q, k and v, can run the attention at 96 (bench_train --sdpa_backend flash --knob
-#                    fused_mla_rope.PAD_VALUES=True) where cuDNN runs its 128-wide kernels; not yet measured
 _FWD_OP, _BWD_OP = "tucker_attention::mla_rope_qk_fwd", "tucker_attention::mla_rope_qk_bwd"
 _HAVE_TRITON = _triton_available()  # once, at import: not a cached call inside a traced step
 

@@ -949,12 +949,9 @@ class LatentAttention(InferenceForm, nn.Module):
                 import fused_mla_rope  # imported (its ops registered) by __init__ already
                 Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, S, nH, dH), k_r, *rope_at(rope, 0, T))
                 q, k = Q.transpose(1, 2), K.transpose(1, 2)  # (B, nH, T, dH + dR): views, no copy
-                if fused_mla_rope.PAD_VALUES:  # zeros up to Q and K's width: one head dim, as SDPA's flash needs
-                    v = F.pad(v, (0, dR))  # (B, nH, S, dH + dR)
             else:
                 k = k.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
-            y = _attend(q, k, v, scale=self.scale, dropout_p=dropout_p, q_start=q_start)  # (B, nH, T, dH (+ dR))
-            y = y[..., :dH]  # (B, nH, T, dH): a padded value's outputs are zeros
+            y = _attend(q, k, v, scale=self.scale, dropout_p=dropout_p, q_start=q_start)  # (B, nH, T, dH)
         y = y.transpose(1, 2).reshape(B, T, nH * dH)
         return self.resid_dropout(self.c_proj(y))
 

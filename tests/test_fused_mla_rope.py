@@ -105,23 +105,6 @@ def mla_config(**kw):
                                q_rank=24, kv_rank=16, pos_emb="rope", mla_rope="decoupled"), **kw})
 
 
-def test_padded_values_change_nothing(monkeypatch):
-    """PAD_VALUES (v zero-padded to Q and K's width for SDPA's flash backend, the output sliced back): the loss and
-    every gradient equal the unpadded attention's (float64, torch ops)."""
-    x = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
-    out = {}
-    for pad in (False, True):
-        monkeypatch.setattr(fm, "PAD_VALUES", pad)
-        torch.manual_seed(0)
-        model = GPT(mla_config(gelu="torch", loss_head="logits")).double()
-        _, loss = model(x, x)
-        loss.backward()
-        out[pad] = (loss.detach(), [p.grad for p in model.parameters()])
-    torch.testing.assert_close(out[True][0], out[False][0], atol=1e-12, rtol=1e-12)
-    for a, b in zip(out[True][1], out[False][1]):
-        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
-
-
 def test_model_is_one_traced_graph_with_the_ops(monkeypatch):
     """With the kernels chosen, torch.compile still traces MLA's training forward as one graph (torch._dynamo.export
     fails on a graph break): one more autograd function a layer than with torch ops."""
