@@ -24,9 +24,10 @@ projection are one phase; its sums (and the fused MLP's) are fp32 atomic adds, i
 the step's logits vary run to run in their last bits (the model's default path is deterministic). Each program
 takes every `nprog`-th tile of a phase's output columns (or of the attention's splits). The attention of every
 variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
-MQA (GroupedQueryAttention) and Tucker (its merged form [U2 G_q | U3 | U~3] and G_o U~2^T: one latent K/V head, or
-one shared latent with shared_kv). Not served (`unsupported` says why; model.StaticDecoder keeps its kernels):
-RoPE, SwiGLU, MLA, more than MAX_ROWS sequences, autocast, mixed dtypes.
+MQA (GroupedQueryAttention), Tucker (its merged form [U2 G_q | U3 | U~3] and G_o U~2^T: one latent K/V head, or
+one shared latent with shared_kv) and MLA (absorbed and merged: [q_i W_UK,i^T for every head | c_K (| c_V)] and
+W_UV W_O, the same shape). Not served (`unsupported` says why; model.StaticDecoder keeps its kernels): RoPE (MLA's
+decoupled or latent too), SwiGLU, more than decode_wide.MAX_ROWS sequences, autocast, mixed dtypes.
 
 The arithmetic follows the unfused model's rounding points (each op's result rounded to the activations' dtype, as
 decode_linear does), in another summation order: tested against GPT.decode_step to float32 rounding, in Triton's
@@ -636,8 +637,8 @@ if _triton_available():
 def _attention_form(attn):
     """(W_qkv (N, d), b_qkv (N) or None, W_O (d, nH Dv), b_O or None, nH, nKV, Dk, Dv, shared_kv, scale) of one
     layer's decode form, or a string saying why this layer is not served."""
-    from model import GroupedQueryAttention, TuckerAttention
-    if getattr(attn, "rope", False):
+    from model import GroupedQueryAttention, LatentAttention, TuckerAttention
+    if getattr(attn, "rope", False) or getattr(attn, "decoupled", False) or getattr(attn, "latent_rope", False):
         return "RoPE (its rotations are not in the step kernel)"
     if isinstance(attn, GroupedQueryAttention):
         dH = attn.head_dim
@@ -648,7 +649,13 @@ def _attention_form(attn):
         form = attn.merged_form()  # W_qkv (d, nH r3 + r3 (+ r~3)), W_out (nH r~3, d), transposes of contiguous
         return (form["W_qkv"].t(), None, form["W_out"].t(), attn.bias, attn.n_head, 1, r3, p3, attn.shared_kv,
                 1.0 / math.sqrt(attn.head_dim))
-    return f"{type(attn).__name__} (served: MHA, GQA, MQA, Tucker)"
+    if isinstance(attn, LatentAttention):  # absorbed, merged: x -> [q_i W_UK,i^T for every head | c_K (| c_V)]
+        #                                    (nH dcK + dcK (+ dcK), d), W_UV W_O (d, nH dcK): one latent K/V head
+        form = attn.merged_form()
+        dc = attn.kv_rank
+        return (form["W_in"], form["b_in"], form["W_out"], form["b_out"], attn.n_head, 1, dc, dc, attn.shared_kv,
+                attn.scale)
+    return f"{type(attn).__name__} (served: MHA, GQA, MQA, MLA, Tucker)"
 
 
 def unsupported(model, batch_size: int) -> Optional[str]:

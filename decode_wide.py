@@ -33,10 +33,11 @@ the unfused model, but for the folded norms (the normalized rows are rounded bef
 bias) and the split sums; the statistics and the split sums arrive in any order, so the logits vary run to run
 in their last bits. Tested to float32 rounding against the model in float32, to bf16's in bf16.
 
-Served: what decode_mega serves (MHA, GQA, MQA, Tucker merged, learned positions, GELU MLP, LayerNorm / RMSNorm),
-5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above decode_mega.MAX_ROWS), bf16 or fp16 weights
-on the GPU (fp32's tiles would not leave room for two programs an SM). Tested in Triton's interpreter on the CPU, a
-phase a launch (ONLY), against GPT.decode_step; on the GPU the phases run behind grid barriers in one launch.
+Served: what decode_mega serves (MHA, GQA, MQA, MLA and Tucker merged, learned positions, GELU MLP, LayerNorm /
+RMSNorm), 5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above decode_mega.MAX_ROWS), bf16 or
+fp16 weights on the GPU (fp32's tiles would not leave room for two programs an SM). Tested in Triton's interpreter on
+the CPU, a phase a launch (ONLY), against GPT.decode_step; on the GPU the phases run behind grid barriers in one
+launch.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ DEFAULTS = dict(
     use_cache=True,  # False: recompute the whole context every token (for checking the cache)
     # 'auto' = the static (CUDA-graph) decode step on CUDA, eager elsewhere; 'eager' = the plain
     # cached step; 'graph' = force the static step (CUDA only); 'mega' = the whole step as one persistent kernel
-    # (decode_mega, decode_wide above 4 samples; CUDA only, MHA/GQA/MQA/Tucker with learned positions: on an H200
+    # (decode_mega, decode_wide above 4 samples; CUDA only, MHA/GQA/MQA/MLA/Tucker with learned positions: on an H200
     # the fastest for GQA, MQA and Tucker; its logits vary in their last bits run to run, so greedy text may differ
     # at near ties)
     decode="auto",

@@ -1,14 +1,14 @@
 """decode_mega: the whole decode step in one persistent kernel (grid barriers between its phases).
 
-Properties: for MHA, GQA, MQA, Tucker and Tucker with shared KV (LayerNorm, no biases), the step kernel's logits and
-the cache rows it writes equal GPT.decode_step's (the model's own decode path) over several consecutive steps, with
-the cache split over several programs and merged; at 3 sequences for GQA and shared-latent Tucker (RMSNorm, biases,
-tiles small enough that each program takes several a phase); a weight change reaches the next step (the stacked
-copy is rebuilt); StaticDecoder(mega=True)
-decodes what the eager step decodes. Unsupported models (RoPE, SwiGLU, MLA, too many rows) are refused with the
-reason. CPU: the kernel through Triton's interpreter (each phase a launch: a barrier would wait forever there),
-float32, to float32 rounding. CUDA (skipped without a GPU): the one-launch step with its barriers, bf16, against
-the phase-by-phase launches and against the model.
+Properties: for MHA, GQA, MQA, Tucker and MLA (the last two with shared KV too; LayerNorm, no biases), the step
+kernel's logits and the cache rows it writes equal GPT.decode_step's (the model's own decode path) over several
+consecutive steps, with the cache split over several programs and merged; at 3 sequences for GQA and shared-latent
+Tucker (RMSNorm, biases, tiles small enough that each program takes several a phase); a weight change reaches the
+next step (the stacked copy is rebuilt); StaticDecoder(mega=True) decodes what the eager step decodes. Unsupported
+models (RoPE, SwiGLU, head dims that are not powers of two, too many rows) are refused with the reason. CPU: the
+kernel through Triton's interpreter (each phase a launch: a barrier would wait forever there), float32, to float32
+rounding. CUDA (skipped without a GPU): the one-launch step with its barriers, bf16, against the phase-by-phase
+launches and against the model.
 """
 import pytest
 import torch
@@ -26,6 +26,8 @@ VARIANTS = {
     "mqa": dict(attn="gqa", n_kv_head=1),
     "tucker": dict(attn="tucker", tucker_ranks=(2, 16, 16)),
     "tucker_shared": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True),
+    "mla": dict(attn="mla", q_rank=16, kv_rank=16),  # absorbed and merged: one latent K/V head of 16
+    "mla_shared": dict(attn="mla", q_rank=16, kv_rank=16, shared_kv=True),
 }
 
 
@@ -158,7 +160,8 @@ def test_interp_static_decoder_with_the_step_kernel_matches_eager():
 
 
 def test_unsupported_models_are_refused_with_the_reason():
-    cases = {"RoPE": dict(pos_emb="rope"), "SwiGLU": dict(mlp="swiglu"), "LatentAttention": dict(attn="mla", q_rank=16, kv_rank=16)}
+    cases = {"RoPE": dict(pos_emb="rope"), "SwiGLU": dict(mlp="swiglu"),
+             "head dims 24, 24": dict(attn="mla", q_rank=16, kv_rank=24)}
     for why, over in cases.items():
         model = tiny("mha", **over)
         assert why in (dm.unsupported(model, 1) or ""), why
@@ -194,6 +197,8 @@ def check_one_launch(variant, batch):
     over = dict(n_layer=3, n_head=12, n_embd=768, block_size=2048, vocab_size=50304)
     if variant.startswith("tucker"):
         over["tucker_ranks"] = (8, 64, 64)
+    if variant.startswith("mla"):  # the benchmark's MLA [dcK, dcQ = 128]
+        over.update(q_rank=128, kv_rank=128)
     model = tiny(variant, dtype=torch.bfloat16, device="cuda", **over)
     got, want, caches, _, mega = decode_both(model, batch, 1500, 3, programs=None, device="cuda")
     mega.check()
