@@ -47,7 +47,7 @@ import math
 import torch
 
 import decode_mega as dm
-from decode_attention import _cdiv, _interpret, _pow2, _triton_available
+from decode_attention import _cdiv, _interpret, _pow2, _pow2_floor, _triton_available
 
 MAX_ROWS = 32  # sequences a step serves at most: a product's rows are one tl.dot operand (BLOCK_M x BK), and at 64
 #               (BLOCK_M 64) the LM head's pipelined tiles take 128 KB of shared memory a program, so two programs no
@@ -78,7 +78,8 @@ SPLIT_F = 4  # the same for phase F (K = the MLP's hidden width: 3,072 for GPT-2
 #             0.8039 / 0.7387, 8 0.8301 / 0.7628; SPLIT_D 1 0.8142 / 0.7413, 2 0.8039 / 0.7387; session 22 call 6,
 #             the epilogue's loads ahead of the loops: SPLIT_D 1 0.7318 / 0.5629, 2 0.7288 / 0.5712 and 0.7327 /
 #             0.5711)
-BLOCK_N = None  # cache rows a step of an attention split's loop; None: ATTN_ROWS by whether K and V are one latent
+BLOCK_N = None  # cache rows a step of an attention split's loop; None: ATTN_ROWS by whether K and V are one latent,
+#                fewer where a row is wider than ATTN_STEP_ELEMS allows (WideDecoder.attn_rows)
 ATTN_ROWS = {False: 64, True: 128}  # BLOCK_N=None: rows a step for separate K and V / a shared latent (session 21,
 #                                     H200, batch 32 and 16k: the shared latent at 64 rows ran at 2.2 TB/s against
 #                                     separate K, V's 3.6 (call 3); Tucker at 128 rows 0.7609 ms against 0.7409 at
@@ -86,6 +87,11 @@ ATTN_ROWS = {False: 64, True: 128}  # BLOCK_N=None: rows a step for separate K a
 #                                     ATTN_GROUPS, session 22 call 2: Tucker shared at 128 rows 0.5826 against
 #                                     0.5995 at 256; session 23 call 1: Tucker at 128 rows, 2 groups of 64,
 #                                     0.7445 against 0.7155 at 64)
+ATTN_STEP_ELEMS = 8192  # BLOCK_N=None: a step's rows hold at most this many K and V elements (a row: DK + DV, or DK
+#                         for a shared latent), so wide rows take fewer of them (powers of two, at least 16 a group):
+#                         Tucker's and MQA's 64 x (64 + 64) and Tucker shared's 128 x 64 are at the limit, MLA's
+#                         shared latent of 128 takes 64 rows (session 25 call 4, H200, MLA shared 128 at batch 32 and
+#                         16k: 128 rows 0.8494 / 0.8446 ms, 120 B of stack; 64 rows 0.7880 / 0.7945, no spills)
 ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a step's cache rows in this many groups,
 #                                   each a warp's own (a batched tl.dot puts one group on a warp): the softmax's row
 #                                   max and sum, and the probabilities' trip into the second product, stay inside
@@ -475,6 +481,9 @@ class WideDecoder(dm.MegaDecoder):
         for name, value in [("BN", BN), ("BK", BK), ("BN_LM", BN_LM)] + rows:
             if not isinstance(value, int) or value < 16 or value & (value - 1):
                 raise ValueError(f"decode_wide: {name}={value!r}: a power of two >= 16 (a tl.dot operand's side)")
+        if not isinstance(ATTN_STEP_ELEMS, int) or ATTN_STEP_ELEMS < 16:
+            raise ValueError(f"decode_wide: ATTN_STEP_ELEMS={ATTN_STEP_ELEMS!r}: an int >= 16 (K and V elements a "
+                             f"step's rows hold at most)")
         if MERGE_HEADS is not None and (not isinstance(MERGE_HEADS, int) or MERGE_HEADS < 1
                                         or MERGE_HEADS & (MERGE_HEADS - 1)):
             raise ValueError(f"decode_wide: MERGE_HEADS={MERGE_HEADS!r}: None or a power of two (pairs a program)")
@@ -501,8 +510,19 @@ class WideDecoder(dm.MegaDecoder):
         V unless they are one latent). tests/test_decode_wide.py holds it to the sm_90 compile's."""
         block_m = _pow2(self.batch, 16)
         product = (block_m + max(BN, BN_LM)) * BK
-        attention = (BLOCK_N or ATTN_ROWS[bool(self.shared)]) * (self.dk + (0 if self.shared else self.dv))
+        attention = self.attn_rows() * (self.dk + (0 if self.shared else self.dv))
         return (STAGES - 1) * max(product, attention) * self.dtype.itemsize
+
+    def attn_rows(self) -> int:
+        """Cache rows a step of B1's loop: BLOCK_N as set, else ATTN_ROWS[shared], halved while a step would hold
+        more than ATTN_STEP_ELEMS K and V elements, but at least 16 rows a group."""
+        if BLOCK_N is not None:
+            return BLOCK_N
+        shared = bool(self.shared)
+        groups = ATTN_GROUPS[shared] if isinstance(ATTN_GROUPS, dict) else ATTN_GROUPS
+        width = self.dk + (0 if shared else self.dv)  # elements a cache row holds
+        rows = min(ATTN_ROWS[shared], _pow2_floor(max(1, ATTN_STEP_ELEMS // width)))
+        return max(rows, 16 * groups)
 
     def _check_fits(self) -> None:
         """Refuse what would leave programs unable to start on the GPU: PROGRAMS_PER_SM programs of shared_bytes()
@@ -560,7 +580,7 @@ class WideDecoder(dm.MegaDecoder):
         self.h = torch.zeros(B, self.hidden, device=dev, dtype=self.dtype)
         self.acc = torch.zeros(B, self.d, device=dev, dtype=f32)  # D's and F's split sums (zero between uses)
         self.tile_counts = torch.zeros(_cdiv(self.d, 16), device=dev, dtype=torch.int32)  # their arrivals a tile
-        self.block_n = BLOCK_N or ATTN_ROWS[bool(self.shared)]
+        self.block_n = self.attn_rows()
         self.po = torch.zeros(parts, self.dv, device=dev, dtype=f32)
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)

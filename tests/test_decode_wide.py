@@ -99,6 +99,7 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                                              ("ATTN_GROUPS", 3, "a power of two >= 1"),
                                              ("MERGE_HEADS", 3, "None or a power of two"),
                                              ("MAXNREG", 16, "None or an int from 32 to 255"),
+                                             ("ATTN_STEP_ELEMS", 8.5, "an int >= 16"),
                                              ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
     no_device_checks(monkeypatch)
@@ -141,11 +142,13 @@ def test_fp32_weights_on_the_gpu_are_refused(monkeypatch):
 
 @pytest.mark.parametrize("variant, knobs", [("tucker_8_64_64", {}), ("tucker_shared_8_64_64", {}),
                                             ("tucker_8_64_64", dict(BK=256, STAGES=3)),
-                                            ("tucker_shared_8_64_64", dict(BN_LM=16, ATTN_ROWS={False: 64, True: 512}))])
+                                            ("tucker_shared_8_64_64", dict(BN_LM=16, ATTN_ROWS={False: 64, True: 512},
+                                                                           ATTN_STEP_ELEMS=32768)),
+                                            ("mla_shared128", {})])
 def test_shared_bytes_is_the_compiles(variant, knobs, tmp_path, monkeypatch):
     """WideDecoder.shared_bytes (the fit check's estimate) equals the sm_90 compile's shared memory a program at 32
     rows: the LM head's tiles the largest (the defaults, and BK 256 at 3 stages), or the attention's (512 rows of a
-    shared latent a step beside 16-column LM head tiles)."""
+    shared latent a step beside 16-column LM head tiles); MLA's latent of 128 at the rows attn_rows gives it."""
     import triton
     from pathlib import Path
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -156,6 +159,17 @@ def test_shared_bytes_is_the_compiles(variant, knobs, tmp_path, monkeypatch):
         monkeypatch.setattr(dw, name, value)
     r = mega_sass.compile_step(variant, tmp_path, batch=dw.MAX_ROWS)  # the decoder it compiles, its estimate beside
     assert r["shared_estimate"] == r["shared"]
+
+
+@pytest.mark.parametrize("dk, dv, shared, want", [(64, 64, False, 64), (64, 64, True, 128), (128, 128, True, 64),
+                                                  (128, 128, False, 32), (512, 512, True, 64), (16, 16, True, 128)])
+def test_attention_rows_a_step_fit_the_element_budget(dk, dv, shared, want):
+    """attn_rows: ATTN_ROWS by whether K and V are one latent (64 / 128 rows), halved while a step's rows would hold
+    more than ATTN_STEP_ELEMS (8,192) K and V elements (MLA's shared latent of 128: 64 rows; separate K and V of 128:
+    32), never fewer than 16 rows a group (4 groups of a shared latent of 512: 64), never more than ATTN_ROWS (a
+    narrow latent of 16: 128)."""
+    from types import SimpleNamespace
+    assert dw.WideDecoder.attn_rows(SimpleNamespace(dk=dk, dv=dv, shared=shared)) == want
 
 
 def test_norms_fold_into_the_matrices_after_them(monkeypatch):
