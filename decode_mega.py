@@ -26,8 +26,11 @@ takes every `nprog`-th tile of a phase's output columns (or of the attention's s
 variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
 MQA (GroupedQueryAttention), Tucker (its merged form [U2 G_q | U3 | U~3] and G_o U~2^T: one latent K/V head, or
 one shared latent with shared_kv) and MLA (absorbed and merged: [q_i W_UK,i^T for every head | c_K (| c_V)] and
-W_UV W_O, the same shape). Not served (`unsupported` says why; model.StaticDecoder keeps its kernels): RoPE (MLA's
-decoupled or latent too), SwiGLU, more than decode_wide.MAX_ROWS sequences, autocast, mixed dtypes.
+W_UV W_O, the same shape), with learned positions or RoPE: q and the new key are rotated in phase A (each q and k
+head's weight rows interleaved so that a tile holds whole pairs of dims, _store_qkv), and the keys are cached rotated,
+as the model's step caches them. Not served (`unsupported` says why; model.StaticDecoder keeps its kernels): RoPE on
+a shared latent (its keys are cached unrotated, rotated as read) or MLA's, SwiGLU, more than decode_wide.MAX_ROWS
+sequences, autocast, mixed dtypes.
 
 The arithmetic follows the unfused model's rounding points (each op's result rounded to the activations' dtype, as
 decode_linear does), in another summation order: tested against GPT.decode_step to float32 rounding, in Triton's
@@ -262,9 +265,28 @@ if _triton_available():
 
     @triton.jit
     def _store_qkv(y, rn, rm, ok, Q, KC, VC, B, layer64, pos, max_len, NH: tl.constexpr, NKV: tl.constexpr,
-                   DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr):
+                   DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr, COS, SIN, ROPE: tl.constexpr):
         """Columns rn of [q | k | v] for rows rm (y (rows, columns) in the activations' dtype, ok its mask): q into Q
-        (B, NH DK), k and v into the stacked caches (L, B, NKV, max_len, D) at row `pos`."""
+        (B, NH DK), k and v into the stacked caches (L, B, NKV, max_len, D) at row `pos`. ROPE: each q and k head's
+        columns come interleaved, dims (i, i + DK/2) side by side (the stacked weights' rows permuted so: a tile of
+        an even number of columns holds whole pairs); each pair is rotated by the angles of position `pos` (COS,
+        SIN (positions, DK/2) fp32 tables, rounded to y's dtype as model.apply_rope rounds them) and stored at its
+        own dims, as the model's step stores q and its cached keys."""
+        if ROPE:
+            BM: tl.constexpr = y.shape[0]
+            BNP: tl.constexpr = y.shape[1] // 2  # pairs in the tile
+            dt = y.dtype
+            even, _ = tl.split(tl.reshape(rn, (BNP, 2)))  # (pairs,) each pair's first column
+            rot = even < (NH + NKV) * DK  # q and k pairs (v columns stay as they are)
+            p = (even % DK) // 2  # the pair's index in its head: dims p and p + DK/2
+            c = tl.load(COS + pos * (DK // 2) + p, mask=rot, other=1.0).to(dt).to(tl.float32)
+            s = tl.load(SIN + pos * (DK // 2) + p, mask=rot, other=0.0).to(dt).to(tl.float32)
+            x1, x2 = tl.split(tl.reshape(y.to(tl.float32), (BM, BNP, 2)))  # (rows, pairs) each
+            r1 = (x1 * c[None, :]).to(dt).to(tl.float32) - (x2 * s[None, :]).to(dt).to(tl.float32)
+            r2 = (x1 * s[None, :]).to(dt).to(tl.float32) + (x2 * c[None, :]).to(dt).to(tl.float32)
+            y = tl.reshape(tl.join(r1.to(dt), r2.to(dt)), (BM, 2 * BNP))
+            j = rn % DK  # 2 p + s in the interleaved head: stored at dim p + s DK/2
+            rn = tl.where(rn < (NH + NKV) * DK, rn - j + j // 2 + (j % 2) * (DK // 2), rn)
         is_q = rn < NH * DK
         tl.store(Q + rm[:, None] * (NH * DK) + rn[None, :], y, mask=ok & is_q[None, :])
         ck = tl.maximum(rn - NH * DK, 0)
@@ -278,16 +300,16 @@ if _triton_available():
             tl.store(VC + row * max_len * DV + pos * DV + (cv % DV)[None, :], y, mask=ok & is_v[None, :])
 
     @triton.jit
-    def _gemv_phase(a, w, W, N, pid, nprog, Bias, bias0, OUT, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt,
-                    BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr, ONE: tl.constexpr,
-                    NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr,
-                    AHEAD: tl.constexpr, TWO_D: tl.constexpr):
+    def _gemv_phase(a, w, W, N, pid, nprog, Bias, bias0, OUT, KC, VC, COS, SIN, rm, m_ok, B, layer64, pos, max_len,
+                    dt, BN: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, EPI: tl.constexpr,
+                    ONE: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+                    SHARED_KV: tl.constexpr, ROPE: tl.constexpr, AHEAD: tl.constexpr, TWO_D: tl.constexpr):
         """out = a (BLOCK_M, BLOCK_K) fp32 rows times W (N, K)^T (+ Bias), the program's tiles pid, pid + nprog, ...:
         w holds the first one's weights (loaded before the barrier that precedes this phase), the next tile's loads
         are issued before each tile's arithmetic (ONE: a tile a program at most, no second tile's registers; its
         bias is bias0, _vec's of the tile's columns, else each tile's is loaded from Bias). The epilogue EPI: 0
-        [q | k | v] (q into OUT, k and v into the caches at `pos`), 1 the fp32 sum into OUT (without the bias), 2 GELU
-        into OUT, 3 logits into OUT."""
+        [q | k | v] (q into OUT, k and v into the caches at `pos`; _store_qkv, rotated with ROPE), 1 the fp32 sum
+        into OUT (without the bias), 2 GELU into OUT, 3 logits into OUT."""
         for t in range(pid, tl.cdiv(N, BN) if not ONE else tl.minimum(pid + 1, tl.cdiv(N, BN)), nprog):
             if not ONE:
                 w_next = _weight_tile(W, t + nprog, N, BN, K, BLOCK_K)
@@ -301,7 +323,8 @@ if _triton_available():
                     y += tl.load(Bias + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
             ok = m_ok[:, None] & n_ok[None, :]
             if EPI == 0:
-                _store_qkv(y.to(dt), rn, rm, ok, OUT, KC, VC, B, layer64, pos, max_len, NH, NKV, DK, DV, SHARED_KV)
+                _store_qkv(y.to(dt), rn, rm, ok, OUT, KC, VC, B, layer64, pos, max_len, NH, NKV, DK, DV, SHARED_KV,
+                           COS, SIN, ROPE)
             elif EPI == 1:  # the fp32 sum (no bias), for the next phase to add to the stream
                 tl.store(OUT + rm[:, None] * N + rn[None, :], y, mask=ok)
             elif EPI == 2:  # F.gelu (exact) of the linear's stored output
@@ -446,14 +469,15 @@ if _triton_available():
 
     @triton.jit
     def _mega_step_kernel(
-            IDX, POS, WTE, WPE, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW, NFB, WLM,
-            X, X1, ACC, Q, H, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
+            IDX, POS, WTE, WPE, COS, SIN, N1W, N1B, WQKV, BQKV, KC, VC, WO, BO, N2W, N2B, WFC, BFC, WPR, BPR, NFW,
+            NFB, WLM, X, X1, ACC, Q, H, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
-            DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
-            HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN_QKV: tl.constexpr,
-            ONE_QKV: tl.constexpr, NCH: tl.constexpr, BN_OD: tl.constexpr, BLOCK_HID: tl.constexpr,
-            BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr, ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
+            DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, ROPE: tl.constexpr,
+            NORM: tl.constexpr, HAS_NB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+            BN_QKV: tl.constexpr, ONE_QKV: tl.constexpr, NCH: tl.constexpr, BN_OD: tl.constexpr,
+            BLOCK_HID: tl.constexpr, BN_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_PR: tl.constexpr,
+            ONE_PR: tl.constexpr, BN_LM: tl.constexpr,
             BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr,
             DOT_PREC: tl.constexpr, ONLY: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             EARLY_ARRIVE: tl.constexpr, FUSED_MLP: tl.constexpr, MLP_PROJ_AHEAD: tl.constexpr,
@@ -503,8 +527,9 @@ if _triton_available():
             if (ONLY == 0) | (ONLY == 1):
                 if layer == 0:
                     tok = tl.load(IDX + rm, mask=m_ok, other=0)
-                    x = (tl.load(WTE + tok[:, None] * D + rk[None, :], mask=row_ok, other=0.0).to(tl.float32)
-                         + tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :])
+                    x = tl.load(WTE + tok[:, None] * D + rk[None, :], mask=row_ok, other=0.0).to(tl.float32)
+                    if not ROPE:  # learned positions (with RoPE the model has no wpe: WPE is a placeholder)
+                        x += tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)[None, :]
                     x = x.to(dt).to(tl.float32)
                 else:
                     x = _stream_rows(X1, ACC_M, b_x, rm, m_ok, rk, k_ok, B, D, dt, VEC_AHEAD, ACC_COPIES)
@@ -515,8 +540,8 @@ if _triton_available():
                 a = _norm_rows(x, k_ok, n1w, n1b, D, eps, NORM, HAS_NB, VEC_AHEAD)
                 a = a.to(dt).to(tl.float32)
                 _gemv_phase(a, w_a, WQKV + layer64 * N_QKV * D, N_QKV, pid, nprog, BQKV + layer * N_QKV, b_qkv, Q,
-                            KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV, NH, NKV,
-                            DK, DV, SHARED_KV, VEC_AHEAD, PRODUCT_2D)
+                            KC, VC, COS, SIN, rm, m_ok, B, layer64, pos, max_len, dt, BN_QKV, D, BLOCK_D, 0, ONE_QKV,
+                            NH, NKV, DK, DV, SHARED_KV, ROPE, VEC_AHEAD, PRODUCT_2D)
             if ONLY == 0:
                 barriers += 1
                 if EARLY_ARRIVE:
@@ -587,8 +612,8 @@ if _triton_available():
                                BLOCK_D, ONE_FC, MLP_PROJ_AHEAD, VEC_AHEAD, ACC_COPIES, PRODUCT_2D)
                 else:
                     _gemv_phase(a, w_fc, WFC + layer64 * HIDDEN * D, HIDDEN, pid, nprog, BFC + layer * HIDDEN, b_fc,
-                                H, KC, VC, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2, ONE_FC, NH,
-                                NKV, DK, DV, SHARED_KV, VEC_AHEAD, PRODUCT_2D)
+                                H, KC, VC, COS, SIN, rm, m_ok, B, layer64, pos, max_len, dt, BN_FC, D, BLOCK_D, 2,
+                                ONE_FC, NH, NKV, DK, DV, SHARED_KV, False, VEC_AHEAD, PRODUCT_2D)
             if (ONLY == 0) & (FUSED_MLP == 0):
                 barriers += 1
                 w_pr = _barrier_tile(SYNC, barriers * nprog, ERR, STAMP + 4 * (layer_slot + 4),
@@ -600,9 +625,9 @@ if _triton_available():
             if ((ONLY == 0) | (ONLY == 5)) & (FUSED_MLP == 0):
                 rh = tl.arange(0, BLOCK_HID)
                 h_rows = _load_rows(H, rm, m_ok, rh, rh < HIDDEN, HIDDEN)
-                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, rk, ACC_M, KC, VC,
-                            rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV, DK,
-                            DV, SHARED_KV, VEC_AHEAD, PRODUCT_2D)  # (EPI 1: no bias; rk a placeholder)
+                _gemv_phase(h_rows, w_pr, WPR + layer64 * D * HIDDEN, D, pid, nprog, BPR, rk, ACC_M, KC, VC, COS,
+                            SIN, rm, m_ok, B, layer64, pos, max_len, dt, BN_PR, HIDDEN, BLOCK_HID, 1, ONE_PR, NH, NKV,
+                            DK, DV, SHARED_KV, False, VEC_AHEAD, PRODUCT_2D)  # (EPI 1: no bias; rk a placeholder)
             if ONLY == 0:
                 if layer + 1 < layer_hi:  # (the last layer's barrier comes after the loop, the LM head's tile in it)
                     barriers += 1
@@ -627,8 +652,9 @@ if _triton_available():
         if FINAL:
             x = _stream_rows(X1, ACC_M, b_x, rm, m_ok, rk, k_ok, B, D, dt, VEC_AHEAD, ACC_COPIES)
             a = _norm_rows(x, k_ok, nfw, nfb, D, eps, NORM, HAS_NB, VEC_AHEAD).to(dt).to(tl.float32)
-            _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, nfb, LOGITS, KC, VC, rm, m_ok, B, 0, pos,
-                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, VEC_AHEAD, PRODUCT_2D)
+            _gemv_phase(a, w_lm, WLM, vocab, pid, nprog, NFB, nfb, LOGITS, KC, VC, COS, SIN, rm, m_ok, B, 0, pos,
+                        max_len, dt, BN_LM, D, BLOCK_D, 3, False, NH, NKV, DK, DV, SHARED_KV, False, VEC_AHEAD,
+                        PRODUCT_2D)
         if TIMING:
             tl.debug_barrier()
             _stamp(STAMP + 4 * (5 * (layer_hi - layer_lo) + 1), TIMING)
@@ -638,8 +664,10 @@ def _attention_form(attn):
     """(W_qkv (N, d), b_qkv (N) or None, W_O (d, nH Dv), b_O or None, nH, nKV, Dk, Dv, shared_kv, scale) of one
     layer's decode form, or a string saying why this layer is not served."""
     from model import GroupedQueryAttention, LatentAttention, TuckerAttention
-    if getattr(attn, "rope", False) or getattr(attn, "decoupled", False) or getattr(attn, "latent_rope", False):
-        return "RoPE (its rotations are not in the step kernel)"
+    if getattr(attn, "decoupled", False) or getattr(attn, "latent_rope", False):
+        return "MLA with RoPE (its decoupled or latent rotations are not in the step kernel)"
+    if getattr(attn, "rope", False) and getattr(attn, "shared_kv", False):
+        return "a shared latent with RoPE (its keys are cached unrotated and rotated as read: not in the step kernel)"
     if isinstance(attn, GroupedQueryAttention):
         dH = attn.head_dim
         return (attn.c_attn.weight, attn.c_attn.bias, attn.c_proj.weight, attn.c_proj.bias, attn.n_head,
@@ -667,8 +695,6 @@ def unsupported(model, batch_size: int) -> Optional[str]:
         return (f"batch {batch_size}: the step kernel serves 1 .. {decode_wide.MAX_ROWS} sequences (1 .. {MAX_ROWS} "
                 f"with GEMV tiles, more with decode_wide's tensor-core tiles)")
     cfg = model.config
-    if model.transformer.wpe is None:
-        return "positions other than learned (RoPE)"
     if cfg.n_embd > MAX_DIM:
         return f"n_embd {cfg.n_embd} > {MAX_DIM}"
     if p.dtype not in DTYPES or any(t.dtype != p.dtype for t in model.parameters()):
@@ -721,6 +747,7 @@ class MegaDecoder:
             raise ValueError(f"{type(self).__name__} serves {lo} .. {hi} sequences, the caches hold {B} "
                              f"(decode_mega.step_decoder picks the step for the batch)")
         self.model, self.caches, self.batch = model, caches, B
+        self.rope = model.transformer.wpe is None  # pos_emb 'rope' (else 'learned'): q and k rotated in phase A
         p = model.lm_head.weight
         self.device, self.dtype = p.device, p.dtype
         cfg = model.config
@@ -837,10 +864,23 @@ class MegaDecoder:
                                  for b in blocks]).contiguous(),
                 bpr=torch.stack([b.mlp.c_proj.bias if b.mlp.c_proj.bias is not None else zeros(self.d) for b in blocks]),
                 nfw=self.model.transformer.ln_f.weight, nfb=norm_bias(self.model.transformer.ln_f))
+        if self.rope:  # each q and k head's rows interleaved, dims (i, i + Dk/2) side by side: _store_qkv rotates
+            #            the pairs a tile holds and stores each dim at its own place
+            perm = self.rope_rows(w["wqkv"].size(1))
+            w["wqkv"], w["bqkv"] = w["wqkv"][:, perm].contiguous(), w["bqkv"][:, perm].contiguous()
         self.norm_kind, _, bias, self.eps = _norm_params(blocks[0].ln_1)  # decode_linear's reading of a norm
         self.has_nb = bias is not None
         self.weights, self._key = w, key
         return w
+
+    def rope_rows(self, n: int) -> torch.Tensor:
+        """The order of W_qkv's n rows with RoPE: within each q and k head, dims (i, i + Dk/2) side by side (row 2 i
+        of the head takes dim i, row 2 i + 1 dim i + Dk/2); v's rows as they are."""
+        dk, heads = self.dk, self.nH + self.nKV
+        j = torch.arange(dk)
+        within = j // 2 + (j % 2) * (dk // 2)  # (Dk,) the dim each interleaved row holds
+        qk = (torch.arange(heads)[:, None] * dk + within[None, :]).flatten()
+        return torch.cat([qk, torch.arange(heads * dk, n)]).to(self.device)
 
     @staticmethod
     def _proj_transposed() -> bool:
@@ -876,6 +916,8 @@ class MegaDecoder:
         B, d, hid, P = self.batch, self.d, self.hidden, self.programs
         n_qkv = w["wqkv"].size(1)
         qkv = self._tiling(n_qkv, d)
+        if self.rope and qkv[0] < 2:  # a tile holds whole pairs of dims (_store_qkv's rotation)
+            qkv = (2, _cdiv(n_qkv, 2) <= P)
         bn_od = _pow2(_cdiv(d, max(1, P // (B * self.nH))), 1)  # B2D: output chunks a (sequence, head)
         fc, pr = self._tiling(hid, d), self._tiling(d, hid)
         copies = self._acc_copies()
@@ -884,14 +926,14 @@ class MegaDecoder:
         if MLP_UNITS:  # the MLP's hidden units a tile, as set
             fc = (MLP_UNITS, _cdiv(hid, MLP_UNITS) <= P)
         _mega_step_kernel[(P,)](
-            idx, pos, tr.wte.weight, tr.wpe.weight, w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
+            idx, pos, tr.wte.weight, *self._position_tables(), w["n1w"], w["n1b"], w["wqkv"], w["bqkv"], self.cache_k,
             self.cache_v, w["wo"], w["bo"], w["n2w"], w["n2b"], w["wfc"], w["bfc"], w["wpr"], w["bpr"], w["nfw"],
             w["nfb"], self.model.lm_head.weight,
             self.x, self.x1, self.acc, self.q, self.h, self.po, self.pm, self.pl, self.logits, self.counters, self.error,
             self.times if self.times is not None else self.counters,
             B, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e), self.s_max,
             D=d, HIDDEN=hid, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv, N_QKV=n_qkv,
-            SHARED_KV=self.shared, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
+            SHARED_KV=self.shared, ROPE=self.rope, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
             BLOCK_D=_pow2(d, 16), BN_QKV=qkv[0], ONE_QKV=qkv[1], NCH=_cdiv(d, bn_od), BN_OD=bn_od,
             BLOCK_HID=_pow2(hid, 16), BN_FC=fc[0], ONE_FC=fc[1], BN_PR=pr[0], ONE_PR=pr[1],
             BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
@@ -900,6 +942,14 @@ class MegaDecoder:
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=self.proj_ahead(qkv[0]),
             VEC_AHEAD=VEC_AHEAD, ACC_COPIES=copies, PRODUCT_2D=PRODUCT_2D,
             TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS)
+
+    def _position_tables(self):
+        """(WPE, COS, SIN) for the kernel: the learned positions' table, or with RoPE the model's cos and sin tables
+        (positions, Dk/2) fp32; the one not used a placeholder (never read)."""
+        tr = self.model.transformer
+        if self.rope:
+            return tr.wte.weight, self.model.rope_cos.contiguous(), self.model.rope_sin.contiguous()
+        return tr.wpe.weight, tr.wte.weight, tr.wte.weight
 
     def decode_step(self, idx: torch.Tensor, caches, pos: torch.Tensor, phases: bool = False) -> torch.Tensor:
         """GPT.decode_step in one launch: idx (B, 1) token ids, pos the (1,) long device position; the caches must

@@ -33,11 +33,11 @@ the unfused model, but for the folded norms (the normalized rows are rounded bef
 bias) and the split sums; the statistics and the split sums arrive in any order, so the logits vary run to run
 in their last bits. Tested to float32 rounding against the model in float32, to bf16's in bf16.
 
-Served: what decode_mega serves (MHA, GQA, MQA, MLA and Tucker merged, learned positions, GELU MLP, LayerNorm /
-RMSNorm), 5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above decode_mega.MAX_ROWS), bf16 or
-fp16 weights on the GPU (fp32's tiles would not leave room for two programs an SM). Tested in Triton's interpreter on
-the CPU, a phase a launch (ONLY), against GPT.decode_step; on the GPU the phases run behind grid barriers in one
-launch.
+Served: what decode_mega serves (MHA, GQA, MQA, MLA and Tucker merged, learned positions or RoPE as decode_mega
+says, GELU MLP, LayerNorm / RMSNorm), 5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above
+decode_mega.MAX_ROWS), bf16 or fp16 weights on the GPU (fp32's tiles would not leave room for two programs an SM).
+Tested in Triton's interpreter on the CPU, a phase a launch (ONLY), against GPT.decode_step; on the GPU the phases
+run behind grid barriers in one launch.
 """
 
 from __future__ import annotations
@@ -335,11 +335,12 @@ if _triton_available():
 
     @triton.jit
     def _wide_step_kernel(
-            IDX, POS, WTE, WPE, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
+            IDX, POS, WTE, WPE, COS, SIN, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
             X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
-            DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, NORM: tl.constexpr,
+            DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, ROPE: tl.constexpr,
+            NORM: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGE_HEADS: tl.constexpr,
@@ -373,13 +374,15 @@ if _triton_available():
         STAMP = TIMES + pid * (4 * (6 * (layer_hi - layer_lo) + 3))
         _stamp(STAMP, TIMING)
         _stamp_sm(STAMP + 2, TIMING)
-        if FIRST & ((ONLY == 0) | (ONLY == 7)):  # ---- x0 = wte[token] + wpe[pos], a row a program, its sums whole
+        if FIRST & ((ONLY == 0) | (ONLY == 7)):  # ---- x0 = wte[token] (+ wpe[pos]), a row a program, its sums whole
             rk = tl.arange(0, BLOCK_D)
             k_ok = rk < D
             for b in range(pid, B, nprog):
                 tok = tl.load(IDX + b)
-                x = (tl.load(WTE + tok * D + rk, mask=k_ok, other=0.0).to(tl.float32)
-                     + tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)).to(dt)
+                x = tl.load(WTE + tok * D + rk, mask=k_ok, other=0.0).to(tl.float32)
+                if not ROPE:  # learned positions (with RoPE the model has no wpe: WPE is a placeholder)
+                    x += tl.load(WPE + pos * D + rk, mask=k_ok, other=0.0).to(tl.float32)
+                x = x.to(dt)
                 tl.store(X + b * D + rk, x, mask=k_ok)
                 xf = x.to(tl.float32)
                 tl.store(STATS + b * 2, tl.sum(xf, axis=0))
@@ -400,7 +403,7 @@ if _triton_available():
                                                  CQKV + layer * N_QKV, t, N_QKV, D, rm, m_ok, STATS, 0, eps, BN, BK,
                                                  NORM, DOT_PREC)
                     _store_qkv(y.to(dt), rn, rm, m_ok[:, None] & n_ok[None, :], Q, KC, VC, B, layer64, pos, max_len,
-                               NH, NKV, DK, DV, SHARED_KV)
+                               NH, NKV, DK, DV, SHARED_KV, COS, SIN, ROPE)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l, MAX_SPIN, TIMING)
@@ -589,7 +592,8 @@ class WideDecoder(dm.MegaDecoder):
     def _launch(self, w: dict, idx, pos, only: int, layer_lo: int, layer_hi: int, first: bool, final: bool) -> None:
         tr = self.model.transformer
         _wide_step_kernel[(self.programs,)](
-            idx, pos, tr.wte.weight, tr.wpe.weight, w["wqkv"], w["bqkv"], w["cqkv"], self.cache_k, self.cache_v,
+            idx, pos, tr.wte.weight, *self._position_tables(), w["wqkv"], w["bqkv"], w["cqkv"], self.cache_k,
+            self.cache_v,
             w["wo"], w["bo"], w["wfc"], w["bfc"], w["cfc"], w["wpr"], w["bpr"], w["wlm"], w["blm"], w["clm"],
             self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.po, self.pm, self.pl,
             self.logits, self.counters, self.error,
@@ -597,7 +601,7 @@ class WideDecoder(dm.MegaDecoder):
             self.batch, layer_lo, layer_hi, self.vocab, self.max_len, self.eps, self.scale * math.log2(math.e),
             self.s_max,
             D=self.d, HIDDEN=self.hidden, NH=self.nH, NKV=self.nKV, HPG=self.nH // self.nKV, DK=self.dk, DV=self.dv,
-            N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, NORM=self.norm_kind, BLOCK_M=self.block_m,
+            N_QKV=w["wqkv"].size(1), SHARED_KV=self.shared, ROPE=self.rope, NORM=self.norm_kind, BLOCK_M=self.block_m,
             BLOCK_D=_pow2(self.d, 16), BN=BN, BK=BK, BN_LM=BN_LM, SPLIT_D=SPLIT_D, SPLIT_F=SPLIT_F,
             BLOCK_H=self.block_h,
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.groups, 1),

@@ -50,12 +50,13 @@ def barrier_loads(sass: str) -> list:
     return out
 
 
-def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, timed: bool = False) -> dict:
+def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, timed: bool = False,
+                 rope: bool = False) -> dict:
     """The step kernel's launch for `variant` at `batch` sequences (decode_mega.step_decoder's: decode_wide's above
     decode_mega.MAX_ROWS) compiled (kernel_compile.compile_sm90) and disassembled into out_dir: registers, stack,
     shared memory a program (decode_wide's: WideDecoder.shared_bytes() beside it, shared_estimate), the load mix,
     tensor-core (HMMA) and asynchronous-copy (LDGSTS) instructions, MEMBARs and barrier_loads. timed: the timed step's
-    compile (TIMING, every barrier stamped; timed_step's)."""
+    compile (TIMING, every barrier stamped; timed_step's). rope: the variant with RoPE (q and k rotated in phase A)."""
     import triton
 
     import decode_attention as da
@@ -78,7 +79,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
         else:
             dm._mega_step_kernel = rec
         cfg = GPTConfig(n_layer=2, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False,
-                        **match.overrides)
+                        **match.overrides, **({"pos_emb": "rope"} if rope else {}))
         model = GPT(cfg).to(torch.bfloat16).eval()
         caches = model.new_caches(batch, 1024)
         per_sm = dw.PROGRAMS_PER_SM if wide else dm.PROGRAMS_PER_SM
@@ -148,12 +149,14 @@ def main(argv=None):
     p.add_argument("--out_dir", default="mega_sass")
     p.add_argument("--knob", action="append", default=[], metavar="decode_mega.NAME=VALUE")
     p.add_argument("--batch", type=int, default=1, help="sequences (above decode_mega.MAX_ROWS: decode_wide's kernel)")
+    p.add_argument("--rope", action="store_true", help="the variant with RoPE instead of learned positions")
     a = p.parse_args(argv)
     from scripts.bench_decode import KNOB_MODULES
     from scripts.bench_train import set_module_knobs
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
-    r = compile_step(a.variant, Path(a.out_dir), batch=a.batch)
-    print(f"step kernel, {a.variant}, batch {a.batch}, sm_90, knobs {knobs or 'none'}: {r['registers']} registers, "
+    r = compile_step(a.variant, Path(a.out_dir), batch=a.batch, rope=a.rope)
+    name = a.variant + (" with RoPE" if a.rope else "")
+    print(f"step kernel, {name}, batch {a.batch}, sm_90, knobs {knobs or 'none'}: {r['registers']} registers, "
           f"stack {r['stack']} B, shared memory {r['shared']} B a program, {r['hmma']} HMMA, {r['ldgsts']} LDGSTS, "
           f"{r['membars']} MEMBARs")
     print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))

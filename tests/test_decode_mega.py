@@ -1,14 +1,15 @@
 """decode_mega: the whole decode step in one persistent kernel (grid barriers between its phases).
 
-Properties: for MHA, GQA, MQA, Tucker and MLA (the last two with shared KV too; LayerNorm, no biases), the step
-kernel's logits and the cache rows it writes equal GPT.decode_step's (the model's own decode path) over several
-consecutive steps, with the cache split over several programs and merged; at 3 sequences for GQA and shared-latent
-Tucker (RMSNorm, biases, tiles small enough that each program takes several a phase); a weight change reaches the
-next step (the stacked copy is rebuilt); StaticDecoder(mega=True) decodes what the eager step decodes. Unsupported
-models (RoPE, SwiGLU, head dims that are not powers of two, too many rows) are refused with the reason. CPU: the
-kernel through Triton's interpreter (each phase a launch: a barrier would wait forever there), float32, to float32
-rounding. CUDA (skipped without a GPU): the one-launch step with its barriers, bf16, against the phase-by-phase
-launches and against the model.
+Properties: for MHA, GQA, MQA, Tucker and MLA (the last two with shared KV too; LayerNorm, no biases), and with RoPE
+for MHA, GQA and Tucker with separate K and V (q and the new key rotated in the kernel), the step kernel's logits
+and the cache rows it writes equal GPT.decode_step's (the model's own decode path) over several consecutive steps,
+with the cache split over several programs and merged; at 3 sequences for GQA and shared-latent Tucker (RMSNorm,
+biases, tiles small enough that each program takes several a phase); a weight change reaches the next step (the
+stacked copy is rebuilt); StaticDecoder(mega=True) decodes what the eager step decodes. Unsupported models (a shared
+latent or MLA with RoPE, SwiGLU, head dims that are not powers of two, too many rows) are refused with the reason.
+CPU: the kernel through Triton's interpreter (each phase a launch: a barrier would wait forever there), float32, to
+float32 rounding. CUDA (skipped without a GPU): the one-launch step with its barriers, bf16, against the phase-by-
+phase launches and against the model.
 """
 import pytest
 import torch
@@ -28,6 +29,9 @@ VARIANTS = {
     "tucker_shared": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True),
     "mla": dict(attn="mla", q_rank=16, kv_rank=16),  # absorbed and merged: one latent K/V head of 16
     "mla_shared": dict(attn="mla", q_rank=16, kv_rank=16, shared_kv=True),
+    "mha_rope": dict(attn="mha", pos_emb="rope"),  # q and the new key rotated in phase A, keys cached rotated
+    "gqa_rope": dict(attn="gqa", n_kv_head=2, pos_emb="rope"),
+    "tucker_rope": dict(attn="tucker", tucker_ranks=(2, 16, 16), pos_emb="rope"),  # latent RoPE, separate K and V
 }
 
 
@@ -160,7 +164,8 @@ def test_interp_static_decoder_with_the_step_kernel_matches_eager():
 
 
 def test_unsupported_models_are_refused_with_the_reason():
-    cases = {"RoPE": dict(pos_emb="rope"), "SwiGLU": dict(mlp="swiglu"),
+    cases = {"a shared latent with RoPE": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True, pos_emb="rope"),
+             "MLA with RoPE": dict(attn="mla", q_rank=16, kv_rank=16, pos_emb="rope"), "SwiGLU": dict(mlp="swiglu"),
              "head dims 24, 24": dict(attn="mla", q_rank=16, kv_rank=24)}
     for why, over in cases.items():
         model = tiny("mha", **over)
@@ -169,9 +174,18 @@ def test_unsupported_models_are_refused_with_the_reason():
     assert "batch" in dm.unsupported(tiny("mha"), decode_wide.MAX_ROWS + 1)
 
 
+def test_rope_rows_interleave_each_q_and_k_head():
+    """MegaDecoder.rope_rows: within each q and k head, row 2 i takes dim i and row 2 i + 1 dim i + Dk/2 (the pairs
+    RoPE rotates, side by side in a tile); v's rows keep their order. A hand count: one query and one key head of 4,
+    a value head of 4."""
+    from types import SimpleNamespace
+    me = SimpleNamespace(dk=4, nH=1, nKV=1, device="cpu")
+    assert dm.MegaDecoder.rope_rows(me, 12).tolist() == [0, 2, 1, 3, 4, 6, 5, 7, 8, 9, 10, 11]
+
+
 def test_static_decoder_refuses_the_kernel_where_it_cannot_run():
     with pytest.raises(ValueError, match="decode step kernel"):
-        StaticDecoder(tiny("mha", pos_emb="rope"), 1, max_len=8, mega=True)
+        StaticDecoder(tiny("mha", mlp="swiglu"), 1, max_len=8, mega=True)
 
 
 @needs_cuda
