@@ -150,8 +150,11 @@ def test_interp_step_kernel_follows_a_weight_change(monkeypatch):
 
 
 @needs_child
-def test_interp_static_decoder_with_the_step_kernel_matches_eager():
-    model = tiny("tucker_shared")
+@pytest.mark.parametrize("variant", ["tucker_shared", "tucker_rope"])
+def test_interp_static_decoder_with_the_step_kernel_matches_eager(variant):
+    """StaticDecoder(mega=True): a prefill through the model (with RoPE: its keys cached rotated), then steps of the
+    kernel, the same logits as the model's own steps."""
+    model = tiny(variant)
     prompt = torch.randint(101, (2, 7), generator=torch.Generator().manual_seed(3))
     outs = []
     for mega in (False, True):
