@@ -26,10 +26,11 @@ takes every `nprog`-th tile of a phase's output columns (or of the attention's s
 variant whose decode form is "queries, one or more shared K/V heads, an output matrix" runs here: MHA, GQA,
 MQA (GroupedQueryAttention), Tucker (its merged form [U2 G_q | U3 | U~3] and G_o U~2^T: one latent K/V head, or
 one shared latent with shared_kv) and MLA (absorbed and merged: [q_i W_UK,i^T for every head | c_K (| c_V)] and
-W_UV W_O, the same shape), with learned positions or RoPE: q and the new key are rotated in phase A (each q and k
-head's weight rows interleaved so that a tile holds whole pairs of dims, _store_qkv), and the keys are cached rotated,
-as the model's step caches them. Not served (`unsupported` says why; model.StaticDecoder keeps its kernels): RoPE on
-a shared latent (its keys are cached unrotated, rotated as read) or MLA's, SwiGLU, more than decode_wide.MAX_ROWS
+W_UV W_O, the same shape), with learned positions or RoPE, the keys cached as the model's step caches them: rotated
+(MHA, GQA, MQA, Tucker with separate K and V: q and the new key rotated in phase A, each rotated head's weight rows
+interleaved so that a tile holds whole pairs of dims, _store_qkv) or unrotated (a shared latent, which is the value
+too, and MLA's latent RoPE: q rotated in phase A, the keys as B1 reads them, _rope_rows). Not served (`unsupported`
+says why; model.StaticDecoder keeps its kernels): MLA's decoupled RoPE, SwiGLU, more than decode_wide.MAX_ROWS
 sequences, autocast, mixed dtypes.
 
 The arithmetic follows the unfused model's rounding points (each op's result rounded to the activations' dtype, as
@@ -270,14 +271,16 @@ if _triton_available():
         (B, NH DK), k and v into the stacked caches (L, B, NKV, max_len, D) at row `pos`. ROPE: each q and k head's
         columns come interleaved, dims (i, i + DK/2) side by side (the stacked weights' rows permuted so: a tile of
         an even number of columns holds whole pairs); each pair is rotated by the angles of position `pos` (COS,
-        SIN (positions, DK/2) fp32 tables, rounded to y's dtype as model.apply_rope rounds them) and stored at its
-        own dims, as the model's step stores q and its cached keys."""
+        SIN (positions, DK/2) tables, rounded to y's dtype as model.apply_rope rounds them) and stored at its
+        own dims, as the model's step stores q and its cached keys. ROPE 1: q and k so (keys cached rotated); 2: q
+        only (keys cached unrotated, rotated as B1 reads them: _rope_rows)."""
+        NROT: tl.constexpr = (NH + (NKV if ROPE == 1 else 0)) * DK  # the rotated heads' columns: q's (and k's)
         if ROPE:
             BM: tl.constexpr = y.shape[0]
             BNP: tl.constexpr = y.shape[1] // 2  # pairs in the tile
             dt = y.dtype
             even, _ = tl.split(tl.reshape(rn, (BNP, 2)))  # (pairs,) each pair's first column
-            rot = even < (NH + NKV) * DK  # q and k pairs (v columns stay as they are)
+            rot = even < NROT  # q's (and k's) pairs; the other columns stay as they are
             p = (even % DK) // 2  # the pair's index in its head: dims p and p + DK/2
             c = tl.load(COS + pos * (DK // 2) + p, mask=rot, other=1.0).to(dt).to(tl.float32)
             s = tl.load(SIN + pos * (DK // 2) + p, mask=rot, other=0.0).to(dt).to(tl.float32)
@@ -286,7 +289,7 @@ if _triton_available():
             r2 = (x1 * s[None, :]).to(dt).to(tl.float32) + (x2 * c[None, :]).to(dt).to(tl.float32)
             y = tl.reshape(tl.join(r1.to(dt), r2.to(dt)), (BM, 2 * BNP))
             j = rn % DK  # 2 p + s in the interleaved head: stored at dim p + s DK/2
-            rn = tl.where(rn < (NH + NKV) * DK, rn - j + j // 2 + (j % 2) * (DK // 2), rn)
+            rn = tl.where(rn < NROT, rn - j + j // 2 + (j % 2) * (DK // 2), rn)
         is_q = rn < NH * DK
         tl.store(Q + rm[:, None] * (NH * DK) + rn[None, :], y, mask=ok & is_q[None, :])
         ck = tl.maximum(rn - NH * DK, 0)
@@ -392,6 +395,25 @@ if _triton_available():
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
 
     @triton.jit
+    def _rope_rows(k, rows, r_ok, COS, SIN, DK: tl.constexpr):
+        """Cache rows k (G, R, DK) at positions rows (G, R) rotated by their positions' angles (pairs (i, i + DK/2),
+        model.apply_rope's, rounded as it rounds; rows where r_ok (G, R) is false read no angle): the keys of a latent
+        cached unrotated (it is also the value), rotated as B1 reads them."""
+        G: tl.constexpr = k.shape[0]
+        R: tl.constexpr = k.shape[1]
+        HALF: tl.constexpr = DK // 2
+        dt = k.dtype
+        x1, x2 = tl.split(tl.permute(tl.reshape(k, (G, R, 2, HALF)), (0, 1, 3, 2)))  # dims i, i + DK/2: (G, R, DK/2)
+        at = rows[:, :, None] * HALF + tl.arange(0, HALF)[None, None, :]
+        c = tl.load(COS + at, mask=r_ok[:, :, None], other=1.0).to(dt).to(tl.float32)
+        s = tl.load(SIN + at, mask=r_ok[:, :, None], other=0.0).to(dt).to(tl.float32)
+        x1 = x1.to(tl.float32)
+        x2 = x2.to(tl.float32)
+        r1 = ((x1 * c).to(dt).to(tl.float32) - (x2 * s).to(dt).to(tl.float32)).to(dt)
+        r2 = ((x1 * s).to(dt).to(tl.float32) + (x2 * c).to(dt).to(tl.float32)).to(dt)
+        return tl.reshape(tl.permute(tl.join(r1, r2), (0, 1, 3, 2)), (G, R, DK))
+
+    @triton.jit
     def _split_item(Q, KC, VC, item, B, layer64, max_len, length, chunk, n_split, NH: tl.constexpr,
                     NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr):
         """B1's item (sequence, KV head, split) `item`: (bg = sequence x NKV + KV head, split s, the group's queries
@@ -411,14 +433,15 @@ if _triton_available():
         return bg, s, q, k_base, v_base, start, tl.minimum(start + chunk, length)
 
     @triton.jit
-    def _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
-                          qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
-                          DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          DOT_PREC: tl.constexpr):
+    def _attention_splits(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length, chunk, n_split,
+                          s_max, qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
+                          DV: tl.constexpr, SHARED_KV: tl.constexpr, ROPE: tl.constexpr, BLOCK_H: tl.constexpr,
+                          BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr):
         """Phase B1: the program's items (sequence, KV head, split) pid, pid + nprog, ...: the attention of the query
         heads of the KV head (q from Q) to the split's `chunk` cache rows (rows 0 .. length - 1 split in n_split), its
         partial (unnormalized output, row max, row sum; exp2 of scores scaled by qk_scale) into PO, PM, PL at
-        ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group."""
+        ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group. ROPE 2: the keys are
+        cached unrotated and rotated here as read (_rope_rows)."""
         hh = tl.arange(0, BLOCK_H)
         ev = tl.arange(0, DV)
         ek = tl.arange(0, DK)
@@ -433,7 +456,11 @@ if _triton_available():
                 r_ok = rows < end
                 k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
                             cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
-                qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
+                kq = k
+                if ROPE == 2:
+                    kq = tl.reshape(_rope_rows(tl.reshape(k, (1, BLOCK_N, DK)), rows[None, :], r_ok[None, :], COS,
+                                               SIN, DK), (BLOCK_N, DK))
+                qk = tl.dot(q, tl.trans(kq), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
                 qk = tl.where(r_ok[None, :], qk * qk_scale, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(qk, axis=1))
                 alpha = tl.exp2(m_i - m_new)
@@ -564,8 +591,8 @@ if _triton_available():
                         for c in tl.static_range(ACC_COPIES):
                             tl.store(ACC_M + c * B * D + rm[:, None] * D + rk[None, :],
                                      tl.zeros([BLOCK_M, BLOCK_D], tl.float32), mask=row_ok)
-                _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split,
-                                  s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
+                _attention_splits(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length, chunk,
+                                  n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, ROPE, BLOCK_H, BLOCK_N,
                                   DOT_PREC)
             if ONLY == 0:
                 barriers += 1
@@ -664,10 +691,8 @@ def _attention_form(attn):
     """(W_qkv (N, d), b_qkv (N) or None, W_O (d, nH Dv), b_O or None, nH, nKV, Dk, Dv, shared_kv, scale) of one
     layer's decode form, or a string saying why this layer is not served."""
     from model import GroupedQueryAttention, LatentAttention, TuckerAttention
-    if getattr(attn, "decoupled", False) or getattr(attn, "latent_rope", False):
-        return "MLA with RoPE (its decoupled or latent rotations are not in the step kernel)"
-    if getattr(attn, "rope", False) and getattr(attn, "shared_kv", False):
-        return "a shared latent with RoPE (its keys are cached unrotated and rotated as read: not in the step kernel)"
+    if getattr(attn, "decoupled", False):
+        return "MLA with decoupled RoPE (its keys are [c_K | k^R]: dcK + dR wide, and only k^R rotates)"
     if isinstance(attn, GroupedQueryAttention):
         dH = attn.head_dim
         return (attn.c_attn.weight, attn.c_attn.bias, attn.c_proj.weight, attn.c_proj.bias, attn.n_head,
@@ -747,13 +772,17 @@ class MegaDecoder:
             raise ValueError(f"{type(self).__name__} serves {lo} .. {hi} sequences, the caches hold {B} "
                              f"(decode_mega.step_decoder picks the step for the batch)")
         self.model, self.caches, self.batch = model, caches, B
-        self.rope = model.transformer.wpe is None  # pos_emb 'rope' (else 'learned'): q and k rotated in phase A
         p = model.lm_head.weight
         self.device, self.dtype = p.device, p.dtype
         cfg = model.config
         self.n_layer, self.d, self.vocab = cfg.n_layer, cfg.n_embd, cfg.vocab_size
         first = _attention_form(model.transformer.h[0].attn)
         _, _, _, _, self.nH, self.nKV, self.dk, self.dv, self.shared, self.scale = first
+        attn = model.transformer.h[0].attn  # (every layer's attention is of one kind: unsupported())
+        # RoPE (pos_emb 'rope'; else 'learned': 0): 1, q and k rotated in phase A, the keys cached rotated; 2, q in
+        # phase A, the keys cached unrotated (a shared latent is the value too; MLA's latent RoPE) and rotated as read
+        self.rope = 0 if model.transformer.wpe is not None else (
+            2 if self.shared or getattr(attn, "latent_rope", False) else 1)
         self.hidden = model.transformer.h[0].mlp.c_fc.out_features
         want = {"kv": (self.nKV, self.dk)} if self.shared else {"k": (self.nKV, self.dk), "v": (self.nKV, self.dv)}
         if len(caches) != self.n_layer:
@@ -864,7 +893,7 @@ class MegaDecoder:
                                  for b in blocks]).contiguous(),
                 bpr=torch.stack([b.mlp.c_proj.bias if b.mlp.c_proj.bias is not None else zeros(self.d) for b in blocks]),
                 nfw=self.model.transformer.ln_f.weight, nfb=norm_bias(self.model.transformer.ln_f))
-        if self.rope:  # each q and k head's rows interleaved, dims (i, i + Dk/2) side by side: _store_qkv rotates
+        if self.rope:  # each rotated head's rows interleaved, dims (i, i + Dk/2) side by side: _store_qkv rotates
             #            the pairs a tile holds and stores each dim at its own place
             perm = self.rope_rows(w["wqkv"].size(1))
             w["wqkv"], w["bqkv"] = w["wqkv"][:, perm].contiguous(), w["bqkv"][:, perm].contiguous()
@@ -874,9 +903,10 @@ class MegaDecoder:
         return w
 
     def rope_rows(self, n: int) -> torch.Tensor:
-        """The order of W_qkv's n rows with RoPE: within each q and k head, dims (i, i + Dk/2) side by side (row 2 i
-        of the head takes dim i, row 2 i + 1 dim i + Dk/2); v's rows as they are."""
-        dk, heads = self.dk, self.nH + self.nKV
+        """The order of W_qkv's n rows with RoPE: within each head phase A rotates (q's, and k's when the keys are
+        cached rotated: rope 1), dims (i, i + Dk/2) side by side (row 2 i of the head takes dim i, row 2 i + 1 dim
+        i + Dk/2); the other rows as they are."""
+        dk, heads = self.dk, self.nH + (self.nKV if self.rope == 1 else 0)
         j = torch.arange(dk)
         within = j // 2 + (j % 2) * (dk // 2)  # (Dk,) the dim each interleaved row holds
         qk = (torch.arange(heads)[:, None] * dk + within[None, :]).flatten()

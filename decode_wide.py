@@ -118,7 +118,7 @@ if _triton_available():
     import triton.language as tl
 
     from decode_linear import _gelu_erf
-    from decode_mega import _attention_splits, _grid_sync, _split_item, _stamp, _stamp_sm, _store_qkv
+    from decode_mega import _attention_splits, _grid_sync, _rope_rows, _split_item, _stamp, _stamp_sm, _store_qkv
 
     @triton.jit
     def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -258,17 +258,18 @@ if _triton_available():
         return m_new, l_i, acc
 
     @triton.jit
-    def _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk, n_split, s_max,
-                          qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
-                          DV: tl.constexpr, SHARED_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                          GROUPS: tl.constexpr, DOT_PREC: tl.constexpr):
+    def _attention_groups(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length, chunk, n_split,
+                          s_max, qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
+                          DV: tl.constexpr, SHARED_KV: tl.constexpr, ROPE: tl.constexpr, BLOCK_H: tl.constexpr,
+                          BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, DOT_PREC: tl.constexpr):
         """Phase B1 as decode_mega._attention_splits (items (sequence, KV head, split) pid, pid + nprog, ..., the
         split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
         a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). The split's whole steps
         run without masks, their row pointers advanced a step at a time; its last, partial step (if any) masked,
         after the loop (_group_rows). Group g of split s stores its partial as split s GROUPS + g: PO, PM, PL at
         ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's index in its group. A group
-        with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0)."""
+        with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0). ROPE 2: the keys are cached
+        unrotated and rotated here as read (decode_mega._rope_rows)."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
         hh = tl.arange(0, BLOCK_H)
         gg = tl.arange(0, GROUPS)
@@ -292,6 +293,9 @@ if _triton_available():
                     v = k
                 else:
                     v = tl.load(v_at, cache_modifier=".cg")
+                if ROPE == 2:
+                    rows = n0 + gg[:, None] * SUB + jj[None, :]  # (GROUPS, SUB) this step's rows, all real
+                    k = _rope_rows(k, rows, rows >= 0, COS, SIN, DK)
                 m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, None, False, DOT_PREC)  # no mask
                 k_at += BLOCK_N * DK
                 v_at += BLOCK_N * DV
@@ -302,6 +306,8 @@ if _triton_available():
                     v = k
                 else:
                     v = tl.load(v_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                if ROPE == 2:
+                    k = _rope_rows(k, whole + gg[:, None] * SUB + jj[None, :], r_ok, COS, SIN, DK)
                 m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, r_ok, True, DOT_PREC)
             slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
             tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
@@ -415,13 +421,13 @@ if _triton_available():
                     tl.store(STATS + rm * 2, tl.zeros([BLOCK_M], tl.float32))
                     tl.store(STATS + rm * 2 + 1, tl.zeros([BLOCK_M], tl.float32))
                 if GROUPS == 1:
-                    _attention_splits(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
-                                      n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
-                                      DOT_PREC)
+                    _attention_splits(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length,
+                                      chunk, n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, ROPE, BLOCK_H,
+                                      BLOCK_N, DOT_PREC)
                 else:
-                    _attention_groups(Q, KC, VC, PO, PM, PL, pid, nprog, B, layer64, max_len, length, chunk,
-                                      n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, BLOCK_H, BLOCK_N,
-                                      GROUPS, DOT_PREC)
+                    _attention_groups(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length,
+                                      chunk, n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, ROPE, BLOCK_H,
+                                      BLOCK_N, GROUPS, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)

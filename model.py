@@ -1699,8 +1699,8 @@ class GPT(nn.Module):
         step first (fewer, fused kernels; a one-time compile of tens of seconds), with torch.compile's
         compile_mode ('default' or 'max-autotune': fewer kernels still, minutes of tuning). decode='mega'
         replays instead the whole step as one persistent kernel (decode_mega at batch <= 4, decode_wide's
-        tensor-core tiles at 5-32; CUDA, MHA/GQA/MQA/MLA/Tucker with learned positions or RoPE (not on a shared
-        latent or MLA) and a GELU MLP, else a ValueError naming why): on an H200 the fastest step for GQA, MQA and
+        tensor-core tiles at 5-32; CUDA, MHA/GQA/MQA/MLA/Tucker with learned positions or RoPE (not MLA's
+        decoupled RoPE) and a GELU MLP, else a ValueError naming why): on an H200 the fastest step for GQA, MQA and
         Tucker at batch 1 to 32, not for MHA, but its fp32 atomic sums make the logits vary in their last bits from
         run to run, so greedy tokens may differ from 'graph' where two logits nearly tie. When the context reaches
         block_size the cache is refilled from the last block_size // 2 tokens (the uncached path

@@ -36,7 +36,7 @@ DEFAULTS = dict(
     # 'auto' = the static (CUDA-graph) decode step on CUDA, eager elsewhere; 'eager' = the plain
     # cached step; 'graph' = force the static step (CUDA only); 'mega' = the whole step as one persistent kernel
     # (decode_mega, decode_wide above 4 samples; CUDA only, MHA/GQA/MQA/MLA/Tucker, learned positions or RoPE (not
-    # on a shared latent or MLA): on an H200 the fastest for GQA, MQA and Tucker; its logits vary in their last bits
+    # MLA's decoupled RoPE): on an H200 the fastest for GQA, MQA and Tucker; its logits vary in their last bits
     # run to run, so greedy text may differ at near ties)
     decode="auto",
     # torch.compile the cached decode step first: the glue between its kernels; the uncompiled step already fuses

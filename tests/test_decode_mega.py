@@ -1,15 +1,15 @@
 """decode_mega: the whole decode step in one persistent kernel (grid barriers between its phases).
 
 Properties: for MHA, GQA, MQA, Tucker and MLA (the last two with shared KV too; LayerNorm, no biases), and with RoPE
-for MHA, GQA and Tucker with separate K and V (q and the new key rotated in the kernel), the step kernel's logits
-and the cache rows it writes equal GPT.decode_step's (the model's own decode path) over several consecutive steps,
-with the cache split over several programs and merged; at 3 sequences for GQA and shared-latent Tucker (RMSNorm,
-biases, tiles small enough that each program takes several a phase); a weight change reaches the next step (the
-stacked copy is rebuilt); StaticDecoder(mega=True) decodes what the eager step decodes. Unsupported models (a shared
-latent or MLA with RoPE, SwiGLU, head dims that are not powers of two, too many rows) are refused with the reason.
-CPU: the kernel through Triton's interpreter (each phase a launch: a barrier would wait forever there), float32, to
-float32 rounding. CUDA (skipped without a GPU): the one-launch step with its barriers, bf16, against the phase-by-
-phase launches and against the model.
+(MHA, GQA, Tucker: q and the new key rotated in the kernel; Tucker's shared latent and MLA's latent RoPE: the keys
+rotated as read), the step kernel's logits and the cache rows it writes equal GPT.decode_step's (the model's own
+decode path) over several consecutive steps, with the cache split over several programs and merged; at 3 sequences
+for GQA and shared-latent Tucker (RMSNorm, biases, tiles small enough that each program takes several a phase); a
+weight change reaches the next step (the stacked copy is rebuilt); StaticDecoder(mega=True) decodes what the eager
+step decodes. Unsupported models (MLA's decoupled RoPE, SwiGLU, head dims that are not powers of two, too many rows)
+are refused with the reason. CPU: the kernel through Triton's interpreter (each phase a launch: a barrier would wait
+forever there), float32, to float32 rounding. CUDA (skipped without a GPU): the one-launch step with its barriers,
+bf16, against the phase-by-phase launches and against the model.
 """
 import pytest
 import torch
@@ -32,6 +32,9 @@ VARIANTS = {
     "mha_rope": dict(attn="mha", pos_emb="rope"),  # q and the new key rotated in phase A, keys cached rotated
     "gqa_rope": dict(attn="gqa", n_kv_head=2, pos_emb="rope"),
     "tucker_rope": dict(attn="tucker", tucker_ranks=(2, 16, 16), pos_emb="rope"),  # latent RoPE, separate K and V
+    # keys cached unrotated, rotated as B1 reads them: a shared latent (also the value), MLA's latent RoPE
+    "tucker_shared_rope": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True, pos_emb="rope"),
+    "mla_latent": dict(attn="mla", q_rank=16, kv_rank=16, pos_emb="rope", mla_rope="latent"),
 }
 
 
@@ -167,9 +170,8 @@ def test_interp_static_decoder_with_the_step_kernel_matches_eager(variant):
 
 
 def test_unsupported_models_are_refused_with_the_reason():
-    cases = {"a shared latent with RoPE": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True, pos_emb="rope"),
-             "MLA with RoPE": dict(attn="mla", q_rank=16, kv_rank=16, pos_emb="rope"), "SwiGLU": dict(mlp="swiglu"),
-             "head dims 24, 24": dict(attn="mla", q_rank=16, kv_rank=24)}
+    cases = {"MLA with decoupled RoPE": dict(attn="mla", q_rank=16, kv_rank=16, pos_emb="rope", mla_rope="decoupled"),
+             "SwiGLU": dict(mlp="swiglu"), "head dims 24, 24": dict(attn="mla", q_rank=16, kv_rank=24)}
     for why, over in cases.items():
         model = tiny("mha", **over)
         assert why in (dm.unsupported(model, 1) or ""), why
@@ -178,12 +180,14 @@ def test_unsupported_models_are_refused_with_the_reason():
 
 
 def test_rope_rows_interleave_each_q_and_k_head():
-    """MegaDecoder.rope_rows: within each q and k head, row 2 i takes dim i and row 2 i + 1 dim i + Dk/2 (the pairs
-    RoPE rotates, side by side in a tile); v's rows keep their order. A hand count: one query and one key head of 4,
-    a value head of 4."""
+    """MegaDecoder.rope_rows: within each head phase A rotates, row 2 i takes dim i and row 2 i + 1 dim i + Dk/2 (the
+    pairs RoPE rotates, side by side in a tile); the other rows keep their order. A hand count: one query and one key
+    head of 4, a value head of 4; the keys rotated in phase A (rope 1) or as read (rope 2: their rows untouched)."""
     from types import SimpleNamespace
-    me = SimpleNamespace(dk=4, nH=1, nKV=1, device="cpu")
+    me = SimpleNamespace(dk=4, nH=1, nKV=1, device="cpu", rope=1)
     assert dm.MegaDecoder.rope_rows(me, 12).tolist() == [0, 2, 1, 3, 4, 6, 5, 7, 8, 9, 10, 11]
+    me.rope = 2
+    assert dm.MegaDecoder.rope_rows(me, 12).tolist() == [0, 2, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11]
 
 
 def test_static_decoder_refuses_the_kernel_where_it_cannot_run():

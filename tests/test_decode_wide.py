@@ -1,8 +1,8 @@
 """decode_wide: the decode step at 5 .. MAX_ROWS sequences in one persistent kernel, its products on tensor cores.
 
-Properties: for MHA, GQA, MQA, Tucker and MLA (each with shared KV too), MHA and Tucker with RoPE, the wide step's
-logits and the cache rows it writes equal GPT.decode_step's over consecutive steps (the cache split over programs
-and merged, the products' K in several steps, LayerNorm and RMSNorm, with and without biases);
+Properties: for MHA, GQA, MQA, Tucker and MLA (each with shared KV too), MHA and Tucker (shared too) and MLA with
+RoPE, the wide step's logits and the cache rows it writes equal GPT.decode_step's over consecutive steps (the cache
+split over programs and merged, the products' K in several steps, LayerNorm and RMSNorm, with and without biases);
 decode_mega.step_decoder picks the GEMV step up to decode_mega.MAX_ROWS sequences and this one above, and both
 refuse a batch outside their range by name; StaticDecoder(mega=True) at batch 6 decodes what the eager step decodes.
 CPU: Triton's interpreter (a phase a launch), float32, to float32 rounding. CUDA (skipped without a GPU): the one
@@ -37,7 +37,9 @@ def no_device_checks(monkeypatch):
     ("mla", 5, {}, "layernorm", True, 40),
     ("mla_shared", 6, {}, "rmsnorm", False, 100),
     ("mha_rope", 5, {}, "layernorm", True, 40),
-    ("tucker_rope", 6, {}, "rmsnorm", False, 100)])
+    ("tucker_rope", 6, {}, "rmsnorm", False, 100),
+    ("tucker_shared_rope", 6, {}, "layernorm", True, 100),
+    ("mla_latent", 5, {}, "rmsnorm", False, 40)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, context, monkeypatch):
     """Two steps from a 40- or 100-row cache (split over the programs, merged; the rows past the cache's end hold
     random values): logits and the written cache rows equal the model's; a split's rows in whole steps, unmasked (at
@@ -229,7 +231,8 @@ def test_barrier_phases_reads_the_wide_layout():
 @needs_cuda
 @pytest.mark.parametrize("variant, batch", [("tucker", 32), ("tucker_shared", 32), ("mha", 8), ("gqa", 8),
                                             ("mqa", 32), ("tucker", 8), ("mla_shared", 32), ("mla", 8),
-                                            ("tucker_rope", 32), ("mha_rope", 8)])
+                                            ("tucker_rope", 32), ("mha_rope", 8), ("tucker_shared_rope", 32),
+                                            ("mla_latent", 8)])
 def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
     """bf16 at GPT-2 widths: the one launch (barriers) against the phases launched one by one (equal up to the
     statistics' order of arrival) and both against the model's step, over three steps from a 1,500-row cache."""
