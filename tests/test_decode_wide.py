@@ -34,7 +34,6 @@ def no_device_checks(monkeypatch):
     ("tucker", 5, {}, "layernorm", True, 100),
     ("tucker_shared", 7, dict(BN_LM=16, BK=16, SPLIT_D=4), "rmsnorm", True, 40),
     ("tucker_shared", 6, dict(ATTN_GROUPS=2), "layernorm", False, 100),
-    ("mla", 5, {}, "layernorm", True, 40),
     ("mla_shared", 6, {}, "rmsnorm", False, 100),
     ("mha_rope", 5, {}, "layernorm", True, 40),
     ("tucker_rope", 6, {}, "rmsnorm", False, 100),
