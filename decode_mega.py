@@ -265,6 +265,19 @@ if _triton_available():
         return out
 
     @triton.jit
+    def _rotate_pairs(x1, x2, COS, SIN, at, ok, dt):
+        """RoPE's rotate-half pairs (x1, x2) turned by the angles at offsets `at` of the (positions, Dk/2) tables COS,
+        SIN (where ok; elsewhere left as they are), each product and sum rounded to dt as model.apply_rope rounds
+        them: (r1, r2) in dt. Phase A's q and new keys (_store_qkv) and B1's keys rotated as read (_rope_rows)."""
+        c = tl.load(COS + at, mask=ok, other=1.0).to(dt).to(tl.float32)
+        s = tl.load(SIN + at, mask=ok, other=0.0).to(dt).to(tl.float32)
+        x1 = x1.to(tl.float32)
+        x2 = x2.to(tl.float32)
+        r1 = ((x1 * c).to(dt).to(tl.float32) - (x2 * s).to(dt).to(tl.float32)).to(dt)
+        r2 = ((x1 * s).to(dt).to(tl.float32) + (x2 * c).to(dt).to(tl.float32)).to(dt)
+        return r1, r2
+
+    @triton.jit
     def _store_qkv(y, rn, rm, ok, Q, KC, VC, B, layer64, pos, max_len, NH: tl.constexpr, NKV: tl.constexpr,
                    DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr, COS, SIN, ROPE: tl.constexpr):
         """Columns rn of [q | k | v] for rows rm (y (rows, columns) in the activations' dtype, ok its mask): q into Q
@@ -282,12 +295,9 @@ if _triton_available():
             even, _ = tl.split(tl.reshape(rn, (BNP, 2)))  # (pairs,) each pair's first column
             rot = even < NROT  # q's (and k's) pairs; the other columns stay as they are
             p = (even % DK) // 2  # the pair's index in its head: dims p and p + DK/2
-            c = tl.load(COS + pos * (DK // 2) + p, mask=rot, other=1.0).to(dt).to(tl.float32)
-            s = tl.load(SIN + pos * (DK // 2) + p, mask=rot, other=0.0).to(dt).to(tl.float32)
-            x1, x2 = tl.split(tl.reshape(y.to(tl.float32), (BM, BNP, 2)))  # (rows, pairs) each
-            r1 = (x1 * c[None, :]).to(dt).to(tl.float32) - (x2 * s[None, :]).to(dt).to(tl.float32)
-            r2 = (x1 * s[None, :]).to(dt).to(tl.float32) + (x2 * c[None, :]).to(dt).to(tl.float32)
-            y = tl.reshape(tl.join(r1.to(dt), r2.to(dt)), (BM, 2 * BNP))
+            x1, x2 = tl.split(tl.reshape(y, (BM, BNP, 2)))  # (rows, pairs) each
+            r1, r2 = _rotate_pairs(x1, x2, COS, SIN, (pos * (DK // 2) + p)[None, :], rot[None, :], dt)
+            y = tl.reshape(tl.join(r1, r2), (BM, 2 * BNP))
             j = rn % DK  # 2 p + s in the interleaved head: stored at dim p + s DK/2
             rn = tl.where(rn < NROT, rn - j + j // 2 + (j % 2) * (DK // 2), rn)
         is_q = rn < NH * DK
@@ -402,15 +412,9 @@ if _triton_available():
         G: tl.constexpr = k.shape[0]
         R: tl.constexpr = k.shape[1]
         HALF: tl.constexpr = DK // 2
-        dt = k.dtype
         x1, x2 = tl.split(tl.permute(tl.reshape(k, (G, R, 2, HALF)), (0, 1, 3, 2)))  # dims i, i + DK/2: (G, R, DK/2)
         at = rows[:, :, None] * HALF + tl.arange(0, HALF)[None, None, :]
-        c = tl.load(COS + at, mask=r_ok[:, :, None], other=1.0).to(dt).to(tl.float32)
-        s = tl.load(SIN + at, mask=r_ok[:, :, None], other=0.0).to(dt).to(tl.float32)
-        x1 = x1.to(tl.float32)
-        x2 = x2.to(tl.float32)
-        r1 = ((x1 * c).to(dt).to(tl.float32) - (x2 * s).to(dt).to(tl.float32)).to(dt)
-        r2 = ((x1 * s).to(dt).to(tl.float32) + (x2 * c).to(dt).to(tl.float32)).to(dt)
+        r1, r2 = _rotate_pairs(x1, x2, COS, SIN, at, r_ok[:, :, None], k.dtype)
         return tl.reshape(tl.permute(tl.join(r1, r2), (0, 1, 3, 2)), (G, R, DK))
 
     @triton.jit

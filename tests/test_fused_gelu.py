@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import fused_gelu as fg
 from interpreted import needs_child
-from tiny import compiled_step_kernels, traced_autograd_functions
+from tiny import compiled_step_kernels, traced_functions_by_backend
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -100,16 +100,11 @@ def test_model_mlp_is_one_traced_graph_with_the_kernels(monkeypatch):
     one graph (torch._dynamo.export fails on any graph break): the ops were registered when the model was built.
     The graph holds one more autograd function (the GELU's: the loss head's is the other) than with F.gelu."""
     from model import GPT, GPTConfig
-    if not fg._HAVE_TRITON:
-        pytest.skip("triton is not installed")
-    import fused_loss as fl
-    monkeypatch.setattr(fg, "_interpret", lambda: True)
-    monkeypatch.setattr(fl, "_interpret", lambda: True)
-    x = torch.randint(0, 200, (2, 16))
-    functions = {}
-    for backend in ("auto", "torch"):
-        model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False, gelu=backend))
-        functions[backend] = traced_autograd_functions(model, x)
+
+    def build(backend):
+        return GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False, gelu=backend))
+
+    functions = traced_functions_by_backend(monkeypatch, fg, build, torch.randint(0, 200, (2, 16)))
     assert functions == {"auto": 2, "torch": 1}
 
 

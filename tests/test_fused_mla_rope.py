@@ -15,7 +15,7 @@ import torch
 import fused_mla_rope as fm
 from interpreted import needs_child
 from model import GPT, GPTConfig, apply_rope, rope_cache
-from tiny import compiled_step_kernels, traced_autograd_functions
+from tiny import compiled_step_kernels, traced_functions_by_backend
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -108,17 +108,11 @@ def mla_config(**kw):
 def test_model_is_one_traced_graph_with_the_ops(monkeypatch):
     """With the kernels chosen, torch.compile still traces MLA's training forward as one graph (torch._dynamo.export
     fails on a graph break): one more autograd function a layer than with torch ops."""
-    if not fm._HAVE_TRITON:
-        pytest.skip("triton is not installed")
-    import fused_loss as fl
-    monkeypatch.setattr(fm, "_interpret", lambda: True)
-    monkeypatch.setattr(fl, "_interpret", lambda: True)
-    x = torch.randint(0, 97, (2, 16))
-    functions = {}
-    for backend in ("auto", "torch"):
+    def build(backend):
         monkeypatch.setattr(fm, "BACKEND", backend)
-        model = GPT(mla_config(gelu="torch"))
-        functions[backend] = traced_autograd_functions(model, x)
+        return GPT(mla_config(gelu="torch"))
+
+    functions = traced_functions_by_backend(monkeypatch, fm, build, torch.randint(0, 97, (2, 16)))
     assert functions["auto"] - functions["torch"] == 2  # one a layer
 
 

@@ -53,3 +53,15 @@ def traced_autograd_functions(model, x) -> int:
     finally:
         torch._dynamo.reset()
     return sum("AutogradFunctionApply" in type(n.target).__name__ for n in graph.graph.nodes)
+
+
+def traced_functions_by_backend(monkeypatch, kernels, build, x) -> dict:
+    """{backend: traced_autograd_functions(build(backend), x)} for 'auto' and 'torch', with the wrappers of the
+    module `kernels` (and the loss head's, fused_loss) taking their kernel path on the CPU; skips without triton."""
+    import pytest
+    if not kernels._HAVE_TRITON:
+        pytest.skip("triton is not installed")
+    import fused_loss
+    monkeypatch.setattr(kernels, "_interpret", lambda: True)
+    monkeypatch.setattr(fused_loss, "_interpret", lambda: True)
+    return {backend: traced_autograd_functions(build(backend), x) for backend in ("auto", "torch")}
