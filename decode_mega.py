@@ -29,7 +29,7 @@ one shared latent with shared_kv) and MLA (absorbed and merged: [q_i W_UK,i^T fo
 W_UV W_O, the same shape), with learned positions or RoPE, the keys cached as the model's step caches them: rotated
 (MHA, GQA, MQA, Tucker with separate K and V: q and the new key rotated in phase A, each rotated head's weight rows
 interleaved so that a tile holds whole pairs of dims, _store_qkv) or unrotated (a shared latent, which is the value
-too, and MLA's latent RoPE: q rotated in phase A, the keys as B1 reads them, _rope_rows). Not served (`unsupported`
+too, and MLA's latent RoPE: q rotated in phase A, the keys as B1 reads them, _attention_splits). Not served (`unsupported`
 says why; model.StaticDecoder keeps its kernels): MLA's decoupled RoPE, SwiGLU, more than decode_wide.MAX_ROWS
 sequences, autocast, mixed dtypes.
 
@@ -265,17 +265,62 @@ if _triton_available():
         return out
 
     @triton.jit
-    def _rotate_pairs(x1, x2, COS, SIN, at, ok, dt):
-        """RoPE's rotate-half pairs (x1, x2) turned by the angles at offsets `at` of the (positions, Dk/2) tables COS,
-        SIN (where ok; elsewhere left as they are), each product and sum rounded to dt as model.apply_rope rounds
-        them: (r1, r2) in dt. Phase A's q and new keys (_store_qkv) and B1's keys rotated as read (_rope_rows)."""
-        c = tl.load(COS + at, mask=ok, other=1.0).to(dt).to(tl.float32)
-        s = tl.load(SIN + at, mask=ok, other=0.0).to(dt).to(tl.float32)
+    def _turn(x1, x2, c, s, dt):
+        """RoPE's rotate-half pairs (x1, x2) turned by angles of cosines c and sines s (in dt: model.apply_rope rounds
+        its tables so), each product and sum rounded to dt as model.apply_rope rounds them: (r1, r2) in dt."""
         x1 = x1.to(tl.float32)
         x2 = x2.to(tl.float32)
+        c = c.to(tl.float32)
+        s = s.to(tl.float32)
         r1 = ((x1 * c).to(dt).to(tl.float32) - (x2 * s).to(dt).to(tl.float32)).to(dt)
         r2 = ((x1 * s).to(dt).to(tl.float32) + (x2 * c).to(dt).to(tl.float32)).to(dt)
         return r1, r2
+
+    @triton.jit
+    def _table_angles(COS, SIN, at, ok, dt):
+        """The cosines and sines at offsets `at` of the (positions, Dk/2) tables COS, SIN, rounded to dt as
+        model.apply_rope rounds them (where not ok, the angle 0; ok None: every offset read)."""
+        if ok is None:
+            c = tl.load(COS + at)
+            s = tl.load(SIN + at)
+        else:
+            c = tl.load(COS + at, mask=ok, other=1.0)
+            s = tl.load(SIN + at, mask=ok, other=0.0)
+        return c.to(dt), s.to(dt)
+
+    @triton.jit
+    def _rotate_pairs(x1, x2, COS, SIN, at, ok, dt):
+        """_turn by the angles at offsets `at` of the tables (where ok; elsewhere left as they are). Phase A's q and
+        new keys (_store_qkv)."""
+        c, s = _table_angles(COS, SIN, at, ok, dt)
+        return _turn(x1, x2, c, s, dt)
+
+    @triton.jit
+    def _query_halves(Q, bg, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
+                      BLOCK_H: tl.constexpr):
+        """The query heads of (sequence, KV head) bg as their two halves, dims 0 .. DK/2 - 1 and DK/2 .. DK - 1 (RoPE's
+        pairs): (BLOCK_H, DK/2) each, rows past the group's heads zero."""
+        HALF: tl.constexpr = DK // 2
+        hh = tl.arange(0, BLOCK_H)
+        at = (bg // NKV) * (NH * DK) + ((bg % NKV) * HPG + hh)[:, None] * DK + tl.arange(0, HALF)[None, :]
+        ok = (hh < HPG)[:, None]
+        q_lo = tl.load(Q + at, mask=ok, other=0.0, cache_modifier=".cg")
+        q_hi = tl.load(Q + at + HALF, mask=ok, other=0.0, cache_modifier=".cg")
+        return q_lo, q_hi
+
+    @triton.jit
+    def _query_at_base(q_lo, q_hi, COS, SIN, n0, dt):
+        """Keys cached unrotated (ROPE 2), a step of rows n0, n0 + 1, ...: rotations compose, R(n0 + j) = R(n0) R(j),
+        so q.R(n0 + j)k = (R(n0)^T q).(R(j) k). The queries' halves turned back by R(n0) (fp32, rounded to dt), the
+        keys then need the angles of table rows j < BLOCK_N only, the same rows every step (L1, not each row's own
+        table row through L2: fp32 tables are twice a 64-wide bf16 key row's bytes)."""
+        HALF: tl.constexpr = q_lo.shape[1]
+        eh = tl.arange(0, HALF)
+        c0 = tl.load(COS + n0 * HALF + eh)[None, :]
+        s0 = tl.load(SIN + n0 * HALF + eh)[None, :]
+        lo = q_lo.to(tl.float32)
+        hi = q_hi.to(tl.float32)
+        return (lo * c0 + hi * s0).to(dt), (hi * c0 - lo * s0).to(dt)
 
     @triton.jit
     def _store_qkv(y, rn, rm, ok, Q, KC, VC, B, layer64, pos, max_len, NH: tl.constexpr, NKV: tl.constexpr,
@@ -286,7 +331,7 @@ if _triton_available():
         an even number of columns holds whole pairs); each pair is rotated by the angles of position `pos` (COS,
         SIN (positions, DK/2) tables, rounded to y's dtype as model.apply_rope rounds them) and stored at its
         own dims, as the model's step stores q and its cached keys. ROPE 1: q and k so (keys cached rotated); 2: q
-        only (keys cached unrotated, rotated as B1 reads them: _rope_rows)."""
+        only (keys cached unrotated, rotated as B1 reads them: _attention_splits)."""
         NROT: tl.constexpr = (NH + (NKV if ROPE == 1 else 0)) * DK  # the rotated heads' columns: q's (and k's)
         if ROPE:
             BM: tl.constexpr = y.shape[0]
@@ -405,19 +450,6 @@ if _triton_available():
         return (y.to(dt).to(tl.float32) + _load_rows(X, rm, m_ok, rk, k_ok, D)).to(dt).to(tl.float32)
 
     @triton.jit
-    def _rope_rows(k, rows, r_ok, COS, SIN, DK: tl.constexpr):
-        """Cache rows k (G, R, DK) at positions rows (G, R) rotated by their positions' angles (pairs (i, i + DK/2),
-        model.apply_rope's, rounded as it rounds; rows where r_ok (G, R) is false read no angle): the keys of a latent
-        cached unrotated (it is also the value), rotated as B1 reads them."""
-        G: tl.constexpr = k.shape[0]
-        R: tl.constexpr = k.shape[1]
-        HALF: tl.constexpr = DK // 2
-        x1, x2 = tl.split(tl.permute(tl.reshape(k, (G, R, 2, HALF)), (0, 1, 3, 2)))  # dims i, i + DK/2: (G, R, DK/2)
-        at = rows[:, :, None] * HALF + tl.arange(0, HALF)[None, None, :]
-        r1, r2 = _rotate_pairs(x1, x2, COS, SIN, at, r_ok[:, :, None], k.dtype)
-        return tl.reshape(tl.permute(tl.join(r1, r2), (0, 1, 3, 2)), (G, R, DK))
-
-    @triton.jit
     def _split_item(Q, KC, VC, item, B, layer64, max_len, length, chunk, n_split, NH: tl.constexpr,
                     NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr):
         """B1's item (sequence, KV head, split) `item`: (bg = sequence x NKV + KV head, split s, the group's queries
@@ -445,40 +477,65 @@ if _triton_available():
         heads of the KV head (q from Q) to the split's `chunk` cache rows (rows 0 .. length - 1 split in n_split), its
         partial (unnormalized output, row max, row sum; exp2 of scores scaled by qk_scale) into PO, PM, PL at
         ((sequence x NKV + head) x s_max + split) x BLOCK_H + the head's index in its group. ROPE 2: the keys are
-        cached unrotated and rotated here as read (_rope_rows)."""
+        cached unrotated and rotated here as read, in halves (dims i and i + DK/2: RoPE's pairs, no exchange of
+        elements between threads), a step's rows by R(j) with the queries turned back by R(n0) (_query_at_base); a
+        shared latent's value is the unrotated halves (its output in halves)."""
+        HALF: tl.constexpr = DK // 2
         hh = tl.arange(0, BLOCK_H)
         ev = tl.arange(0, DV)
         ek = tl.arange(0, DK)
+        eh = tl.arange(0, HALF)
+        jj = tl.arange(0, BLOCK_N)
+        dt = KC.dtype.element_ty
+        V_HALVES: tl.constexpr = (ROPE == 2) & SHARED_KV  # the value is the unrotated latent: its halves
         for item in range(pid, B * NKV * n_split, nprog):
             bg, s, q, k_base, v_base, start, end = _split_item(Q, KC, VC, item, B, layer64, max_len, length, chunk,
                                                                n_split, NH, NKV, HPG, DK, DV, BLOCK_H)
             m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
             l_i = tl.zeros([BLOCK_H], tl.float32)
             acc = tl.zeros([BLOCK_H, DV], tl.float32)
+            if ROPE == 2:
+                q_lo, q_hi = _query_halves(Q, bg, NH, NKV, HPG, DK, BLOCK_H)  # (BLOCK_H, HALF) each
+                acc_lo = tl.zeros([BLOCK_H, HALF], tl.float32)  # a shared latent's output in halves
+                acc_hi = tl.zeros([BLOCK_H, HALF], tl.float32)
             for n0 in range(start, end, BLOCK_N):
-                rows = n0 + tl.arange(0, BLOCK_N)
+                rows = n0 + jj
                 r_ok = rows < end
-                k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
-                            cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
-                kq = k
                 if ROPE == 2:
-                    kq = tl.reshape(_rope_rows(tl.reshape(k, (1, BLOCK_N, DK)), rows[None, :], r_ok[None, :], COS,
-                                               SIN, DK), (BLOCK_N, DK))
-                qk = tl.dot(q, tl.trans(kq), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
+                    qb_lo, qb_hi = _query_at_base(q_lo, q_hi, COS, SIN, n0, dt)
+                    c, sn = _table_angles(COS, SIN, jj[:, None] * HALF + eh[None, :], r_ok[:, None], dt)
+                    k_at = k_base + rows[:, None] * DK + eh[None, :]
+                    k_lo = tl.load(k_at, mask=r_ok[:, None], other=0.0, cache_modifier=".cg")  # (BLOCK_N, HALF)
+                    k_hi = tl.load(k_at + HALF, mask=r_ok[:, None], other=0.0, cache_modifier=".cg")
+                    kr_lo, kr_hi = _turn(k_lo, k_hi, c, sn, dt)  # rows j of the step turned by R(j)
+                    qk = tl.dot(qb_lo, tl.trans(kr_lo), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
+                    qk += tl.dot(qb_hi, tl.trans(kr_hi), input_precision=DOT_PREC)
+                else:
+                    k = tl.load(k_base + rows[:, None] * DK + ek[None, :], mask=r_ok[:, None], other=0.0,
+                                cache_modifier=".cg")  # (BLOCK_N, DK); row pos was written in phase A
+                    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BLOCK_H, BLOCK_N)
                 qk = tl.where(r_ok[None, :], qk * qk_scale, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(qk, axis=1))
                 alpha = tl.exp2(m_i - m_new)
                 p = tl.exp2(qk - m_new[:, None])
                 l_i = l_i * alpha + tl.sum(p, axis=1)
                 m_i = m_new
-                if SHARED_KV:  # the latent is key and value: one read
-                    v = k
+                if V_HALVES:
+                    acc_lo = acc_lo * alpha[:, None] + tl.dot(p.to(dt), k_lo, input_precision=DOT_PREC)
+                    acc_hi = acc_hi * alpha[:, None] + tl.dot(p.to(dt), k_hi, input_precision=DOT_PREC)
                 else:
-                    v = tl.load(v_base + rows[:, None] * DV + ev[None, :], mask=r_ok[:, None], other=0.0,
-                                cache_modifier=".cg")
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+                    if SHARED_KV:  # the latent is key and value: one read
+                        v = k
+                    else:
+                        v = tl.load(v_base + rows[:, None] * DV + ev[None, :], mask=r_ok[:, None], other=0.0,
+                                    cache_modifier=".cg")
+                    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
             slot = (bg * s_max + s) * BLOCK_H + hh  # (BLOCK_H,) partial rows of this split
-            tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
+            if V_HALVES:
+                tl.store(PO + slot[:, None] * DV + eh[None, :], acc_lo)
+                tl.store(PO + slot[:, None] * DV + HALF + eh[None, :], acc_hi)
+            else:
+                tl.store(PO + slot[:, None] * DV + ev[None, :], acc)
             tl.store(PM + slot, m_i)
             tl.store(PL + slot, l_i)
 

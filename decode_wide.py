@@ -91,7 +91,9 @@ ATTN_STEP_ELEMS = 8192  # BLOCK_N=None: a step's rows hold at most this many K a
 #                         for a shared latent), so wide rows take fewer of them (powers of two, at least 16 a group):
 #                         Tucker's and MQA's 64 x (64 + 64) and Tucker shared's 128 x 64 are at the limit, MLA's
 #                         shared latent of 128 takes 64 rows (session 25 call 4, H200, MLA shared 128 at batch 32 and
-#                         16k: 128 rows 0.8494 / 0.8446 ms, 120 B of stack; 64 rows 0.7880 / 0.7945, no spills)
+#                         16k: 128 rows 0.8494 / 0.8446 ms, 120 B of stack; 64 rows 0.7880 / 0.7945, no spills).
+#                         Keys rotated as read (RoPE on a shared latent) count twice: the rotated halves beside the
+#                         read ones (Tucker shared with RoPE at 128 rows: 272 B of stack at sm_90, at 64: 40 B)
 ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a step's cache rows in this many groups,
 #                                   each a warp's own (a batched tl.dot puts one group on a warp): the softmax's row
 #                                   max and sum, and the probabilities' trip into the second product, stay inside
@@ -118,7 +120,8 @@ if _triton_available():
     import triton.language as tl
 
     from decode_linear import _gelu_erf
-    from decode_mega import _attention_splits, _grid_sync, _rope_rows, _split_item, _stamp, _stamp_sm, _store_qkv
+    from decode_mega import (_attention_splits, _grid_sync, _query_at_base, _query_halves, _split_item, _stamp,
+                             _stamp_sm, _store_qkv, _table_angles, _turn)
 
     @triton.jit
     def _row_stats(STATS, slot, rm, m_ok, d, eps, NORM: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -236,14 +239,13 @@ if _triton_available():
         _add_stats(STATS, slot, tl.where(ok, x.to(tl.float32), 0.0), rm, m_ok, BLOCK_M)
 
     @triton.jit
-    def _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, r_ok, MASKED: tl.constexpr, DOT_PREC: tl.constexpr):
-        """One step of _attention_groups' online softmax: queries q3 (GROUPS, BLOCK_H, DK) against a group's SUB cache
-        rows k (GROUPS, SUB, DK), values v (GROUPS, SUB, DV); running max m_i and sum l_i (GROUPS, BLOCK_H, scaled
-        by qk_scale, base 2), output acc (GROUPS, BLOCK_H, DV). MASKED: rows where r_ok (GROUPS, SUB) is false
-        count for nothing (a split's last, partial step); else (r_ok None) every row is real, so the max is finite
-        from the first step on and needs no guard. The scale is applied to the row max and inside exp2's argument (one
-        fused multiply-add an element): max(qk) qk_scale is max(qk qk_scale), as qk_scale > 0."""
-        qk = tl.dot(q3, tl.permute(k, (0, 2, 1)), input_precision=DOT_PREC)  # (GROUPS, BLOCK_H, SUB), unscaled
+    def _group_softmax(qk, m_i, l_i, qk_scale, r_ok, MASKED: tl.constexpr):
+        """One step of _attention_groups' online softmax: the scores qk (GROUPS, BLOCK_H, SUB, unscaled) of a group's
+        SUB cache rows; running max m_i and sum l_i (GROUPS, BLOCK_H, scaled by qk_scale, base 2). MASKED: rows where
+        r_ok (GROUPS, SUB) is false count for nothing (a split's last, partial step); else (r_ok None) every row is
+        real, so the max is finite from the first step on and needs no guard. The scale is applied to the row max and
+        inside exp2's argument (one fused multiply-add an element): max(qk) qk_scale is max(qk qk_scale), as
+        qk_scale > 0. Returns (m_new, l_i, the weights p, alpha: the factor of the output so far)."""
         if MASKED:
             qk = tl.where(r_ok[:, None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, axis=2) * qk_scale)
@@ -254,8 +256,31 @@ if _triton_available():
         alpha = tl.exp2(m_i - m_use)
         p = tl.exp2(qk * qk_scale - m_use[:, :, None])
         l_i = l_i * alpha + tl.sum(p, axis=2)
+        return m_new, l_i, p, alpha
+
+    @triton.jit
+    def _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, r_ok, MASKED: tl.constexpr, DOT_PREC: tl.constexpr):
+        """_group_softmax's step for queries q3 (GROUPS, BLOCK_H, DK) against a group's SUB cache rows k (GROUPS,
+        SUB, DK), values v (GROUPS, SUB, DV), output acc (GROUPS, BLOCK_H, DV)."""
+        qk = tl.dot(q3, tl.permute(k, (0, 2, 1)), input_precision=DOT_PREC)  # (GROUPS, BLOCK_H, SUB), unscaled
+        m_new, l_i, p, alpha = _group_softmax(qk, m_i, l_i, qk_scale, r_ok, MASKED)
         acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
         return m_new, l_i, acc
+
+    @triton.jit
+    def _group_scores_rope(qb_lo, qb_hi, k_lo, k_hi, c, sn, m_i, l_i, qk_scale, r_ok, MASKED: tl.constexpr,
+                           DOT_PREC: tl.constexpr):
+        """_group_softmax's step for keys cached unrotated (ROPE 2), in halves (RoPE's pairs: dims i and i + DK/2, no
+        exchange of elements between threads): queries turned back to the step's first row (qb_lo, qb_hi (BLOCK_H,
+        DK/2), decode_mega._query_at_base), the rows' halves k_lo, k_hi (GROUPS, SUB, DK/2) turned by R(j) (the
+        angles c, sn of their offsets j in the step). Returns _group_softmax's (m_new, l_i, p, alpha)."""
+        GROUPS: tl.constexpr = k_lo.shape[0]
+        kr_lo, kr_hi = _turn(k_lo, k_hi, c, sn, k_lo.dtype)
+        q3_lo = tl.broadcast_to(qb_lo[None, :, :], (GROUPS, qb_lo.shape[0], qb_lo.shape[1]))
+        q3_hi = tl.broadcast_to(qb_hi[None, :, :], (GROUPS, qb_hi.shape[0], qb_hi.shape[1]))
+        qk = tl.dot(q3_lo, tl.permute(kr_lo, (0, 2, 1)), input_precision=DOT_PREC)  # (GROUPS, BLOCK_H, SUB)
+        qk += tl.dot(q3_hi, tl.permute(kr_hi, (0, 2, 1)), input_precision=DOT_PREC)
+        return _group_softmax(qk, m_i, l_i, qk_scale, r_ok, MASKED)
 
     @triton.jit
     def _attention_groups(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length, chunk, n_split,
@@ -269,13 +294,20 @@ if _triton_available():
         after the loop (_group_rows). Group g of split s stores its partial as split s GROUPS + g: PO, PM, PL at
         ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's index in its group. A group
         with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0). ROPE 2: the keys are cached
-        unrotated and rotated here as read (decode_mega._rope_rows)."""
+        unrotated and rotated here as read, in halves (_group_scores_rope); a shared latent's value is the
+        unrotated halves, its output in halves."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
+        HALF: tl.constexpr = DK // 2
+        V_HALVES: tl.constexpr = (ROPE == 2) & SHARED_KV  # the value is the unrotated latent: its halves
         hh = tl.arange(0, BLOCK_H)
         gg = tl.arange(0, GROUPS)
         jj = tl.arange(0, SUB)
         ev = tl.arange(0, DV)
         ek = tl.arange(0, DK)
+        eh = tl.arange(0, HALF)
+        dt = KC.dtype.element_ty
+        offs = gg[:, None] * SUB + jj[None, :]  # (GROUPS, SUB) the rows' offsets in a step
+        t_at = offs[:, :, None] * HALF + eh[None, None, :]  # (GROUPS, SUB, HALF) their angles in the tables (ROPE 2)
         for item in range(pid, B * NKV * n_split, nprog):
             bg, s, q, k_base, v_base, start, end = _split_item(Q, KC, VC, item, B, layer64, max_len, length, chunk,
                                                                n_split, NH, NKV, HPG, DK, DV, BLOCK_H)
@@ -283,34 +315,67 @@ if _triton_available():
             m_i = tl.full([GROUPS, BLOCK_H], float("-inf"), tl.float32)
             l_i = tl.zeros([GROUPS, BLOCK_H], tl.float32)
             acc = tl.zeros([GROUPS, BLOCK_H, DV], tl.float32)
-            rows = start + gg[:, None] * SUB + jj[None, :]  # (GROUPS, SUB) the first step's rows
+            rows = start + offs  # (GROUPS, SUB) the first step's rows
             k_at = k_base + rows[:, :, None] * DK + ek[None, None, :]  # (GROUPS, SUB, DK)
             v_at = v_base + rows[:, :, None] * DV + ev[None, None, :]  # (GROUPS, SUB, DV)
+            if ROPE == 2:
+                q_lo, q_hi = _query_halves(Q, bg, NH, NKV, HPG, DK, BLOCK_H)  # (BLOCK_H, HALF) each
+                kh_at = k_base + rows[:, :, None] * DK + eh[None, None, :]  # (GROUPS, SUB, HALF) the low halves
+                acc_lo = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)  # a shared latent's output in halves
+                acc_hi = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)
             whole = start + (end - start) // BLOCK_N * BLOCK_N  # the split's rows in whole steps end here
             for n0 in range(start, whole, BLOCK_N):
-                k = tl.load(k_at, cache_modifier=".cg")  # row pos was written in phase A
-                if SHARED_KV:  # the latent is key and value: one read
-                    v = k
-                else:
-                    v = tl.load(v_at, cache_modifier=".cg")
                 if ROPE == 2:
-                    rows = n0 + gg[:, None] * SUB + jj[None, :]  # (GROUPS, SUB) this step's rows, all real
-                    k = _rope_rows(k, rows, rows >= 0, COS, SIN, DK)
-                m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, None, False, DOT_PREC)  # no mask
-                k_at += BLOCK_N * DK
+                    qb_lo, qb_hi = _query_at_base(q_lo, q_hi, COS, SIN, n0, dt)
+                    c, sn = _table_angles(COS, SIN, t_at, None, dt)  # every row real
+                    k_lo = tl.load(kh_at, cache_modifier=".cg")  # row pos was written in phase A
+                    k_hi = tl.load(kh_at + HALF, cache_modifier=".cg")
+                    m_i, l_i, p, alpha = _group_scores_rope(qb_lo, qb_hi, k_lo, k_hi, c, sn, m_i, l_i, qk_scale,
+                                                            None, False, DOT_PREC)  # no mask
+                    if SHARED_KV:  # the value is the unrotated latent: its halves
+                        acc_lo = acc_lo * alpha[:, :, None] + tl.dot(p.to(dt), k_lo, input_precision=DOT_PREC)
+                        acc_hi = acc_hi * alpha[:, :, None] + tl.dot(p.to(dt), k_hi, input_precision=DOT_PREC)
+                    else:
+                        v = tl.load(v_at, cache_modifier=".cg")
+                        acc = acc * alpha[:, :, None] + tl.dot(p.to(dt), v, input_precision=DOT_PREC)
+                    kh_at += BLOCK_N * DK
+                else:
+                    k = tl.load(k_at, cache_modifier=".cg")  # row pos was written in phase A
+                    if SHARED_KV:  # the latent is key and value: one read
+                        v = k
+                    else:
+                        v = tl.load(v_at, cache_modifier=".cg")
+                    m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, None, False, DOT_PREC)  # no mask
+                    k_at += BLOCK_N * DK
                 v_at += BLOCK_N * DV
             if whole < end:  # the split's last, partial step
-                r_ok = (whole + gg[:, None] * SUB + jj[None, :]) < end  # (GROUPS, SUB)
-                k = tl.load(k_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
-                if SHARED_KV:
-                    v = k
-                else:
-                    v = tl.load(v_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                r_ok = (whole + offs) < end  # (GROUPS, SUB)
                 if ROPE == 2:
-                    k = _rope_rows(k, whole + gg[:, None] * SUB + jj[None, :], r_ok, COS, SIN, DK)
-                m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, r_ok, True, DOT_PREC)
+                    qb_lo, qb_hi = _query_at_base(q_lo, q_hi, COS, SIN, whole, dt)
+                    c, sn = _table_angles(COS, SIN, t_at, r_ok[:, :, None], dt)
+                    k_lo = tl.load(kh_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                    k_hi = tl.load(kh_at + HALF, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                    m_i, l_i, p, alpha = _group_scores_rope(qb_lo, qb_hi, k_lo, k_hi, c, sn, m_i, l_i, qk_scale,
+                                                            r_ok, True, DOT_PREC)
+                    if SHARED_KV:
+                        acc_lo = acc_lo * alpha[:, :, None] + tl.dot(p.to(dt), k_lo, input_precision=DOT_PREC)
+                        acc_hi = acc_hi * alpha[:, :, None] + tl.dot(p.to(dt), k_hi, input_precision=DOT_PREC)
+                    else:
+                        v = tl.load(v_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                        acc = acc * alpha[:, :, None] + tl.dot(p.to(dt), v, input_precision=DOT_PREC)
+                else:
+                    k = tl.load(k_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                    if SHARED_KV:
+                        v = k
+                    else:
+                        v = tl.load(v_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
+                    m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, r_ok, True, DOT_PREC)
             slot = ((bg * s_max + s) * GROUPS + gg[:, None]) * BLOCK_H + hh[None, :]  # (GROUPS, BLOCK_H)
-            tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
+            if V_HALVES:
+                tl.store(PO + slot[:, :, None] * DV + eh[None, None, :], acc_lo)
+                tl.store(PO + slot[:, :, None] * DV + HALF + eh[None, None, :], acc_hi)
+            else:
+                tl.store(PO + slot[:, :, None] * DV + ev[None, None, :], acc)
             tl.store(PM + slot, m_i)
             tl.store(PL + slot, l_i)
 
@@ -524,12 +589,13 @@ class WideDecoder(dm.MegaDecoder):
 
     def attn_rows(self) -> int:
         """Cache rows a step of B1's loop: BLOCK_N as set, else ATTN_ROWS[shared], halved while a step would hold
-        more than ATTN_STEP_ELEMS K and V elements, but at least 16 rows a group."""
+        more than ATTN_STEP_ELEMS K and V elements (keys rotated as read, rope 2: their rotated copy counts too),
+        but at least 16 rows a group."""
         if BLOCK_N is not None:
             return BLOCK_N
         shared = bool(self.shared)
         groups = ATTN_GROUPS[shared] if isinstance(ATTN_GROUPS, dict) else ATTN_GROUPS
-        width = self.dk + (0 if shared else self.dv)  # elements a cache row holds
+        width = self.dk + (0 if shared else self.dv) + (self.dk if self.rope == 2 else 0)  # elements a row holds
         rows = min(ATTN_ROWS[shared], _pow2_floor(max(1, ATTN_STEP_ELEMS // width)))
         return max(rows, 16 * groups)
 

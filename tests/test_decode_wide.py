@@ -164,15 +164,18 @@ def test_shared_bytes_is_the_compiles(variant, knobs, tmp_path, monkeypatch):
     assert r["shared_estimate"] == r["shared"]
 
 
-@pytest.mark.parametrize("dk, dv, shared, want", [(64, 64, False, 64), (64, 64, True, 128), (128, 128, True, 64),
-                                                  (128, 128, False, 32), (512, 512, True, 64), (16, 16, True, 128)])
-def test_attention_rows_a_step_fit_the_element_budget(dk, dv, shared, want):
+@pytest.mark.parametrize("dk, dv, shared, rope, want", [
+    (64, 64, False, 0, 64), (64, 64, True, 0, 128), (128, 128, True, 0, 64), (128, 128, False, 0, 32),
+    (512, 512, True, 0, 64), (16, 16, True, 0, 128), (64, 64, True, 2, 64), (64, 64, False, 1, 64),
+    (128, 128, False, 2, 32)])
+def test_attention_rows_a_step_fit_the_element_budget(dk, dv, shared, rope, want):
     """attn_rows: ATTN_ROWS by whether K and V are one latent (64 / 128 rows), halved while a step's rows would hold
     more than ATTN_STEP_ELEMS (8,192) K and V elements (MLA's shared latent of 128: 64 rows; separate K and V of 128:
-    32), never fewer than 16 rows a group (4 groups of a shared latent of 512: 64), never more than ATTN_ROWS (a
-    narrow latent of 16: 128)."""
+    32), never fewer than 16 rows a group (4 groups of a shared latent of 512: 64, 2 groups of separate K and V of
+    128 rotated as read: 32), never more than ATTN_ROWS (a narrow latent of 16: 128); keys rotated as read (rope 2)
+    count twice (Tucker shared with RoPE: 64 rows), keys cached rotated (rope 1) once."""
     from types import SimpleNamespace
-    assert dw.WideDecoder.attn_rows(SimpleNamespace(dk=dk, dv=dv, shared=shared)) == want
+    assert dw.WideDecoder.attn_rows(SimpleNamespace(dk=dk, dv=dv, shared=shared, rope=rope)) == want
 
 
 def test_norms_fold_into_the_matrices_after_them(monkeypatch):
