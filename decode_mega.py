@@ -62,7 +62,10 @@ PROGRAMS_PER_SM = 2  # two programs of 4 warps an SM: one's chain of round trips
 #                      wait for all): PROGRAMS_PER_SM x NUM_WARPS <= 8 (8 warps of up to 255 registers fill an SM)
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
-BLOCK_N = 64  # cache rows per step of a split's loop
+BLOCK_N = 64  # cache rows per step of a split's loop; half of it where keys are rotated as read (RoPE on a shared
+#               latent: the rotated halves beside the read ones; H200, Tucker shared with RoPE at batch 1, 4k / 16k:
+#               32 rows 0.2091 / 0.2436 ms against 0.2179 / 0.2504 at 64 (session 26 call 2), 0.2084 / 0.2456
+#               against 0.2133-0.2166 / 0.2417-0.2498 (call 3))
 FUSED_MLP = True  # phases E and F as one (each program's hidden units through GELU, then their share of W_proj, its
 #                  sums added into the MLP's output by fp32 atomics): 4 barriers a layer, not 5
 #                  (bench_decode --knob decode_mega.FUSED_MLP=False: the two phases, F over all of the hidden row)
@@ -991,6 +994,10 @@ class MegaDecoder:
         stores every sum once)."""
         return MLP_COPIES if FUSED_MLP else 1
 
+    def attn_rows(self) -> int:
+        """Cache rows a step of B1's loop: BLOCK_N, halved where keys are rotated as read (rope 2)."""
+        return max(16, BLOCK_N // 2) if self.rope == 2 else BLOCK_N
+
     def proj_ahead(self, bn_qkv: int) -> bool:
         """MLP_PROJ_AHEAD as set, or (None) whether phase A's tile (bn_qkv columns) is at most PROJ_ROOM elements."""
         if MLP_PROJ_AHEAD is not None:
@@ -1027,7 +1034,7 @@ class MegaDecoder:
             SHARED_KV=self.shared, ROPE=self.rope, NORM=self.norm_kind, HAS_NB=self.has_nb, BLOCK_M=_pow2(B, 1),
             BLOCK_D=_pow2(d, 16), BN_QKV=qkv[0], ONE_QKV=qkv[1], NCH=_cdiv(d, bn_od), BN_OD=bn_od,
             BLOCK_HID=_pow2(hid, 16), BN_FC=fc[0], ONE_FC=fc[1], BN_PR=pr[0], ONE_PR=pr[1],
-            BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=BLOCK_N,
+            BN_LM=self._bn(self.vocab, d, TILE_LM), BLOCK_H=self.block_h, BLOCK_N=self.attn_rows(),
             BLOCK_SM=_pow2(self.s_max, 1), MIN_CHUNK=MIN_CHUNK,
             DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FINAL=final, MAX_SPIN=MAX_SPIN,
             EARLY_ARRIVE=EARLY_ARRIVE, FUSED_MLP=FUSED_MLP, MLP_PROJ_AHEAD=self.proj_ahead(qkv[0]),

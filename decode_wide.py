@@ -275,6 +275,9 @@ if _triton_available():
         DK/2), decode_mega._query_at_base), the rows' halves k_lo, k_hi (GROUPS, SUB, DK/2) turned by R(j) (the
         angles c, sn of their offsets j in the step). Returns _group_softmax's (m_new, l_i, p, alpha)."""
         GROUPS: tl.constexpr = k_lo.shape[0]
+        # in dt at every op, model.apply_rope's roundings (in fp32 with one rounding: 4-9% slower at batch 32, more
+        # spills; session 26 call 3, Tucker shared with RoPE at 4k / 16k: 0.4941-0.5035 / 0.8270-0.8336 ms against
+        # 0.4722-0.4802 / 0.7577-0.7644)
         kr_lo, kr_hi = _turn(k_lo, k_hi, c, sn, k_lo.dtype)
         q3_lo = tl.broadcast_to(qb_lo[None, :, :], (GROUPS, qb_lo.shape[0], qb_lo.shape[1]))
         q3_hi = tl.broadcast_to(qb_hi[None, :, :], (GROUPS, qb_hi.shape[0], qb_hi.shape[1]))

@@ -178,6 +178,15 @@ def test_attention_rows_a_step_fit_the_element_budget(dk, dv, shared, rope, want
     assert dw.WideDecoder.attn_rows(SimpleNamespace(dk=dk, dv=dv, shared=shared, rope=rope)) == want
 
 
+@pytest.mark.parametrize("block_n, rope, want", [(64, 0, 64), (64, 1, 64), (64, 2, 32), (16, 2, 16), (128, 2, 64)])
+def test_batch_1_attention_rows_halve_for_keys_rotated_as_read(block_n, rope, want, monkeypatch):
+    """decode_mega's B1 (batch 1 to 4) takes BLOCK_N rows a step, half of them where keys are rotated as read (rope
+    2: the rotated halves beside the read ones), never fewer than 16 (a tensor-core product's least)."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(dm, "BLOCK_N", block_n)
+    assert dm.MegaDecoder.attn_rows(SimpleNamespace(rope=rope)) == want
+
+
 def test_norms_fold_into_the_matrices_after_them(monkeypatch):
     """The folded weights reproduce norm-then-linear: ((x - mean) rstd) W'^T + b' = LayerNorm(x) W^T + b, for
     the QKV, fc and LM head matrices, in float32 to its rounding; rebuilt after a weight change."""
