@@ -237,9 +237,11 @@ def test_cuda_bf16_kernels_match_torch_form():
 
 
 @needs_cuda
-def test_cuda_compiled_model_step_matches_torch_ops(monkeypatch):
+@pytest.mark.parametrize("shared_kv", [False, True])
+def test_cuda_compiled_model_step_matches_torch_ops(shared_kv, monkeypatch):
     """A compiled MLA model's loss and gradients with the kernels (which the profiler must see run) equal those with
-    torch ops (whose step must not run them) within bf16 noise."""
+    torch ops (whose step must not run them) within bf16 noise; separate latents and a shared one (k and v then
+    up-projected from it by two matmuls, k a dense tensor of its own)."""
     x = torch.randint(0, 512, (4, 64), device="cuda")
     y = torch.randint(0, 512, (4, 64), device="cuda")
     out, ran = {}, {}
@@ -247,7 +249,7 @@ def test_cuda_compiled_model_step_matches_torch_ops(monkeypatch):
         monkeypatch.setattr(fm, "BACKEND", backend)
         torch.manual_seed(0)
         model = GPT(mla_config(n_head=4, n_embd=256, q_rank=64, kv_rank=64, block_size=64, vocab_size=512,
-                               bias=False)).cuda()  # no key bias: its gradient is zero in exact arithmetic
+                               bias=False, shared_kv=shared_kv)).cuda()  # no key bias: its gradient is zero in exact arithmetic
         *out[backend], ran[backend] = compiled_step_kernels(model, x, y, ("_qk_fwd_kernel", "_qk_bwd_kernel"))
     torch._dynamo.reset()
     assert ran == {"auto": {"_qk_fwd_kernel", "_qk_bwd_kernel"}, "torch": set()}
