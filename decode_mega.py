@@ -29,9 +29,9 @@ one shared latent with shared_kv) and MLA (absorbed and merged: [q_i W_UK,i^T fo
 W_UV W_O, the same shape), with learned positions or RoPE, the keys cached as the model's step caches them: rotated
 (MHA, GQA, MQA, Tucker with separate K and V: q and the new key rotated in phase A, each rotated head's weight rows
 interleaved so that a tile holds whole pairs of dims, _store_qkv) or unrotated (a shared latent, which is the value
-too, and MLA's latent RoPE: q rotated in phase A, the keys as B1 reads them, _attention_splits). Not served (`unsupported`
-says why; model.StaticDecoder keeps its kernels): MLA's decoupled RoPE, SwiGLU, more than decode_wide.MAX_ROWS
-sequences, autocast, mixed dtypes.
+too, and MLA's latent RoPE: q rotated in phase A, the keys as B1 reads them, _attention_splits; at least 32 wide).
+Not served (`unsupported` says why; model.StaticDecoder keeps its kernels): MLA's decoupled RoPE, SwiGLU, more than
+decode_wide.MAX_ROWS sequences, autocast, mixed dtypes.
 
 The arithmetic follows the unfused model's rounding points (each op's result rounded to the activations' dtype, as
 decode_linear does), in another summation order: tested against GPT.decode_step to float32 rounding, in Triton's
@@ -62,9 +62,9 @@ PROGRAMS_PER_SM = 2  # two programs of 4 warps an SM: one's chain of round trips
 #                      wait for all): PROGRAMS_PER_SM x NUM_WARPS <= 8 (8 warps of up to 255 registers fill an SM)
 MAX_SPLITS = 128  # attention splits per (sequence, KV head), at most (phase B2D merges them, one load per head)
 MIN_CHUNK = 64  # cache rows a split reads, at least
-BLOCK_N = 64  # cache rows per step of a split's loop; half of it where keys are rotated as read (RoPE on a shared
-#               latent: the rotated halves beside the read ones; H200, Tucker shared with RoPE at batch 1, 4k / 16k:
-#               32 rows 0.2091 / 0.2436 ms against 0.2179 / 0.2504 at 64 (session 26 call 2), 0.2084 / 0.2456
+BLOCK_N = 64  # cache rows per step of a split's loop; half of it where keys are rotated as read (a shared latent with
+#               RoPE, MLA's latent RoPE: the rotated halves beside the read ones; H200, Tucker shared with RoPE at
+#               batch 1, 4k / 16k: 32 rows 0.2091 / 0.2436 ms against 0.2179 / 0.2504 at 64 (session 26 call 2), 0.2084 / 0.2456
 #               against 0.2133-0.2166 / 0.2417-0.2498 (call 3))
 FUSED_MLP = True  # phases E and F as one (each program's hidden units through GELU, then their share of W_proj, its
 #                  sums added into the MLP's output by fp32 atomics): 4 barriers a layer, not 5
@@ -499,8 +499,9 @@ if _triton_available():
             acc = tl.zeros([BLOCK_H, DV], tl.float32)
             if ROPE == 2:
                 q_lo, q_hi = _query_halves(Q, bg, NH, NKV, HPG, DK, BLOCK_H)  # (BLOCK_H, HALF) each
-                acc_lo = tl.zeros([BLOCK_H, HALF], tl.float32)  # a shared latent's output in halves
-                acc_hi = tl.zeros([BLOCK_H, HALF], tl.float32)
+                if V_HALVES:  # a shared latent's output in halves
+                    acc_lo = tl.zeros([BLOCK_H, HALF], tl.float32)
+                    acc_hi = tl.zeros([BLOCK_H, HALF], tl.float32)
             for n0 in range(start, end, BLOCK_N):
                 rows = n0 + jj
                 r_ok = rows < end
@@ -751,6 +752,14 @@ if _triton_available():
             _stamp(STAMP + 4 * (5 * (layer_hi - layer_lo) + 1), TIMING)
 
 
+def _rope_kind(model, attn, shared: bool) -> int:
+    """0: learned positions; 1: RoPE with keys cached rotated (q and the new key rotated in phase A); 2: keys cached
+    unrotated and rotated as B1 reads them (a shared latent, which is also the value; MLA's latent RoPE)."""
+    if model.transformer.wpe is not None:
+        return 0
+    return 2 if shared or getattr(attn, "latent_rope", False) else 1
+
+
 def _attention_form(attn):
     """(W_qkv (N, d), b_qkv (N) or None, W_O (d, nH Dv), b_O or None, nH, nKV, Dk, Dv, shared_kv, scale) of one
     layer's decode form, or a string saying why this layer is not served."""
@@ -798,6 +807,9 @@ def unsupported(model, batch_size: int) -> Optional[str]:
         _, _, _, _, nH, nKV, dk, dv, shared, _ = form
         if dk != _pow2(dk, 16) or dv != _pow2(dv, 16):
             return f"head dims {dk}, {dv}: powers of two >= 16"
+        if _rope_kind(model, block.attn, shared) == 2 and dk < 32:
+            return (f"keys rotated as read (a shared latent, MLA's latent RoPE) {dk} wide: at least 32 (B1 turns "
+                    f"them in halves, each a tensor-core product's K of at least 16)")
         kinds.add((nH, nKV, dk, dv, shared))
         norms = (block.ln_1, block.ln_2)
         if any(getattr(n, "kind", None) not in NORM_KINDS for n in norms):
@@ -845,8 +857,7 @@ class MegaDecoder:
         attn = model.transformer.h[0].attn  # (every layer's attention is of one kind: unsupported())
         # RoPE (pos_emb 'rope'; else 'learned': 0): 1, q and k rotated in phase A, the keys cached rotated; 2, q in
         # phase A, the keys cached unrotated (a shared latent is the value too; MLA's latent RoPE) and rotated as read
-        self.rope = 0 if model.transformer.wpe is not None else (
-            2 if self.shared or getattr(attn, "latent_rope", False) else 1)
+        self.rope = _rope_kind(model, attn, self.shared)
         self.hidden = model.transformer.h[0].mlp.c_fc.out_features
         want = {"kv": (self.nKV, self.dk)} if self.shared else {"k": (self.nKV, self.dk), "v": (self.nKV, self.dv)}
         if len(caches) != self.n_layer:

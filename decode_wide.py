@@ -92,8 +92,9 @@ ATTN_STEP_ELEMS = 8192  # BLOCK_N=None: a step's rows hold at most this many K a
 #                         Tucker's and MQA's 64 x (64 + 64) and Tucker shared's 128 x 64 are at the limit, MLA's
 #                         shared latent of 128 takes 64 rows (session 25 call 4, H200, MLA shared 128 at batch 32 and
 #                         16k: 128 rows 0.8494 / 0.8446 ms, 120 B of stack; 64 rows 0.7880 / 0.7945, no spills).
-#                         Keys rotated as read (RoPE on a shared latent) count twice: the rotated halves beside the
-#                         read ones (Tucker shared with RoPE at 128 rows: 272 B of stack at sm_90, at 64: 40 B)
+#                         Keys rotated as read (a shared latent with RoPE, MLA's latent RoPE) count twice: the
+#                         rotated halves beside the read ones (Tucker shared with RoPE at 128 rows: 272 B of stack at
+#                         sm_90, at 64: 40 B)
 ATTN_GROUPS = {False: 2, True: 4}  # B1, by whether K and V are one latent: a step's cache rows in this many groups,
 #                                   each a warp's own (a batched tl.dot puts one group on a warp): the softmax's row
 #                                   max and sum, and the probabilities' trip into the second product, stay inside
@@ -294,7 +295,7 @@ if _triton_available():
         split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
         a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). The split's whole steps
         run without masks, their row pointers advanced a step at a time; its last, partial step (if any) masked,
-        after the loop (_group_rows). Group g of split s stores its partial as split s GROUPS + g: PO, PM, PL at
+        after the loop (_group_rows; ROPE 2: _group_scores_rope). Group g of split s stores its partial as split s GROUPS + g: PO, PM, PL at
         ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's index in its group. A group
         with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0). ROPE 2: the keys are cached
         unrotated and rotated here as read, in halves (_group_scores_rope); a shared latent's value is the
@@ -324,8 +325,9 @@ if _triton_available():
             if ROPE == 2:
                 q_lo, q_hi = _query_halves(Q, bg, NH, NKV, HPG, DK, BLOCK_H)  # (BLOCK_H, HALF) each
                 kh_at = k_base + rows[:, :, None] * DK + eh[None, None, :]  # (GROUPS, SUB, HALF) the low halves
-                acc_lo = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)  # a shared latent's output in halves
-                acc_hi = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)
+                if V_HALVES:  # a shared latent's output in halves
+                    acc_lo = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)
+                    acc_hi = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)
             whole = start + (end - start) // BLOCK_N * BLOCK_N  # the split's rows in whole steps end here
             for n0 in range(start, whole, BLOCK_N):
                 if ROPE == 2:

@@ -36,8 +36,8 @@ from scripts.bench_train import (Clock, fmt, markdown_table, parse_ints, parse_s
 
 
 def make_inputs(B, T, nH, dH, dR, dtype, device):
-    """The step's layouts: q (B, T, nH, dH + dR) from one matmul; k with the strides of a view of the stacked [k | v]
-    output; k^R with those of a column slice of the stacked down-projection's output (dcQ + dcK + dR wide, here 2 x
+    """The step's layouts: q (B, T, nH, dH + dR) from one matmul; k (B, T, nH, dH) dense, its own matmul's output
+    (session 26: k and v by two matmuls); k^R with those of a column slice of the stacked down-projection's output (dcQ + dcK + dR wide, here 2 x
     128 + dR); gradients: dQ transposed from SDPA's (B, nH, T, D), dK too."""
     g = torch.Generator(device=device).manual_seed(0)
     rnd = lambda *s: torch.randn(*s, generator=g, device=device, dtype=dtype)
@@ -46,7 +46,7 @@ def make_inputs(B, T, nH, dH, dR, dtype, device):
         x = torch.empty_strided(shape, strides, device=device, dtype=dtype)  # into a wider tensor, which the
         return x.copy_(rnd(*shape)).requires_grad_()  # backward's time would count)
     q = rnd(B, T, nH, dH + dR).requires_grad_()
-    k = strided_leaf((B, T, nH, dH), (T * 2 * nH * dH, 2 * nH * dH, dH, 1))
+    k = strided_leaf((B, T, nH, dH), (T * nH * dH, nH * dH, dH, 1))
     k_rope = strided_leaf((B, T, dR), (T * (256 + dR), 256 + dR, 1))
     cos, sin = (t[:T].contiguous() for t in rope_cache(dR, T, 10000.0, device=device))
     gq = rnd(B, nH, T, dH + dR).transpose(1, 2)

@@ -32,9 +32,10 @@ VARIANTS = {
     "mha_rope": dict(attn="mha", pos_emb="rope"),  # q and the new key rotated in phase A, keys cached rotated
     "gqa_rope": dict(attn="gqa", n_kv_head=2, pos_emb="rope"),
     "tucker_rope": dict(attn="tucker", tucker_ranks=(2, 16, 16), pos_emb="rope"),  # latent RoPE, separate K and V
-    # keys cached unrotated, rotated as B1 reads them: a shared latent (also the value), MLA's latent RoPE
-    "tucker_shared_rope": dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True, pos_emb="rope"),
-    "mla_latent": dict(attn="mla", q_rank=16, kv_rank=16, pos_emb="rope", mla_rope="latent"),
+    # keys cached unrotated, rotated as B1 reads them: a shared latent (also the value), MLA's latent RoPE; 32 wide
+    # (B1 turns them in halves, each a tensor-core product's K: 16 at least on a GPU)
+    "tucker_shared_rope": dict(attn="tucker", tucker_ranks=(2, 16, 32), shared_kv=True, pos_emb="rope"),
+    "mla_latent": dict(attn="mla", q_rank=16, kv_rank=32, pos_emb="rope", mla_rope="latent"),
 }
 
 
@@ -96,14 +97,15 @@ COPIES = dict(MLP_COPIES=1)  # the fused MLP's sums in one copy (the default spr
 # the interpreter's batch-1 cases (CI time: ~3.5 s each): every variant but those whose path another covers (GQA with
 # RoPE: MHA's and Tucker's rotation; MLA with learned positions: MLA's latent RoPE at batch 1, both at 5-6 in
 # tests/test_decode_wide.py); the CUDA cases below take every variant
-INTERP_VARIANTS = [v for v in VARIANTS if v not in ("gqa_rope", "mla", "mla_shared")]
+INTERP_VARIANTS = [v for v in VARIANTS if v not in ("gqa_rope", "mla", "mla_shared", "tucker_shared_rope")]
 
 
 @needs_child
 @pytest.mark.parametrize("variant, batch, knobs", [(v, 1, {}) for v in INTERP_VARIANTS] + [
     ("gqa", 3, {}), ("tucker_shared", 3, {}), ("tucker", 1, UNFUSED), ("tucker", 1, BEHIND),
     ("mqa", 1, dict(MLP_UNITS=4)), ("tucker", 2, {}), ("mha", 2, LATE), ("gqa", 2, ROWS_3D),
-    ("tucker_shared", 2, COPIES), ("gqa", 2, dict(MLP_COPIES=3)), ("mqa", 1, dict(MLP_UNITS=4, **BEHIND))],
+    ("tucker_shared", 2, COPIES), ("gqa", 2, dict(MLP_COPIES=3)), ("mqa", 1, dict(MLP_UNITS=4, **BEHIND)),
+    ("tucker_shared_rope", 1, dict(BLOCK_N=32, MIN_CHUNK=32))],
     ids=lambda p: ("-".join(f"{k}={v}" for k, v in p.items()) or "defaults") if isinstance(p, dict) else None)
 def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch):
     """Three steps (two at batch 3) from a 40-row cache: logits and the written cache rows equal the model's, the
@@ -113,11 +115,12 @@ def test_interp_step_kernel_matches_the_model(variant, batch, knobs, monkeypatch
     tile's h, and in tiles of 4 hidden units (several a program, W_proj^T's either way); its sums in 4 copies (the
     default), 3 and 1; the norms' weights and biases loaded in the barriers (the default) and where used; the
     products a row at a time (the default) and as one 3D product; LayerNorm without biases (batch 1), with them
-    (batch 2), RMSNorm with biases (batch 3)."""
-    for name, value in knobs.items():
-        monkeypatch.setattr(dm, name, value)
+    (batch 2), RMSNorm with biases (batch 3); keys rotated as read (a shared latent with RoPE) at 16 rows a step in
+    32-row chunks: a split's second step turned by the queries' base at its own first row."""
     monkeypatch.setattr(dm, "BLOCK_N", 16)
     monkeypatch.setattr(dm, "MIN_CHUNK", 16)
+    for name, value in knobs.items():
+        monkeypatch.setattr(dm, name, value)
     if batch == 3:  # small tiles: every phase takes several a program (the next one's loads in flight)
         monkeypatch.setattr(dm, "TILE", 1024)
     model = tiny(variant, bias=batch > 1, norm="layernorm" if batch < 3 else "rmsnorm")
@@ -177,10 +180,17 @@ def test_interp_static_decoder_with_the_step_kernel_matches_eager(variant):
 
 def test_unsupported_models_are_refused_with_the_reason():
     cases = {"MLA with decoupled RoPE": dict(attn="mla", q_rank=16, kv_rank=16, pos_emb="rope", mla_rope="decoupled"),
-             "SwiGLU": dict(mlp="swiglu"), "head dims 24, 24": dict(attn="mla", q_rank=16, kv_rank=24)}
+             "SwiGLU": dict(mlp="swiglu"), "head dims 24, 24": dict(attn="mla", q_rank=16, kv_rank=24),
+             "keys rotated as read (a shared latent, MLA's latent RoPE) 16 wide: at least 32":
+                 dict(attn="tucker", tucker_ranks=(2, 16, 16), shared_kv=True, pos_emb="rope"),
+             "keys rotated as read (a shared latent, MLA's latent RoPE) 16 wide":
+                 dict(attn="mla", q_rank=16, kv_rank=16, pos_emb="rope", mla_rope="latent")}
     for why, over in cases.items():
         model = tiny("mha", **over)
         assert why in (dm.unsupported(model, 1) or ""), why
+    for served in (dict(attn="tucker", tucker_ranks=(2, 16, 16), pos_emb="rope"),  # keys cached rotated: 16 is fine
+                   dict(attn="tucker", tucker_ranks=(2, 16, 32), shared_kv=True, pos_emb="rope")):
+        assert "rotated as read" not in (dm.unsupported(tiny("mha", **served), 1) or "")
     import decode_wide
     assert "batch" in dm.unsupported(tiny("mha"), decode_wide.MAX_ROWS + 1)
 

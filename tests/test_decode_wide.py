@@ -37,7 +37,7 @@ def no_device_checks(monkeypatch):
     ("mla_shared", 6, {}, "rmsnorm", False, 100),
     ("mha_rope", 5, {}, "layernorm", True, 40),
     ("tucker_rope", 6, {}, "rmsnorm", False, 100),
-    ("tucker_shared_rope", 6, {}, "layernorm", True, 100),
+    ("tucker_shared_rope", 6, dict(ATTN_GROUPS=2), "layernorm", True, 100),
     ("mla_latent", 5, {}, "rmsnorm", False, 40)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, context, monkeypatch):
     """Two steps from a 40- or 100-row cache (split over the programs, merged; the rows past the cache's end hold

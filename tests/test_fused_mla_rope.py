@@ -3,8 +3,8 @@ one Triton kernel forward and one backward.
 
 Properties: the torch form scores every head as the paper's decoupled MLA does (q_i . k_i + R(t) q^R_i . R(s) k^R,
 the rotary term a function of t - s only); the kernels equal it, values and gradients, at float32 rounding (fp16 at
-its own) for odd head counts and widths, strided inputs (k a column slice of the stacked k / v output, k^R a slice
-of the stacked down-projection) and transposed incoming gradients (SDPA's), and sizes that leave a partial block of
+its own) for odd head counts and widths, strided inputs (k with a row stride past its width, k^R a slice of the
+stacked down-projection) and transposed incoming gradients (SDPA's), and sizes that leave a partial block of
 tokens; a whole MLA model with the kernels equals it with torch ops, loss and every gradient; dispatch and errors;
 the model traces as one graph with the two ops. CPU: the kernels through Triton's interpreter (tests/interpreted.py);
 CUDA (skipped without a GPU): bf16, and a compiled model's step.
@@ -22,7 +22,7 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
 
 def inputs(B=2, T=7, nH=3, dH=12, dR=6, dtype=torch.float32, device="cpu", start=5, seed=0):
-    """q (B, T, nH, dH + dR) contiguous; k a (B, T, nH, dH) view of a stacked [k | v] output (row stride 2 nH dH);
+    """q (B, T, nH, dH + dR) contiguous; k a (B, T, nH, dH) view with a row stride of 2 nH dH (general strides);
     k_rope a column slice (from column 3) of a wider (B, T, dR + 14) tensor; cos, sin of positions start .. start + T
     - 1."""
     g = torch.Generator().manual_seed(seed)
@@ -248,8 +248,8 @@ def test_cuda_compiled_model_step_matches_torch_ops(shared_kv, monkeypatch):
     for backend in ("auto", "torch"):
         monkeypatch.setattr(fm, "BACKEND", backend)
         torch.manual_seed(0)
-        model = GPT(mla_config(n_head=4, n_embd=256, q_rank=64, kv_rank=64, block_size=64, vocab_size=512,
-                               bias=False, shared_kv=shared_kv)).cuda()  # no key bias: its gradient is zero in exact arithmetic
+        model = GPT(mla_config(n_head=4, n_embd=256, q_rank=64, kv_rank=64, block_size=64, vocab_size=512, bias=False,
+                               shared_kv=shared_kv)).cuda()  # no key bias: its gradient is zero in exact arithmetic
         *out[backend], ran[backend] = compiled_step_kernels(model, x, y, ("_qk_fwd_kernel", "_qk_bwd_kernel"))
     torch._dynamo.reset()
     assert ran == {"auto": {"_qk_fwd_kernel", "_qk_bwd_kernel"}, "torch": set()}

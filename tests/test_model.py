@@ -225,8 +225,9 @@ def mla_reference(attn, x, rope):
 @pytest.mark.parametrize("pos", ["learned", "decoupled"])
 @pytest.mark.parametrize("bias", [False, True])
 def test_mla_stacked_projections_match_per_head_formulas(q_rank, shared_kv, pos, bias):
-    """MLA's forward runs every linear that reads x as one matmul, [W_UQ | W_QR] interleaved per head as
-    another and [W_UK | W_UV] of the shared latent as a third: the same as each projection alone."""
+    """MLA's forward runs every linear that reads x as one matmul and [W_UQ | W_QR] interleaved per head as
+    another (k and v, each from its latent, by two: their gradients then need no concatenation): the same as each
+    projection alone."""
     rope = dict(pos_emb="rope", rope_head_dim=4) if pos == "decoupled" else {}
     model = make(dict(attn="mla", q_rank=q_rank, kv_rank=10, shared_kv=shared_kv, **rope), bias=bias)
     attn = model.transformer.h[0].attn
