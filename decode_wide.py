@@ -269,22 +269,46 @@ if _triton_available():
         return m_new, l_i, acc
 
     @triton.jit
-    def _group_scores_rope(qb_lo, qb_hi, k_lo, k_hi, c, sn, m_i, l_i, qk_scale, r_ok, MASKED: tl.constexpr,
-                           DOT_PREC: tl.constexpr):
-        """_group_softmax's step for keys cached unrotated (ROPE 2), in halves (RoPE's pairs: dims i and i + DK/2, no
-        exchange of elements between threads): queries turned back to the step's first row (qb_lo, qb_hi (BLOCK_H,
-        DK/2), decode_mega._query_at_base), the rows' halves k_lo, k_hi (GROUPS, SUB, DK/2) turned by R(j) (the
-        angles c, sn of their offsets j in the step). Returns _group_softmax's (m_new, l_i, p, alpha)."""
-        GROUPS: tl.constexpr = k_lo.shape[0]
+    def _group_step_rope(q_lo, q_hi, COS, SIN, n0, t_at, kh_at, v_at, m_i, l_i, acc, acc_lo, acc_hi, qk_scale, r_ok,
+                         MASKED: tl.constexpr, SHARED_KV: tl.constexpr, DOT_PREC: tl.constexpr):
+        """_attention_groups' step of rows n0 + offsets for keys cached unrotated (ROPE 2), in halves (RoPE's pairs:
+        dims i and i + DK/2, no exchange of elements between threads): the queries' halves q_lo, q_hi (BLOCK_H,
+        DK/2) turned back by R(n0) (decode_mega._query_at_base), the rows' halves at kh_at (the low ones; GROUPS,
+        SUB, DK/2) turned by R(j), j their offsets in the step (the tables at t_at); then _group_softmax. A shared
+        latent's value is the unrotated halves, into acc_lo, acc_hi (GROUPS, BLOCK_H, DK/2); else values at v_at
+        into acc. MASKED: the split's last, partial step (rows where r_ok (GROUPS, SUB) is false read nothing).
+        Returns (m_i, l_i, acc, acc_lo, acc_hi)."""
+        HALF: tl.constexpr = kh_at.shape[2]
+        GROUPS: tl.constexpr = kh_at.shape[0]
+        dt = kh_at.dtype.element_ty
+        qb_lo, qb_hi = _query_at_base(q_lo, q_hi, COS, SIN, n0, dt)
+        ok = r_ok[:, :, None] if MASKED else None
+        c, sn = _table_angles(COS, SIN, t_at, ok, dt)
+        if MASKED:
+            k_lo = tl.load(kh_at, mask=ok, other=0.0, cache_modifier=".cg")
+            k_hi = tl.load(kh_at + HALF, mask=ok, other=0.0, cache_modifier=".cg")
+        else:
+            k_lo = tl.load(kh_at, cache_modifier=".cg")  # row pos was written in phase A
+            k_hi = tl.load(kh_at + HALF, cache_modifier=".cg")
         # in dt at every op, model.apply_rope's roundings (in fp32 with one rounding: 4-9% slower at batch 32, more
         # spills; session 26 call 3, Tucker shared with RoPE at 4k / 16k: 0.4941-0.5035 / 0.8270-0.8336 ms against
         # 0.4722-0.4802 / 0.7577-0.7644)
-        kr_lo, kr_hi = _turn(k_lo, k_hi, c, sn, k_lo.dtype)
+        kr_lo, kr_hi = _turn(k_lo, k_hi, c, sn, dt)
         q3_lo = tl.broadcast_to(qb_lo[None, :, :], (GROUPS, qb_lo.shape[0], qb_lo.shape[1]))
         q3_hi = tl.broadcast_to(qb_hi[None, :, :], (GROUPS, qb_hi.shape[0], qb_hi.shape[1]))
         qk = tl.dot(q3_lo, tl.permute(kr_lo, (0, 2, 1)), input_precision=DOT_PREC)  # (GROUPS, BLOCK_H, SUB)
         qk += tl.dot(q3_hi, tl.permute(kr_hi, (0, 2, 1)), input_precision=DOT_PREC)
-        return _group_softmax(qk, m_i, l_i, qk_scale, r_ok, MASKED)
+        m_i, l_i, p, alpha = _group_softmax(qk, m_i, l_i, qk_scale, r_ok, MASKED)
+        if SHARED_KV:  # the value is the unrotated latent: its halves
+            acc_lo = acc_lo * alpha[:, :, None] + tl.dot(p.to(dt), k_lo, input_precision=DOT_PREC)
+            acc_hi = acc_hi * alpha[:, :, None] + tl.dot(p.to(dt), k_hi, input_precision=DOT_PREC)
+        else:
+            if MASKED:
+                v = tl.load(v_at, mask=ok, other=0.0, cache_modifier=".cg")
+            else:
+                v = tl.load(v_at, cache_modifier=".cg")
+            acc = acc * alpha[:, :, None] + tl.dot(p.to(dt), v, input_precision=DOT_PREC)
+        return m_i, l_i, acc, acc_lo, acc_hi
 
     @triton.jit
     def _attention_groups(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length, chunk, n_split,
@@ -295,11 +319,11 @@ if _triton_available():
         split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
         a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). The split's whole steps
         run without masks, their row pointers advanced a step at a time; its last, partial step (if any) masked,
-        after the loop (_group_rows; ROPE 2: _group_scores_rope). Group g of split s stores its partial as split s GROUPS + g: PO, PM, PL at
-        ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's index in its group. A group
-        with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0). ROPE 2: the keys are cached
-        unrotated and rotated here as read, in halves (_group_scores_rope); a shared latent's value is the
-        unrotated halves, its output in halves."""
+        after the loop (_group_rows; ROPE 2: _group_step_rope). Group g of split s stores its partial as split s
+        GROUPS + g: PO, PM, PL at ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's
+        index in its group. A group with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0). ROPE 2:
+        the keys are cached unrotated and rotated here as read, in halves (_group_step_rope); a shared latent's
+        value is the unrotated halves, its output in halves."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
         HALF: tl.constexpr = DK // 2
         V_HALVES: tl.constexpr = (ROPE == 2) & SHARED_KV  # the value is the unrotated latent: its halves
@@ -309,7 +333,6 @@ if _triton_available():
         ev = tl.arange(0, DV)
         ek = tl.arange(0, DK)
         eh = tl.arange(0, HALF)
-        dt = KC.dtype.element_ty
         offs = gg[:, None] * SUB + jj[None, :]  # (GROUPS, SUB) the rows' offsets in a step
         t_at = offs[:, :, None] * HALF + eh[None, None, :]  # (GROUPS, SUB, HALF) their angles in the tables (ROPE 2)
         for item in range(pid, B * NKV * n_split, nprog):
@@ -325,24 +348,14 @@ if _triton_available():
             if ROPE == 2:
                 q_lo, q_hi = _query_halves(Q, bg, NH, NKV, HPG, DK, BLOCK_H)  # (BLOCK_H, HALF) each
                 kh_at = k_base + rows[:, :, None] * DK + eh[None, None, :]  # (GROUPS, SUB, HALF) the low halves
-                if V_HALVES:  # a shared latent's output in halves
-                    acc_lo = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)
-                    acc_hi = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)
+                acc_lo = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)  # a shared latent's output in halves (else
+                acc_hi = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)  # unused, and dropped by the compiler)
             whole = start + (end - start) // BLOCK_N * BLOCK_N  # the split's rows in whole steps end here
             for n0 in range(start, whole, BLOCK_N):
                 if ROPE == 2:
-                    qb_lo, qb_hi = _query_at_base(q_lo, q_hi, COS, SIN, n0, dt)
-                    c, sn = _table_angles(COS, SIN, t_at, None, dt)  # every row real
-                    k_lo = tl.load(kh_at, cache_modifier=".cg")  # row pos was written in phase A
-                    k_hi = tl.load(kh_at + HALF, cache_modifier=".cg")
-                    m_i, l_i, p, alpha = _group_scores_rope(qb_lo, qb_hi, k_lo, k_hi, c, sn, m_i, l_i, qk_scale,
-                                                            None, False, DOT_PREC)  # no mask
-                    if SHARED_KV:  # the value is the unrotated latent: its halves
-                        acc_lo = acc_lo * alpha[:, :, None] + tl.dot(p.to(dt), k_lo, input_precision=DOT_PREC)
-                        acc_hi = acc_hi * alpha[:, :, None] + tl.dot(p.to(dt), k_hi, input_precision=DOT_PREC)
-                    else:
-                        v = tl.load(v_at, cache_modifier=".cg")
-                        acc = acc * alpha[:, :, None] + tl.dot(p.to(dt), v, input_precision=DOT_PREC)
+                    m_i, l_i, acc, acc_lo, acc_hi = _group_step_rope(q_lo, q_hi, COS, SIN, n0, t_at, kh_at, v_at, m_i,
+                                                                     l_i, acc, acc_lo, acc_hi, qk_scale, None, False,
+                                                                     SHARED_KV, DOT_PREC)  # no mask
                     kh_at += BLOCK_N * DK
                 else:
                     k = tl.load(k_at, cache_modifier=".cg")  # row pos was written in phase A
@@ -356,18 +369,9 @@ if _triton_available():
             if whole < end:  # the split's last, partial step
                 r_ok = (whole + offs) < end  # (GROUPS, SUB)
                 if ROPE == 2:
-                    qb_lo, qb_hi = _query_at_base(q_lo, q_hi, COS, SIN, whole, dt)
-                    c, sn = _table_angles(COS, SIN, t_at, r_ok[:, :, None], dt)
-                    k_lo = tl.load(kh_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
-                    k_hi = tl.load(kh_at + HALF, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
-                    m_i, l_i, p, alpha = _group_scores_rope(qb_lo, qb_hi, k_lo, k_hi, c, sn, m_i, l_i, qk_scale,
-                                                            r_ok, True, DOT_PREC)
-                    if SHARED_KV:
-                        acc_lo = acc_lo * alpha[:, :, None] + tl.dot(p.to(dt), k_lo, input_precision=DOT_PREC)
-                        acc_hi = acc_hi * alpha[:, :, None] + tl.dot(p.to(dt), k_hi, input_precision=DOT_PREC)
-                    else:
-                        v = tl.load(v_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
-                        acc = acc * alpha[:, :, None] + tl.dot(p.to(dt), v, input_precision=DOT_PREC)
+                    m_i, l_i, acc, acc_lo, acc_hi = _group_step_rope(q_lo, q_hi, COS, SIN, whole, t_at, kh_at, v_at,
+                                                                     m_i, l_i, acc, acc_lo, acc_hi, qk_scale, r_ok,
+                                                                     True, SHARED_KV, DOT_PREC)
                 else:
                     k = tl.load(k_at, mask=r_ok[:, :, None], other=0.0, cache_modifier=".cg")
                     if SHARED_KV:
