@@ -110,3 +110,29 @@ def _guarded(phase):
 pytest_runtest_setup = _guarded("setup")
 pytest_runtest_call = _guarded("call")
 pytest_runtest_teardown = _guarded("teardown")
+
+
+# The interpreted child (tests/test_interpreted.py) runs beside the other tests: started once collection has ended,
+# its waiting test moved to the end of the run, killed if the run ends before that test waits for it.
+INTERPRETED_TEST = "test_interpreted.py::test_kernels_interpreted"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    waiting = [item for item in items if item.nodeid.endswith(INTERPRETED_TEST)]
+    if waiting:
+        items[:] = [item for item in items if item not in waiting] + waiting
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        if item.nodeid.endswith(INTERPRETED_TEST):
+            item.module.start_beside()
+
+
+def pytest_sessionfinish(session):
+    module = sys.modules.get("test_interpreted")
+    if module is not None:
+        module.stop_beside()

@@ -9,6 +9,8 @@ interpreter's tl.dot gets bf16 wrong (bf16 runs on the GPU).
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -31,12 +33,42 @@ if CHILD:
     _interp._patch_lang_tensor = _patched
 
 
-def run_interpreted(*test_files, timeout: int = 300) -> None:
-    """Run the test files' `interp_` tests in one TRITON_INTERPRET=1 child; fail unless all ran and passed."""
+def start_interpreted(*test_files, nice: int = 0) -> dict:
+    """Start the test files' `interp_` tests in one TRITON_INTERPRET=1 child, its output into a temporary file (a
+    pipe left unread would fill and stop it); `nice` lowers its priority (run beside the other tests, it yields the
+    CPU to them). Returns the handle finish_interpreted takes."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "TUCKER_TRITON_INTERPRETED": "1",
            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                           *map(str, test_files), "-k", "interp_"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    out = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                             *map(str, test_files), "-k", "interp_"],
+                            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+    return dict(proc=proc, out=out, started=time.monotonic())
+
+
+def finish_interpreted(run: dict, timeout: float) -> None:
+    """Wait for start_interpreted's child until `timeout` seconds after its start (then kill it and fail); fail unless
+    every test it collected ran and passed."""
+    proc = run["proc"]
+    try:
+        proc.wait(timeout=max(1.0, timeout - (time.monotonic() - run["started"])))
+    finally:
+        stop_interpreted(run)
+    run["out"].seek(0)
+    text = run["out"].read()
+    assert proc.returncode == 0, text[-6000:]
+    assert " passed" in text and "skipped" not in text.strip().splitlines()[-1], text[-2000:]
+
+
+def stop_interpreted(run: dict) -> None:
+    """Kill start_interpreted's child if it still runs (a run that ends early, a timeout)."""
+    if run["proc"].poll() is None:
+        run["proc"].kill()
+        run["proc"].wait()
+
+
+def run_interpreted(*test_files, timeout: int = 300) -> None:
+    """Run the test files' `interp_` tests in one TRITON_INTERPRET=1 child and wait for it; fail unless all ran and
+    passed."""
+    finish_interpreted(start_interpreted(*test_files), timeout)

@@ -2,12 +2,16 @@
 decode attention, decode_linear, the fused norm, the fused loss head, the whole decode step through the
 kernels) run in ONE child pytest with Triton's interpreter switched on (tests/interpreted.py), which fails
 unless all of them ran and passed. One child, not one per file: each child pays Python, torch and triton
-imports and a collection, seconds of the CI budget."""
+imports and a collection, seconds of the CI budget. Where test_kernels_interpreted is collected, the child starts as
+collection ends (conftest.py) and runs beside the other tests, at a lower priority, and the test, moved to the end of
+the run, waits for it: the interpreted tests are minutes of the suite (256 s of 728 on the 2-core machine alone)."""
 from pathlib import Path
 
 import pytest
 
-from interpreted import CHILD, run_interpreted
+import importlib.util
+
+from interpreted import CHILD, finish_interpreted, run_interpreted, start_interpreted, stop_interpreted
 
 HERE = Path(__file__).resolve().parent
 # every test file with interpreted tests: found, not listed, so that a new one cannot be left out
@@ -20,7 +24,39 @@ def test_the_interpreted_files_are_found():
             "test_fused_norm.py"} <= names
 
 
+TIMEOUT_S = 900  # the child's time from its start
+BESIDE_NICE = 10  # the child's priority below the other tests' (os.nice) while they run beside it
+BESIDE = {}  # the child started beside the other tests (conftest.py: start_beside), until the test waits for it
+
+
+def start_beside() -> None:
+    """Start the interpreted child now, beside the tests still to run (conftest.py, once collection has ended)."""
+    if not CHILD and not BESIDE and importlib.util.find_spec("triton") is not None:
+        BESIDE["run"] = start_interpreted(*FILES, nice=BESIDE_NICE)
+
+
+def stop_beside() -> None:
+    """Kill a child started beside the tests that no test waited for (the run ended early: -x, Ctrl-C)."""
+    if BESIDE:
+        stop_interpreted(BESIDE.pop("run"))
+
+
 @pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
 def test_kernels_interpreted():
     pytest.importorskip("triton")
-    run_interpreted(*FILES, timeout=900)
+    if BESIDE:
+        finish_interpreted(BESIDE.pop("run"), TIMEOUT_S)
+    else:
+        run_interpreted(*FILES, timeout=TIMEOUT_S)
+
+
+def test_a_failing_child_fails_its_waiting_test(tmp_path):
+    """The child beside the tests is judged as the child waited for: a test failing in it fails the waiting test
+    with its output, and one that passes passes (a test file outside the suite: no conftest, no torch, ~1 s)."""
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("def test_interp_one():\n    assert 1 + 1 == 3, 'the child ran this'\n")
+    run = start_interpreted(bad, nice=BESIDE_NICE)
+    with pytest.raises(AssertionError, match="the child ran this"):
+        finish_interpreted(run, 120)
+    bad.write_text("def test_interp_one():\n    assert 1 + 1 == 2\n")
+    finish_interpreted(start_interpreted(bad), 120)
