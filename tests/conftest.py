@@ -124,15 +124,18 @@ def pytest_collection_modifyitems(session, config, items):
         items[:] = [item for item in items if item not in waiting] + waiting
 
 
+_BESIDE = []  # the module whose child was started beside the tests (its stop_beside at the run's end)
+
+
 def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
     for item in session.items:
         if item.nodeid.endswith(INTERPRETED_TEST):
             item.module.start_beside()
+            _BESIDE.append(item.module)
 
 
 def pytest_sessionfinish(session):
-    module = sys.modules.get("test_interpreted")
-    if module is not None:
-        module.stop_beside()
+    while _BESIDE:
+        _BESIDE.pop().stop_beside()
