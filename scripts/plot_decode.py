@@ -1,0 +1,106 @@
+"""A bench_decode run as one figure: each variant's time per decode step against the cached context, at each batch
+size, for the model's default step and the one-launch step, and how many times faster than MHA's default step each
+variant's faster step is.
+
+    python -m scripts.plot_decode results/bench/session27/call4/decode_final.json --out results/bench/decode_final.png
+
+Panels: one per batch size (ms a step, log-log; solid: the one-launch step `graph_mega`, dashed: the default step
+`graph_merged`, or whatever modes the run has, the first mode dashed, a color a variant), then, at the largest batch, MHA's default step
+over each variant's fastest mode (x faster). Failed cases (bench_decode's `status` other than ok) are left out.
+Without matplotlib it writes nothing and says so.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REF_VARIANT, REF_MODE = "mha", "graph_merged"  # the speed-ups' reference: MHA's default decode step
+
+
+def curves(rows: list, batch: int) -> dict:
+    """{(label, mode): [(context, ms a step), ...] by context} of the run's ok rows at `batch`."""
+    out = defaultdict(list)
+    for r in rows:
+        if r["status"] == "ok" and r["batch_size"] == batch:
+            out[(r["label"], r["mode"])].append((r["context"], r["latency_ms"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def speedups(rows: list, batch: int, ref_variant: str = REF_VARIANT, ref_mode: str = REF_MODE) -> dict:
+    """{label: [(context, ref ms / the variant's fastest ms over its modes), ...]} at `batch`, where the reference
+    (ref_variant in ref_mode at the same context) was measured."""
+    ok = [r for r in rows if r["status"] == "ok" and r["batch_size"] == batch]
+    ref = {r["context"]: r["latency_ms"] for r in ok if r["variant"] == ref_variant and r["mode"] == ref_mode}
+    best = defaultdict(dict)  # label -> context -> fastest ms
+    for r in ok:
+        if r["context"] in ref:
+            at = best[r["label"]]
+            at[r["context"]] = min(at.get(r["context"], float("inf")), r["latency_ms"])
+    return {label: [(c, ref[c] / ms) for c, ms in sorted(at.items())] for label, at in best.items()}
+
+
+def plot(run: dict, path: Path) -> bool:
+    """The figure of a bench_decode JSON (its `rows`) into path; False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FormatStrFormatter
+    except ImportError:
+        return False
+    rows = run["rows"]
+    batches = sorted({r["batch_size"] for r in rows if r["status"] == "ok"})
+    modes = list(dict.fromkeys(r["mode"] for r in rows))  # in the run's order
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    color = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    fig, axes = plt.subplots(1, len(batches) + 1, figsize=(5.2 * (len(batches) + 1), 4.6))
+    for ax, batch in zip(axes, batches):
+        for (label, mode), pts in curves(rows, batch).items():
+            style = "--" if len(modes) > 1 and mode == modes[0] else "-"
+            ax.plot(*zip(*pts), style, marker="o", ms=3, lw=1.2, color=color[label])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis(FormatStrFormatter("%.2g"))
+        ax.set_xlabel("cached tokens a sequence")
+        ax.set_ylabel("ms a decode step")
+        ax.set_title(f"batch {batch}")
+        ax.grid(True, which="both", lw=0.3)
+    ax = axes[-1]
+    for label, pts in speedups(rows, batches[-1]).items():
+        ax.plot(*zip(*pts), "-", marker="o", ms=3, lw=1.2, color=color[label], label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("cached tokens a sequence")
+    ax.set_ylabel(f"x faster than {REF_VARIANT.upper()}'s {REF_MODE} step")
+    ax.set_title(f"batch {batches[-1]}: the fastest mode of each")
+    ax.grid(True, which="both", lw=0.3)
+    ax.legend(fontsize="x-small")  # the variants' colors, the same in every panel
+    fig.suptitle(f"decode step, {run.get('gpu', '?')}, torch {run.get('torch', '?')} "
+                 f"(solid: {modes[-1]}, dashed: {modes[0]})" if len(modes) > 1 else
+                 f"decode step, {run.get('gpu', '?')}, torch {run.get('torch', '?')}", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("json", type=Path, help="a bench_decode JSON (its `rows`)")
+    p.add_argument("--out", type=Path, default=None, help="the PNG (default: beside the JSON, .png)")
+    args = p.parse_args(argv)
+    run = json.loads(args.json.read_text())
+    if not any(r["status"] == "ok" for r in run.get("rows", [])):
+        print(f"plot_decode: {args.json} has no measured case", file=sys.stderr)
+        return 1
+    out = args.out or args.json.with_suffix(".png")
+    if not plot(run, out):
+        print("plot_decode: matplotlib is not installed: no figure", file=sys.stderr)
+        return 1
+    print(f"plot_decode: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

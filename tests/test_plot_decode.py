@@ -1,0 +1,49 @@
+"""scripts/plot_decode: a bench_decode JSON as one figure. Properties: each curve holds the run's ok rows of its
+variant, mode and batch, by context; a speed-up is MHA's default step over the variant's fastest mode at the same
+context, only where MHA's was measured; failed cases are left out; the figure is written (matplotlib installed), and
+a run without a measured case is refused."""
+import json
+
+import pytest
+
+from scripts import plot_decode
+
+
+def row(variant, mode, batch, context, ms, status="ok"):
+    return dict(variant=variant, label=variant.upper(), mode=mode, batch_size=batch, context=context,
+                latency_ms=ms, status=status)
+
+
+ROWS = [row("mha", "graph_merged", 32, 1024, 2.0), row("mha", "graph_merged", 32, 4096, 8.0),
+        row("mha", "graph_mega", 32, 4096, 9.0),
+        row("tucker", "graph_merged", 32, 4096, 1.0), row("tucker", "graph_mega", 32, 4096, 0.5),
+        row("tucker", "graph_mega", 32, 1024, 0.4), row("tucker", "graph_mega", 32, 16384, 0.9),  # no MHA at 16k
+        row("tucker", "graph_merged", 32, 1024, 0.1, status="failed"),  # left out everywhere
+        row("tucker", "graph_mega", 1, 4096, 0.2)]
+
+
+def test_curves_hold_each_variant_modes_rows_by_context():
+    got = plot_decode.curves(ROWS, 32)
+    assert got[("TUCKER", "graph_mega")] == [(1024, 0.4), (4096, 0.5), (16384, 0.9)]
+    assert got[("TUCKER", "graph_merged")] == [(4096, 1.0)]  # the failed 1k case is not a point
+    assert got[("MHA", "graph_mega")] == [(4096, 9.0)]
+    assert plot_decode.curves(ROWS, 1) == {("TUCKER", "graph_mega"): [(4096, 0.2)]}
+
+
+def test_speedups_are_mhas_default_step_over_the_fastest_mode():
+    got = plot_decode.speedups(ROWS, 32)
+    assert got["TUCKER"] == [(1024, 2.0 / 0.4), (4096, 8.0 / 0.5)]  # the faster mode; 16k has no reference
+    assert got["MHA"] == [(1024, 1.0), (4096, 1.0)]  # its default step (8.0) beat its one launch (9.0)
+    assert plot_decode.speedups(ROWS, 1) == {}  # no MHA row at batch 1: nothing to compare with
+
+
+def test_the_figure_is_written_and_an_empty_run_refused(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(dict(rows=ROWS, gpu="test GPU", torch="x")))
+    assert plot_decode.main([str(src)]) == 0
+    png = tmp_path / "run.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    src.write_text(json.dumps(dict(rows=[row("mha", "graph_merged", 1, 1024, 1.0, status="failed")])))
+    assert plot_decode.main([str(src), "--out", str(tmp_path / "none.png")]) == 1
+    assert "no measured case" in capsys.readouterr().err and not (tmp_path / "none.png").exists()
