@@ -55,17 +55,21 @@ def finish_interpreted(run: dict, timeout: float) -> None:
         proc.wait(timeout=max(1.0, timeout - (time.monotonic() - run["started"])))
     finally:
         stop_interpreted(run)
-    run["out"].seek(0)
-    text = run["out"].read()
+    with run["out"] as out:
+        out.seek(0)
+        text = out.read()
     assert proc.returncode == 0, text[-6000:]
     assert " passed" in text and "skipped" not in text.strip().splitlines()[-1], text[-2000:]
 
 
-def stop_interpreted(run: dict) -> None:
-    """Kill start_interpreted's child if it still runs (a run that ends early, a timeout)."""
+def stop_interpreted(run: dict, discard: bool = False) -> None:
+    """Kill start_interpreted's child if it still runs (a run that ends early, a timeout); discard: its output too
+    (no test will read it)."""
     if run["proc"].poll() is None:
         run["proc"].kill()
         run["proc"].wait()
+    if discard:
+        run["out"].close()
 
 
 def run_interpreted(*test_files, timeout: int = 300) -> None:

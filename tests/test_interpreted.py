@@ -5,11 +5,10 @@ unless all of them ran and passed. One child, not one per file: each child pays 
 imports and a collection, seconds of the CI budget. Where test_kernels_interpreted is collected, the child starts as
 collection ends (conftest.py) and runs beside the other tests, at a lower priority, and the test, moved to the end of
 the run, waits for it: the interpreted tests are minutes of the suite (256 s of 728 on the 2-core machine alone)."""
+import importlib.util
 from pathlib import Path
 
 import pytest
-
-import importlib.util
 
 from interpreted import CHILD, finish_interpreted, run_interpreted, start_interpreted, stop_interpreted
 
@@ -38,7 +37,7 @@ def start_beside() -> None:
 def stop_beside() -> None:
     """Kill a child started beside the tests that no test waited for (the run ended early: -x, Ctrl-C)."""
     if BESIDE:
-        stop_interpreted(BESIDE.pop("run"))
+        stop_interpreted(BESIDE.pop("run"), discard=True)
 
 
 @pytest.mark.skipif(CHILD, reason="this is the parent of the interpreted run")
