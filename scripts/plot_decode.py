@@ -76,9 +76,10 @@ def plot(run: dict, path: Path) -> bool:
     ax.set_title(f"batch {batches[-1]}: the fastest mode of each")
     ax.grid(True, which="both", lw=0.3)
     ax.legend(fontsize="x-small")  # the variants' colors, the same in every panel
-    fig.suptitle(f"decode step, {run.get('gpu', '?')}, torch {run.get('torch', '?')} "
-                 f"(solid: {modes[-1]}, dashed: {modes[0]})" if len(modes) > 1 else
-                 f"decode step, {run.get('gpu', '?')}, torch {run.get('torch', '?')}", fontsize="medium")
+    title = f"decode step, {run.get('gpu', '?')}, torch {run.get('torch', '?')}"
+    if len(modes) > 1:
+        title += f" (solid: {modes[-1]}, dashed: {modes[0]})"
+    fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
