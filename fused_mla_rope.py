@@ -39,9 +39,12 @@ ROWS = 2  # tokens a program (every head of each; a power of two). H200, GPT-2 M
 #          45.6, 16 38.5 / 48.8. The training step at ROWS 2 against 4 (same call): 23.57 / 27.52 ms against 23.66 /
 #          27.57
 NUM_WARPS = 4  # a program's warps (a power of two; the same sweep: 2 or 8 no faster at any ROWS)
+Q_IN_PLACE = False  # what the model passes as decoupled_qk's q_in_place (the training step's MLA with decoupled RoPE)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
 _FWD_OP, _BWD_OP = "tucker_attention::mla_rope_qk_fwd", "tucker_attention::mla_rope_qk_bwd"
+_K_FWD_OP, _K_BWD_OP = "tucker_attention::mla_rope_k_fwd", "tucker_attention::mla_rope_k_bwd"
+_ROTATE_OP = "tucker_attention::mla_rope_rotate_tail_"
 _HAVE_TRITON = _triton_available()  # once, at import: not a cached call inside a traced step
 
 
@@ -75,10 +78,12 @@ if _HAVE_TRITON:
     @triton.jit
     def _qk_fwd_kernel(Q, K, KR, COS, SIN, QO, KO, n_rows, T, q_sb, q_st, q_sh, k_sb, k_st, k_sh, r_sb, r_st,
                        NH: tl.constexpr, DH: tl.constexpr, DR: tl.constexpr, ROWS: tl.constexpr,
-                       BLOCK_H: tl.constexpr, BLOCK_DH: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                       BLOCK_H: tl.constexpr, BLOCK_DH: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                       WITH_Q: tl.constexpr):
+        """WITH_Q False: K alone (Q, QO unused: q rotated in place by _rotate_tail_kernel)."""
         HALF: tl.constexpr = DR // 2
         W: tl.constexpr = DH + DR
-        dt = QO.dtype.element_ty
+        dt = KO.dtype.element_ty
         r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # (ROWS,) flat token rows b T + t
         r_ok = r < n_rows
         b = (r // T).to(tl.int64)  # every input offset in int64: a sequence's slice (T x its row stride, or a
@@ -92,16 +97,17 @@ if _HAVE_TRITON:
         out = r.to(tl.int64)[:, None, None] * (NH * W) + h[None, :, None] * W  # (ROWS, BLOCK_H, 1) Q's, K's heads
         # the content parts: copied
         q_at = Q + (b * q_sb + t * q_st)[:, None, None] + h[None, :, None] * q_sh  # (ROWS, BLOCK_H, 1)
-        tl.store(QO + out + j[None, None, :], tl.load(q_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
+        if WITH_Q:
+            tl.store(QO + out + j[None, None, :], tl.load(q_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
         k_at = K + (b * k_sb + t * k_st)[:, None, None] + h[None, :, None] * k_sh
         tl.store(KO + out + j[None, None, :], tl.load(k_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
         c, s = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)  # (ROWS, BLOCK_HALF)
-        # q^R_i rotated, head by head
-        x1 = tl.load(q_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
-        x2 = tl.load(q_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
-        c3, s3 = c[:, None, :], s[:, None, :]
-        tl.store(QO + out + DH + i[None, None, :], (x1 * c3 - x2 * s3).to(dt), mask=m_r)
-        tl.store(QO + out + DH + HALF + i[None, None, :], (x1 * s3 + x2 * c3).to(dt), mask=m_r)
+        if WITH_Q:  # q^R_i rotated, head by head
+            x1 = tl.load(q_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
+            x2 = tl.load(q_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
+            c3, s3 = c[:, None, :], s[:, None, :]
+            tl.store(QO + out + DH + i[None, None, :], (x1 * c3 - x2 * s3).to(dt), mask=m_r)
+            tl.store(QO + out + DH + HALF + i[None, None, :], (x1 * s3 + x2 * c3).to(dt), mask=m_r)
         # k^R rotated once a token, written into every head's key
         m_t = r_ok[:, None] & (i < HALF)[None, :]
         kr_at = KR + (b * r_sb + t * r_st)[:, None] + i[None, :]
@@ -117,10 +123,12 @@ if _HAVE_TRITON:
     @triton.jit
     def _qk_bwd_kernel(GQ, GK, COS, SIN, DQ, DK, DKR, n_rows, T, q_sb, q_st, q_sh, k_sb, k_st, k_sh,
                        NH: tl.constexpr, DH: tl.constexpr, DR: tl.constexpr, ROWS: tl.constexpr,
-                       BLOCK_H: tl.constexpr, BLOCK_DH: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                       BLOCK_H: tl.constexpr, BLOCK_DH: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                       WITH_Q: tl.constexpr):
+        """WITH_Q False: dk and dk^R alone (GQ, DQ unused: dQ rotated back in place by _rotate_tail_kernel)."""
         HALF: tl.constexpr = DR // 2
         W: tl.constexpr = DH + DR
-        dt = DQ.dtype.element_ty
+        dt = DK.dtype.element_ty
         r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         r_ok = r < n_rows
         b = (r // T).to(tl.int64)  # int64 offsets, as in the forward
@@ -136,16 +144,17 @@ if _HAVE_TRITON:
         gk_at = GK + (b * k_sb + t * k_st)[:, None, None] + h[None, :, None] * k_sh
         dq_at = DQ + r64[:, None, None] * (NH * W) + h[None, :, None] * W  # dq (B, T, nH, W) contiguous
         # the content parts: copied (dk_i into dk (B, T, nH, dH), contiguous)
-        tl.store(dq_at + j[None, None, :], tl.load(gq_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
+        if WITH_Q:
+            tl.store(dq_at + j[None, None, :], tl.load(gq_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
         tl.store(DK + r64[:, None, None] * (NH * DH) + h[None, :, None] * DH + j[None, None, :],
                  tl.load(gk_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
         c, s = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)
-        c3, s3 = c[:, None, :], s[:, None, :]
-        # R^T on each head's dQ^R: (g1 c + g2 s, g2 c - g1 s)
-        g1 = tl.load(gq_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
-        g2 = tl.load(gq_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
-        tl.store(dq_at + DH + i[None, None, :], (g1 * c3 + g2 * s3).to(dt), mask=m_r)
-        tl.store(dq_at + DH + HALF + i[None, None, :], (g2 * c3 - g1 * s3).to(dt), mask=m_r)
+        if WITH_Q:  # R^T on each head's dQ^R: (g1 c + g2 s, g2 c - g1 s)
+            c3, s3 = c[:, None, :], s[:, None, :]
+            g1 = tl.load(gq_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
+            g2 = tl.load(gq_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
+            tl.store(dq_at + DH + i[None, None, :], (g1 * c3 + g2 * s3).to(dt), mask=m_r)
+            tl.store(dq_at + DH + HALF + i[None, None, :], (g2 * c3 - g1 * s3).to(dt), mask=m_r)
         # dk^R: the heads' dK^R summed in fp32, then R^T
         e1 = tl.sum(tl.load(gk_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32), axis=1)
         e2 = tl.sum(tl.load(gk_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32), axis=1)
@@ -153,6 +162,32 @@ if _HAVE_TRITON:
         dkr_at = DKR + r64[:, None] * DR + i[None, :]
         tl.store(dkr_at, (e1 * c + e2 * s).to(dt), mask=m_t)
         tl.store(dkr_at + HALF, (e2 * c - e1 * s).to(dt), mask=m_t)
+
+    @triton.jit
+    def _rotate_tail_kernel(X, COS, SIN, n_rows, T, x_sb, x_st, x_sh,
+                            NH: tl.constexpr, DH: tl.constexpr, DR: tl.constexpr, ROWS: tl.constexpr,
+                            BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, TRANSPOSE: tl.constexpr):
+        """In place: each head's last DR columns of X (B, T, NH, DH + DR), any strides but the last, rotated by R(t)
+        (TRANSPOSE False: the forward's q^R_i -> R q^R_i) or R(t)^T (True: the backward's dQ^R_i -> R^T dQ^R_i). A
+        program reads both halves of its pairs before it writes either: no other program touches its rows."""
+        HALF: tl.constexpr = DR // 2
+        dt = X.dtype.element_ty
+        r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        r_ok = r < n_rows
+        b = (r // T).to(tl.int64)  # int64 offsets, as in the kernels above
+        t = (r % T).to(tl.int64)
+        h = tl.arange(0, BLOCK_H).to(tl.int64)
+        i = tl.arange(0, BLOCK_HALF)
+        m_r = r_ok[:, None, None] & (h < NH)[None, :, None] & (i < HALF)[None, None, :]  # (ROWS, BLOCK_H, BLOCK_HALF)
+        at = X + (b * x_sb + t * x_st)[:, None, None] + h[None, :, None] * x_sh + DH + i[None, None, :]
+        c, s = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)  # (ROWS, BLOCK_HALF)
+        c3, s3 = c[:, None, :], s[:, None, :]
+        if TRANSPOSE:
+            s3 = -s3
+        x1 = tl.load(at, mask=m_r, other=0.0).to(tl.float32)
+        x2 = tl.load(at + HALF, mask=m_r, other=0.0).to(tl.float32)
+        tl.store(at, (x1 * c3 - x2 * s3).to(dt), mask=m_r)
+        tl.store(at + HALF, (x1 * s3 + x2 * c3).to(dt), mask=m_r)
 
     def _blocks(nH: int, dH: int, dR: int) -> dict:
         """The kernels' constexprs, the knobs checked (they are set by hand, e.g. bench_train --knob)."""
@@ -173,7 +208,7 @@ if _HAVE_TRITON:
         if n:
             torch.library.wrap_triton(_qk_fwd_kernel)[(triton.cdiv(n, ROWS),)](
                 q, k, k_rope, cos, sin, Q, K, n, T, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
-                k.stride(2), k_rope.stride(0), k_rope.stride(1), **blocks, num_warps=NUM_WARPS)
+                k.stride(2), k_rope.stride(0), k_rope.stride(1), **blocks, WITH_Q=True, num_warps=NUM_WARPS)
         return Q, K
 
     def _qk_bwd_impl(gq: torch.Tensor, gk: torch.Tensor, cos: torch.Tensor,
@@ -189,13 +224,58 @@ if _HAVE_TRITON:
         if n:
             torch.library.wrap_triton(_qk_bwd_kernel)[(triton.cdiv(n, ROWS),)](
                 gq, gk, cos, sin, dq, dk, dk_rope, n, T, gq.stride(0), gq.stride(1), gq.stride(2), gk.stride(0),
-                gk.stride(1), gk.stride(2), **blocks, num_warps=NUM_WARPS)
+                gk.stride(1), gk.stride(2), **blocks, WITH_Q=True, num_warps=NUM_WARPS)
         return dq, dk, dk_rope
+
+    def _k_fwd_impl(k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """K alone (the forward kernel without its Q part), for q_in_place."""
+        B, T, nH, dH = k.shape
+        dR = k_rope.size(-1)
+        K = k.new_empty(B, T, nH, dH + dR)
+        n = B * T
+        blocks = _blocks(nH, dH, dR)
+        if n:  # Q and QO are not read or written without WITH_Q: k and K stand in
+            torch.library.wrap_triton(_qk_fwd_kernel)[(triton.cdiv(n, ROWS),)](
+                k, k, k_rope, cos, sin, K, K, n, T, 0, 0, 0, k.stride(0), k.stride(1), k.stride(2),
+                k_rope.stride(0), k_rope.stride(1), **blocks, WITH_Q=False, num_warps=NUM_WARPS)
+        return K
+
+    def _k_bwd_impl(gk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """dk and dk^R alone (the backward kernel without its dq part), for q_in_place."""
+        B, T, nH, W = gk.shape
+        dR = 2 * cos.size(-1)
+        dH = W - dR
+        dk = gk.new_empty(B, T, nH, dH)
+        dk_rope = gk.new_empty(B, T, dR)
+        n = B * T
+        blocks = _blocks(nH, dH, dR)
+        if n:  # GQ and DQ are not read or written without WITH_Q: gk and dk stand in
+            torch.library.wrap_triton(_qk_bwd_kernel)[(triton.cdiv(n, ROWS),)](
+                gk, gk, cos, sin, dk, dk, dk_rope, n, T, 0, 0, 0, gk.stride(0), gk.stride(1), gk.stride(2),
+                **blocks, WITH_Q=False, num_warps=NUM_WARPS)
+        return dk, dk_rope
+
+    def _rotate_tail_impl(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, transpose: bool) -> None:
+        """x (B, T, nH, dH + dR): each head's last dR columns rotated in place by R(t), or R(t)^T if transpose."""
+        B, T, nH, W = x.shape
+        dR = 2 * cos.size(-1)
+        blocks = _blocks(nH, W - dR, dR)
+        n = B * T
+        if n:
+            torch.library.wrap_triton(_rotate_tail_kernel)[(triton.cdiv(n, ROWS),)](
+                x, cos, sin, n, T, x.stride(0), x.stride(1), x.stride(2), NH=nH, DH=W - dR, DR=dR, ROWS=ROWS,
+                BLOCK_H=blocks["BLOCK_H"], BLOCK_HALF=blocks["BLOCK_HALF"], TRANSPOSE=transpose,
+                num_warps=NUM_WARPS)
 
     # Registered when this module is imported (model.py imports it with an MLA model), never inside a traced step:
     # Dynamo would break the graph around a registration (as for fused_loss's op)
     _FWD = torch.library.triton_op(_FWD_OP, _qk_fwd_impl, mutates_args=())
     _BWD = torch.library.triton_op(_BWD_OP, _qk_bwd_impl, mutates_args=())
+    _K_FWD = torch.library.triton_op(_K_FWD_OP, _k_fwd_impl, mutates_args=())
+    _K_BWD = torch.library.triton_op(_K_BWD_OP, _k_bwd_impl, mutates_args=())
+    # mutates x: torch.compile functionalizes the call and inductor writes in place where x dies at it (the query's
+    # up-projection output, SDPA's gradient of Q); where it does not, inductor copies x first, as it must
+    _ROTATE = torch.library.triton_op(_ROTATE_OP, _rotate_tail_impl, mutates_args={"x"})
 
 
 class _TritonDecoupledQK(torch.autograd.Function):
@@ -214,6 +294,47 @@ class _TritonDecoupledQK(torch.autograd.Function):
         gk = grad_k if grad_k.stride(-1) == 1 else grad_k.contiguous()
         dq, dk, dk_rope = _BWD(gq, gk, cos, sin)
         return dq, dk, dk_rope, None, None
+
+
+class _TritonRotateQInPlace(torch.autograd.Function):
+    """q_in_place's query: q's rotary part rotated where it is, q itself returned as Q (marked dirty); backward: dQ's
+    rotary part rotated back by R^T where it is, dq is dQ. Saves reading and writing q's dH content columns each
+    way, when torch.compile writes in place (see _ROTATE). A Function of its own: autograd lets a Function that
+    modifies a view in place (q is one: the up-projection's output reshaped) return one tensor only."""
+
+    @staticmethod
+    def forward(ctx, q, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        _ROTATE(q, cos, sin, False)
+        ctx.mark_dirty(q)
+        return q
+
+    @staticmethod
+    def backward(ctx, grad_q):
+        cos, sin = ctx.saved_tensors
+        if torch.compiler.is_compiling() and grad_q.stride(-1) == 1:
+            dq = grad_q  # traced: functionalized, so this never writes into a tensor anything else reads
+        else:  # eager: a gradient autograd hands over is not ours to overwrite
+            dq = grad_q.clone() if grad_q.stride(-1) == 1 else grad_q.contiguous()
+        _ROTATE(dq, cos, sin, True)
+        return dq, None, None
+
+
+class _TritonDecoupledK(torch.autograd.Function):
+    """q_in_place's key: K by the forward kernel without its Q part, dk and dk^R by the backward kernel without its
+    dq part."""
+
+    @staticmethod
+    def forward(ctx, k, k_rope, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return _K_FWD(k, k_rope, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad_k):
+        cos, sin = ctx.saved_tensors
+        gk = grad_k if grad_k.stride(-1) == 1 else grad_k.contiguous()
+        dk, dk_rope = _K_BWD(gk, cos, sin)
+        return dk, dk_rope, None, None
 
 
 def unsupported(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
@@ -250,14 +371,16 @@ def _check_shapes(q, k, k_rope, cos, sin) -> None:
 
 
 def decoupled_qk(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 backend: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                 backend: Optional[str] = None, q_in_place: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """SDPA's query and key with decoupled RoPE, differentiable.
 
     q (B, T, nH, dH + dR): each head's [q_i | q^R_i], q^R unrotated; k (B, T, nH, dH): each head's key; k_rope (B, T,
     dR): the shared rotary key, unrotated; cos, sin (T, dR/2): the angles' rows of the T positions (model.rope_at).
     Any strides but a contiguous last dim. Returns Q = [q_i | R q^R_i] and K = [k_i | R k^R], both (B, T, nH, dH +
     dR) contiguous. backend 'auto' (None: BACKEND): the Triton kernels where they can run, else torch ops;
-    'triton': the kernels or a ValueError; 'torch': torch ops (decoupled_qk_torch)."""
+    'triton': the kernels or a ValueError; 'torch': torch ops (decoupled_qk_torch). q_in_place=True lets the kernels
+    rotate q's rotary part where it is and return q itself as Q (q then must be a tensor the caller no longer reads,
+    not a leaf: the model's up-projection output; its layout is kept, not made contiguous); torch ops ignore it."""
     backend = BACKEND if backend is None else backend
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
@@ -267,4 +390,6 @@ def decoupled_qk(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: to
         if backend == "triton":
             raise ValueError(f"fused_mla_rope.decoupled_qk: the Triton kernels cannot run: {why}")
         return decoupled_qk_torch(q, k, k_rope, cos, sin)
+    if q_in_place:
+        return _TritonRotateQInPlace.apply(q, cos, sin), _TritonDecoupledK.apply(k, k_rope, cos, sin)
     return _TritonDecoupledQK.apply(q, k, k_rope, cos, sin)

@@ -947,7 +947,10 @@ class LatentAttention(InferenceForm, nn.Module):
             v = v.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
             if self.decoupled:  # SDPA's [q_i | R q^R_i] and [k_i | R k^R] built by one kernel (and their gradients)
                 import fused_mla_rope  # imported (its ops registered) by __init__ already
-                Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, S, nH, dH), k_r, *rope_at(rope, 0, T))
+                # q_wide is this layer's own intermediate (its up-projection's output, or the cat above), which the
+                # kernels may rotate where it is (fused_mla_rope.Q_IN_PLACE)
+                Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, S, nH, dH), k_r, *rope_at(rope, 0, T),
+                                                   q_in_place=fused_mla_rope.Q_IN_PLACE)
                 q, k = Q.transpose(1, 2), K.transpose(1, 2)  # (B, nH, T, dH + dR): views, no copy
             else:
                 k = k.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)

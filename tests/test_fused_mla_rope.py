@@ -105,15 +105,19 @@ def mla_config(**kw):
                                q_rank=24, kv_rank=16, pos_emb="rope", mla_rope="decoupled"), **kw})
 
 
-def test_model_is_one_traced_graph_with_the_ops(monkeypatch):
+@pytest.mark.parametrize("q_in_place", [False, True])
+def test_model_is_one_traced_graph_with_the_ops(q_in_place, monkeypatch):
     """With the kernels chosen, torch.compile still traces MLA's training forward as one graph (torch._dynamo.export
-    fails on a graph break): one more autograd function a layer than with torch ops."""
+    fails on a graph break): one more autograd function a layer than with torch ops, two with q_in_place (the query's
+    rotation in place and the key)."""
+    monkeypatch.setattr(fm, "Q_IN_PLACE", q_in_place)
+
     def build(backend):
         monkeypatch.setattr(fm, "BACKEND", backend)
         return GPT(mla_config(gelu="torch"))
 
     functions = traced_functions_by_backend(monkeypatch, fm, build, torch.randint(0, 97, (2, 16)))
-    assert functions["auto"] - functions["torch"] == 2  # one a layer
+    assert functions["auto"] - functions["torch"] == (4 if q_in_place else 2)  # two layers
 
 
 # ----------------------------------------------------------------------------------------
@@ -176,6 +180,43 @@ def test_interp_backward_gradient_layouts_and_unused_outputs(case):
 
 
 @needs_child
+@pytest.mark.parametrize("case", ["contiguous", "strided_q", "last_dim_strided_gradient", "only_q_used"])
+def test_interp_q_in_place_matches_torch_form(case):
+    """q_in_place: Q is q itself, its content columns untouched and its rotary ones rotated; values and gradients
+    equal the torch form's at float32 rounding (here exactly: the same float32 products); q a view with row and head
+    strides past its width; the incoming gradient of Q transposed (SDPA's) or with a strided last dim; the gradient
+    autograd hands over is left as it was (eager: the backward rotates a copy)."""
+    B, T, nH, dH, dR = 2, 5, 3, 12, 6
+    leaves, cos, sin = inputs(B, T, nH, dH, dR)
+    g = torch.Generator().manual_seed(3)
+    gq = torch.randn(B, nH, T, dH + dR, generator=g).transpose(1, 2)  # SDPA's layout
+    if case == "last_dim_strided_gradient":
+        gq = torch.randn(B, T, nH, 2 * (dH + dR), generator=g)[..., ::2]
+    gk = torch.randn(B, T, nH, dH + dR, generator=g)
+    gq_before = gq.clone()
+    out = {}
+    for backend in ("triton", "torch"):
+        xs = [x.detach().clone().requires_grad_() for x in leaves]
+        q, k, k_rope = views(xs, nH, dH, dR)
+        if case == "strided_q":  # q (B, T, nH, W) inside a (B, T, nH + 1, W + 4) buffer
+            q = torch.nn.functional.pad(q, (0, 4, 0, 1))[:, :, :nH, :dH + dR]
+        else:
+            q = q * 1  # not a leaf (the model's up-projection output)
+        content = q[..., :dH].detach().clone()
+        Q, K = fm.decoupled_qk(q, k, k_rope, cos, sin, backend=backend, q_in_place=True)
+        if backend == "triton":
+            assert Q is q and torch.equal(Q[..., :dH], content)
+        if case == "only_q_used":
+            (Q * gq).sum().backward()
+        else:
+            torch.autograd.backward([Q, K], [gq, gk])
+        out[backend] = [Q.detach(), K.detach()] + [x.grad if x.grad is not None else torch.zeros_like(x) for x in xs]
+    assert torch.equal(gq, gq_before)
+    for a, b in zip(out["triton"], out["torch"]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+@needs_child
 def test_interp_knobs_checked(monkeypatch):
     """ROWS and NUM_WARPS are set by hand (bench_train --knob): a ValueError naming the knob, not Triton's error."""
     leaves, cos, sin = inputs()
@@ -187,15 +228,19 @@ def test_interp_knobs_checked(monkeypatch):
 
 
 @needs_child
-def test_interp_mla_model_with_kernels_equals_torch_ops(monkeypatch):
+@pytest.mark.parametrize("q_in_place", [False, True])
+def test_interp_mla_model_with_kernels_equals_torch_ops(q_in_place, monkeypatch):
     """A whole MLA model with decoupled RoPE (query rank and the full query; shared and separate K, V): the loss and
-    every gradient with the kernels equal those with torch ops to float32 rounding."""
+    every gradient with the kernels equal those with torch ops to float32 rounding; with q_in_place too (the query
+    rotated where its up-projection wrote it, or where the full query's cat did)."""
     import fused_gelu as fg
     import fused_loss as fl
     monkeypatch.setattr(fg, "_interpret", lambda: False)  # only this module's kernels (the others have their tests)
     monkeypatch.setattr(fl, "_interpret", lambda: False)
+    monkeypatch.setattr(fm, "Q_IN_PLACE", q_in_place)
     calls = {"fwd": 0, "bwd": 0}  # the kernels' ops counted: 'auto' must not fall back to torch ops unseen
-    for key, name in (("fwd", "_FWD"), ("bwd", "_BWD")):
+    names = (("fwd", "_K_FWD"), ("bwd", "_K_BWD")) if q_in_place else (("fwd", "_FWD"), ("bwd", "_BWD"))
+    for key, name in names:
         op = getattr(fm, name)
         monkeypatch.setattr(fm, name, lambda *a, _op=op, _key=key: calls.__setitem__(_key, calls[_key] + 1) or _op(*a))
     x = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -237,22 +282,25 @@ def test_cuda_bf16_kernels_match_torch_form():
 
 
 @needs_cuda
+@pytest.mark.parametrize("q_in_place", [False, True])
 @pytest.mark.parametrize("shared_kv", [False, True])
-def test_cuda_compiled_model_step_matches_torch_ops(shared_kv, monkeypatch):
+def test_cuda_compiled_model_step_matches_torch_ops(shared_kv, q_in_place, monkeypatch):
     """A compiled MLA model's loss and gradients with the kernels (which the profiler must see run) equal those with
     torch ops (whose step must not run them) within bf16 noise; separate latents and a shared one (k and v then
-    up-projected from it by two matmuls, k a dense tensor of its own)."""
+    up-projected from it by two matmuls, k a dense tensor of its own); with q_in_place (the rotation kernel runs)."""
     x = torch.randint(0, 512, (4, 64), device="cuda")
     y = torch.randint(0, 512, (4, 64), device="cuda")
+    monkeypatch.setattr(fm, "Q_IN_PLACE", q_in_place)
+    names = ("_qk_fwd_kernel", "_qk_bwd_kernel", "_rotate_tail_kernel")
     out, ran = {}, {}
     for backend in ("auto", "torch"):
         monkeypatch.setattr(fm, "BACKEND", backend)
         torch.manual_seed(0)
         model = GPT(mla_config(n_head=4, n_embd=256, q_rank=64, kv_rank=64, block_size=64, vocab_size=512, bias=False,
                                shared_kv=shared_kv)).cuda()  # no key bias: its gradient is zero in exact arithmetic
-        *out[backend], ran[backend] = compiled_step_kernels(model, x, y, ("_qk_fwd_kernel", "_qk_bwd_kernel"))
+        *out[backend], ran[backend] = compiled_step_kernels(model, x, y, names)
     torch._dynamo.reset()
-    assert ran == {"auto": {"_qk_fwd_kernel", "_qk_bwd_kernel"}, "torch": set()}
+    assert ran == {"auto": set(names) if q_in_place else set(names[:2]), "torch": set()}
     assert abs(out["auto"][0] - out["torch"][0]) < 1e-3
     for a, b in zip(out["auto"][1], out["torch"][1]):
         assert ((a - b).norm() / b.norm().clamp_min(1e-12)).item() < 2e-2

@@ -182,6 +182,24 @@ def test_mla_rope_kernels_compile(dtype, record, monkeypatch):
     assert (const["BLOCK_H"], const["BLOCK_DH"], const["BLOCK_HALF"]) == (16, 64, 16)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_mla_rope_in_place_kernels_compile(dtype, record, monkeypatch):
+    """q_in_place's kernels at GPT-2 MLA's shapes: the rotation in place forward (R) and backward (R^T, on SDPA's
+    gradient of Q), and the forward / backward kernels without their Q part."""
+    rot, fwd, bwd = (record(fm, name) for name in ("_rotate_tail_kernel", "_qk_fwd_kernel", "_qk_bwd_kernel"))
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
+    cos, sin = (t[:16] for t in rope_cache(32, 16, 10000.0))
+    q_leaf = rnd(2, 16, 12, 96, dtype=dtype).requires_grad_()
+    k = rnd(2, 16, 12, 64, dtype=dtype).requires_grad_()
+    k_rope = rnd(2, 16, 32, dtype=dtype).requires_grad_()
+    Q, K = fm.decoupled_qk(q_leaf * 1, k, k_rope, cos, sin, backend="triton", q_in_place=True)
+    torch.autograd.backward([Q, K], [rnd(2, 12, 16, 96, dtype=dtype).transpose(1, 2), rnd(2, 16, 12, 96, dtype=dtype)])
+    assert compile_launches(rot) == 2 and compile_launches(fwd) == 1 and compile_launches(bwd) == 1
+    assert [typed(rot.kernel, *launch)[1]["TRANSPOSE"] for launch in rot.launches] == [False, True]
+    assert typed(fwd.kernel, *fwd.launches[0])[1]["WITH_Q"] is False
+    assert typed(bwd.kernel, *bwd.launches[0])[1]["WITH_Q"] is False
+
+
 @pytest.mark.parametrize("lr_tensor", [False, True])
 def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
     """master_adamw's update a launch per tensor (TENSORS_PER_LAUNCH=1), for a bf16 matrix (its bf16 copy written)
