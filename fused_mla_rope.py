@@ -18,6 +18,11 @@ Q and K are laid out (B, T, nH, D), so Q.transpose(1, 2) is the (B, nH, T, D) vi
 model's q, k and v without RoPE). The rotation runs in float32 with cos and sin rounded to the activations' dtype
 first, each output rounded once (as inductor compiles model.apply_rope).
 
+With q_in_place (the model's default, Q_IN_PLACE) the query's content columns are not copied at all: q^R_i is rotated
+where the up-projection wrote it and that tensor is Q (and dQ^R_i rotated back where SDPA wrote dQ, which then is dq);
+only K is built by the forward kernel (and dk, dk^R by the backward one). Under torch.compile the rotation is a
+mutating op that inductor writes in place wherever its input dies there, as in the training step.
+
 `decoupled_qk` is the one dispatch point: the kernels on CUDA (and on the CPU under TRITON_INTERPRET=1, for tests),
 registered as torch.library triton_ops so that torch.compile keeps each as one call; the same formula in torch ops
 everywhere else (backend='torch', or BACKEND).
@@ -39,7 +44,10 @@ ROWS = 2  # tokens a program (every head of each; a power of two). H200, GPT-2 M
 #          45.6, 16 38.5 / 48.8. The training step at ROWS 2 against 4 (same call): 23.57 / 27.52 ms against 23.66 /
 #          27.57
 NUM_WARPS = 4  # a program's warps (a power of two; the same sweep: 2 or 8 no faster at any ROWS)
-Q_IN_PLACE = False  # what the model passes as decoupled_qk's q_in_place (the training step's MLA with decoupled RoPE)
+Q_IN_PLACE = True  # what the model passes as decoupled_qk's q_in_place. H200, GPT-2 MLA shared 128 with decoupled RoPE,
+#                   --graph_step --master_weights (results/bench/README.md, session 28 calls 1-2): the step off / on
+#                   23.61 / 23.40, 23.97 / 23.79, 23.98 / 23.86 ms at 12x1024 (-0.5 to -0.9%), 27.88 / 27.74 at 64x256;
+#                   inductor's output code writes in place both ways (no copy of q or of SDPA's dQ)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
 _FWD_OP, _BWD_OP = "tucker_attention::mla_rope_qk_fwd", "tucker_attention::mla_rope_qk_bwd"
