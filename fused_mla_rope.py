@@ -19,7 +19,8 @@ model's q, k and v without RoPE). The rotation runs in float32 with cos and sin 
 first, each output rounded once (as inductor compiles model.apply_rope).
 
 With q_in_place (the model's default, Q_IN_PLACE) the query's content columns are not copied at all: q^R_i is rotated
-where the up-projection wrote it and that tensor is Q (and dQ^R_i rotated back where SDPA wrote dQ, which then is dq);
+where the up-projection wrote it and that tensor is Q (and, in a compiled step, dQ^R_i rotated back where SDPA wrote
+dQ, which then is dq; eager, a copy of dQ is rotated);
 only K is built by the forward kernel (and dk, dk^R by the backward one). Under torch.compile the rotation is a
 mutating op that inductor writes in place wherever its input dies there, as in the training step.
 
@@ -304,6 +305,18 @@ class _TritonDecoupledQK(torch.autograd.Function):
         return dq, dk, dk_rope, None, None
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """t (B, T, nH, W) laid out contiguous, or as SDPA's gradient ((B, nH, T, W) contiguous, transposed): the two
+    layouts whose elements are each stored once, so rotating t in place is a race-free write. Strides compared with
+    the two layouts' (dims of size 1 aside), as Dynamo cannot trace Tensor.is_non_overlapping_and_dense nor sort the
+    symbolic strides of an exported graph."""
+    B, T, nH, W = t.shape
+    for layout in ((T * nH * W, nH * W, W, 1), (nH * T * W, W, T * W, 1)):
+        if all(size == 1 or stride == want for size, stride, want in zip(t.shape, t.stride(), layout)):
+            return True
+    return False
+
+
 class _TritonRotateQInPlace(torch.autograd.Function):
     """q_in_place's query: q's rotary part rotated where it is, q itself returned as Q (marked dirty); backward: dQ's
     rotary part rotated back by R^T where it is, dq is dQ. Saves reading and writing q's dH content columns each
@@ -320,9 +333,13 @@ class _TritonRotateQInPlace(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_q):
         cos, sin = ctx.saved_tensors
-        if torch.compiler.is_compiling() and grad_q.stride(-1) == 1:
-            dq = grad_q  # traced: functionalized, so this never writes into a tensor anything else reads
-        else:  # eager: a gradient autograd hands over is not ours to overwrite
+        if torch.compiler.is_compiling() and _dense(grad_q):
+            # traced: functionalized, so a dQ made inside the graph (SDPA's, in the model's step) is rotated where
+            # it lies, and one that something else in the graph reads is copied first. A dQ from outside the graph
+            # (Q an output of the compiled region) would have the rotation copied back into it: decoupled_qk's
+            # docstring rules that out
+            dq = grad_q
+        else:  # eager (a gradient autograd hands over is not ours to overwrite), or a dQ in another layout
             dq = grad_q.clone() if grad_q.stride(-1) == 1 else grad_q.contiguous()
         _ROTATE(dq, cos, sin, True)
         return dq, None, None
@@ -385,10 +402,13 @@ def decoupled_qk(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: to
     q (B, T, nH, dH + dR): each head's [q_i | q^R_i], q^R unrotated; k (B, T, nH, dH): each head's key; k_rope (B, T,
     dR): the shared rotary key, unrotated; cos, sin (T, dR/2): the angles' rows of the T positions (model.rope_at).
     Any strides but a contiguous last dim. Returns Q = [q_i | R q^R_i] and K = [k_i | R k^R], both (B, T, nH, dH +
-    dR) contiguous. backend 'auto' (None: BACKEND): the Triton kernels where they can run, else torch ops;
-    'triton': the kernels or a ValueError; 'torch': torch ops (decoupled_qk_torch). q_in_place=True lets the kernels
-    rotate q's rotary part where it is and return q itself as Q (q then must be a tensor the caller no longer reads,
-    not a leaf: the model's up-projection output; its layout is kept, not made contiguous); torch ops ignore it."""
+    dR), contiguous (Q: unless q_in_place). backend 'auto' (None: BACKEND): the Triton kernels where they can run,
+    else torch ops; 'triton': the kernels or a ValueError; 'torch': torch ops (decoupled_qk_torch). q_in_place=True
+    lets the kernels rotate q's rotary part where it is and return q itself as Q (q then must be a tensor the caller
+    no longer reads, not a leaf: the model's up-projection output; its layout is kept, not made contiguous). Under
+    torch.compile the backward then also rotates the incoming dQ where it lies, so Q must be consumed inside the same
+    compiled graph (the model's SDPA), never returned out of it: a gradient handed in from outside would be
+    overwritten. Torch ops ignore q_in_place."""
     backend = BACKEND if backend is None else backend
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")

@@ -100,6 +100,19 @@ def test_unsupported_names_why(monkeypatch):
     assert "device cpu" in fm.unsupported(q, k, k_rope, cos, sin)
 
 
+def test_dense_layouts_rotated_in_place():
+    """The compiled backward rotates dQ where it lies only in a layout whose elements are each stored once: contiguous
+    or SDPA's transposed one (dims of size 1 with any stride); a slice, a strided last dim, an expanded (overlapping)
+    tensor or another permutation is rotated in a copy."""
+    x = torch.zeros(2, 5, 3, 8)
+    assert fm._dense(x) and fm._dense(torch.zeros(2, 3, 5, 8).transpose(1, 2))
+    assert fm._dense(torch.zeros(1, 5, 3, 8).as_strided((1, 5, 3, 8), (7, 24, 8, 1)))  # B = 1: its stride is moot
+    assert not fm._dense(torch.zeros(2, 5, 3, 10)[..., :8])  # rows past the width
+    assert not fm._dense(torch.zeros(2, 5, 3, 16)[..., ::2])
+    assert not fm._dense(torch.zeros(2, 1, 3, 8).expand(2, 5, 3, 8))  # every token the same storage
+    assert not fm._dense(torch.zeros(5, 2, 3, 8).transpose(0, 1))
+
+
 def mla_config(**kw):
     return GPTConfig(**{**dict(n_layer=2, n_head=3, n_embd=48, block_size=16, vocab_size=97, bias=True, attn="mla",
                                q_rank=24, kv_rank=16, pos_emb="rope", mla_rope="decoupled"), **kw})
@@ -238,8 +251,9 @@ def test_interp_mla_model_with_kernels_equals_torch_ops(q_in_place, monkeypatch)
     monkeypatch.setattr(fg, "_interpret", lambda: False)  # only this module's kernels (the others have their tests)
     monkeypatch.setattr(fl, "_interpret", lambda: False)
     monkeypatch.setattr(fm, "Q_IN_PLACE", q_in_place)
-    calls = {"fwd": 0, "bwd": 0}  # the kernels' ops counted: 'auto' must not fall back to torch ops unseen
-    names = (("fwd", "_K_FWD"), ("bwd", "_K_BWD")) if q_in_place else (("fwd", "_FWD"), ("bwd", "_BWD"))
+    calls = {"fwd": 0, "bwd": 0, "rot": 0}  # the kernels' ops counted: 'auto' must not fall back to torch ops unseen
+    names = ((("fwd", "_K_FWD"), ("bwd", "_K_BWD"), ("rot", "_ROTATE")) if q_in_place
+             else (("fwd", "_FWD"), ("bwd", "_BWD")))
     for key, name in names:
         op = getattr(fm, name)
         monkeypatch.setattr(fm, name, lambda *a, _op=op, _key=key: calls.__setitem__(_key, calls[_key] + 1) or _op(*a))
@@ -254,7 +268,9 @@ def test_interp_mla_model_with_kernels_equals_torch_ops(q_in_place, monkeypatch)
             _, loss = model(x, x)
             loss.backward()
             ran = {k: calls[k] - before[k] for k in calls}
-            assert ran == ({"fwd": 2, "bwd": 2} if backend == "auto" else {"fwd": 0, "bwd": 0})  # a layer each
+            # a layer each; the rotation twice a layer (forward R, backward R^T)
+            want = {"fwd": 2, "bwd": 2, "rot": 4 if q_in_place else 0} if backend == "auto" else dict.fromkeys(calls, 0)
+            assert ran == want
             out[backend] = (loss.detach(), [p.grad for p in model.parameters()])
         torch.testing.assert_close(out["auto"][0], out["torch"][0], atol=1e-6, rtol=1e-6)
         for a, b in zip(out["auto"][1], out["torch"][1]):

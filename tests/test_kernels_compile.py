@@ -184,8 +184,8 @@ def test_mla_rope_kernels_compile(dtype, record, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_mla_rope_in_place_kernels_compile(dtype, record, monkeypatch):
-    """q_in_place's kernels at GPT-2 MLA's shapes: the rotation in place forward (R) and backward (R^T, on SDPA's
-    gradient of Q), and the forward / backward kernels without their Q part."""
+    """q_in_place's kernels at GPT-2 MLA's shapes: the rotation in place forward (R) and backward (R^T, on a gradient
+    of Q in SDPA's layout), and the forward / backward kernels without their Q part."""
     rot, fwd, bwd = (record(fm, name) for name in ("_rotate_tail_kernel", "_qk_fwd_kernel", "_qk_bwd_kernel"))
     monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
     cos, sin = (t[:16] for t in rope_cache(32, 16, 10000.0))
