@@ -277,6 +277,29 @@ def test_interp_mla_model_with_kernels_equals_torch_ops(q_in_place, monkeypatch)
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+@needs_child
+def test_interp_q_in_place_under_activation_checkpointing(monkeypatch):
+    """With activation checkpointing each block's forward runs again in the backward and rotates a fresh query in
+    place: the loss and every gradient equal torch ops' without checkpointing."""
+    import fused_gelu as fg
+    import fused_loss as fl
+    monkeypatch.setattr(fg, "_interpret", lambda: False)
+    monkeypatch.setattr(fl, "_interpret", lambda: False)
+    x = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
+    out = {}
+    for backend, ckpt in (("auto", True), ("torch", False)):
+        monkeypatch.setattr(fm, "BACKEND", backend)
+        monkeypatch.setattr(fm, "Q_IN_PLACE", True)
+        torch.manual_seed(0)
+        model = GPT(mla_config(activation_checkpointing=ckpt))
+        _, loss = model(x, x)
+        loss.backward()
+        out[backend] = (loss.detach(), [p.grad for p in model.parameters()])
+    torch.testing.assert_close(out["auto"][0], out["torch"][0], atol=1e-6, rtol=1e-6)
+    for a, b in zip(out["auto"][1], out["torch"][1]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
 # ----------------------------------------------------------------------------------------
 # On the GPU
 
