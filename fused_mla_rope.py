@@ -45,6 +45,10 @@ ROWS = 2  # tokens a program (every head of each; a power of two). H200, GPT-2 M
 #          45.6, 16 38.5 / 48.8. The training step at ROWS 2 against 4 (same call): 23.57 / 27.52 ms against 23.66 /
 #          27.57
 NUM_WARPS = 4  # a program's warps (a power of two; the same sweep: 2 or 8 no faster at any ROWS)
+K_UP_IN_KERNEL = False  # the model's MLA with decoupled RoPE builds K by decoupled_qk_from_latent: k_i = c_K W_UK,i^T
+#                        computed inside the K kernel (the 128-wide latent read once for all heads), not by k_up's
+#                        matmul whose nH dH-wide output the kernel then copies; the query rotated in place. Untimed
+K_UP_ROWS = 64  # tokens a program of that kernel (a power of two, 16 or more: the tensor-core product's rows)
 Q_IN_PLACE = True  # what the model passes as decoupled_qk's q_in_place. H200, GPT-2 MLA shared 128 with decoupled RoPE,
 #                   --graph_step --master_weights (results/bench/README.md, session 28 calls 1-2): the step off / on
 #                   23.61 / 23.40, 23.97 / 23.79, 23.98 / 23.86 ms at 12x1024 (-0.5 to -0.9%), 27.88 / 27.74 at 64x256;
@@ -54,6 +58,7 @@ BACKENDS = ("auto", "triton", "torch")
 _FWD_OP, _BWD_OP = "tucker_attention::mla_rope_qk_fwd", "tucker_attention::mla_rope_qk_bwd"
 _K_FWD_OP, _K_BWD_OP = "tucker_attention::mla_rope_k_fwd", "tucker_attention::mla_rope_k_bwd"
 _ROTATE_OP = "tucker_attention::mla_rope_rotate_tail_"
+_K_UP_OP = "tucker_attention::mla_rope_k_up_fwd"
 _HAVE_TRITON = _triton_available()  # once, at import: not a cached call inside a traced step
 
 
@@ -198,6 +203,46 @@ if _HAVE_TRITON:
         tl.store(at, (x1 * c3 - x2 * s3).to(dt), mask=m_r)
         tl.store(at + HALF, (x1 * s3 + x2 * c3).to(dt), mask=m_r)
 
+    @triton.jit
+    def _k_up_fwd_kernel(CK, W, BIAS, KR, COS, SIN, KO, n_rows, T, c_sb, c_st, r_sb, r_st,
+                         NH: tl.constexpr, DH: tl.constexpr, DR: tl.constexpr, DC: tl.constexpr,
+                         HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_DH: tl.constexpr,
+                         BLOCK_DC: tl.constexpr, BLOCK_HALF: tl.constexpr, PRECISION: tl.constexpr):
+        """K (B, T, NH, DH + DR) from the latent: k_i = c_K W_i^T (+ b_i) by a tensor-core product a head, the
+        latent tile read once for every head (W (NH DH, DC) row-major: nn.Linear's weight), and R k^R written into
+        every head's last DR columns. BLOCK_M tokens a program."""
+        HALF: tl.constexpr = DR // 2
+        WD: tl.constexpr = DH + DR
+        dt = KO.dtype.element_ty
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        r_ok = r < n_rows
+        b = (r // T).to(tl.int64)
+        t = (r % T).to(tl.int64)
+        c = tl.arange(0, BLOCK_DC)
+        j = tl.arange(0, BLOCK_DH)
+        i = tl.arange(0, BLOCK_HALF)
+        ck = tl.load(CK + (b * c_sb + t * c_st)[:, None] + c[None, :], mask=r_ok[:, None] & (c < DC)[None, :],
+                     other=0.0)  # (BLOCK_M, BLOCK_DC)
+        m_t = r_ok[:, None] & (i < HALF)[None, :]
+        kr_at = KR + (b * r_sb + t * r_st)[:, None] + i[None, :]
+        z1 = tl.load(kr_at, mask=m_t, other=0.0).to(tl.float32)
+        z2 = tl.load(kr_at + HALF, mask=m_t, other=0.0).to(tl.float32)
+        cs, sn = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)  # (BLOCK_M, BLOCK_HALF)
+        y1 = (z1 * cs - z2 * sn).to(dt)
+        y2 = (z1 * sn + z2 * cs).to(dt)
+        row = r.to(tl.int64)[:, None] * (NH * WD)  # (BLOCK_M, 1): K's rows
+        m_w = (j < DH)[:, None] & (c < DC)[None, :]
+        m_k = r_ok[:, None] & (j < DH)[None, :]
+        for h in range(NH):
+            w = tl.load(W + (h * DH + j)[:, None] * DC + c[None, :], mask=m_w, other=0.0)  # (BLOCK_DH, BLOCK_DC)
+            k = tl.dot(ck, tl.trans(w), input_precision=PRECISION)  # (BLOCK_M, BLOCK_DH) float32
+            if HAS_BIAS:
+                k += tl.load(BIAS + h * DH + j, mask=j < DH, other=0.0).to(tl.float32)[None, :]
+            at = KO + row + h * WD
+            tl.store(at + j[None, :], k.to(dt), mask=m_k)
+            tl.store(at + DH + i[None, :], y1, mask=m_t)
+            tl.store(at + DH + HALF + i[None, :], y2, mask=m_t)
+
     def _blocks(nH: int, dH: int, dR: int) -> dict:
         """The kernels' constexprs, the knobs checked (they are set by hand, e.g. bench_train --knob)."""
         for name, value, most in (("ROWS", ROWS, 1024), ("NUM_WARPS", NUM_WARPS, 32)):
@@ -276,6 +321,27 @@ if _HAVE_TRITON:
                 BLOCK_H=blocks["BLOCK_H"], BLOCK_HALF=blocks["BLOCK_HALF"], TRANSPOSE=transpose,
                 num_warps=NUM_WARPS)
 
+    def _k_up_fwd_impl(c_k: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], k_rope: torch.Tensor,
+                       cos: torch.Tensor, sin: torch.Tensor, n_head: int) -> torch.Tensor:
+        """K from the latent c_K (B, T, dc) and k_up's weight (nH dH, dc) (and bias), for K_UP_IN_KERNEL."""
+        B, T, dc = c_k.shape
+        dR = k_rope.size(-1)
+        dH = weight.size(0) // n_head
+        K = c_k.new_empty(B, T, n_head, dH + dR)
+        n = B * T
+        _blocks(n_head, dH, dR)  # the knobs checked
+        if not isinstance(K_UP_ROWS, int) or not 16 <= K_UP_ROWS <= 1024 or K_UP_ROWS & (K_UP_ROWS - 1):
+            raise ValueError(f"fused_mla_rope: K_UP_ROWS={K_UP_ROWS!r}: a power of two from 16 to 1024")
+        if n:
+            torch.library.wrap_triton(_k_up_fwd_kernel)[(triton.cdiv(n, K_UP_ROWS),)](
+                c_k, weight, weight if bias is None else bias, k_rope, cos, sin, K, n, T, c_k.stride(0),
+                c_k.stride(1), k_rope.stride(0), k_rope.stride(1), NH=n_head, DH=dH, DR=dR, DC=dc,
+                HAS_BIAS=bias is not None, BLOCK_M=K_UP_ROWS, BLOCK_DH=max(16, triton.next_power_of_2(dH)),
+                BLOCK_DC=max(16, triton.next_power_of_2(dc)), BLOCK_HALF=triton.next_power_of_2(dR // 2),
+                PRECISION="ieee" if c_k.dtype == torch.float32 else "tf32",  # float32 as a matmul computes it;
+                num_warps=NUM_WARPS)  # the 16-bit types' products are exact in either
+        return K
+
     # Registered when this module is imported (model.py imports it with an MLA model), never inside a traced step:
     # Dynamo would break the graph around a registration (as for fused_loss's op)
     _FWD = torch.library.triton_op(_FWD_OP, _qk_fwd_impl, mutates_args=())
@@ -285,6 +351,7 @@ if _HAVE_TRITON:
     # mutates x: torch.compile functionalizes the call and inductor writes in place where x dies at it (the query's
     # up-projection output, SDPA's gradient of Q); where it does not, inductor copies x first, as it must
     _ROTATE = torch.library.triton_op(_ROTATE_OP, _rotate_tail_impl, mutates_args={"x"})
+    _K_UP = torch.library.triton_op(_K_UP_OP, _k_up_fwd_impl, mutates_args=())
 
 
 class _TritonDecoupledQK(torch.autograd.Function):
@@ -362,6 +429,30 @@ class _TritonDecoupledK(torch.autograd.Function):
         return dk, dk_rope, None, None
 
 
+class _TritonKUp(torch.autograd.Function):
+    """K_UP_IN_KERNEL's key: K from the latent by _k_up_fwd_kernel; backward: dk and dk^R by the backward kernel
+    without its dq part, then k_up's two products as its matmul's backward has them (d c_K = dk W, dW = dk^T c_K,
+    db = the sum of dk's rows)."""
+
+    @staticmethod
+    def forward(ctx, c_k, weight, bias, k_rope, cos, sin, n_head):
+        ctx.save_for_backward(c_k, weight, cos, sin)
+        ctx.has_bias = bias is not None
+        return _K_UP(c_k, weight, bias, k_rope, cos, sin, n_head)
+
+    @staticmethod
+    def backward(ctx, grad_k):
+        c_k, weight, cos, sin = ctx.saved_tensors
+        gk = grad_k if grad_k.stride(-1) == 1 else grad_k.contiguous()
+        dk, dk_rope = _K_BWD(gk, cos, sin)  # (B, T, nH, dH) contiguous, (B, T, dR)
+        B, T, dc = c_k.shape
+        dk2 = dk.view(B * T, -1)  # (B T, nH dH)
+        d_ck = (dk2 @ weight).view(B, T, dc)
+        d_w = dk2.t() @ c_k.reshape(B * T, dc)  # (nH dH, dc)
+        d_b = dk2.sum(0) if ctx.has_bias else None
+        return d_ck, d_w, d_b, dk_rope, None, None, None
+
+
 def unsupported(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor) -> Optional[str]:
     """Why the kernels cannot take these inputs now (None when they can)."""
@@ -393,6 +484,45 @@ def _check_shapes(q, k, k_rope, cos, sin) -> None:
                          f"and k_rope {tuple(k_rope.shape)} (B, T, dR) with dR even")
     if cos.shape != sin.shape or tuple(cos.shape) != (T, dR // 2):
         raise ValueError(f"decoupled_qk: cos / sin {tuple(cos.shape)} / {tuple(sin.shape)}: (T, dR/2) = {(T, dR // 2)}")
+
+
+def decoupled_qk_from_latent(q: torch.Tensor, c_k: torch.Tensor, k_weight: torch.Tensor,
+                             k_bias: Optional[torch.Tensor], k_rope: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                             backend: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """decoupled_qk with k_up folded in: k = c_k k_weight^T (+ k_bias), c_k (B, T, dc) the key latent (any strides but
+    a contiguous last dim), k_weight (nH dH, dc) contiguous (nn.Linear's layout), k_bias (nH dH) or None, in c_k's
+    dtype. On the kernels' path q is rotated in place as with q_in_place (its contract applies) and K is built from
+    c_k by one kernel; torch ops: F.linear, then decoupled_qk_torch."""
+    backend = BACKEND if backend is None else backend
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+    if q.dim() != 4 or k_rope.dim() != 3:
+        raise ValueError(f"decoupled_qk_from_latent: q (B, T, nH, dH + dR), k_rope (B, T, dR); got {tuple(q.shape)}, "
+                         f"{tuple(k_rope.shape)}")
+    B, T, nH, W = q.shape
+    dR = k_rope.size(-1)
+    dH = W - dR
+    if c_k.dim() != 3 or tuple(c_k.shape[:2]) != (B, T) or tuple(k_weight.shape) != (nH * dH, c_k.size(-1)):
+        raise ValueError(f"decoupled_qk_from_latent: c_k {tuple(c_k.shape)} must be (B, T, dc) = ({B}, {T}, dc) and "
+                         f"k_weight {tuple(k_weight.shape)} (nH dH, dc) = ({nH * dH}, dc)")
+    if k_bias is not None and tuple(k_bias.shape) != (nH * dH,):
+        raise ValueError(f"decoupled_qk_from_latent: k_bias {tuple(k_bias.shape)} must be ({nH * dH},)")
+    k = torch.nn.functional.linear(c_k, k_weight, k_bias).view(B, T, nH, dH) if backend == "torch" else None
+    if k is not None:
+        _check_shapes(q, k, k_rope, cos, sin)
+        return decoupled_qk_torch(q, k, k_rope, cos, sin)
+    _check_shapes(q, q[..., :dH], k_rope, cos, sin)  # k's shape stands in: the same checks of q, k_rope, cos, sin
+    why = unsupported(q, c_k, k_rope, cos, sin)
+    if why is None and (k_weight.dtype != c_k.dtype or not k_weight.is_contiguous()
+                        or (k_bias is not None and k_bias.dtype != c_k.dtype) or k_weight.device != c_k.device):
+        why = "k_weight (and k_bias) must be contiguous, in c_k's dtype, on its device"
+    if why is not None:
+        if backend == "triton":
+            raise ValueError(f"fused_mla_rope.decoupled_qk_from_latent: the Triton kernels cannot run: {why}")
+        k = torch.nn.functional.linear(c_k, k_weight, k_bias).view(B, T, nH, dH)
+        return decoupled_qk_torch(q, k, k_rope, cos, sin)
+    return (_TritonRotateQInPlace.apply(q, cos, sin),
+            _TritonKUp.apply(c_k, k_weight, k_bias, k_rope, cos, sin, nH))
 
 
 def decoupled_qk(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

@@ -943,14 +943,22 @@ class LatentAttention(InferenceForm, nn.Module):
             # k_i and v_i by two matmuls, also from a shared latent: each output its own dense tensor, so SDPA's
             # gradients of k and v feed their matmuls' backward as they are (stacked into one matmul, the split's
             # backward concatenated them: a copy of both, 0.22 ms a step at 12x1024 on an H200)
-            k, v = self.k_up(c_k.squeeze(1)), self.v_up(c_v.squeeze(1))  # (B, S, nH dH) each
-            v = v.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
-            if self.decoupled:  # SDPA's [q_i | R q^R_i] and [k_i | R k^R] built by one kernel (and their gradients)
+            from_latent = False
+            if self.decoupled:
                 import fused_mla_rope  # imported (its ops registered) by __init__ already
+                from_latent = fused_mla_rope.K_UP_IN_KERNEL
+            v = self.v_up(c_v.squeeze(1)).view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
+            k = None if from_latent else self.k_up(c_k.squeeze(1))  # (B, S, nH dH)
+            if self.decoupled:  # SDPA's [q_i | R q^R_i] and [k_i | R k^R] built by one kernel (and their gradients)
                 # q_wide is this layer's own intermediate (its up-projection's output, or the cat above), which the
-                # kernels may rotate where it is (fused_mla_rope.Q_IN_PLACE)
-                Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, S, nH, dH), k_r, *rope_at(rope, 0, T),
-                                                   q_in_place=fused_mla_rope.Q_IN_PLACE)
+                # kernels may rotate where it is (fused_mla_rope.Q_IN_PLACE; always with K_UP_IN_KERNEL)
+                if from_latent:  # k_i = c_K W_UK,i^T inside the K kernel
+                    c_k2 = c_k.squeeze(1)  # (B, S, dcK)
+                    W_UK, b_UK = (None if t is None else t.to(c_k2.dtype) for t in (self.k_up.weight, self.k_up.bias))
+                    Q, K = fused_mla_rope.decoupled_qk_from_latent(q_wide, c_k2, W_UK, b_UK, k_r, *rope_at(rope, 0, T))
+                else:
+                    Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, S, nH, dH), k_r, *rope_at(rope, 0, T),
+                                                       q_in_place=fused_mla_rope.Q_IN_PLACE)
                 q, k = Q.transpose(1, 2), K.transpose(1, 2)  # (B, nH, T, dH + dR): views, no copy
             else:
                 k = k.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)

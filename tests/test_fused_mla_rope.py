@@ -118,19 +118,20 @@ def mla_config(**kw):
                                q_rank=24, kv_rank=16, pos_emb="rope", mla_rope="decoupled"), **kw})
 
 
-@pytest.mark.parametrize("q_in_place", [False, True])
-def test_model_is_one_traced_graph_with_the_ops(q_in_place, monkeypatch):
+@pytest.mark.parametrize("q_in_place,k_up", [(False, False), (True, False), (False, True)])
+def test_model_is_one_traced_graph_with_the_ops(q_in_place, k_up, monkeypatch):
     """With the kernels chosen, torch.compile still traces MLA's training forward as one graph (torch._dynamo.export
-    fails on a graph break): one more autograd function a layer than with torch ops, two with q_in_place (the query's
-    rotation in place and the key)."""
+    fails on a graph break): one more autograd function a layer than with torch ops, two with q_in_place or
+    K_UP_IN_KERNEL (the query's rotation in place and the key)."""
     monkeypatch.setattr(fm, "Q_IN_PLACE", q_in_place)
+    monkeypatch.setattr(fm, "K_UP_IN_KERNEL", k_up)
 
     def build(backend):
         monkeypatch.setattr(fm, "BACKEND", backend)
         return GPT(mla_config(gelu="torch"))
 
     functions = traced_functions_by_backend(monkeypatch, fm, build, torch.randint(0, 97, (2, 16)))
-    assert functions["auto"] - functions["torch"] == (4 if q_in_place else 2)  # two layers
+    assert functions["auto"] - functions["torch"] == (4 if q_in_place or k_up else 2)  # two layers
 
 
 # ----------------------------------------------------------------------------------------
@@ -229,6 +230,100 @@ def test_interp_q_in_place_matches_torch_form(case):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
+def latent_inputs(B, T, nH, dH, dR, dc, bias, dtype, seed=4):
+    """decoupled_qk_from_latent's leaves: q; the latent c_K and k^R column slices of one wider tensor (the stacked
+    down-projection's output); k_up's weight (nH dH, dc) and bias; cos, sin."""
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(dtype)
+    cos, sin = rope_cache(dR, T + 3, 10000.0)
+    leaves = [rnd(B, T, nH, dH + dR), rnd(B, T, dc + dR + 5), rnd(nH * dH, dc) / dc ** 0.5]
+    leaves += [rnd(nH * dH)] if bias else []
+    return leaves, cos[3:].contiguous(), sin[3:].contiguous()
+
+
+def run_latent(backend, leaves, cos, sin, dH, dR, dc, grads):
+    xs = [x.detach().clone().requires_grad_() for x in leaves]
+    q, wide, w = xs[:3]
+    Q, K = fm.decoupled_qk_from_latent(q * 1, wide[..., 2:2 + dc], w, xs[3] if len(xs) > 3 else None,
+                                       wide[..., 2 + dc:2 + dc + dR], cos, sin, backend=backend)
+    torch.autograd.backward([Q, K], list(grads))
+    return [Q.detach(), K.detach()] + [x.grad for x in xs]
+
+
+@needs_child
+@pytest.mark.parametrize("shape", [(2, 70, 3, 12, 6, 20), (1, 5, 4, 16, 8, 16), (2, 64, 2, 64, 32, 128)])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_interp_from_latent_matches_torch_form(shape, bias, dtype):
+    """K_UP_IN_KERNEL's path: Q, K and every gradient (q, the latent and k^R through their shared wider tensor, k_up's
+    weight and bias) against F.linear then the torch form, for widths that are not powers of two (dc 20, dH 12), a
+    partial block of tokens (70 = 64 + 6, 5) and GPT-2's widths; fp16 against the float32 form."""
+    B, T, nH, dH, dR, dc = shape
+    leaves, cos, sin = latent_inputs(B, T, nH, dH, dR, dc, bias, dtype)
+    g = torch.Generator().manual_seed(5)
+    gq = torch.randn(B, nH, T, dH + dR, generator=g).to(dtype).transpose(1, 2)
+    gk = torch.randn(B, nH, T, dH + dR, generator=g).to(dtype).transpose(1, 2)
+    a = run_latent("triton", leaves, cos[:T], sin[:T], dH, dR, dc, (gq, gk))
+    tables = [t[:T].to(dtype).float() for t in (cos, sin)]
+    b = run_latent("torch", [x.float() for x in leaves], *tables, dH, dR, dc, (gq.float(), gk.float()))
+    tol = dict(atol=2e-5, rtol=2e-5) if dtype == torch.float32 else dict(atol=4e-3, rtol=2e-3)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x.float(), y, **tol)
+
+
+def test_from_latent_dispatch_and_errors(monkeypatch):
+    leaves, cos, sin = latent_inputs(2, 5, 3, 12, 6, 20, True, torch.float32)
+    q, wide, w, bias = leaves
+    c_k, k_rope = wide[..., 2:22], wide[..., 22:28]
+    with pytest.raises(ValueError, match="k_weight"):
+        fm.decoupled_qk_from_latent(q, c_k, w[:-1], bias, k_rope, cos[:5], sin[:5])
+    with pytest.raises(ValueError, match="k_bias"):
+        fm.decoupled_qk_from_latent(q, c_k, w, bias[:-1], k_rope, cos[:5], sin[:5])
+    with pytest.raises(ValueError, match="backend='bogus'"):
+        fm.decoupled_qk_from_latent(q, c_k, w, bias, k_rope, cos[:5], sin[:5], backend="bogus")
+    with pytest.raises(ValueError, match="q \\(B, T, nH"):
+        fm.decoupled_qk_from_latent(q[0], c_k, w, bias, k_rope, cos[:5], sin[:5])
+    monkeypatch.setattr(fm, "_interpret", lambda: True)  # the CPU counts as a Triton device
+    if fm._HAVE_TRITON:
+        with pytest.raises(ValueError, match="in c_k's dtype"):
+            fm.decoupled_qk_from_latent(q, c_k, w.double(), bias, k_rope, cos[:5], sin[:5], backend="triton")
+    monkeypatch.setattr(fm, "_interpret", lambda: False)  # 'auto' without a Triton device: torch ops, q untouched
+    before = q.clone()
+    Q, K = fm.decoupled_qk_from_latent(q, c_k, w, bias, k_rope, cos[:5], sin[:5])
+    k = torch.nn.functional.linear(c_k, w, bias).view(2, 5, 3, 12)
+    ref = fm.decoupled_qk_torch(q, k, k_rope, cos[:5], sin[:5])
+    assert torch.equal(Q, ref[0]) and torch.equal(K, ref[1]) and torch.equal(q, before)
+
+
+@needs_child
+def test_interp_mla_model_k_up_in_kernel_equals_torch_ops(monkeypatch):
+    """A whole MLA model with K_UP_IN_KERNEL (query rank and the full query; shared and separate K, V; biases): the
+    loss and every gradient equal those with torch ops to float32 rounding, and the kernel ran once a layer."""
+    import fused_gelu as fg
+    import fused_loss as fl
+    monkeypatch.setattr(fg, "_interpret", lambda: False)
+    monkeypatch.setattr(fl, "_interpret", lambda: False)
+    monkeypatch.setattr(fm, "K_UP_IN_KERNEL", True)
+    calls = []
+    op = fm._K_UP
+    monkeypatch.setattr(fm, "_K_UP", lambda *a: calls.append(1) or op(*a))
+    x = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
+    for kw in (dict(), dict(q_rank=None, shared_kv=True)):
+        out = {}
+        for backend in ("auto", "torch"):
+            monkeypatch.setattr(fm, "BACKEND", backend)
+            torch.manual_seed(0)
+            model = GPT(mla_config(**kw))
+            n = len(calls)
+            _, loss = model(x, x)
+            loss.backward()
+            assert len(calls) - n == (2 if backend == "auto" else 0)
+            out[backend] = (loss.detach(), [p.grad for p in model.parameters()])
+        torch.testing.assert_close(out["auto"][0], out["torch"][0], atol=1e-6, rtol=1e-6)
+        for a, b in zip(out["auto"][1], out["torch"][1]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 @needs_child
 def test_interp_knobs_checked(monkeypatch):
     """ROWS and NUM_WARPS are set by hand (bench_train --knob): a ValueError naming the knob, not Triton's error."""
@@ -321,16 +416,19 @@ def test_cuda_bf16_kernels_match_torch_form():
 
 
 @needs_cuda
-@pytest.mark.parametrize("q_in_place", [False, True])
+@pytest.mark.parametrize("mode", ["copy", "q_in_place", "k_up_in_kernel"])
 @pytest.mark.parametrize("shared_kv", [False, True])
-def test_cuda_compiled_model_step_matches_torch_ops(shared_kv, q_in_place, monkeypatch):
+def test_cuda_compiled_model_step_matches_torch_ops(shared_kv, mode, monkeypatch):
     """A compiled MLA model's loss and gradients with the kernels (which the profiler must see run) equal those with
     torch ops (whose step must not run them) within bf16 noise; separate latents and a shared one (k and v then
-    up-projected from it by two matmuls, k a dense tensor of its own); with q_in_place (the rotation kernel runs)."""
+    up-projected from it by two matmuls, k a dense tensor of its own); with q_in_place (the rotation kernel runs),
+    and with K_UP_IN_KERNEL (K from the latent by its kernel, no forward kernel of the copying pair)."""
     x = torch.randint(0, 512, (4, 64), device="cuda")
     y = torch.randint(0, 512, (4, 64), device="cuda")
-    monkeypatch.setattr(fm, "Q_IN_PLACE", q_in_place)
-    names = ("_qk_fwd_kernel", "_qk_bwd_kernel", "_rotate_tail_kernel")
+    monkeypatch.setattr(fm, "Q_IN_PLACE", mode == "q_in_place")
+    monkeypatch.setattr(fm, "K_UP_IN_KERNEL", mode == "k_up_in_kernel")
+    names = ("_qk_fwd_kernel", "_qk_bwd_kernel", "_rotate_tail_kernel", "_k_up_fwd_kernel")
+    want = {"copy": set(names[:2]), "q_in_place": set(names[:3]), "k_up_in_kernel": set(names[1:])}[mode]
     out, ran = {}, {}
     for backend in ("auto", "torch"):
         monkeypatch.setattr(fm, "BACKEND", backend)
@@ -339,7 +437,7 @@ def test_cuda_compiled_model_step_matches_torch_ops(shared_kv, q_in_place, monke
                                shared_kv=shared_kv)).cuda()  # no key bias: its gradient is zero in exact arithmetic
         *out[backend], ran[backend] = compiled_step_kernels(model, x, y, names)
     torch._dynamo.reset()
-    assert ran == {"auto": set(names) if q_in_place else set(names[:2]), "torch": set()}
+    assert ran == {"auto": want, "torch": set()}
     assert abs(out["auto"][0] - out["torch"][0]) < 1e-3
     for a, b in zip(out["auto"][1], out["torch"][1]):
         assert ((a - b).norm() / b.norm().clamp_min(1e-12)).item() < 2e-2

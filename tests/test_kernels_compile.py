@@ -200,6 +200,27 @@ def test_mla_rope_in_place_kernels_compile(dtype, record, monkeypatch):
     assert typed(bwd.kernel, *bwd.launches[0])[1]["WITH_Q"] is False
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("bias", [False, True])
+def test_mla_k_up_kernel_compiles(dtype, bias, record, monkeypatch):
+    """K_UP_IN_KERNEL's forward kernel at GPT-2 MLA's shapes (a 128-wide latent, 12 heads of 64 + 32; the latent a
+    column slice of the stacked down-projection), its tensor-core product in the dtype's precision, with and
+    without a key bias; and the backward kernel without its dq part."""
+    kup, bwd, rot = (record(fm, name) for name in ("_k_up_fwd_kernel", "_qk_bwd_kernel", "_rotate_tail_kernel"))
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
+    cos, sin = (t[:64] for t in rope_cache(32, 64, 10000.0))
+    wide = rnd(2, 64, 288, dtype=dtype).requires_grad_()
+    w = rnd(768, 128, dtype=dtype).requires_grad_()
+    b = rnd(768, dtype=dtype).requires_grad_() if bias else None
+    q = rnd(2, 64, 12, 96, dtype=dtype).requires_grad_()
+    Q, K = fm.decoupled_qk_from_latent(q * 1, wide[..., 128:256], w, b, wide[..., 256:], cos, sin, backend="triton")
+    torch.autograd.backward([Q, K], [rnd(2, 12, 64, 96, dtype=dtype).transpose(1, 2), rnd(2, 64, 12, 96, dtype=dtype)])
+    assert compile_launches(kup) == 1 and compile_launches(bwd) == 1 and len(rot.launches) == 2
+    const = typed(kup.kernel, *kup.launches[0])[1]
+    assert (const["HAS_BIAS"], const["PRECISION"]) == (bias, "ieee" if dtype == torch.float32 else "tf32")
+    assert (const["BLOCK_M"], const["BLOCK_DH"], const["BLOCK_DC"], const["BLOCK_HALF"]) == (64, 64, 128, 16)
+
+
 @pytest.mark.parametrize("lr_tensor", [False, True])
 def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
     """master_adamw's update a launch per tensor (TENSORS_PER_LAUNCH=1), for a bf16 matrix (its bf16 copy written)
