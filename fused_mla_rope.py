@@ -24,6 +24,10 @@ dQ, which then is dq; eager, a copy of dQ is rotated);
 only K is built by the forward kernel (and dk, dk^R by the backward one). Under torch.compile the rotation is a
 mutating op that inductor writes in place wherever its input dies there, as in the training step.
 
+`decoupled_qk_from_latent` (the model's path with K_UP_IN_KERNEL, off until timed) folds k_up in as well: K's k_i =
+c_K W_UK,i^T are computed inside the K kernel from the dcK-wide latent, read once for all heads, instead of by a
+matmul whose nH dH-wide output the kernel would copy.
+
 `decoupled_qk` is the one dispatch point: the kernels on CUDA (and on the CPU under TRITON_INTERPRET=1, for tests),
 registered as torch.library triton_ops so that torch.compile keeps each as one call; the same formula in torch ops
 everywhere else (backend='torch', or BACKEND).
