@@ -342,8 +342,8 @@ if _HAVE_TRITON:
                 c_k.stride(1), k_rope.stride(0), k_rope.stride(1), NH=n_head, DH=dH, DR=dR, DC=dc,
                 HAS_BIAS=bias is not None, BLOCK_M=K_UP_ROWS, BLOCK_DH=max(16, triton.next_power_of_2(dH)),
                 BLOCK_DC=max(16, triton.next_power_of_2(dc)), BLOCK_HALF=triton.next_power_of_2(dR // 2),
-                PRECISION="ieee" if c_k.dtype == torch.float32 else "tf32",  # float32 as a matmul computes it;
-                num_warps=NUM_WARPS)  # the 16-bit types' products are exact in either
+                PRECISION="ieee" if c_k.dtype == torch.float32 else "tf32",  # float32 products in full (a
+                num_warps=NUM_WARPS)  # matmul may use TF32 there); the 16-bit types' products are exact in either
         return K
 
     # Registered when this module is imported (model.py imports it with an MLA model), never inside a traced step:
@@ -450,10 +450,11 @@ class _TritonKUp(torch.autograd.Function):
         gk = grad_k if grad_k.stride(-1) == 1 else grad_k.contiguous()
         dk, dk_rope = _K_BWD(gk, cos, sin)  # (B, T, nH, dH) contiguous, (B, T, dR)
         B, T, dc = c_k.shape
-        dk2 = dk.view(B * T, -1)  # (B T, nH dH)
-        d_ck = (dk2 @ weight).view(B, T, dc)
-        d_w = dk2.t() @ c_k.reshape(B * T, dc)  # (nH dH, dc)
-        d_b = dk2.sum(0) if ctx.has_bias else None
+        dk2 = dk.view(B * T, weight.size(0))  # (B T, nH dH)
+        need = ctx.needs_input_grad
+        d_ck = (dk2 @ weight).view(B, T, dc) if need[0] else None
+        d_w = dk2.t() @ c_k.reshape(B * T, dc) if need[1] else None  # (nH dH, dc)
+        d_b = dk2.sum(0) if ctx.has_bias and need[2] else None
         return d_ck, d_w, d_b, dk_rope, None, None, None
 
 
@@ -508,18 +509,22 @@ def decoupled_qk_from_latent(q: torch.Tensor, c_k: torch.Tensor, k_weight: torch
     dH = W - dR
     if c_k.dim() != 3 or tuple(c_k.shape[:2]) != (B, T) or tuple(k_weight.shape) != (nH * dH, c_k.size(-1)):
         raise ValueError(f"decoupled_qk_from_latent: c_k {tuple(c_k.shape)} must be (B, T, dc) = ({B}, {T}, dc) and "
-                         f"k_weight {tuple(k_weight.shape)} (nH dH, dc) = ({nH * dH}, dc)")
+                         f"k_weight {tuple(k_weight.shape)} (nH dH, dc) = ({nH * dH}, dc), with nH = {nH} and dH = "
+                         f"{dH} from q {tuple(q.shape)} less k_rope's {dR}")
     if k_bias is not None and tuple(k_bias.shape) != (nH * dH,):
         raise ValueError(f"decoupled_qk_from_latent: k_bias {tuple(k_bias.shape)} must be ({nH * dH},)")
+    for name, t in (("k_weight", k_weight), ("k_bias", k_bias)):
+        if t is not None and (t.dtype != c_k.dtype or t.device != c_k.device):
+            raise ValueError(f"decoupled_qk_from_latent: {name} is {t.dtype} on {t.device}, c_k {c_k.dtype} on "
+                             f"{c_k.device}: cast it (the model passes k_up's weight .to(c_k.dtype))")
     k = torch.nn.functional.linear(c_k, k_weight, k_bias).view(B, T, nH, dH) if backend == "torch" else None
     if k is not None:
         _check_shapes(q, k, k_rope, cos, sin)
         return decoupled_qk_torch(q, k, k_rope, cos, sin)
     _check_shapes(q, q[..., :dH], k_rope, cos, sin)  # k's shape stands in: the same checks of q, k_rope, cos, sin
     why = unsupported(q, c_k, k_rope, cos, sin)
-    if why is None and (k_weight.dtype != c_k.dtype or not k_weight.is_contiguous()
-                        or (k_bias is not None and k_bias.dtype != c_k.dtype) or k_weight.device != c_k.device):
-        why = "k_weight (and k_bias) must be contiguous, in c_k's dtype, on its device"
+    if why is None and (not k_weight.is_contiguous() or (k_bias is not None and not k_bias.is_contiguous())):
+        why = "k_weight and k_bias must be contiguous"
     if why is not None:
         if backend == "triton":
             raise ValueError(f"fused_mla_rope.decoupled_qk_from_latent: the Triton kernels cannot run: {why}")

@@ -275,8 +275,11 @@ def test_from_latent_dispatch_and_errors(monkeypatch):
     leaves, cos, sin = latent_inputs(2, 5, 3, 12, 6, 20, True, torch.float32)
     q, wide, w, bias = leaves
     c_k, k_rope = wide[..., 2:22], wide[..., 22:28]
-    with pytest.raises(ValueError, match="k_weight"):
+    with pytest.raises(ValueError, match="k_weight \\(35, 20\\) \\(nH dH, dc\\) = \\(36, dc\\)"):
         fm.decoupled_qk_from_latent(q, c_k, w[:-1], bias, k_rope, cos[:5], sin[:5])
+    for backend in ("auto", "torch"):  # another dtype is refused on every path (F.linear would fail without autocast)
+        with pytest.raises(ValueError, match="k_weight is torch.float64"):
+            fm.decoupled_qk_from_latent(q, c_k, w.double(), bias, k_rope, cos[:5], sin[:5], backend=backend)
     with pytest.raises(ValueError, match="k_bias"):
         fm.decoupled_qk_from_latent(q, c_k, w, bias[:-1], k_rope, cos[:5], sin[:5])
     with pytest.raises(ValueError, match="backend='bogus'"):
@@ -284,15 +287,30 @@ def test_from_latent_dispatch_and_errors(monkeypatch):
     with pytest.raises(ValueError, match="q \\(B, T, nH"):
         fm.decoupled_qk_from_latent(q[0], c_k, w, bias, k_rope, cos[:5], sin[:5])
     monkeypatch.setattr(fm, "_interpret", lambda: True)  # the CPU counts as a Triton device
-    if fm._HAVE_TRITON:
-        with pytest.raises(ValueError, match="in c_k's dtype"):
-            fm.decoupled_qk_from_latent(q, c_k, w.double(), bias, k_rope, cos[:5], sin[:5], backend="triton")
-    monkeypatch.setattr(fm, "_interpret", lambda: False)  # 'auto' without a Triton device: torch ops, q untouched
-    before = q.clone()
-    Q, K = fm.decoupled_qk_from_latent(q, c_k, w, bias, k_rope, cos[:5], sin[:5])
+    strided_bias = bias.repeat_interleave(2)[::2]  # bias's values at stride 2
+    if fm._HAVE_TRITON:  # the kernel reads the bias at unit stride, so 'triton' refuses a strided one
+        with pytest.raises(ValueError, match="must be contiguous"):
+            fm.decoupled_qk_from_latent(q, c_k, w, strided_bias, k_rope, cos[:5], sin[:5], backend="triton")
     k = torch.nn.functional.linear(c_k, w, bias).view(2, 5, 3, 12)
     ref = fm.decoupled_qk_torch(q, k, k_rope, cos[:5], sin[:5])
+    before = q.clone()
+    Q, K = fm.decoupled_qk_from_latent(q, c_k, w, strided_bias, k_rope, cos[:5], sin[:5])  # 'auto'
+    assert torch.equal(Q, ref[0]) and torch.equal(K, ref[1]) and torch.equal(q, before)  # -> torch ops, q kept
+    monkeypatch.setattr(fm, "_interpret", lambda: False)  # 'auto' without a Triton device: torch ops, q untouched
+    Q, K = fm.decoupled_qk_from_latent(q, c_k, w, bias, k_rope, cos[:5], sin[:5])
     assert torch.equal(Q, ref[0]) and torch.equal(K, ref[1]) and torch.equal(q, before)
+
+
+@needs_child
+def test_interp_from_latent_no_tokens():
+    """Zero sequences: empty Q and K, and a backward that returns empty gradients (no kernel launch, no reshape of an
+    empty tensor by an inferred size)."""
+    leaves, cos, sin = latent_inputs(0, 4, 3, 12, 6, 20, True, torch.float32)
+    grads = run_latent("triton", leaves, cos[:4], sin[:4], 12, 6, 20,
+                       (torch.zeros(0, 4, 3, 18), torch.zeros(0, 4, 3, 18)))
+    assert [tuple(g.shape) for g in grads] == [(0, 4, 3, 18), (0, 4, 3, 18), (0, 4, 3, 18), (0, 4, 31), (36, 20),
+                                              (36,)]
+    assert grads[4].abs().max() == 0 and grads[5].abs().max() == 0
 
 
 @needs_child
