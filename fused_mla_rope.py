@@ -94,6 +94,17 @@ if _HAVE_TRITON:
         return c, s
 
     @triton.jit
+    def _rotated_k_rope(KR, COS, SIN, b, t, r_ok, r_sb, r_st, dt, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr):
+        """R(t) k^R of the rows' tokens, its halves (ROWS, BLOCK_HALF) each in dt; and cos, sin (_tables)."""
+        i = tl.arange(0, BLOCK_HALF)
+        m_t = r_ok[:, None] & (i < HALF)[None, :]
+        kr_at = KR + (b * r_sb + t * r_st)[:, None] + i[None, :]
+        z1 = tl.load(kr_at, mask=m_t, other=0.0).to(tl.float32)
+        z2 = tl.load(kr_at + HALF, mask=m_t, other=0.0).to(tl.float32)
+        c, s = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)
+        return (z1 * c - z2 * s).to(dt), (z1 * s + z2 * c).to(dt), c, s
+
+    @triton.jit
     def _qk_fwd_kernel(Q, K, KR, COS, SIN, QO, KO, n_rows, T, q_sb, q_st, q_sh, k_sb, k_st, k_sh, r_sb, r_st,
                        NH: tl.constexpr, DH: tl.constexpr, DR: tl.constexpr, ROWS: tl.constexpr,
                        BLOCK_H: tl.constexpr, BLOCK_DH: tl.constexpr, BLOCK_HALF: tl.constexpr,
@@ -119,20 +130,14 @@ if _HAVE_TRITON:
             tl.store(QO + out + j[None, None, :], tl.load(q_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
         k_at = K + (b * k_sb + t * k_st)[:, None, None] + h[None, :, None] * k_sh
         tl.store(KO + out + j[None, None, :], tl.load(k_at + j[None, None, :], mask=m_c, other=0.0), mask=m_c)
-        c, s = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)  # (ROWS, BLOCK_HALF)
+        # k^R rotated once a token (written into every head's key below); cos, sin (ROWS, BLOCK_HALF)
+        y1, y2, c, s = _rotated_k_rope(KR, COS, SIN, b, t, r_ok, r_sb, r_st, dt, HALF, BLOCK_HALF)
         if WITH_Q:  # q^R_i rotated, head by head
             x1 = tl.load(q_at + DH + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
             x2 = tl.load(q_at + DH + HALF + i[None, None, :], mask=m_r, other=0.0).to(tl.float32)
             c3, s3 = c[:, None, :], s[:, None, :]
             tl.store(QO + out + DH + i[None, None, :], (x1 * c3 - x2 * s3).to(dt), mask=m_r)
             tl.store(QO + out + DH + HALF + i[None, None, :], (x1 * s3 + x2 * c3).to(dt), mask=m_r)
-        # k^R rotated once a token, written into every head's key
-        m_t = r_ok[:, None] & (i < HALF)[None, :]
-        kr_at = KR + (b * r_sb + t * r_st)[:, None] + i[None, :]
-        z1 = tl.load(kr_at, mask=m_t, other=0.0).to(tl.float32)
-        z2 = tl.load(kr_at + HALF, mask=m_t, other=0.0).to(tl.float32)
-        y1 = (z1 * c - z2 * s).to(dt)
-        y2 = (z1 * s + z2 * c).to(dt)
         tl.store(KO + out + DH + i[None, None, :], tl.broadcast_to(y1[:, None, :], (ROWS, BLOCK_H, BLOCK_HALF)),
                  mask=m_r)
         tl.store(KO + out + DH + HALF + i[None, None, :],
@@ -228,12 +233,7 @@ if _HAVE_TRITON:
         ck = tl.load(CK + (b * c_sb + t * c_st)[:, None] + c[None, :], mask=r_ok[:, None] & (c < DC)[None, :],
                      other=0.0)  # (BLOCK_M, BLOCK_DC)
         m_t = r_ok[:, None] & (i < HALF)[None, :]
-        kr_at = KR + (b * r_sb + t * r_st)[:, None] + i[None, :]
-        z1 = tl.load(kr_at, mask=m_t, other=0.0).to(tl.float32)
-        z2 = tl.load(kr_at + HALF, mask=m_t, other=0.0).to(tl.float32)
-        cs, sn = _tables(COS, SIN, t, r_ok, dt, HALF, BLOCK_HALF)  # (BLOCK_M, BLOCK_HALF)
-        y1 = (z1 * cs - z2 * sn).to(dt)
-        y2 = (z1 * sn + z2 * cs).to(dt)
+        y1, y2, _, _ = _rotated_k_rope(KR, COS, SIN, b, t, r_ok, r_sb, r_st, dt, HALF, BLOCK_HALF)  # (BLOCK_M, ..)
         row = r.to(tl.int64)[:, None] * (NH * WD)  # (BLOCK_M, 1): K's rows
         m_w = (j < DH)[:, None] & (c < DC)[None, :]
         m_k = r_ok[:, None] & (j < DH)[None, :]
@@ -249,69 +249,63 @@ if _HAVE_TRITON:
 
     def _blocks(nH: int, dH: int, dR: int) -> dict:
         """The kernels' constexprs, the knobs checked (they are set by hand, e.g. bench_train --knob)."""
-        for name, value, most in (("ROWS", ROWS, 1024), ("NUM_WARPS", NUM_WARPS, 32)):
-            if not isinstance(value, int) or not 1 <= value <= most or value & (value - 1):
-                raise ValueError(f"fused_mla_rope: {name}={value!r}: a power of two from 1 to {most}")
+        for name, value, least, most in (("ROWS", ROWS, 1, 1024), ("NUM_WARPS", NUM_WARPS, 1, 32),
+                                         ("K_UP_ROWS", K_UP_ROWS, 16, 1024)):
+            if not isinstance(value, int) or not least <= value <= most or value & (value - 1):
+                raise ValueError(f"fused_mla_rope: {name}={value!r}: a power of two from {least} to {most}")
         return dict(NH=nH, DH=dH, DR=dR, ROWS=ROWS, BLOCK_H=triton.next_power_of_2(nH),
                     BLOCK_DH=triton.next_power_of_2(dH), BLOCK_HALF=triton.next_power_of_2(dR // 2))
 
-    def _qk_fwd_impl(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
-                     sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        B, T, nH, dH = k.shape
-        dR = k_rope.size(-1)
-        Q = q.new_empty(B, T, nH, dH + dR)
-        K = q.new_empty(B, T, nH, dH + dR)
-        n = B * T
-        blocks = _blocks(nH, dH, dR)  # the knobs checked before the grid divides by ROWS
-        if n:
-            torch.library.wrap_triton(_qk_fwd_kernel)[(triton.cdiv(n, ROWS),)](
-                q, k, k_rope, cos, sin, Q, K, n, T, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
-                k.stride(2), k_rope.stride(0), k_rope.stride(1), **blocks, WITH_Q=True, num_warps=NUM_WARPS)
-        return Q, K
-
-    def _qk_bwd_impl(gq: torch.Tensor, gk: torch.Tensor, cos: torch.Tensor,
-                     sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        B, T, nH, W = gq.shape
-        dR = 2 * cos.size(-1)
-        dH = W - dR
-        dq = gq.new_empty(B, T, nH, W)
-        dk = gq.new_empty(B, T, nH, dH)
-        dk_rope = gq.new_empty(B, T, dR)
-        n = B * T
-        blocks = _blocks(nH, dH, dR)
-        if n:
-            torch.library.wrap_triton(_qk_bwd_kernel)[(triton.cdiv(n, ROWS),)](
-                gq, gk, cos, sin, dq, dk, dk_rope, n, T, gq.stride(0), gq.stride(1), gq.stride(2), gk.stride(0),
-                gk.stride(1), gk.stride(2), **blocks, WITH_Q=True, num_warps=NUM_WARPS)
-        return dq, dk, dk_rope
-
-    def _k_fwd_impl(k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """K alone (the forward kernel without its Q part), for q_in_place."""
+    def _fwd_launch(q: Optional[torch.Tensor], k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
+                    sin: torch.Tensor) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+        """The forward kernel: Q and K, or K alone when q is None (q_in_place: the kernel's Q part off)."""
         B, T, nH, dH = k.shape
         dR = k_rope.size(-1)
         K = k.new_empty(B, T, nH, dH + dR)
+        Q = None if q is None else q.new_empty(B, T, nH, dH + dR)
         n = B * T
-        blocks = _blocks(nH, dH, dR)
-        if n:  # Q and QO are not read or written without WITH_Q: k and K stand in
+        blocks = _blocks(nH, dH, dR)  # the knobs checked before the grid divides by ROWS
+        if n:  # without the Q part, Q and QO are neither read nor written: k and K stand in
+            q_in, q_out = (k, K) if q is None else (q, Q)
             torch.library.wrap_triton(_qk_fwd_kernel)[(triton.cdiv(n, ROWS),)](
-                k, k, k_rope, cos, sin, K, K, n, T, 0, 0, 0, k.stride(0), k.stride(1), k.stride(2),
-                k_rope.stride(0), k_rope.stride(1), **blocks, WITH_Q=False, num_warps=NUM_WARPS)
-        return K
+                q_in, k, k_rope, cos, sin, q_out, K, n, T, q_in.stride(0), q_in.stride(1), q_in.stride(2),
+                k.stride(0), k.stride(1), k.stride(2), k_rope.stride(0), k_rope.stride(1), **blocks,
+                WITH_Q=q is not None, num_warps=NUM_WARPS)
+        return Q, K
 
-    def _k_bwd_impl(gk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """dk and dk^R alone (the backward kernel without its dq part), for q_in_place."""
+    def _bwd_launch(gq: Optional[torch.Tensor], gk: torch.Tensor, cos: torch.Tensor,
+                    sin: torch.Tensor) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """The backward kernel: dq, dk and dk^R, or dk and dk^R alone when gq is None (the kernel's dq part off)."""
         B, T, nH, W = gk.shape
         dR = 2 * cos.size(-1)
         dH = W - dR
         dk = gk.new_empty(B, T, nH, dH)
         dk_rope = gk.new_empty(B, T, dR)
+        dq = None if gq is None else gq.new_empty(B, T, nH, W)
         n = B * T
         blocks = _blocks(nH, dH, dR)
-        if n:  # GQ and DQ are not read or written without WITH_Q: gk and dk stand in
+        if n:  # without the dq part, GQ and DQ are neither read nor written: gk and dk stand in
+            g_in, d_out = (gk, dk) if gq is None else (gq, dq)
             torch.library.wrap_triton(_qk_bwd_kernel)[(triton.cdiv(n, ROWS),)](
-                gk, gk, cos, sin, dk, dk, dk_rope, n, T, 0, 0, 0, gk.stride(0), gk.stride(1), gk.stride(2),
-                **blocks, WITH_Q=False, num_warps=NUM_WARPS)
-        return dk, dk_rope
+                g_in, gk, cos, sin, d_out, dk, dk_rope, n, T, g_in.stride(0), g_in.stride(1), g_in.stride(2),
+                gk.stride(0), gk.stride(1), gk.stride(2), **blocks, WITH_Q=gq is not None, num_warps=NUM_WARPS)
+        return dq, dk, dk_rope
+
+    def _qk_fwd_impl(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return _fwd_launch(q, k, k_rope, cos, sin)
+
+    def _qk_bwd_impl(gq: torch.Tensor, gk: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _bwd_launch(gq, gk, cos, sin)
+
+    def _k_fwd_impl(k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """K alone, for q_in_place."""
+        return _fwd_launch(None, k, k_rope, cos, sin)[1]
+
+    def _k_bwd_impl(gk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """dk and dk^R alone, for q_in_place."""
+        return _bwd_launch(None, gk, cos, sin)[1:]
 
     def _rotate_tail_impl(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, transpose: bool) -> None:
         """x (B, T, nH, dH + dR): each head's last dR columns rotated in place by R(t), or R(t)^T if transpose."""
@@ -334,8 +328,6 @@ if _HAVE_TRITON:
         K = c_k.new_empty(B, T, n_head, dH + dR)
         n = B * T
         _blocks(n_head, dH, dR)  # the knobs checked
-        if not isinstance(K_UP_ROWS, int) or not 16 <= K_UP_ROWS <= 1024 or K_UP_ROWS & (K_UP_ROWS - 1):
-            raise ValueError(f"fused_mla_rope: K_UP_ROWS={K_UP_ROWS!r}: a power of two from 16 to 1024")
         if n:
             torch.library.wrap_triton(_k_up_fwd_kernel)[(triton.cdiv(n, K_UP_ROWS),)](
                 c_k, weight, weight if bias is None else bias, k_rope, cos, sin, K, n, T, c_k.stride(0),
@@ -491,6 +483,14 @@ def _check_shapes(q, k, k_rope, cos, sin) -> None:
         raise ValueError(f"decoupled_qk: cos / sin {tuple(cos.shape)} / {tuple(sin.shape)}: (T, dR/2) = {(T, dR // 2)}")
 
 
+def _backend(backend: Optional[str]) -> str:
+    """backend as given (None: BACKEND), checked."""
+    backend = BACKEND if backend is None else backend
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+    return backend
+
+
 def decoupled_qk_from_latent(q: torch.Tensor, c_k: torch.Tensor, k_weight: torch.Tensor,
                              k_bias: Optional[torch.Tensor], k_rope: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                              backend: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -498,9 +498,7 @@ def decoupled_qk_from_latent(q: torch.Tensor, c_k: torch.Tensor, k_weight: torch
     a contiguous last dim), k_weight (nH dH, dc) contiguous (nn.Linear's layout), k_bias (nH dH) or None, in c_k's
     dtype. On the kernels' path q is rotated in place as with q_in_place (its contract applies) and K is built from
     c_k by one kernel; torch ops: F.linear, then decoupled_qk_torch."""
-    backend = BACKEND if backend is None else backend
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+    backend = _backend(backend)
     if q.dim() != 4 or k_rope.dim() != 3:
         raise ValueError(f"decoupled_qk_from_latent: q (B, T, nH, dH + dR), k_rope (B, T, dR); got {tuple(q.shape)}, "
                          f"{tuple(k_rope.shape)}")
@@ -548,9 +546,7 @@ def decoupled_qk(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: to
     torch.compile the backward then also rotates the incoming dQ where it lies, so Q must be consumed inside the same
     compiled graph (the model's SDPA), never returned out of it: a gradient handed in from outside would be
     overwritten. Torch ops ignore q_in_place."""
-    backend = BACKEND if backend is None else backend
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+    backend = _backend(backend)
     _check_shapes(q, k, k_rope, cos, sin)
     why = unsupported(q, k, k_rope, cos, sin) if backend != "torch" else "backend='torch'"
     if why is not None:
