@@ -24,7 +24,7 @@ dQ, which then is dq; eager, a copy of dQ is rotated);
 only K is built by the forward kernel (and dk, dk^R by the backward one). Under torch.compile the rotation is a
 mutating op that inductor writes in place wherever its input dies there, as in the training step.
 
-`decoupled_qk_from_latent` (the model's path with K_UP_IN_KERNEL, off until timed) folds k_up in as well: K's k_i =
+`decoupled_qk_from_latent` (the model's path with K_UP_IN_KERNEL, its default) folds k_up in as well: K's k_i =
 c_K W_UK,i^T are computed inside the K kernel from the dcK-wide latent, read once for all heads, instead of by a
 matmul whose nH dH-wide output the kernel would copy.
 
@@ -49,11 +49,15 @@ ROWS = 2  # tokens a program (every head of each; a power of two). H200, GPT-2 M
 #          45.6, 16 38.5 / 48.8. The training step at ROWS 2 against 4 (same call): 23.57 / 27.52 ms against 23.66 /
 #          27.57
 NUM_WARPS = 4  # a program's warps (a power of two; the same sweep: 2 or 8 no faster at any ROWS)
-K_UP_IN_KERNEL = False  # the model's MLA with decoupled RoPE builds K by decoupled_qk_from_latent: k_i = c_K W_UK,i^T
-#                        computed inside the K kernel (the 128-wide latent read once for all heads), not by k_up's
-#                        matmul whose nH dH-wide output the kernel then copies; the query rotated in place. Untimed
+K_UP_IN_KERNEL = True  # the model's MLA with decoupled RoPE builds K by decoupled_qk_from_latent: k_i = c_K W_UK,i^T
+#                       computed inside the K kernel (the 128-wide latent read once for all heads), not by k_up's
+#                       matmul whose nH dH-wide output the kernel then copies; the query rotated in place. H200, GPT-2
+#                       MLA shared 128 with decoupled RoPE, --graph_step --master_weights (results/bench/README.md,
+#                       session 29 calls 1-2): the step off 23.79, 23.84, 23.84 ms, on 23.73, 23.74, 23.82, 23.75 at
+#                       12x1024 (medians -0.09 ms, -0.4%); 27.75 / 27.68 at 64x256
 K_UP_ROWS = 64  # tokens a program of that kernel (a power of two, 16 or more: the tensor-core product's rows)
-Q_IN_PLACE = True  # what the model passes as decoupled_qk's q_in_place. H200, GPT-2 MLA shared 128 with decoupled RoPE,
+Q_IN_PLACE = True  # what the model passes as decoupled_qk's q_in_place (with K_UP_IN_KERNEL off; on, the query is
+#                   always rotated in place). H200, GPT-2 MLA shared 128 with decoupled RoPE,
 #                   --graph_step --master_weights (results/bench/README.md, session 28 calls 1-2): the step off / on
 #                   23.61 / 23.40, 23.97 / 23.79, 23.98 / 23.86 ms at 12x1024 (-0.5 to -0.9%), 27.88 / 27.74 at 64x256;
 #                   inductor's output code writes in place both ways (no copy of q or of SDPA's dQ)
