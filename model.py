@@ -47,6 +47,7 @@ LOSS_HEAD_CHOICES = ("fused", "logits")
 NORM_CHOICES = ("layernorm", "rmsnorm")
 MLP_CHOICES = ("gelu", "swiglu")
 GELU_CHOICES = ("auto", "torch")
+MLA_ROPE_KERNELS_CHOICES = ("auto", "torch")
 
 
 # ----------------------------------------------------------------------------------------
@@ -85,6 +86,11 @@ class GPTConfig:
     # decoupled RoPE: rotary dims per query head and of the shared rotary key; None = dH // 2
     rope_head_dim: Optional[int] = None
     rope_theta: float = 10000.0  # RoPE base: frequency of pair i is rope_theta ** (-2i / dim)
+    # how MLA's decoupled RoPE builds SDPA's query [q_i | R q^R_i] and key [k_i | R k^R] in training and prefill:
+    # 'auto' = fused_mla_rope's Triton kernels on CUDA (the key straight from the latent, the query rotated in place;
+    # torch ops elsewhere); 'torch' = apply_rope, cat and k_up's matmul everywhere (inductor's kernels when compiled).
+    # The same values to rounding (tests/test_fused_mla_rope.py); 'torch' is the plain reference of a loss curve
+    mla_rope_kernels: str = "auto"
     # --- the rest of the block (defaults: GPT-2; the paper's LLaMA-3 1B: rmsnorm, swiglu) ---
     norm: str = "layernorm"  # 'layernorm' (GPT-2; bias follows `bias`) | 'rmsnorm' (LLaMA: weight only)
     norm_eps: float = 1e-5  # epsilon of every norm (LayerNorm and RMSNorm)
@@ -166,6 +172,9 @@ class GPTConfig:
             raise ValueError(f"mlp={self.mlp!r} is unknown: allowed {MLP_CHOICES}")
         if self.gelu not in GELU_CHOICES:
             raise ValueError(f"gelu={self.gelu!r} is unknown: allowed {GELU_CHOICES}")
+        if self.mla_rope_kernels not in MLA_ROPE_KERNELS_CHOICES:
+            raise ValueError(f"mla_rope_kernels={self.mla_rope_kernels!r} is unknown: allowed "
+                             f"{MLA_ROPE_KERNELS_CHOICES}")
         if self.mlp_hidden is not None:
             need_int("mlp_hidden", self.mlp_hidden, 1)
         need_int("mlp_multiple_of", self.mlp_multiple_of, 1)
@@ -787,6 +796,9 @@ class LatentAttention(InferenceForm, nn.Module):
         self.decoupled = rope and config.mla_rope == "decoupled"
         self.latent_rope = rope and config.mla_rope == "latent"
         self.rope_head_dim = config.rope_head_dim if self.decoupled else 0
+        # fused_mla_rope's backend for the decoupled query and key: None = its BACKEND ('auto': the kernels where they
+        # can run), or torch ops
+        self.qk_backend = None if config.mla_rope_kernels == "auto" else "torch"
         q_in = self.q_rank or d  # width the query up-projection (or full query) reads from
         if self.q_rank is None:
             self.q_down = None
@@ -946,7 +958,7 @@ class LatentAttention(InferenceForm, nn.Module):
             from_latent = False
             if self.decoupled:
                 import fused_mla_rope  # imported (its ops registered) by __init__ already
-                from_latent = fused_mla_rope.K_UP_IN_KERNEL
+                from_latent = fused_mla_rope.K_UP_IN_KERNEL and self.qk_backend is None
             v = self.v_up(c_v.squeeze(1)).view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
             k = None if from_latent else self.k_up(c_k.squeeze(1))  # (B, S, nH dH)
             if self.decoupled:  # SDPA's [q_i | R q^R_i] and [k_i | R k^R] built by one kernel (and their gradients)
@@ -958,7 +970,7 @@ class LatentAttention(InferenceForm, nn.Module):
                     Q, K = fused_mla_rope.decoupled_qk_from_latent(q_wide, c_k2, W_UK, b_UK, k_r, *rope_at(rope, 0, T))
                 else:
                     Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, S, nH, dH), k_r, *rope_at(rope, 0, T),
-                                                       q_in_place=fused_mla_rope.Q_IN_PLACE)
+                                                       backend=self.qk_backend, q_in_place=fused_mla_rope.Q_IN_PLACE)
                 q, k = Q.transpose(1, 2), K.transpose(1, 2)  # (B, nH, T, dH + dR): views, no copy
             else:
                 k = k.view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)

@@ -98,7 +98,8 @@
 #                 MLA) and convert_study on GPUs 0,1 from the seed-2 checkpoints. Nothing starts after
 #                 DEADLINE seconds from the stage's start (a started run finishes, ~2 min); resumable:
 #                 the same stage on the warm machine continues. $OUT/enwiki_runs.tar.gz, convert_runs.tar.gz.
-#   fastpath_curve  train.py, GPT-2 124M MHA and Tucker [8,64,64] on Shakespeare (carried: .carry/shakespeare), 200
+#   fastpath_curve  train.py, GPT-2 124M MHA and Tucker [8,64,64] (CURVE_VARIANTS: config/shakespeare_<v>.py's, with
+#                 CURVE_EXTRA's keys, e.g. CURVE_VARIANTS=mla_shared128 CURVE_EXTRA=--pos_emb=rope) on Shakespeare (carried: .carry/shakespeare), 200
 #                 iterations each plain (eager), compiled, fast (compiled with CUDA graphs and the chunked loss
 #                 head), graph (compiled, graph_step=True) and master (graph with master_weights=True), on all GPUs at
 #                 once (CURVE_MODES: which of them, the reference first; CURVE_PAR: runs at once, default one per GPU); scripts/compare_runs.py compares the loss curves
@@ -393,25 +394,28 @@ for st in "$@"; do
     fastpath_curve)  # the fast training path's loss curve against the plain one (issue 14), GPT-2 124M on Shakespeare
         mkdir -p data/shakespeare && cp -n .carry/shakespeare/* data/shakespeare/ 2>/dev/null
         modes=(${CURVE_MODES:-plain compiled fast graph})
-        echo "== [$(($(date +%s) - t0))s] fastpath_curve: 200 iterations x {${modes[*]}} x {mha, tucker_8_64_64}"
+        variants=(${CURVE_VARIANTS:-mha tucker_8_64_64})
+        echo "== [$(($(date +%s) - t0))s] fastpath_curve: 200 iterations x {${modes[*]}} x {${variants[*]}}"
         pids=(); i=0
-        for v in mha tucker_8_64_64; do
+        for v in "${variants[@]}"; do
             for m in "${modes[@]}"; do
                 case $m in
-                plain) ex=(--compile=False --loss_head=logits --gelu=torch) ;;  # eager, nanoGPT's loss head and GELU
+                # eager, nanoGPT's loss head, F.gelu, torch ops for MLA's decoupled-RoPE query and key
+                plain) ex=(--compile=False --loss_head=logits --gelu=torch --mla_rope_kernels=torch) ;;
                 compiled) ex=(--compile=True) ;;  # the defaults: compiled, the fused loss head
                 fast) ex=(--compile=True --compile_mode=reduce-overhead --loss_chunk_tokens=4096) ;;
                 graph) ex=(--compile=True --graph_step=True) ;;  # the whole iteration replayed from one CUDA graph
                 master) ex=(--compile=True --graph_step=True --master_weights=True) ;;  # and bf16 matrices, float32 masters
                 esac
                 CUDA_VISIBLE_DEVICES=$((i % NGPU)) python3 train.py config/shakespeare_$v.py --max_iters=200 --eval_interval=100 \
-                    --log_interval=1 --save_checkpoint=False --out_dir=out-curve/$v-$m "${ex[@]}" > "$WORK/curve_$v-$m.log" 2>&1 &
+                    --log_interval=1 --save_checkpoint=False --out_dir=out-curve/$v-$m ${CURVE_EXTRA:-} "${ex[@]}" \
+                    > "$WORK/curve_$v-$m.log" 2>&1 &
                 pids+=($!); i=$((i + 1))
                 if (( ${#pids[@]} >= ${CURVE_PAR:-$NGPU} )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
             done
         done
         wait
-        for v in mha tucker_8_64_64; do
+        for v in "${variants[@]}"; do
             python3 -m scripts.compare_runs "${modes[@]/#/out-curve/$v-}" \
                 --out "$WORK/fastpath_curve" --name $v --title "GPT-2 124M $v on Shakespeare, 64 x 256, bf16: plain vs fast" \
                 2>&1 | tail -n 8

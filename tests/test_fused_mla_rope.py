@@ -113,6 +113,14 @@ def test_dense_layouts_rotated_in_place():
     assert not fm._dense(torch.zeros(5, 2, 3, 8).transpose(0, 1))
 
 
+def test_mla_rope_kernels_key_is_checked():
+    """The model's key names itself and its allowed values; 'torch' and 'auto' both build."""
+    with pytest.raises(ValueError, match=r"mla_rope_kernels='triton' is unknown: allowed \('auto', 'torch'\)"):
+        mla_config(mla_rope_kernels="triton")
+    assert GPT(mla_config(mla_rope_kernels="torch")).transformer.h[0].attn.qk_backend == "torch"
+    assert GPT(mla_config()).transformer.h[0].attn.qk_backend is None  # fused_mla_rope.BACKEND decides
+
+
 def mla_config(**kw):
     return GPTConfig(**{**dict(n_layer=2, n_head=3, n_embd=48, block_size=16, vocab_size=97, bias=True, attn="mla",
                                q_rank=24, kv_rank=16, pos_emb="rope", mla_rope="decoupled"), **kw})
@@ -328,7 +336,8 @@ def test_interp_knobs_checked(monkeypatch):
 @pytest.mark.parametrize("mode", ["copy", "q_in_place", "k_up_in_kernel"])
 def test_interp_mla_model_with_kernels_equals_torch_ops(mode, monkeypatch):
     """A whole MLA model with decoupled RoPE (query rank and the full query; shared and separate K, V; biases): the
-    loss and every gradient with the kernels equal those with torch ops to float32 rounding; with q_in_place too (the
+    loss and every gradient with the kernels equal those with torch ops to float32 rounding (chosen by the model's
+    key mla_rope_kernels, fused_mla_rope.BACKEND left 'auto'); with q_in_place too (the
     query rotated where its up-projection wrote it, or where the full query's cat did), and with K_UP_IN_KERNEL (K
     from the latent by one kernel: its products summed in another order, so a looser atol)."""
     import fused_gelu as fg
@@ -349,9 +358,8 @@ def test_interp_mla_model_with_kernels_equals_torch_ops(mode, monkeypatch):
     for kw in (dict(), dict(q_rank=None, shared_kv=True)):
         out = {}
         for backend in ("auto", "torch"):
-            monkeypatch.setattr(fm, "BACKEND", backend)
             torch.manual_seed(0)
-            model = GPT(mla_config(**kw))
+            model = GPT(mla_config(**kw, mla_rope_kernels=backend))
             before = dict(calls)
             _, loss = model(x, x)
             loss.backward()
