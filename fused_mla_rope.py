@@ -18,10 +18,10 @@ Q and K are laid out (B, T, nH, D), so Q.transpose(1, 2) is the (B, nH, T, D) vi
 model's q, k and v without RoPE). The rotation runs in float32 with cos and sin rounded to the activations' dtype
 first, each output rounded once (as inductor compiles model.apply_rope).
 
-With q_in_place (the model's default, Q_IN_PLACE) the query's content columns are not copied at all: q^R_i is rotated
-where the up-projection wrote it and that tensor is Q (and, in a compiled step, dQ^R_i rotated back where SDPA wrote
-dQ, which then is dq; eager, a copy of dQ is rotated);
-only K is built by the forward kernel (and dk, dk^R by the backward one). Under torch.compile the rotation is a
+With q_in_place (the model's path: always with K_UP_IN_KERNEL, and by Q_IN_PLACE without it) the query's content
+columns are not copied at all: q^R_i is rotated where the up-projection wrote it and that tensor is Q (and, in a
+compiled step, dQ^R_i rotated back where SDPA wrote dQ, which then is dq; eager, a copy of dQ is rotated); only K is
+built by the forward kernel (and dk, dk^R by the backward one). Under torch.compile the rotation is a
 mutating op that inductor writes in place wherever its input dies there, as in the training step.
 
 `decoupled_qk_from_latent` (the model's path with K_UP_IN_KERNEL, its default) folds k_up in as well: K's k_i =
