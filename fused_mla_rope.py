@@ -519,12 +519,8 @@ def decoupled_qk_from_latent(q: torch.Tensor, c_k: torch.Tensor, k_weight: torch
         if t is not None and (t.dtype != c_k.dtype or t.device != c_k.device):
             raise ValueError(f"decoupled_qk_from_latent: {name} is {t.dtype} on {t.device}, c_k {c_k.dtype} on "
                              f"{c_k.device}: cast it (the model passes k_up's weight .to(c_k.dtype))")
-    k = torch.nn.functional.linear(c_k, k_weight, k_bias).view(B, T, nH, dH) if backend == "torch" else None
-    if k is not None:
-        _check_shapes(q, k, k_rope, cos, sin)
-        return decoupled_qk_torch(q, k, k_rope, cos, sin)
     _check_shapes(q, q[..., :dH], k_rope, cos, sin)  # k's shape stands in: the same checks of q, k_rope, cos, sin
-    why = unsupported(q, c_k, k_rope, cos, sin)
+    why = unsupported(q, c_k, k_rope, cos, sin) if backend != "torch" else "backend='torch'"
     if why is None and (not k_weight.is_contiguous() or (k_bias is not None and not k_bias.is_contiguous())):
         why = "k_weight and k_bias must be contiguous"
     if why is not None:
