@@ -1036,7 +1036,7 @@ def build_parser():
                         "(launch-bound steps such as Tucker's)")
     p.add_argument("--graph_step", action="store_true",
                    help="train.py's graph_step: capture the whole iteration (forward, backward, AdamW) in one CUDA "
-                        "graph and replay it (graph_step.py; with --compile_mode default)")
+                        "graph and replay it (graph_step.py; with --compile_mode default or max-autotune-no-cudagraphs)")
     add_knob_arg(p)
     p.add_argument("--master_weights", action="store_true",
                    help="train.py's master_weights: the model's matrices in bf16 with float32 masters in "

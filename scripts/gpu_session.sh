@@ -65,8 +65,11 @@
 #   tests_graph_step  the CUDA tests of graph_step.py (graphed iterations vs plain ones; train.py with graph_step, resumed)
 #   train_graph_step  bench_train --graph_step (the whole iteration as one CUDA graph) beside nanoGPT's bench.py: MHA,
 #                 Tucker [8,64,64], Tucker shared, GQA-4, MLA shared 128, both shapes, MHA and Tucker profiled
-#   train_graph_autotune  --graph_step with compile_mode max-autotune-no-cudagraphs (Triton GEMMs with fused epilogues
-#                 where they win), MHA and Tucker [8,64,64] at 12x1024 beside nanoGPT's bench.py, profiled
+#   train_graph_autotune  --graph_step --master_weights with compile_mode max-autotune-no-cudagraphs (Triton GEMMs with
+#                 fused epilogues where they win), AUTOTUNE_VARIANTS (Tucker [8,64,64] first, then MHA; session 10's run
+#                 timed MHA only, a row took up to 169 s to compile) at AUTOTUNE_SHAPES (12x1024), profiled (80 kernels:
+#                 all of Tucker's narrow products), beside nanoGPT's bench.py; no precompile workers, so that each
+#                 GEMM's autotuning runs alone on the GPU (its choice is what the row then times)
 #   train_graph_rope  --graph_step, learned positions and RoPE: MHA, MLA shared 128 (decoupled RoPE), Tucker, 12x1024
 #   train_loop    MHA and Tucker [8,64,64] timed nanoGPT's way (--loop: the loop's GPU and host time per iteration), with
 #                 --graph_step and without, both shapes
@@ -276,8 +279,9 @@ for st in "$@"; do
             --profile tucker_8_64_64 --profile_top 30 --precompile 4 --time_budget ${TRAIN_BUDGET:-300} \
             --out_dir "$WORK/bench" --name train_master_all ;;
     train_graph_autotune) stage train_graph_autotune python3 -m scripts.bench_train --nanogpt .carry/nanogpt --graph_step \
-            --compile_mode max-autotune-no-cudagraphs --shapes 12x1024 --variants mha,tucker_8_64_64 --profile mha,tucker_8_64_64 \
-            --profile_top 25 --precompile 2 --time_budget ${TRAIN_BUDGET:-300} --out_dir "$WORK/bench" --name train_graph_autotune ;;
+            --master_weights --compile_mode max-autotune-no-cudagraphs --shapes ${AUTOTUNE_SHAPES:-12x1024} \
+            --variants ${AUTOTUNE_VARIANTS:-tucker_8_64_64,mha} --profile ${AUTOTUNE_VARIANTS:-tucker_8_64_64,mha} \
+            --profile_top 80 --time_budget ${TRAIN_BUDGET:-480} --out_dir "$WORK/bench" --name train_graph_autotune ;;
     train_graph_rope) stage train_graph_rope python3 -m scripts.bench_train --graph_step --shapes 12x1024 --rope both \
             --variants mha,mla_shared128,tucker_8_64_64 --precompile 3 --time_budget ${ROPE_BUDGET:-150} \
             --out_dir "$WORK/bench" --name train_graph_rope ;;
