@@ -958,7 +958,8 @@ class LatentAttention(InferenceForm, nn.Module):
             from_latent = False
             if self.decoupled:
                 import fused_mla_rope  # imported (its ops registered) by __init__ already
-                from_latent = fused_mla_rope.K_UP_IN_KERNEL and self.qk_backend is None
+                # with qk_backend 'torch' decoupled_qk_from_latent is k_up's matmul and the torch form
+                from_latent = fused_mla_rope.K_UP_IN_KERNEL
             v = self.v_up(c_v.squeeze(1)).view(B, S, nH, dH).transpose(1, 2)  # (B, nH, S, dH)
             k = None if from_latent else self.k_up(c_k.squeeze(1))  # (B, S, nH dH)
             if self.decoupled:  # SDPA's [q_i | R q^R_i] and [k_i | R k^R] built by one kernel (and their gradients)
@@ -967,7 +968,8 @@ class LatentAttention(InferenceForm, nn.Module):
                 if from_latent:  # k_i = c_K W_UK,i^T inside the K kernel
                     c_k2 = c_k.squeeze(1)  # (B, S, dcK)
                     W_UK, b_UK = (None if t is None else t.to(c_k2.dtype) for t in (self.k_up.weight, self.k_up.bias))
-                    Q, K = fused_mla_rope.decoupled_qk_from_latent(q_wide, c_k2, W_UK, b_UK, k_r, *rope_at(rope, 0, T))
+                    Q, K = fused_mla_rope.decoupled_qk_from_latent(q_wide, c_k2, W_UK, b_UK, k_r, *rope_at(rope, 0, T),
+                                                                   backend=self.qk_backend)
                 else:
                     Q, K = fused_mla_rope.decoupled_qk(q_wide, k.view(B, S, nH, dH), k_r, *rope_at(rope, 0, T),
                                                        backend=self.qk_backend, q_in_place=fused_mla_rope.Q_IN_PLACE)
