@@ -66,10 +66,10 @@
 #   train_graph_step  bench_train --graph_step (the whole iteration as one CUDA graph) beside nanoGPT's bench.py: MHA,
 #                 Tucker [8,64,64], Tucker shared, GQA-4, MLA shared 128, both shapes, MHA and Tucker profiled
 #   train_graph_autotune  --graph_step --master_weights with compile_mode max-autotune-no-cudagraphs (Triton GEMMs with
-#                 fused epilogues where they win), AUTOTUNE_VARIANTS (Tucker [8,64,64] first, then MHA; session 10's run
-#                 timed MHA only, a row took up to 169 s to compile) at AUTOTUNE_SHAPES (12x1024), profiled (80 kernels:
-#                 all of Tucker's narrow products), beside nanoGPT's bench.py; no precompile workers, so that each
-#                 GEMM's autotuning runs alone on the GPU (its choice is what the row then times)
+#                 fused epilogues where they win), AUTOTUNE_VARIANTS (Tucker [8,64,64] first, then MHA; session 10 timed
+#                 MHA: no gain; session 31 Tucker: 21.03 against 21.05 ms, a 240 s compile) at AUTOTUNE_SHAPES (12x1024),
+#                 profiled (80 kernels: all of Tucker's narrow products), beside nanoGPT's bench.py; no precompile
+#                 workers, so that each GEMM's autotuning runs alone on the GPU (its choice is what the row then times)
 #   train_graph_rope  --graph_step, learned positions and RoPE: MHA, MLA shared 128 (decoupled RoPE), Tucker, 12x1024
 #   train_loop    MHA and Tucker [8,64,64] timed nanoGPT's way (--loop: the loop's GPU and host time per iteration), with
 #                 --graph_step and without, both shapes
