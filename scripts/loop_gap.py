@@ -11,11 +11,15 @@ top-level operations inside that gap (what the GPU waited for).
 
     python -m scripts.loop_gap --variant mha --shape 12x1024 --nanogpt .carry/nanogpt --out_dir OUT
     python -m scripts.loop_gap --graph_step --rounds 5 --nanogpt .carry/nanogpt --out_dir OUT   # ours vs nanoGPT, alternating
+    python -m scripts.loop_gap --graph_step --master_weights --rope --variant mha --against mla_shared128 --rounds 7 \
+        --out_dir OUT   # two of our variants alternating: MLA's step over MHA's, round by round
 
 With --rounds R both steps are built and warmed first, then their unprofiled loops alternate R times; the
 report gives each round's loops with the GPU's SM clock and power over them (scripts/gpu_clock.py) and the
 ratio nanoGPT ms / ours ms per round and its median: on a GPU at its power limit two loops timed seconds
-apart can run at clocks 10% apart, so the ratio is taken between neighbours.
+apart can run at clocks 10% apart, so the ratio is taken between neighbours. --against VARIANT puts a second of
+our variants in nanoGPT's place (same shape, positions and fast-path flags): the ratio is then its ms over
+--variant's, the comparison for a target that two of our rows meet or miss by less than their runs vary.
 
 Writes loop_gap.md / loop_gap.json. CUDA only (the gap is a GPU's).
 """
@@ -133,7 +137,7 @@ def ours(variant, batch_size: int, seq_len: int, args, device):
     the loss tensor (no sync)."""
     from graph_step import GraphedTrainStep
     from model import GPT, train_compile_options
-    cfg = row_config(variant, args, False, seq_len)
+    cfg = row_config(variant, args, args.rope, seq_len)
     torch.manual_seed(args.seed)
     with torch.device(device):
         model = GPT(cfg)
@@ -271,11 +275,45 @@ def rounds_markdown(rounds: list, summary: dict, runs: list) -> str:
             + markdown_table(head, body) + "\n")
 
 
+def our_run_name(variant, args) -> str:
+    return (f"ours: {variant.label}{' RoPE' if args.rope else ''}{' (graph_step)' if args.graph_step else ''}"
+            f"{' (master weights)' if args.master_weights else ''}{' ' + ' '.join(args.knob) if args.knob else ''}")
+
+
+def plan_runs(args, batch_size: int, seq_len: int, device) -> dict:
+    """{run name: a builder of its step}, in the rounds' order: our --variant, then nanoGPT's model (--nanogpt) or
+    a second of our variants (--against), or nothing else. Checked before anything is built."""
+    def one_variant(key, spec):
+        chosen = select_variants(spec)
+        if len(chosen) != 1:
+            raise SystemExit(f"{key} takes one variant, got {spec!r}")
+        return chosen[0]
+    variant = one_variant("--variant", args.variant)
+    runs = {our_run_name(variant, args): lambda: ours(variant, batch_size, seq_len, args, device)}
+    if args.nanogpt and args.against:
+        raise SystemExit("--nanogpt and --against both name the run to compare with: give one")
+    if args.against:
+        other = one_variant("--against", args.against)
+        if other.id == variant.id:
+            raise SystemExit(f"--against {args.against} is --variant itself: name another variant")
+        runs[our_run_name(other, args)] = lambda: ours(other, batch_size, seq_len, args, device)
+    elif args.nanogpt:
+        if args.rope:
+            raise SystemExit("--rope: nanoGPT's model has learned positions only; compare with --against instead")
+        runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)
+    return runs
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variant", default="mha", help="one of " + ", ".join(v.id for v in VARIANTS))
     p.add_argument("--shape", default="12x1024", help="BxT")
     p.add_argument("--nanogpt", default=None, help="nanoGPT's folder: its model in its loop beside ours")
+    p.add_argument("--against", default=None, metavar="VARIANT",
+                   help="a second of our variants beside --variant (instead of --nanogpt): with --rounds, its ms over "
+                        "--variant's per round and the median")
+    p.add_argument("--rope", action="store_true",
+                   help="our models with RoPE (bench_train's --rope: MLA with decoupled RoPE, Tucker latent RoPE)")
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--iters", type=int, default=8, help="profiled iterations")
     p.add_argument("--graph_step", action="store_true",
@@ -295,22 +333,17 @@ def main(argv=None):
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
     device = torch.device(args.device)
+    (batch_size, seq_len), = parse_shapes(args.shape)
+    runs = plan_runs(args, batch_size, seq_len, device)  # the runs' arguments checked before the GPU is
     if device.type != "cuda" or not torch.cuda.is_available():
         raise SystemExit("loop_gap measures a GPU's idle time: it needs CUDA")
-    (batch_size, seq_len), = parse_shapes(args.shape)
     if args.graph_step and args.warmup < GRAPH_WARMUP + 2:
         raise SystemExit(f"--graph_step: --warmup must be >= {GRAPH_WARMUP + 2} ({GRAPH_WARMUP} plain iterations, "
                          "the capture, a replay)")
-    variant, = select_variants(args.variant)
-    ours_name = (f"ours: {variant.label}{' (graph_step)' if args.graph_step else ''}"
-                 f"{' (master weights)' if args.master_weights else ''}{' ' + ' '.join(args.knob) if args.knob else ''}")
-    runs = {ours_name: lambda: ours(variant, batch_size, seq_len, args, device)}
-    if args.nanogpt:
-        runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)
     torch_blas = torch.backends.cuda.preferred_blas_library()  # torch's own choice: nanoGPT's runs keep it
 
     def blas_for(name):  # --blas for our runs only, set around everything each run does (built, warmed, timed)
-        if name == ours_name and args.blas != "default":
+        if name.startswith("ours: ") and args.blas != "default":
             apply_blas(args.blas)
         else:
             torch.backends.cuda.preferred_blas_library(torch_blas)

@@ -132,3 +132,43 @@ def test_timed_loops_reads_the_clock_log_per_way():
 def test_rounds_must_be_positive():
     with pytest.raises(SystemExit, match="--rounds"):
         loop_gap.main(["--rounds", "0"])  # refused before anything needs a GPU
+
+
+def plan_args(*argv):
+    import argparse
+    p = argparse.ArgumentParser()
+    for flag in ("--graph_step", "--master_weights", "--rope"):
+        p.add_argument(flag, action="store_true")
+    p.add_argument("--variant", default="mha")
+    p.add_argument("--against", default=None)
+    p.add_argument("--nanogpt", default=None)
+    p.add_argument("--knob", action="append", default=[])
+    return p.parse_args(argv)
+
+
+def test_against_runs_two_of_our_variants_in_order(monkeypatch):
+    """--against: the rounds alternate --variant's step and the other's (its ms over --variant's is the ratio), both
+    built by ours() with the same shape and flags, RoPE included; nothing is built while planning."""
+    built = []
+    monkeypatch.setattr(loop_gap, "ours", lambda v, b, t, args, device: built.append((v.id, b, t, args.rope)))
+    args = plan_args("--variant", "mha", "--against", "mla_shared128", "--rope", "--graph_step")
+    runs = loop_gap.plan_runs(args, 12, 1024, torch.device("cpu"))
+    assert list(runs) == ["ours: MHA RoPE (graph_step)", "ours: MLA shared K,V [dcK,dcQ=128] RoPE (graph_step)"]
+    assert built == []
+    for build in runs.values():
+        build()
+    assert built == [("mha", 12, 1024, True), ("mla_shared128", 12, 1024, True)]
+    assert list(loop_gap.plan_runs(plan_args(), 12, 1024, None)) == ["ours: MHA"]  # alone: no ratio
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--nanogpt", "x", "--against", "gqa4"], "--nanogpt and --against"),
+    (["--against", "mha"], "is --variant itself"),
+    (["--nanogpt", "x", "--rope"], "learned positions only"),
+    (["--against", "gqa4,mqa"], "--against takes one variant"),
+    (["--against", "tucker"], "unknown variant 'tucker'")])
+def test_runs_to_compare_are_checked(argv, match):
+    with pytest.raises(SystemExit, match=match):
+        loop_gap.plan_runs(plan_args(*argv), 12, 1024, None)
+    with pytest.raises(SystemExit, match=match):
+        loop_gap.main(argv)  # refused before anything needs a GPU
