@@ -82,6 +82,9 @@
 #                 loops (loss read back each iteration, the same with an event before each step, no sync) and a profile
 #   loop_gap_rounds  loop_gap --graph_step --rounds ROUNDS (7) for MHA beside nanoGPT's model, ROUNDS_SHAPES (both): the
 #                 two loops alternate, each round's ratio with the GPU's SM clock and power (scripts/gpu_clock.py)
+#   variant_rounds  loop_gap --against (session 31): MLA shared 128 with decoupled RoPE against MHA with RoPE (7 rounds),
+#                 then Tucker [8,64,64] against MHA (5 rounds), 12x1024, --graph_step --master_weights: two of our steps
+#                 alternating, each round's ratio taken between loops seconds apart
 #   train_sdpa_flash  --graph_step rows (SDPA_VARIANTS, default MLA shared 128 and Tucker [8,64,64]; learned and RoPE,
 #                 12x1024) with SDPA's flash backend, then with its default choice (MLA's decoupled RoPE: head dim 96)
 #   train_coordesc  MHA and Tucker [8,64,64], --graph_step, both shapes: default, then with inductor's
@@ -312,6 +315,12 @@ for st in "$@"; do
             stage loop_gap_rounds_$shape python3 -m scripts.loop_gap --variant mha --shape $shape --graph_step \
                 --rounds ${ROUNDS:-7} --iters 4 --nanogpt .carry/nanogpt --out_dir "$WORK/bench" --name loop_gap_rounds_$shape
         done ;;
+    variant_rounds)  # two of our variants alternating (loop_gap --against), the ratio per round and its median
+        VR=(--shape 12x1024 --graph_step --master_weights --iters 4 --out_dir "$WORK/bench")
+        stage mla_rope_vs_mha_rope python3 -m scripts.loop_gap --variant mha --against mla_shared128 --rope --rounds 7 \
+            "${VR[@]}" --name mla_rope_vs_mha_rope
+        stage tucker_vs_mha python3 -m scripts.loop_gap --variant mha --against tucker_8_64_64 --rounds 5 \
+            "${VR[@]}" --name tucker_vs_mha ;;
     master_multi)  # master_adamw's multi-tensor kernel (TENSORS_PER_LAUNCH) against a launch per tensor, same call
         MM=(--graph_step --master_weights --shapes 12x1024,64x256 --variants ${MULTI_VARIANTS:-mha,tucker_8_64_64}
             --profile ${MULTI_PROFILE:-tucker_8_64_64} --profile_top 30 --precompile 2 --time_budget ${MULTI_BUDGET:-150}
