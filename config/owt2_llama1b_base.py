@@ -53,6 +53,11 @@ tie_embeddings = True     # paper: no_weight_tying=false
 pos_emb = 'rope'          # full rotary coverage (rotary_pct=1.0); MLA and Tucker rows: latent RoPE
                           # (Tucker's only kind; the MLA files set mla_rope='latent')
 rope_theta = 500000.0
+# Memory. The paper enables "activation checkpointing with per-layer checkpointing" (GPT-NeoX, 4 H100s). Here it is
+# off (GPTConfig's default): micro-batch 8 fits one H200 without it (estimate above), and recomputing every layer's
+# forward in the backward costs time, the same kernels in every row. Its timing table (results/bench/README.md) is
+# measured without it too; --activation_checkpointing=True follows the paper (graph_step=True cannot capture it).
+activation_checkpointing = False
 
 # optimizer (paper: Adam beta1 0.9, beta2 0.95, eps 1e-8 (train.py: AdamW's default eps),
 # peak lr 3e-4, min lr 3e-5, weight decay 0.1, grad clip 1.0, bf16)
