@@ -1,7 +1,8 @@
 # GPT-2 124M as the paper trains it (tab_UCM_trainings, GPT2 column): d=768, nH=12, dH=64,
 # no biases, learned positions ("w/o RoPE"; the "w/ RoPE" half is --pos_emb=rope), fused AdamW
 # at lr 1e-4 with cosine annealing. Included by shakespeare_base.py and owt_base.py, which add
-# the dataset, context, batch and schedule length.
+# the dataset, context, batch and schedule length. Parameters: 124.4M (123.6M without the position
+# embedding); the paper's hyperparameter table says "117M", the figure OpenAI published for this shape.
 n_layer = 12
 n_head = 12
 n_embd = 768

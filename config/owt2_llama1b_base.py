@@ -4,7 +4,9 @@
 # N=4096, cl100k_base tokens. Every owt2_llama1b_<method>.py includes this file and sets only the
 # attention keys and out_dir; everything else (embeddings, MLP, norms, RoPE, optimizer) is the
 # same for every row, as in the paper. The paper's baseline attention is GQA with nG=8.
-# Parameters: 1.28B with MHA, 1.18B with GQA-8 (embedding 100352 x 2048 = 205.5M of it).
+# Parameters: 1.28B with MHA, 1.18B with GQA-8 (embedding 100352 x 2048 = 205.5M of it). The paper's
+# hyperparameter table gives 1.23B for its baseline: what LLaMA-3's own 128,256-token vocabulary
+# would give (973M + 262.7M), not the cl100k_base its text names, which this config follows.
 #
 # DATA: dataset 'openwebtext2' has no data/openwebtext2/prepare.py in the repo yet. It must
 # tokenize OpenWebText2 with tiktoken's cl100k_base (100,277 tokens); those ids do not fit the
