@@ -1492,10 +1492,14 @@ def activation_dtype(weight: torch.Tensor) -> torch.dtype:
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
-                generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                generator: Optional[torch.Generator] = None, vocab_limit: Optional[int] = None) -> torch.Tensor:
     """The next token (B,) from logits (B, vocab): argmax at temperature 0, else a draw from the
-    softmax of logits / temperature over the top_k most likely tokens. No host synchronization
-    (no boolean indexing), so a CUDA decode loop never waits on the CPU."""
+    softmax of logits / temperature over the top_k most likely tokens. vocab_limit: only ids below it
+    (a tokenizer's size under the model's padded vocab_size: GPT-2's 50,257 of 50,304, whose padding
+    ids decode to nothing). No host synchronization (no boolean indexing), so a CUDA decode loop never
+    waits on the CPU."""
+    if vocab_limit is not None:
+        logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
     logits = logits.float()
     if temperature == 0:
         return logits.argmax(dim=-1)
@@ -1714,8 +1718,9 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: Optional[int] = None,
                  use_cache: bool = True, generator: Optional[torch.Generator] = None, decode: str = "auto",
-                 compile: bool = False, compile_mode: str = "default"):
-        """Append max_new_tokens tokens to idx (B, T). temperature 0 means greedy (argmax).
+                 compile: bool = False, compile_mode: str = "default", vocab_limit: Optional[int] = None):
+        """Append max_new_tokens tokens to idx (B, T). temperature 0 means greedy (argmax). vocab_limit: sample
+        only ids below it (sample.py passes its tokenizer's size: the padded ids above it decode to nothing).
 
         With the cache: the prompt is prefilled once (flash SDPA over the prompt), then one token
         per step through decode_step. decode='graph' captures that step in a CUDA graph and replays
@@ -1732,6 +1737,9 @@ class GPT(nn.Module):
         crops the context each step instead, as nanoGPT does)."""
         check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
+        if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:
+            raise ValueError(f"vocab_limit={vocab_limit} is out of range: allowed 1 .. vocab_size="
+                             f"{self.config.vocab_size} (or None: every id)")
         decoder = None
         if use_cache:
             graph = decode in ("graph", "mega") or (decode == "auto" and idx.device.type == "cuda")
@@ -1749,7 +1757,7 @@ class GPT(nn.Module):
                 logits = decoder.prefill(out[:, max(0, n - keep):n])
             else:
                 logits = decoder.step(out[:, n - 1:n])
-            out[:, n] = sample_next(logits, temperature, top_k, generator)
+            out[:, n] = sample_next(logits, temperature, top_k, generator, vocab_limit)
             n += 1
         if decoder is not None and decoder.mega is not None:
             decoder.mega.check()  # a grid barrier that gave up would have left garbage: say so

@@ -93,8 +93,13 @@ def main(argv):
         path = start[len("FILE:"):]
         if not os.path.exists(path):
             fail(f"prompt file {path} not found")
-        with open(path, encoding="utf-8") as f:
-            start = f.read()
+        if os.path.isdir(path):
+            fail(f"prompt file {path} is a folder: give a text file (--start=FILE:path)")
+        try:
+            with open(path, encoding="utf-8") as f:
+                start = f.read()
+        except UnicodeDecodeError as e:
+            fail(f"prompt file {path} is not UTF-8 text ({e.reason} at byte {e.start})")
     try:
         model = load_model(cfg["out_dir"], cfg["ckpt"], device)
     except FileNotFoundError as e:
@@ -108,6 +113,9 @@ def main(argv):
     prompt = enc.encode(start, allowed_special={"<|endoftext|>"})
     if not prompt:
         fail("the prompt is empty: give --start=TEXT (at least one token)")
+    if max(prompt) >= model.config.vocab_size:
+        fail(f"the prompt holds token id {max(prompt)}, the model's vocab_size is {model.config.vocab_size}: "
+             "give a prompt in the model's vocabulary")
     block = model.config.block_size
     if len(prompt) >= block:
         fail(f"the prompt is {len(prompt)} tokens, the model's context is block_size={block}: shorten it")
@@ -129,7 +137,8 @@ def main(argv):
             t0 = time.perf_counter()
             y = model.generate(x, cfg["max_new_tokens"], temperature=cfg["temperature"], top_k=cfg["top_k"] or None,
                                use_cache=cfg["use_cache"], generator=gen, decode=cfg["decode"],
-                               compile=cfg["compile"], compile_mode=cfg["compile_mode"])
+                               compile=cfg["compile"], compile_mode=cfg["compile_mode"],
+                               vocab_limit=min(enc.n_vocab, model.config.vocab_size))  # no padding ids: not text
             sync()
             times.append(time.perf_counter() - t0)
             text = enc.decode(y[0].tolist())

@@ -147,3 +147,78 @@ def test_bfloat16_samples_with_bf16_weights(out_dir, gpt2_ranks_file, capsys):
     assert len(samples) == 2
     err = capsys.readouterr().err
     assert "cpu bfloat16" in err and "after the first sample" in err
+
+
+@pytest.fixture
+def padding_out_dir(tmp_path):
+    """A tiny GPT over GPT-2's padded vocabulary (50,304 ids, the tokenizer's 50,257) whose logits favor the
+    padding ids 50,257 .. 50,303 for any input: the real ids' output rows zero, the padding ids' rows large."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False))
+    with torch.no_grad():
+        head = model.lm_head.weight  # (vocab, d), the input embedding too (tied)
+        head[:50257] = 0.0
+        head[50257:] = 100.0 * torch.randn(head.size(0) - 50257, head.size(1))
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(tmp_path / "ckpt.pt", make_checkpoint(model, opt, {}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("extra", [("--temperature=0",), ("--temperature=1.0",), ("--use_cache=False",)])
+def test_padding_ids_are_never_sampled(padding_out_dir, gpt2_ranks_file, extra, monkeypatch):
+    """The model's padded ids decode to nothing (tiktoken's KeyError): sample.py samples only the tokenizer's ids,
+    though here the padding ids hold all the probability."""
+    ids = []
+    real = GPT.generate
+
+    def spy(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        ids.append(out)
+        return out
+
+    monkeypatch.setattr(GPT, "generate", spy)
+    samples = sample.main(sample_args(padding_out_dir, gpt2_ranks_file, "--max_new_tokens=8", *extra))
+    assert len(samples) == 2 and len(ids) == 2
+    assert all(int(y.max()) < 50257 for y in ids)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False))
+    model.load_state_dict(torch.load(padding_out_dir / "ckpt.pt", weights_only=False)["model"])
+    x = ids[0][:, :2]  # "ROMEO:" is two tokens; without the limit greedy decoding takes a padding id
+    assert int(model.eval().generate(x, 1, temperature=0, decode="eager")[0, -1]) >= 50257
+
+
+@pytest.mark.parametrize("what,says", [("folder", "is a folder"), ("latin1", "is not UTF-8 text")])
+def test_unreadable_prompt_file(what, says, out_dir, gpt2_ranks_file, tmp_path, capsys):
+    path = tmp_path / "prompt"
+    if what == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b"\xff\xfe caf\xe9")
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, f"--start=FILE:{path}"), capsys)
+    assert str(path) in err and says in err, err
+
+
+def test_prompt_outside_the_models_vocabulary(tmp_path, gpt2_ranks_file, capsys):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False, vocab_size=64))
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(tmp_path / "ckpt.pt", make_checkpoint(model, opt, {}))
+    err = sample_error(sample_args(tmp_path, gpt2_ranks_file), capsys)  # "ROMEO:" holds ids above 63
+    assert "vocab_size is 64" in err, err
+
+
+def test_generate_vocab_limit_cached_equals_uncached():
+    """generate(vocab_limit=k) samples ids below k only, the same tokens with and without the cache (zero
+    tolerance), and its first greedy token is the argmax of the forward's first k logits; a limit outside
+    1 .. vocab_size is a ValueError naming it."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, bias=False, vocab_size=64)).eval()
+    x = torch.randint(0, 64, (3, 5))
+    for temperature in (0.0, 1.0):
+        got = [model.generate(x, 12, temperature=temperature, vocab_limit=20, use_cache=cache, decode="eager",
+                              generator=torch.Generator().manual_seed(1)) for cache in (True, False)]
+        assert torch.equal(got[0], got[1]) and int(got[0][:, 5:].max()) < 20
+    first = model(x, last_only=True)[0][:, -1, :20].argmax(-1)
+    assert torch.equal(model.generate(x, 1, temperature=0, vocab_limit=20, decode="eager")[:, -1], first)
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match=f"vocab_limit={bad} is out of range"):
+            model.generate(x, 1, vocab_limit=bad, decode="eager")
