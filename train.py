@@ -220,6 +220,14 @@ def configure(argv):
             gptconf = GPTConfig(**{k: cfg[k] for k in MODEL_DEFAULTS})
         except ValueError as e:
             fail(f"invalid model configuration: {e}")
+        earlier = os.path.join(cfg["out_dir"], CKPT_NAME)
+        if os.path.isfile(earlier):
+            if cfg["eval_only"]:  # it would evaluate a new random model and replace the run's log and summary
+                fail(f"eval_only=True with init_from='scratch' evaluates a new random model, and out_dir holds a trained "
+                     f"one ({earlier}): --init_from=resume evaluates that, or give another out_dir")
+            if int(os.environ.get("RANK", 0)) == 0:
+                print(f"note: {earlier} holds an earlier run; this one starts from scratch and replaces its log now and "
+                      "its checkpoint at the first save (--init_from=resume continues it instead)", file=sys.stderr)
     else:
         ckpt_path = os.path.join(cfg["out_dir"], CKPT_NAME)
         try:

@@ -105,6 +105,9 @@ def validate_train_config(cfg: dict) -> None:
         one_of("dtype", DTYPE_CHOICES)
     one_of("backend", BACKEND_CHOICES)
     one_of("compile_mode", COMPILE_MODE_CHOICES)
+    if cfg["compile_mode"] != "default" and not cfg["compile"]:
+        raise ValueError(f"compile_mode={cfg['compile_mode']!r} is a mode of the compiled model: it needs compile=True "
+                         "(allowed without it: 'default')")
     if not cfg["out_dir"]:
         raise ValueError("out_dir='' is empty: give the run folder")
     if not cfg["data_dir"] and not cfg["dataset"]:

@@ -295,7 +295,7 @@ def train_error(args, capsys) -> str:
     ("--gradient_accumulation_steps=0", "gradient_accumulation_steps"), ("--max_iters=-1", "max_iters"),
     ("--eval_iters=0", "eval_iters"), ("--device=tpu", "device"), ("--device=cuda:x", "device"),
     ("--dtype=float8", "dtype"), ("--weight_decay=-0.1", "weight_decay"), ("--grad_clip=-1.0", "grad_clip"),
-    ("--compile_mode=fast", "compile_mode"),
+    ("--compile_mode=fast", "compile_mode"), ("--compile_mode=max-autotune", "compile=True"),
 ])
 def test_invalid_training_keys_fail_before_anything(arg, key, small_data, tmp_path, capsys):
     out = tmp_path / "never"
@@ -561,3 +561,19 @@ def test_compile_options_are_the_modes_plus_ours(monkeypatch):
     compile_model(torch.nn.Linear(2, 2), {"compile_mode": "reduce-overhead", "ddp_split_graph": False},
                   SimpleNamespace(ddp=False, fsdp=False))
     assert seen == [dict(options={"triton.cudagraphs": True, **ours})]
+
+
+def test_scratch_into_a_trained_out_dir(small_data, tmp_path, capsys):
+    """eval_only=True with init_from='scratch' where out_dir holds a checkpoint would evaluate a new random model
+    and replace the run's log and summary: refused, one line, nothing touched; a training run from scratch there
+    is a choice (a sweep restarts unfinished runs so) and says what it replaces."""
+    out = tmp_path / "run"
+    args = [f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=2"]
+    train_in_process([*args, "--max_iters=4"])
+    records = {name: (out / name).read_bytes() for name in ("log.jsonl", "summary.json", "ckpt.pt", "config.json")}
+    err = train_error([*args, "--eval_only=True"], capsys)
+    assert "eval_only=True" in err and "--init_from=resume" in err, err
+    assert {name: (out / name).read_bytes() for name in records} == records
+    train_in_process([*args, "--max_iters=2"])
+    assert "holds an earlier run; this one starts from scratch" in capsys.readouterr().err
+    assert len(read_log(out)) < records["log.jsonl"].count(b"\n")  # the log restarted with the new run
