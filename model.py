@@ -250,6 +250,20 @@ class GPTConfig:
         m = self.mlp_multiple_of
         return m * -(-int(8 * self.n_embd / 3) // m)
 
+    def inert_keys(self) -> Dict[str, str]:
+        """{key: why} for the keys with a default of their own that this configuration never reads (keys whose
+        default is None are refused by _validate when set for another family): train.py refuses such a key given
+        on its command line with a value other than the default, where it would silently change nothing."""
+        rope = self.pos_emb == "rope"
+        reads = {"mla_rope": (self.attn == "mla" and rope, "only MLA with pos_emb='rope' reads it"),
+                 "mla_rope_kernels": (self.attn == "mla" and rope and self.mla_rope == "decoupled",
+                                      "only MLA with pos_emb='rope' and mla_rope='decoupled' reads it"),
+                 "rope_theta": (rope, "only pos_emb='rope' reads it"),
+                 "gelu": (self.mlp == "gelu", "only mlp='gelu' reads it"),
+                 "mlp_multiple_of": (self.mlp == "swiglu" and self.mlp_hidden is None,
+                                     "only mlp='swiglu' without mlp_hidden reads it (its default hidden width)")}
+        return {key: why for key, (read, why) in reads.items() if not read}
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -577,3 +577,43 @@ def test_scratch_into_a_trained_out_dir(small_data, tmp_path, capsys):
     train_in_process([*args, "--max_iters=2"])
     assert "holds an earlier run; this one starts from scratch" in capsys.readouterr().err
     assert len(read_log(out)) < records["log.jsonl"].count(b"\n")  # the log restarted with the new run
+
+
+@pytest.mark.parametrize("args,key", [
+    (["--mla_rope=latent"], "mla_rope"), (["--attn=tucker", "--tucker_ranks=(2,4,4)", "--mla_rope=latent"], "mla_rope"),
+    (["--rope_theta=500000.0"], "rope_theta"), (["--mlp_multiple_of=7"], "mlp_multiple_of"),
+    (["--mlp=swiglu", "--mlp_hidden=48", "--mlp_multiple_of=7"], "mlp_multiple_of")])
+def test_model_keys_this_model_never_reads(args, key, small_data, tmp_path, capsys):
+    """A model key on the command line that the configured model never reads (it would change nothing) is one line
+    naming it, before anything is written; set to its default, or by a config file, it passes."""
+    out = tmp_path / "never"
+    err = train_error([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=0", *args], capsys)
+    assert f"error: {key}=" in err and "has no effect on this model" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args,key", [
+    (["--attn=tucker", "--tucker_ranks=(2,4,4)", "--mla_rope_kernels=torch"], "mla_rope_kernels"),
+    (["--attn=mla", "--kv_rank=8", "--pos_emb=rope", "--mla_rope=latent", "--mla_rope_kernels=torch"],
+     "mla_rope_kernels"), (["--mlp=swiglu", "--gelu=torch"], "gelu")])
+def test_implementation_keys_this_model_never_reads_are_a_note(args, key, small_data, tmp_path, capsys):
+    """How a part is computed ('torch' for every variant: a plain reference run) is a note where the part is absent."""
+    import train
+    capsys.readouterr()
+    train.configure([*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--max_iters=0", *args])
+    err = capsys.readouterr().err
+    assert f"note: {key}=" in err and "has no effect on this model" in err, err
+
+
+def test_model_keys_read_or_from_a_file_pass(small_data, tmp_path, capsys):
+    import train
+    base = [*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--max_iters=0"]
+    capsys.readouterr()
+    cfg, gptconf, _ = train.configure([*base, "--pos_emb=rope", "--rope_theta=500000.0", "--gelu=torch"])
+    assert "no effect" not in capsys.readouterr().err
+    assert gptconf.rope_theta == 500000.0 and gptconf.gelu == "torch"
+    cfg, gptconf, _ = train.configure([*base, "--rope_theta=10000.0"])  # the default: nothing to say
+    rows = tmp_path / "rows.py"
+    rows.write_text("mla_rope = 'latent'\nrope_theta = 500000.0\n")  # a file serving rows of several kinds
+    cfg, gptconf, _ = train.configure([str(rows), *base])
+    assert gptconf.attn == "mha" and gptconf.pos_emb == "learned"
