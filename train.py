@@ -175,6 +175,7 @@ class State:
     best_iter: int = -1  # -1: never evaluated
     bad_evals: int = 0  # evaluations since the best one (early stopping)
     val_loss: Optional[float] = None  # val loss of the last evaluation
+    wall_s: float = 0.0  # seconds of training up to the last evaluation, the runs this one resumes included
 
 
 @dataclass
@@ -350,7 +351,7 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
         iter_num = checkpoint["iter_num"]
         val_loss = checkpoint.get("val_loss", checkpoint["best_val_loss"] if checkpoint["best_iter"] == iter_num else None)
         state = State(iter_num, checkpoint["best_val_loss"], checkpoint["best_iter"], checkpoint.get("bad_evals", 0),
-                      val_loss)
+                      val_loss, checkpoint.get("wall_s", 0.0))
         if checkpoint.get("sampler_state") is not None:  # else: a fresh sampler from this run's seed
             batches.gen.set_state(checkpoint["sampler_state"])
     model.to(env.device)
@@ -565,7 +566,7 @@ def save(run: Run) -> None:
         s = run.state
         save_checkpoint(run.ckpt_path, make_checkpoint(
             run.raw_model, run.optimizer, run.cfg, iter_num=s.iter_num, best_val_loss=s.best_val,
-            best_iter=s.best_iter, bad_evals=s.bad_evals, val_loss=s.val_loss,
+            best_iter=s.best_iter, bad_evals=s.bad_evals, val_loss=s.val_loss, wall_s=s.wall_s,
             sampler_state=run.batches.gen.get_state(), rng_states=rng, scaler=run.scaler.state_dict(),
             model_state=model_state, optimizer_state=optimizer_state))
 
@@ -599,9 +600,10 @@ def trim_log(path: str, last_iter: int) -> None:
 
 
 def after_eval(run: Run, losses: dict, lr: float, elapsed: float, start_iter: int) -> Optional[str]:
-    """Book-keeping after an evaluation: best loss, print, log, checkpoint; a reason to stop, or None."""
+    """Book-keeping after an evaluation: best loss, print, log, checkpoint; a reason to stop, or None.
+    elapsed: seconds of training so far, the runs this one resumes included."""
     cfg, s = run.cfg, run.state
-    s.val_loss = losses["val"]
+    s.val_loss, s.wall_s = losses["val"], elapsed
     if not all(math.isfinite(v) for v in losses.values()):
         return f"non-finite eval loss at iter {s.iter_num}"
     improved = losses["val"] < s.best_val
@@ -764,6 +766,7 @@ def main(argv):
     # never saw an evaluation (best_iter < 0: e.g. a converted model about to be fine-tuned); eval_only asks anew
     skip_eval = run.resumed and s.best_iter >= 0 and not cfg["eval_only"]
     t_start = t_last = time.time()
+    t_before = s.wall_s  # a resumed run's clock goes on from its checkpoint's (log elapsed_s, summary wall_time_s)
     n_since = 0  # iterations since t_last
     while True:
         lr = get_lr(s.iter_num, cfg)
@@ -772,7 +775,7 @@ def main(argv):
                 group["lr"] = lr
 
         if (s.iter_num % cfg["eval_interval"] == 0 or s.iter_num >= cfg["max_iters"]) and not skip_eval:
-            reason = after_eval(run, evaluate(run), lr, time.time() - t_start, start_iter)
+            reason = after_eval(run, evaluate(run), lr, t_before + time.time() - t_start, start_iter)
             if reason:
                 break
             t_last, n_since = time.time(), 0  # evaluation time is not iteration time
@@ -790,7 +793,7 @@ def main(argv):
             if reason:
                 break
             t_last, n_since = now, 0
-    finish(run, reason, time.time() - t_start, timer)
+    finish(run, reason, t_before + time.time() - t_start, timer)
 
 
 if __name__ == "__main__":

@@ -617,3 +617,19 @@ def test_model_keys_read_or_from_a_file_pass(small_data, tmp_path, capsys):
     rows.write_text("mla_rope = 'latent'\nrope_theta = 500000.0\n")  # a file serving rows of several kinds
     cfg, gptconf, _ = train.configure([str(rows), *base])
     assert gptconf.attn == "mha" and gptconf.pos_emb == "learned"
+
+
+def test_resumed_run_clock_goes_on_from_its_checkpoint(small_run):
+    """A resumed run's elapsed_s (log) and wall_time_s (summary) count the training its checkpoint carried (wall_s):
+    a run interrupted and resumed reports the wall time of all its iterations, not of its last part."""
+    from checkpoint import save_checkpoint
+    args, out = small_run
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    first = json.loads((out / "summary.json").read_text())
+    assert 0 < ckpt["wall_s"] <= first["wall_time_s"]  # the evaluation at iteration 4, then the summary
+    ckpt["wall_s"] = 1000.0  # as if the first part had trained for 1000 s
+    save_checkpoint(out / "ckpt.pt", ckpt)
+    train_in_process([*args, "--init_from=resume", "--max_iters=8"])
+    evals = {r["iter"]: r["elapsed_s"] for r in read_log(out) if "val_loss" in r}
+    assert evals[4] < 1000.0 <= evals[8]  # the first part's record as it was, the resumed one counted on
+    assert json.loads((out / "summary.json").read_text())["wall_time_s"] >= evals[8]
