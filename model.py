@@ -189,7 +189,8 @@ class GPTConfig:
                   "tucker_ranks": ("tucker",), "tucker_ranks_post": ("tucker",)}
         for key, families in owners.items():
             if getattr(self, key) is not None and self.attn not in families:
-                raise ValueError(f"{key} is a key of attn in {families}, but attn={self.attn!r}; remove it")
+                raise ValueError(f"{key}={getattr(self, key)!r} is a key of attn in {families}, but attn={self.attn!r}: "
+                                 f"remove it (set by a config file: --{key}=None)")
         if self.shared_kv and self.attn not in ("mla", "tucker"):
             raise ValueError(f"shared_kv=True needs attn='mla' or 'tucker', got attn={self.attn!r}")
         if self.rope_head_dim is not None and not (self.attn == "mla" and rope and self.mla_rope == "decoupled"):

@@ -422,6 +422,9 @@ def test_init_scales(overrides):
     (dict(attn="mla", kv_rank=64, pos_emb="rope", rope_head_dim=7), "rope_head_dim"),
     (dict(attn="mla", kv_rank=64, rope_head_dim=8), "rope_head_dim"),
     (dict(attn="tucker", tucker_ranks=(8, 64, 64), kv_rank=64), "kv_rank"),
+    (dict(attn="mla", kv_rank=32, tucker_ranks=(8, 64, 64)),  # how to clear a key a config file set
+     r"tucker_ranks=\(8, 64, 64\) is a key of attn in \('tucker',\), but attn='mla': remove it \(set by a config "
+     r"file: --tucker_ranks=None\)"),
     (dict(attn="mha", shared_kv=True), "shared_kv"),
     (dict(n_embd=770), "n_embd"),
     (dict(n_head=2, n_embd=6, pos_emb="rope"), "head dim"),
