@@ -229,20 +229,21 @@ def configure(argv):
         # is a plain reference run's setting). Config files may set such keys for the rows they serve (a sweep's
         # --pos_emb override of an MLA latent-RoPE row file), so only the command line is held to it
         on_command_line = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
+        says = int(os.environ.get("RANK", 0)) == 0  # notes from one process (under torchrun: rank 0)
         for key, why in gptconf.inert_keys().items():
             if key in on_command_line and cfg[key] != MODEL_DEFAULTS[key]:
                 what = (f"{key}={cfg[key]!r} has no effect on this model ({why}: attn={gptconf.attn!r}, pos_emb="
                         f"{gptconf.pos_emb!r}, mlp={gptconf.mlp!r})")
                 if key not in IMPLEMENTATION_KEYS:
                     fail(f"{what}: remove it, or set the keys it belongs with")
-                if int(os.environ.get("RANK", 0)) == 0:
+                if says:
                     print(f"note: {what}", file=sys.stderr)
         earlier = os.path.join(cfg["out_dir"], CKPT_NAME)
         if os.path.isfile(earlier):
             if cfg["eval_only"]:  # it would evaluate a new random model and replace the run's log and summary
                 fail(f"eval_only=True with init_from='scratch' evaluates a new random model, and out_dir holds a trained "
                      f"one ({earlier}): --init_from=resume evaluates that, or give another out_dir")
-            if int(os.environ.get("RANK", 0)) == 0:
+            if says:
                 print(f"note: {earlier} holds an earlier run; this one starts from scratch and replaces its log now and "
                       "its checkpoint at the first save (--init_from=resume continues it instead)", file=sys.stderr)
     else:
