@@ -155,6 +155,20 @@ def write_json(path: str, obj) -> None:
     atomic_write(path, write)
 
 
+def write_text(path, text: str) -> None:
+    """A text file (a table, a report), written atomically."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    atomic_write(path, write)
+
+
+def save_figure(fig, path, **kwargs) -> None:
+    """fig.savefig(path) atomically: the temp name hides the extension, so the format is given from path's."""
+    fmt = os.path.splitext(os.fspath(path))[1].lstrip(".") or None
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
+
+
 def read_json(path):
     """A JSON file's contents, or None when it is missing or not (yet) valid JSON."""
     try:

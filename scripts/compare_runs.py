@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from checkpoint import log_losses, read_json  # noqa: E402
+from checkpoint import log_losses, read_json, save_figure, write_text  # noqa: E402
 from scripts.bench_multigpu import fmt  # noqa: E402
 
 
@@ -32,11 +32,14 @@ def compare(runs: list) -> dict:
     """Every run against the first (the reference): differences over the iterations both logged."""
     if len(runs) < 2:
         raise ValueError(f"compare needs at least two runs, got {len(runs)}")
+    if len({os.path.realpath(r) for r in runs}) < len(runs):
+        raise ValueError(f"a run is given twice: {' '.join(map(str, runs))}")
     data = {str(r): curves(r) for r in runs}
     ref_name = str(runs[0])
     ref = data[ref_name]
-    if not ref["train"]:
-        raise ValueError(f"{ref_name}: no training losses in log.jsonl (a train.py run folder?)")
+    for name, c in data.items():  # every run, not only the reference: a missing one is not a row of Nones
+        if not c["train"]:
+            raise ValueError(f"{name}: no training losses in log.jsonl (a train.py run folder?)")
     rows = []
     for name, c in data.items():
         common = sorted(set(ref["train"]) & set(c["train"]))
@@ -51,6 +54,7 @@ def compare(runs: list) -> dict:
             iter_of_max=common[diffs.index(max(diffs))] if diffs else None,
             final_train_loss=c["train"][max(c["train"])] if c["train"] else None, final_val_loss=last_val,
             final_val_diff=None if last_val is None or not ref["val"] else last_val - ref["val"][max(ref["val"])],
+            final_val_iter=max(c["val"]) if c["val"] else None,
             config={k: summary.get("config", {}).get(k) for k in ("compile", "compile_mode", "dtype", "seed")}
             | {"loss_chunk_tokens": summary.get("model_config", {}).get("loss_chunk_tokens")},
         ))
@@ -60,7 +64,8 @@ def compare(runs: list) -> dict:
 
 def markdown(res: dict, title: str) -> str:
     lines = [f"# {title}", "",
-             f"Every run against `{res['reference']}`: training loss per iteration (train.py's log), final val loss.",
+             f"Every run against `{res['reference']}`: training loss per iteration (train.py's log), final val loss "
+             "(at the iteration in brackets: runs of different lengths compare their last evaluations).",
              "", "| run | compile | mode | loss chunk | iterations compared | max abs diff (iter) | mean abs diff "
              "| max rel diff | final train loss | final val loss | val diff |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -70,7 +75,7 @@ def markdown(res: dict, title: str) -> str:
                      f"{c.get('loss_chunk_tokens')} | {r['iters_compared']} | "
                      f"{fmt(r['max_abs_diff'], '.2e')} ({r['iter_of_max']}) | {fmt(r['mean_abs_diff'], '.2e')} | "
                      f"{fmt(r['max_rel_diff'], '.2e')} | {fmt(r['final_train_loss'], '.4f')} | "
-                     f"{fmt(r['final_val_loss'], '.4f')} | {fmt(r['final_val_diff'], '+.4f')} |")
+                     f"{fmt(r['final_val_loss'], '.4f')} ({r.get('final_val_iter')}) | {fmt(r['final_val_diff'], '+.4f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -99,7 +104,7 @@ def plot(res: dict, path: Path, title: str) -> bool:
     bottom.legend(fontsize="small")
     bottom.set_xlabel("iteration")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return True
 
@@ -111,17 +116,21 @@ def main(argv=None):
     ap.add_argument("--name", default="compare", help="file name stem")
     ap.add_argument("--title", default="", help="title of the table and plot (default: the name)")
     args = ap.parse_args(argv)
+    if not args.name or "/" in args.name or args.name in (".", ".."):
+        raise SystemExit(f"error: --name {args.name!r} is a file name stem (no folders: give them in --out)")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: --out {out} is a file, not a folder")
     try:
         res = compare(args.runs)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     title = args.title or args.name
     res["command"] = "python -m scripts.compare_runs " + " ".join(argv if argv is not None else sys.argv[1:])
-    (out / f"{args.name}.json").write_text(json.dumps(res, indent=1))
+    write_text(out / f"{args.name}.json", json.dumps(res, indent=1))
     md = markdown(res, title)
-    (out / f"{args.name}.md").write_text(md + f"\n`{res['command']}`\n")
+    write_text(out / f"{args.name}.md", md + f"\n`{res['command']}`\n")
     plotted = plot(res, out / f"{args.name}.png", title)
     print(md + (f"plot: {out / (args.name + '.png')}" if plotted else "(no matplotlib: no plot)"))
     return res

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 if not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.results ...")
 
-from checkpoint import read_log  # noqa: E402
+from checkpoint import read_log, save_figure, write_text  # noqa: E402
 from scripts.paper_tables import ENWIKI_SEED_ROWS, OWT_COLUMNS, ROPE_SETTINGS, TABLES  # noqa: E402
 
 RUN_DIR_RE = re.compile(r"^(?P<row>.+)-rope_(?P<rope>off|on)-s(?P<seed>-?\d+)$")
@@ -333,7 +333,7 @@ def plot_pareto(table_name, recs, xkey, xlabel, path, ykey="val_loss", paper_yke
     # below the panels, so it never hides a point
     fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=5, frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -506,7 +506,7 @@ def plot_curves(recs, logs, path):
                 ax.set_ylim(min(ys) - 0.05, max(ys) + 0.1)
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -663,15 +663,15 @@ def enwiki_report(recs, runs_dir, out):
     """table.md, table.json, Pareto plots of the gap to MHA, val_curves.png and claims.md for enwiki."""
     sigma, n_pooled = seed_noise(recs)
     logs = load_logs(runs_dir)
-    (out / "table.md").write_text(enwiki_markdown(recs, runs_dir, sigma, n_pooled))
-    (out / "table.json").write_text(json.dumps(recs, indent=1))
+    write_text(out / "table.md", enwiki_markdown(recs, runs_dir, sigma, n_pooled))
+    write_text(out / "table.json", json.dumps(recs, indent=1))
     for xkey, xlabel, name in (("attn_params_mb", "attention params [MB, bf16]", "pareto_attn_params.png"),
                                ("kv_cache_mb", "KV cache [MB], N=1024", "pareto_kv_cache.png")):
         plot_pareto("enwiki", recs, xkey, xlabel, out / name, ykey="gap_to_mha_pct",
                     paper_ykey="paper_gap_to_mha_pct", ylabel="gap to MHA [%] (ours: enwiki, paper: OpenWebText)",
                     yerr_key="gap_to_mha_pct_std")
     plot_curves(recs, logs, out / "val_curves.png")
-    (out / "claims.md").write_text(enwiki_claims(recs, logs, sigma, n_pooled))
+    write_text(out / "claims.md", enwiki_claims(recs, logs, sigma, n_pooled))
     n = sum(1 for r in recs if r["n_seeds"])
     print(f"{n}/{len(recs)} (row, RoPE) entries have runs; wrote {out}/table.md, table.json, claims.md, "
           f"pareto_attn_params.png, pareto_kv_cache.png, val_curves.png")
@@ -686,13 +686,19 @@ def main(argv=None):
     args = ap.parse_args(argv)
     runs_dir = Path(args.runs) if args.runs else REPO / "results" / args.table / "runs"
     out = Path(args.out) if args.out else REPO / "results" / args.table
-    out.mkdir(parents=True, exist_ok=True)
-
+    if not runs_dir.is_dir():
+        raise SystemExit(f"error: --runs {runs_dir} is not a folder (the sweep's --results_dir)")
     recs = collect(args.table, runs_dir, args.include_unfinished)
+    if not any(r["n_seeds"] for r in recs):  # a table of dashes would replace the one in --out
+        raise SystemExit(f"error: no finished run of table {args.table!r} in {runs_dir} (--include-unfinished "
+                         "counts runs stopped early): nothing written")
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: --out {out} is a file, not a folder")
+    out.mkdir(parents=True, exist_ok=True)
     if args.table == "enwiki":
         return enwiki_report(recs, runs_dir, out)
-    (out / "table.md").write_text(markdown(args.table, recs, runs_dir))
-    (out / "table.json").write_text(json.dumps(recs, indent=1))
+    write_text(out / "table.md", markdown(args.table, recs, runs_dir))
+    write_text(out / "table.json", json.dumps(recs, indent=1))
     unit = TABLES[args.table].kv_unit
     plot_pareto(args.table, recs, "attn_params_mb", "attention params [MB, bf16]", out / "pareto_attn_params.png")
     plot_pareto(args.table, recs, "kv_cache_mb", f"KV cache [{unit}]", out / "pareto_kv_cache.png")

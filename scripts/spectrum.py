@@ -38,7 +38,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
     sys.exit("run from the repository root as a module: python -m scripts.spectrum ...")
 
 from scripts.convert import DENSE_LIMIT, factored_tensors, mode_svd  # noqa: E402
-from checkpoint import load_checkpoint  # noqa: E402
+from checkpoint import load_checkpoint, save_figure, write_text  # noqa: E402
 
 TENSORS = ("pre", "post")  # W, W~
 MODE_TITLES = {
@@ -94,7 +94,7 @@ def plot(results: List[dict], out_dir: str, title: str = "") -> List[str]:
                      " attention tensor: ribbon = min..max over layers, line = median")
         fig.tight_layout()
         path = os.path.join(out_dir, f"spectrum_{name}.png")
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
         plt.close(fig)
         paths.append(path)
     return paths
@@ -118,6 +118,9 @@ def main(argv: Optional[List[str]] = None) -> dict:
     labels = args.labels.split(",") if args.labels else [Path(p.rstrip("/")).name for p in args.checkpoints]
     if len(labels) != len(args.checkpoints):
         print(f"error: {len(labels)} labels for {len(args.checkpoints)} checkpoints", file=sys.stderr)
+        sys.exit(2)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        print(f"error: --out {args.out} is a file, not a folder", file=sys.stderr)
         sys.exit(2)
     results = []
     for path, label in zip(args.checkpoints, labels):
@@ -149,8 +152,7 @@ def write(results: List[dict], out_dir: str) -> dict:
                                        for m, per_layer in r["spectra"][t].items()} for t in TENSORS})
                      for r in results])
     json_path = os.path.join(out_dir, "spectrum.json")
-    with open(json_path, "w") as f:
-        json.dump(data, f)
+    write_text(json_path, json.dumps(data))
     print("wrote " + ", ".join(paths + [json_path]))
     return data
 
@@ -186,10 +188,8 @@ def write_energy(results: List[dict], ranks: List[List[int]], out_dir: str) -> d
         lines.append("| mean | " + " | ".join(f"{np.mean(table[t][m][str(r)]):.3f}" for t, m, r in cols) + " |")
         lines.append("")
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "energy.json"), "w") as f:
-        json.dump(data, f, indent=1)
-    with open(os.path.join(out_dir, "energy.md"), "w") as f:
-        f.write("\n".join(lines))
+    write_text(os.path.join(out_dir, "energy.json"), json.dumps(data, indent=1))
+    write_text(os.path.join(out_dir, "energy.md"), "\n".join(lines))
     return data
 
 

@@ -45,3 +45,22 @@ def test_bad_input_is_one_line(tmp_path):
         compare_runs.main([str(ref), "--out", str(tmp_path / "o")])
     with pytest.raises(SystemExit, match="no training losses"):
         compare_runs.main([str(tmp_path / "missing"), str(ref), "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="missing: no training losses"):  # any run, not only the reference
+        compare_runs.main([str(ref), str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="given twice"):
+        compare_runs.main([str(ref), str(tmp_path / "a" / ".." / "a"), "--out", str(tmp_path / "o")])
+    other = write_run(tmp_path / "b", {1: 1.0}, {})
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit, match="is a file, not a folder"):
+        compare_runs.main([str(ref), str(other), "--out", str(tmp_path / "file")])
+    with pytest.raises(SystemExit, match="file name stem"):
+        compare_runs.main([str(ref), str(other), "--out", str(tmp_path / "o"), "--name", "sub/x"])
+    assert not (tmp_path / "o").exists()
+
+
+def test_final_val_losses_name_their_iterations(tmp_path):
+    ref = write_run(tmp_path / "short", {1: 2.0, 2: 1.5}, {0: 3.0, 2: 1.6})
+    long = write_run(tmp_path / "long", {1: 2.0, 2: 1.5, 3: 1.0, 4: 0.9}, {0: 3.0, 4: 1.0})
+    res = compare_runs.main([str(ref), str(long), "--out", str(tmp_path / "o"), "--name", "t"])
+    assert [r["final_val_iter"] for r in res["rows"]] == [2, 4]
+    assert "| 1.0000 (4) | -0.6000 |" in (tmp_path / "o" / "t.md").read_text()

@@ -262,6 +262,10 @@ def test_spectrum_cli_writes_plots_and_json(tmp_path):
     tucker = saved["checkpoints"][1]["spectra"]
     assert len(tucker["pre"]["mode2"]) == 2 and len(tucker["pre"]["mode2"][0]) == D
     assert sum(v > 1e-6 for v in tucker["post"]["mode1"][0]) == 2  # r~1 = 2
+    assert not [p for p in out.iterdir() if ".tmp." in p.name]  # written atomically: no temp file left
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit):
+        spectrum.main([str(tmp_path / "mha"), "--out", str(tmp_path / "a_file")])  # one line, exit 2
 
 
 # ---------------------------------------------------------------------------------------

@@ -300,3 +300,19 @@ def test_default_train_keys_are_train_py_keys():
     import train
     from scripts.paper_tables import default_train_keys
     assert default_train_keys() == dict(train.DEFAULTS)
+
+
+def test_results_refuses_a_missing_or_empty_runs_folder(tmp_path):
+    """scripts/results writes nothing when --runs is not a folder or holds no finished run of the table: a
+    mistyped folder must not replace a table with one of dashes."""
+    from scripts import results
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "table.md").write_text("the table as it was\n")
+    with pytest.raises(SystemExit, match="is not a folder"):
+        results.main(["shakespeare", "--runs", str(tmp_path / "typo"), "--out", str(out)])
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(SystemExit, match="no finished run of table 'shakespeare'"):
+        results.main(["shakespeare", "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    assert sorted(p.name for p in out.iterdir()) == ["table.md"]
+    assert (out / "table.md").read_text() == "the table as it was\n"
