@@ -61,7 +61,8 @@ if not __package__:  # run as a file, the repository's modules are not importabl
     sys.exit("run from the repository root as a module: python -m scripts.convert ...")
 
 from model import GPT, GPTConfig, LatentAttention, TuckerAttention  # noqa: E402
-from checkpoint import load_checkpoint  # noqa: E402  (re-exported: convert.load_checkpoint)
+from checkpoint import load_checkpoint, write_json  # noqa: E402  (load_checkpoint re-exported: convert.load_checkpoint)
+from configurator import check_device  # noqa: E402
 from tensor_forms import head_factors, with_attention  # noqa: E402
 
 Tensor = torch.Tensor
@@ -545,6 +546,36 @@ def _ints(text: Optional[str], n: int, name: str):
     return values
 
 
+# the options of each target; any other target's given here would be ignored: refused instead
+TARGET_OPTIONS = {"gqa": ("n_kv_head",), "mla": ("kv_rank", "q_rank", "shared_kv"),
+                  "tucker": ("ranks", "ranks_post", "shared_kv")}
+
+
+def check_args(args) -> None:
+    """Every option checked before the conversion runs: ValueError naming it."""
+    for name in sorted({n for ns in TARGET_OPTIONS.values() for n in ns} - set(TARGET_OPTIONS[args.to])):
+        if getattr(args, name) not in (None, False):
+            raise ValueError(f"--{name} is an option of --to {' / '.join(t for t, ns in TARGET_OPTIONS.items() if name in ns)},"
+                             f" not of --to {args.to}: remove it")
+    if args.vocab_size is not None and not args.hf:
+        raise ValueError("--vocab_size pads a Hugging Face model's vocabulary: it needs --hf (a checkpoint keeps its own)")
+    for name in ("eval_batches", "batch_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name}={getattr(args, name)} is out of range: allowed >= 1")
+    if args.data_dir is not None and not os.path.isfile(os.path.join(args.data_dir, "val.bin")):
+        raise ValueError(f"--data_dir {args.data_dir} has no val.bin (python -m data.<dataset>.prepare writes it)")
+    check_device(args.device)
+    out = os.path.abspath(args.out_dir)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out_dir {args.out_dir} is a file, not a folder")
+    if args.in_dir and out == os.path.abspath(args.in_dir if os.path.isdir(args.in_dir) else os.path.dirname(args.in_dir)):
+        raise ValueError("--out_dir is the source's own folder: the converted model would replace it; give another")
+    held = [name for name in ("ckpt.pt", "summary.json", "log.jsonl") if os.path.isfile(os.path.join(out, name))]
+    if held:
+        raise ValueError(f"--out_dir {args.out_dir} holds a run ({', '.join(held)}): the converted model would replace "
+                         "it; give another folder")
+
+
 def main(argv: Optional[List[str]] = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
@@ -571,6 +602,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
     args = ap.parse_args(argv)
 
     try:
+        check_args(args)
         ranks, ranks_post = _ints(args.ranks, 3, "ranks"), _ints(args.ranks_post, 3, "ranks_post")
         if args.hf:
             try:
@@ -594,7 +626,10 @@ def main(argv: Optional[List[str]] = None) -> dict:
         extra = f"  (query bias |b_Q| = {info['query_bias_norm']:.3g} dropped)" if info.get("query_bias_norm") else ""
         print(f"layer {i:2d}: rel. error W {info['W_rel_err']:.3e}  W~ {info['Wt_rel_err']:.3e}{extra}")
     if any(info.get("query_bias_norm") for info in layers):
-        print("note: Tucker has no query bias; dropping it is the one inexact step at full ranks")
+        print("note: Tucker has no query bias: dropping it makes the conversion inexact even at full ranks")
+    if args.allow_rope_change and model.config.pos_emb == "rope":
+        print("note: the source's RoPE on every head became latent RoPE: not exact at any rank (the errors above are "
+              "of W and W~, which do not see positions; the val loss below does)")
     info = dict(source=source, to=args.to, model_config=out.config.to_dict(),
                 attn_params=[model.attn_params(), out.attn_params()],
                 kv_values_per_token_per_layer=[model.kv_values_per_token_per_layer(), out.kv_values_per_token_per_layer()],
@@ -608,8 +643,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
         print(f"val loss ({args.eval_batches} batches of {args.batch_size}): {before:.4f} before, {after:.4f} after")
     out = out.cpu()
     path = write_checkpoint(out, args.out_dir, source_config, info, args.weight_decay, (args.beta1, args.beta2))
-    with open(os.path.join(args.out_dir, "convert.json"), "w") as f:
-        json.dump(info, f, indent=2)
+    write_json(os.path.join(args.out_dir, "convert.json"), info)
     print(f"wrote {path} and {os.path.join(args.out_dir, 'convert.json')}")
     return info
 

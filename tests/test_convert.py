@@ -385,3 +385,41 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "finished": False}))
     with pytest.raises(SystemExit, match="no MHA checkpoint"):
         convert_study.main(["--mha", str(runs / "mha-rope_off"), *argv[3:]])
+
+
+def convert_error(argv, capsys) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        cv.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_convert_checks_every_option_before_converting(tmp_path, capsys):
+    """Options of another target, values out of range, a data folder without val.bin, a bad device, a file as
+    out_dir, and an out_dir that holds a run (the source's own folder included) are one line and exit 2, before
+    any conversion: no folder is written."""
+    src, data = tmp_path / "mha", tmp_path / "data"
+    save_train_ckpt(make().float(), src)
+    write_data(data)
+    (tmp_path / "a_file").write_text("")
+    base = [f"--in_dir={src}", f"--out_dir={tmp_path / 'new'}"]
+    for extra, says in [(["--to=gqa", "--n_kv_head=2", "--ranks=1,2,3"], "--ranks is an option of --to tucker"),
+                        (["--to=gqa", "--n_kv_head=2", "--kv_rank=7"], "--kv_rank is an option of --to mla"),
+                        (["--to=tucker", "--ranks=3,16,16", "--n_kv_head=2"], "--n_kv_head is an option of --to gqa"),
+                        (["--to=gqa", "--n_kv_head=2", "--vocab_size=3"], "--vocab_size pads"),
+                        (["--to=gqa", "--n_kv_head=2", f"--data_dir={data}", "--eval_batches=0"], "--eval_batches=0"),
+                        (["--to=gqa", "--n_kv_head=2", f"--data_dir={data}", "--batch_size=0"], "--batch_size=0"),
+                        (["--to=gqa", "--n_kv_head=2", f"--data_dir={tmp_path / 'nodata'}"], "has no val.bin"),
+                        (["--to=gqa", "--n_kv_head=2", "--device=tpu"], "device")]:
+        err = convert_error([*base, *extra], capsys)
+        assert says in err, err
+    assert not (tmp_path / "new").exists()
+    gqa = ["--to=gqa", "--n_kv_head=2"]
+    assert "is a file" in convert_error([f"--in_dir={src}", f"--out_dir={tmp_path / 'a_file'}", *gqa], capsys)
+    assert "the source's own folder" in convert_error([f"--in_dir={src}", f"--out_dir={src}", *gqa], capsys)
+    cv.main([*base, *gqa])
+    before = (tmp_path / "new" / "ckpt.pt").read_bytes()
+    err = convert_error([*base, "--to=tucker", "--ranks=3,16,16"], capsys)  # the first conversion is kept
+    assert "holds a run (ckpt.pt)" in err and (tmp_path / "new" / "ckpt.pt").read_bytes() == before
