@@ -113,3 +113,11 @@ def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: in
         torch.distributed.all_reduce(total)
     model.train(was_training)
     return (total[0] / total[1]).item()
+
+
+if __name__ == "__main__":  # a library: say where the command lines are rather than accept one and do nothing
+    import sys
+    print("evaluate.py is a library (token files, a split's loss: see its docstring). A checkpoint's val loss: "
+          "python train.py --init_from=resume --eval_only=True --out_dir=DIR; the zero-shot tasks: python -m "
+          "scripts.eval_zeroshot --help", file=sys.stderr)
+    sys.exit(2)

@@ -285,3 +285,15 @@ def test_results_owt_zeroshot_columns(tmp_path):
     assert recs[("gqa4", "off")]["zeroshot"]["mean_acc"] is None
     md = (out / "table.md").read_text()
     assert "Zero-shot" in md and "41.00 / 37.15" in md  # ours / the paper's WikiText2 ppl for MHA
+
+
+def test_evaluate_py_run_as_a_script_says_it_is_a_library():
+    """evaluate.py has no command line: run as one it says where the command lines are and exits 2 (it used to
+    accept any arguments and do nothing)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(repo / "evaluate.py"), "--out_dir=x"], capture_output=True, text=True,
+                       cwd=repo, timeout=120)
+    assert r.returncode == 2 and "is a library" in r.stderr and "--eval_only=True" in r.stderr, r.stderr
