@@ -3,6 +3,7 @@ import importlib
 import json
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,6 +110,42 @@ def test_openwebtext_local_files(tmp_path, gpt2_ranks_file, enc):
     assert not list((tmp_path / "a").glob("*.tmp*"))
 
 
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_openwebtext_interrupted_keeps_the_old_pair(num_proc, tmp_path, gpt2_ranks_file, monkeypatch):
+    """An interrupt after the train split was tokenized (Ctrl-C, a kill's SIGTERM as KeyboardInterrupt) leaves the
+    earlier train.bin, val.bin and meta.json as they were and no temp file: the splits replace the old ones
+    together, never a new train.bin beside an old val.bin. The pool is terminated, not waited for."""
+    files, _ = _write_docs(tmp_path)
+    kw = dict(files=files, num_proc=num_proc, val_fraction=0.1, ranks_file=str(gpt2_ranks_file), chunk_docs=2)
+    out = tmp_path / "a"
+    owt.prepare(out_dir=out, seed=1, **kw)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = owt.write_tokens
+
+    def interrupted_at_val(docs, tmp, pool, desc, **k):
+        if desc == "val":
+            raise KeyboardInterrupt
+        return real(docs, tmp, pool, desc, **k)
+
+    monkeypatch.setattr(owt, "write_tokens", interrupted_at_val)
+    with pytest.raises(KeyboardInterrupt):
+        owt.prepare(out_dir=out, seed=2, **kw)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("texts", [[], ["one document"], ["", ""]])
+def test_openwebtext_too_few_documents_or_tokens(texts, tmp_path, gpt2_ranks_file):
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    if len(texts) < 2:
+        with pytest.raises(ValueError, match="need at least 2"):
+            owt.prepare(out_dir=tmp_path / "o", files=[src], num_proc=1, ranks_file=str(gpt2_ranks_file))
+    else:  # two empty documents: each split still gets its EOT token; nothing is refused there
+        meta = owt.prepare(out_dir=tmp_path / "o", files=[src], num_proc=1, ranks_file=str(gpt2_ranks_file))
+        assert meta["train_tokens"] == meta["val_tokens"] == 1
+    assert not list((tmp_path / "o").glob("*.bin")) or len(texts) == 2
+
+
 def test_openwebtext_hf_path(tmp_path, gpt2_ranks_file, enc, monkeypatch):
     """The default path (HF datasets, nanoGPT's split) against a stand-in `datasets` module."""
     calls = {}
@@ -140,3 +177,26 @@ def test_openwebtext_hf_path(tmp_path, gpt2_ranks_file, enc, monkeypatch):
     val = np.fromfile(tmp_path / "val.bin", dtype=np.uint16)
     assert val.tolist() == enc.encode_ordinary(texts[0]) + [EOT]
     assert (meta["train_documents"], meta["val_documents"]) == (4, 1)
+
+
+@pytest.mark.parametrize("case,says", [("missing", "No such file"), ("folder", "Is a directory"),
+                                       ("latin1", "is not UTF-8 text"), ("short", "too little text")])
+def test_shakespeare_prepare_bad_input_is_one_line(case, says, tmp_path, gpt2_ranks_file):
+    """python -m data.shakespeare.prepare: a missing, folder, non-UTF-8 or near-empty input is `error: ...` on one
+    line and a non-zero exit, and writes no token file."""
+    import subprocess
+    import sys
+    src = tmp_path / "input.txt"
+    if case == "folder":
+        src.mkdir()
+    elif case == "latin1":
+        src.write_bytes(b"caf\xe9 " * 100)
+    elif case == "short":
+        src.write_text("hi")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "data.shakespeare.prepare", "--input", str(src), "--out_dir", str(out),
+                        "--tokenizer", str(gpt2_ranks_file)], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+    err = r.stderr.strip()
+    assert r.returncode != 0 and err.startswith("error: ") and len(err.splitlines()) == 1 and says in err, err
+    assert not list(out.glob("*.bin"))

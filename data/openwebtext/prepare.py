@@ -74,17 +74,16 @@ def _chunks(iterable, n):
         yield chunk
 
 
-def write_tokens(docs, path, pool, desc, total=None, chunk_docs=256, max_inflight=32):
-    """Tokenize the `docs` iterable into the flat uint16 file `path`; return (n_tokens, n_docs).
+def write_tokens(docs, tmp, pool, desc, total=None, chunk_docs=256, max_inflight=32):
+    """Tokenize the `docs` iterable into the flat uint16 file `tmp` (a temp name: prepare renames every split
+    into place together at the end); return (n_tokens, n_docs). A failure or an interrupt removes `tmp`.
 
-    Tokens are appended to a temp file as chunks come back (in order) and the file is
-    renamed at the end, so there's one tokenization pass and no size needs to be known
-    ahead. At most `max_inflight` chunks are submitted but not yet written: unlike
-    Pool.imap, whose result queue grows without bound when the writer falls behind,
-    this keeps memory at O(max_inflight * chunk) for any dataset size.
+    Tokens are appended as chunks come back (in order), so there's one tokenization pass
+    and no size needs to be known ahead. At most `max_inflight` chunks are submitted but
+    not yet written: unlike Pool.imap, whose result queue grows without bound when the
+    writer falls behind, this keeps memory at O(max_inflight * chunk) for any dataset size.
     """
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    tmp = Path(tmp)
     prog = _Progress(desc, total)
     n_tokens = n_docs = 0
     try:
@@ -107,10 +106,10 @@ def write_tokens(docs, path, pool, desc, total=None, chunk_docs=256, max_infligh
                     drain(*pending.popleft())
             while pending:
                 drain(*pending.popleft())
-        os.replace(tmp, path)
-    finally:
+    except BaseException:
         if tmp.exists():
             tmp.unlink()
+        raise
     prog.close()
     return n_tokens, n_docs
 
@@ -180,9 +179,9 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
         # tokenizing; then each split streams the files again, keeping its own documents
         files = [str(Path(f).resolve()) for f in files]
         n_docs = sum(1 for _ in iter_local_documents(files))
+        if n_docs < 2:  # a split without a document is a file train.py refuses: say so now
+            raise ValueError(f"--files hold {n_docs} document(s): a train and a val split need at least 2")
         is_val = split_mask(n_docs, val_fraction, seed)
-        if n_docs < 2:
-            print(f"warning: only {n_docs} document(s), val split is empty", file=sys.stderr)
 
         def local_docs(want_val):
             return (d for d, v in zip(iter_local_documents(files), is_val) if v == want_val)
@@ -214,15 +213,30 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
     pool = mp.Pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
     if pool is None:
         init_worker(ranks_file)
+    tmps = {name: out_dir / f"{name}.bin.tmp.{os.getpid()}" for name in splits}
     try:
         for name, (make_docs, total) in splits.items():
-            n_tok, n_doc = write_tokens(make_docs(), out_dir / f"{name}.bin", pool, desc=name,
+            n_tok, n_doc = write_tokens(make_docs(), tmps[name], pool, desc=name,
                                         total=total, chunk_docs=chunk_docs, max_inflight=4 * num_proc)
-            assert n_doc == total, f"{name}: wrote {n_doc} documents, expected {total}"
+            if n_doc != total:
+                raise RuntimeError(f"{name}: wrote {n_doc} documents, expected {total}")
+            if n_tok == 0:
+                raise ValueError(f"the {name} split has no tokens (its documents are empty)")
             meta[f"{name}_tokens"] = n_tok
             meta[f"{name}_documents"] = n_doc
             meta["documents"] = meta.get("documents", 0) + n_doc
             print(f"{name}: {n_doc:,} documents, {n_tok:,} tokens")
+        # every split complete: the pair replaces the old one together (an interrupted run leaves the old
+        # train.bin, val.bin and meta.json as they were, never a new train.bin beside an old val.bin)
+        (out_dir / "meta.json").unlink(missing_ok=True)  # absent between the renames: the files are in flux
+        for name, tmp in tmps.items():
+            os.replace(tmp, out_dir / f"{name}.bin")
+    except BaseException:
+        if pool is not None:
+            pool.terminate()  # an interrupt must not wait on workers that will never report
+        for tmp in tmps.values():
+            tmp.unlink(missing_ok=True)
+        raise
     finally:
         if pool is not None:
             pool.close()
@@ -244,5 +258,12 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=2357, help="seed of the train/val split")
     p.add_argument("--tokenizer", default=None, help="GPT-2 ranks file (gpt2.tiktoken) for offline use")
     args = p.parse_args()
-    prepare(out_dir=args.out_dir, files=args.files, num_proc=args.num_proc, val_fraction=args.val_fraction,
-            seed=args.seed, ranks_file=args.tokenizer)
+    if Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
+        sys.exit(f"error: --out_dir {args.out_dir} is a file, not a folder")
+    try:
+        prepare(out_dir=args.out_dir, files=args.files, num_proc=args.num_proc, val_fraction=args.val_fraction,
+                seed=args.seed, ranks_file=args.tokenizer)
+    except (ValueError, OSError, RuntimeError) as e:  # a file missing, unreadable, not JSON or UTF-8; no tokenizer
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted: the earlier train.bin, val.bin and meta.json (if any) are as they were")

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -57,7 +58,12 @@ def prepare(input_path=None, out_dir=HERE, ranks_file=None) -> dict:
     input_path = download(out_dir) if downloaded else Path(input_path)
 
     raw = input_path.read_bytes()
-    data = raw.decode("utf-8")
+    try:
+        data = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{input_path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if len(data) < 10:  # each split needs text: 10% of nothing is an empty val.bin train.py refuses
+        raise ValueError(f"{input_path} holds {len(data)} characters: too little text for a train and a val split")
     # split on characters (not tokens), exactly as nanoGPT, so token counts match its numbers
     n = len(data)
     train_data = data[: int(n * 0.9)]
@@ -70,6 +76,7 @@ def prepare(input_path=None, out_dir=HERE, ranks_file=None) -> dict:
     print(f"train has {len(train_ids):,} tokens")
     print(f"val has {len(val_ids):,} tokens")
 
+    (out_dir / "meta.json").unlink(missing_ok=True)  # absent while the pair is replaced: the files are in flux
     _atomic_write_bytes(out_dir / "train.bin", train_ids.tobytes())
     _atomic_write_bytes(out_dir / "val.bin", val_ids.tobytes())
     meta = {
@@ -96,4 +103,11 @@ if __name__ == "__main__":
     p.add_argument("--out_dir", default=str(HERE), help="where train.bin/val.bin/meta.json go")
     p.add_argument("--tokenizer", default=None, help="GPT-2 ranks file (gpt2.tiktoken) for offline use")
     args = p.parse_args()
-    prepare(input_path=args.input, out_dir=args.out_dir, ranks_file=args.tokenizer)
+    try:
+        prepare(input_path=args.input, out_dir=args.out_dir, ranks_file=args.tokenizer)
+    except OSError as e:  # a missing or unreadable input or ranks file, a folder given as one; no network
+        hint = (" (offline: give the text with --input or TUCKER_SHAKESPEARE_TXT)"
+                if isinstance(e, urllib.error.URLError) else "")
+        sys.exit(f"error: {e}{hint}")
+    except (ValueError, RuntimeError) as e:  # not UTF-8 text, too short; a ranks file that is not one
+        sys.exit(f"error: {e}")
