@@ -142,6 +142,29 @@ def test_pack_unpack_roundtrip(tmp_path, tiny_data):
     with pytest.raises(enwiki.PrepareError, match="sha256"):
         enwiki.unpack(tmp_path / "carry", out_dir=tmp_path / "out2", quiet=True)
     assert not (tmp_path / "out2" / "val.bin").exists() and not list((tmp_path / "out2").glob("*.tmp*"))
+    assert not (tmp_path / "out2" / "train.bin").exists()  # both splits or neither: train's was intact
+
+
+def test_unpack_of_a_damaged_archive_keeps_the_old_pair(tmp_path, tiny_data):
+    """Unpacking another archive over prepared data: a truncated val.bin.xz, or a missing one, is one error and the
+    old train.bin, val.bin and meta.json stay as they were (the splits replace the old ones together)."""
+    data, _ = tiny_data
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("train.bin", "val.bin", "meta.json"):
+        (out / name).write_bytes((data / name).read_bytes())
+    for name in ("train.bin", "val.bin"):  # "older" data: the archive's files differ, both are unpacked
+        old = (out / name).read_bytes()
+        (out / name).write_bytes(old[: len(old) // 4 * 2])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    carry = tmp_path / "carry"
+    enwiki.pack(carry, bin_dir=data, quiet=True)  # train.bin.xz intact (its job succeeds), val.bin.xz cut below
+    xz = (carry / "val.bin.xz").read_bytes()
+    (carry / "val.bin.xz").write_bytes(xz[: len(xz) // 2])
+    assert enwiki.main(["--unpack", str(carry), "--out_dir", str(out)]) == 1
+    (carry / "val.bin.xz").unlink()
+    assert enwiki.main(["--unpack", str(carry), "--out_dir", str(out)]) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 # -----------------------------------------------------------------------------

@@ -232,11 +232,15 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
         ok = True
     finally:
         if pool is not None:
-            pool.close()
+            if ok:
+                pool.close()
+            else:  # an error or an interrupt: the workers' results will never be read, do not wait for them
+                pool.terminate()
             pool.join()
         if not ok:  # leave no partial output: both splits are renamed into place, or neither
             for t in tmps.values():
                 t.unlink(missing_ok=True)
+    (out_dir / "meta.json").unlink(missing_ok=True)  # absent while the pair is replaced: the files are in flux
     for split, tmp in tmps.items():
         os.replace(tmp, out_dir / f"{split}.bin")
     meta["seconds"] = round(time.time() - t_all, 2)
@@ -311,8 +315,8 @@ def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
 
 
 def _unpack_one(args):
-    src, dst, want_sha = args
-    tmp = dst.with_name(f"{dst.name}.tmp.{os.getpid()}")
+    """src (.xz) decompressed into tmp, its sha256 checked; unpack renames every split into place together."""
+    src, tmp, want_sha = args
     h = hashlib.sha256()
     dec = lzma.LZMADecompressor()
     try:
@@ -324,10 +328,13 @@ def _unpack_one(args):
         if not dec.eof or h.hexdigest() != want_sha:
             raise PrepareError(f"{src}: decompressed sha256 {h.hexdigest()[:12]}... != manifest's "
                                f"{want_sha[:12]}... (truncated or corrupt archive)")
-        os.replace(tmp, dst)
-    finally:
+    except lzma.LZMAError as e:
         tmp.unlink(missing_ok=True)
-    return dst.stat().st_size
+        raise PrepareError(f"{src}: {e} (truncated or corrupt archive)") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp.stat().st_size
 
 
 def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
@@ -340,17 +347,28 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
     manifest = json.loads(mpath.read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    jobs, skipped = [], []
+    jobs, targets, skipped = [], [], []
     for split in SPLITS:
         info = manifest["files"][split]
         dst = out_dir / f"{split}.bin"
         if dst.is_file() and dst.stat().st_size == info["bytes"] and _sha256_file(dst) == info["sha256"]:
             skipped.append(split)
             continue
-        jobs.append((archive_dir / info["name"], dst, info["sha256"]))
+        src = archive_dir / info["name"]
+        if not src.is_file():
+            raise PrepareError(f"{src} not found: the archive in {archive_dir} is incomplete; nothing written")
+        jobs.append((src, dst.with_name(f"{dst.name}.tmp.{os.getpid()}"), info["sha256"]))
+        targets.append(dst)
     if jobs:
-        with mp.Pool(len(jobs)) as pool:
-            pool.map(_unpack_one, jobs)
+        try:  # every split decompressed and checked first; then they replace the old ones together
+            with mp.Pool(len(jobs)) as pool:
+                pool.map(_unpack_one, jobs)
+            (out_dir / "meta.json").unlink(missing_ok=True)  # absent while the files are in flux
+            for (_, tmp, _), dst in zip(jobs, targets):
+                os.replace(tmp, dst)
+        finally:
+            for _, tmp, _ in jobs:
+                tmp.unlink(missing_ok=True)
     meta = {"dataset": "enwiki", "tokenizer": "gpt2", "vocab_size": VOCAB_SIZE, "dtype": "uint16", "eot_token": EOT,
             "unpacked_from": str(archive_dir.resolve())}
     for split in SPLITS:
@@ -384,8 +402,11 @@ def main(argv=None):
             unpack(args.unpack, args.out_dir)
         else:
             prepare(args.src, args.out_dir, args.num_proc, args.tokenizer)
-    except PrepareError as e:
+    except (PrepareError, OSError, EOFError, ValueError, lzma.LZMAError) as e:  # ValueError: e.g. not UTF-8 text
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: train.bin, val.bin and meta.json are as they were (or absent, as before)", file=sys.stderr)
         return 1
     return 0
 
