@@ -31,6 +31,17 @@ def check_token_file(path: str, vocab_size: int, block_size: int) -> int:
     found in one pass over chunks of the memmap). Raises FileNotFoundError / ValueError naming the file."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found")
+    meta = os.path.join(os.path.dirname(path), "meta.json")  # the prepare's record, where it wrote one
+    if os.path.isfile(meta):
+        import json
+        try:
+            with open(meta) as f:
+                dtype = json.load(f).get("dtype")
+        except (OSError, ValueError, AttributeError):
+            dtype = None  # unreadable or not ours: the file's own checks below still hold
+        if dtype is not None and dtype != np.dtype(TOKEN_DTYPE).name:
+            raise ValueError(f"{meta} says its token files hold {dtype}, but training reads "
+                             f"{np.dtype(TOKEN_DTYPE).name} ids: re-tokenize into uint16 (ids < 65,536)")
     size = os.path.getsize(path)
     itemsize = np.dtype(TOKEN_DTYPE).itemsize
     if size == 0:

@@ -265,7 +265,11 @@ def configure(argv):
         try:
             check_token_file(path, gptconf.vocab_size, gptconf.block_size)
         except FileNotFoundError:
-            fail(f"{path} not found: run `python -m data.{cfg['dataset']}.prepare` first (or set --data_dir)")
+            prep = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", cfg["dataset"], "prepare.py")
+            if os.path.isfile(prep):
+                fail(f"{path} not found: run `python -m data.{cfg['dataset']}.prepare` first (or set --data_dir)")
+            fail(f"{path} not found, and the repository has no data/{cfg['dataset']}/prepare.py to make it: give "
+                 "--data_dir=FOLDER with train.bin and val.bin (the config file's comment says which data stands in)")
         except ValueError as e:
             fail(str(e))
     return cfg, gptconf, checkpoint

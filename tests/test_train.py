@@ -333,6 +333,18 @@ def test_bad_token_files(damage, small_data, tmp_path, capsys):
     assert not out.exists() and path.read_bytes() == before
 
 
+def test_token_files_of_another_dtype_are_refused(small_data, tmp_path, capsys):
+    """A prepare's meta.json that records another token dtype (uint32 ids for a large vocabulary: read as uint16
+    they are two small ids each, which every other check accepts) is refused before training; uint16 passes."""
+    import json
+    (small_data / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 64}))
+    import train
+    train.configure([*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--max_iters=1"])
+    (small_data / "meta.json").write_text(json.dumps({"dtype": "uint32", "vocab_size": 100277}))
+    err = train_error([f"--data_dir={small_data}", f"--out_dir={tmp_path / 'never'}", "--max_iters=2"], capsys)
+    assert "meta.json says its token files hold uint32" in err, err
+
+
 def test_token_id_check_is_fast_on_100M_tokens(tmp_path):
     import numpy as np
     from evaluate import check_token_file
@@ -633,3 +645,12 @@ def test_resumed_run_clock_goes_on_from_its_checkpoint(small_run):
     evals = {r["iter"]: r["elapsed_s"] for r in read_log(out) if "val_loss" in r}
     assert evals[4] < 1000.0 <= evals[8]  # the first part's record as it was, the resumed one counted on
     assert json.loads((out / "summary.json").read_text())["wall_time_s"] >= evals[8]
+
+
+def test_missing_data_names_the_way_to_make_it(tmp_path, capsys):
+    """A missing token file names the dataset's prepare command, or, for a dataset the repository cannot prepare
+    (the LLaMA table's openwebtext2), says to give --data_dir."""
+    err = train_error([f"--data_dir={tmp_path / 'none'}", "--dataset=shakespeare", f"--out_dir={tmp_path / 'o'}"], capsys)
+    assert "python -m data.shakespeare.prepare" in err, err
+    err = train_error(["--dataset=openwebtext2", f"--out_dir={tmp_path / 'o'}"], capsys)
+    assert "no data/openwebtext2/prepare.py" in err and "--data_dir=FOLDER" in err, err
