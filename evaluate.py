@@ -9,6 +9,7 @@ windows of block_size + 1 tokens from it; `split_loss` is the token-mean loss of
     loss = split_loss(model, "data/shakespeare/val.bin", block_size=256, batch_size=16, n_batches=0,
                       full=True, device=torch.device("cpu"))
 """
+import json
 import math
 import os
 from contextlib import nullcontext
@@ -33,7 +34,6 @@ def check_token_file(path: str, vocab_size: int, block_size: int) -> int:
         raise FileNotFoundError(f"{path} not found")
     meta = os.path.join(os.path.dirname(path), "meta.json")  # the prepare's record, where it wrote one
     if os.path.isfile(meta):
-        import json
         try:
             with open(meta) as f:
                 dtype = json.load(f).get("dtype")

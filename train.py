@@ -209,6 +209,19 @@ class Run:
 IMPLEMENTATION_KEYS = ("gelu", "mla_rope_kernels")  # how a part is computed, not what the model is
 
 
+def inert_on_command_line(argv, cfg: dict, gptconf: GPTConfig) -> list:
+    """[(key, why)] for the model keys set on the command line, to another value than their default, that this
+    model never reads (GPTConfig.inert_keys): they would change nothing. configure refuses them, and notes the
+    implementation choices (IMPLEMENTATION_KEYS: 'torch' for every variant is a plain reference run's setting).
+    Config files may set such keys for the rows they serve (a sweep's --pos_emb override of an MLA latent-RoPE
+    row's file), so only the command line is held to it."""
+    on_command_line = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
+    return [(key, f"{key}={cfg[key]!r} has no effect on this model ({why}: attn={gptconf.attn!r}, pos_emb="
+                  f"{gptconf.pos_emb!r}, mlp={gptconf.mlp!r})")
+            for key, why in gptconf.inert_keys().items()
+            if key in on_command_line and cfg[key] != MODEL_DEFAULTS[key]]
+
+
 def configure(argv):
     """(cfg, GPTConfig, checkpoint dict or None), every key, the checkpoint (resume) and the data
     files checked: any error is one line and exit 2, before anything is built or written."""
@@ -224,20 +237,12 @@ def configure(argv):
             gptconf = GPTConfig(**{k: cfg[k] for k in MODEL_DEFAULTS})
         except ValueError as e:
             fail(f"invalid model configuration: {e}")
-        # a model key on the command line that this model never reads would change nothing: an error for the
-        # model's own keys, a note for the implementation choices (gelu, mla_rope_kernels: 'torch' for every variant
-        # is a plain reference run's setting). Config files may set such keys for the rows they serve (a sweep's
-        # --pos_emb override of an MLA latent-RoPE row file), so only the command line is held to it
-        on_command_line = {arg[2:].partition("=")[0] for arg in argv if arg.startswith("--")}
         says = int(os.environ.get("RANK", 0)) == 0  # notes from one process (under torchrun: rank 0)
-        for key, why in gptconf.inert_keys().items():
-            if key in on_command_line and cfg[key] != MODEL_DEFAULTS[key]:
-                what = (f"{key}={cfg[key]!r} has no effect on this model ({why}: attn={gptconf.attn!r}, pos_emb="
-                        f"{gptconf.pos_emb!r}, mlp={gptconf.mlp!r})")
-                if key not in IMPLEMENTATION_KEYS:
-                    fail(f"{what}: remove it, or set the keys it belongs with")
-                if says:
-                    print(f"note: {what}", file=sys.stderr)
+        for key, what in inert_on_command_line(argv, cfg, gptconf):
+            if key not in IMPLEMENTATION_KEYS:
+                fail(f"{what}: remove it, or set the keys it belongs with")
+            if says:
+                print(f"note: {what}", file=sys.stderr)
         earlier = os.path.join(cfg["out_dir"], CKPT_NAME)
         if os.path.isfile(earlier):
             if cfg["eval_only"]:  # it would evaluate a new random model and replace the run's log and summary

@@ -275,6 +275,9 @@ def rounds_markdown(rounds: list, summary: dict, runs: list) -> str:
             + markdown_table(head, body) + "\n")
 
 
+NANOGPT_RUN = "nanoGPT's model and loop"  # the one run that is not ours (--blas leaves it on torch's BLAS)
+
+
 def our_run_name(variant, args) -> str:
     return (f"ours: {variant.label}{' RoPE' if args.rope else ''}{' (graph_step)' if args.graph_step else ''}"
             f"{' (master weights)' if args.master_weights else ''}{' ' + ' '.join(args.knob) if args.knob else ''}")
@@ -300,7 +303,7 @@ def plan_runs(args, batch_size: int, seq_len: int, device) -> dict:
     elif args.nanogpt:
         if args.rope:
             raise SystemExit("--rope: nanoGPT's model has learned positions only; compare with --against instead")
-        runs["nanoGPT's model and loop"] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)
+        runs[NANOGPT_RUN] = lambda: nanogpt(Path(args.nanogpt), batch_size, seq_len, device)
     return runs
 
 
@@ -343,7 +346,7 @@ def main(argv=None):
     torch_blas = torch.backends.cuda.preferred_blas_library()  # torch's own choice: nanoGPT's runs keep it
 
     def blas_for(name):  # --blas for our runs only, set around everything each run does (built, warmed, timed)
-        if name.startswith("ours: ") and args.blas != "default":
+        if name != NANOGPT_RUN and args.blas != "default":
             apply_blas(args.blas)
         else:
             torch.backends.cuda.preferred_blas_library(torch_blas)

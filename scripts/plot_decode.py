@@ -15,6 +15,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from checkpoint import save_figure  # noqa: E402
+
 REF_VARIANT, REF_MODE = "mha", "graph_merged"  # the speed-ups' reference: MHA's default decode step
 
 
@@ -81,7 +86,7 @@ def plot(run: dict, path: Path) -> bool:
         title += f" (solid: {modes[-1]}, dashed: {modes[0]})"
     fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return True
 

@@ -18,6 +18,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from checkpoint import save_figure  # noqa: E402
+
 # bench_train's kernel categories (scripts/bench_train.py's classification), in the bars' order, with fixed colors
 CATEGORIES = ("matmul", "attention", "fused (triton)", "other", "optimizer", "memory")
 COLORS = dict(zip(CATEGORIES, ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#c44e52", "#937860")))
@@ -88,7 +93,7 @@ def plot(runs: List[dict], path: Path, ref: Optional[str] = None) -> bool:
     fig.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=len(seen), fontsize="small",
                frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return True
 

@@ -12,7 +12,7 @@ import torch
 from scripts import convert as cv
 from scripts import spectrum
 from tensor_forms import attention_tensors, tucker_tensor
-from tiny import TINY, make, rel_err, tokens
+from tiny import TINY, make, one_line_error, rel_err, tokens
 
 D, NH = TINY["n_embd"], TINY["n_head"]
 TUCKER_SEP = dict(attn="tucker", tucker_ranks=(3, 12, 10), tucker_ranks_post=(2, 10, 6))
@@ -388,12 +388,7 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
 
 
 def convert_error(argv, capsys) -> str:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        cv.main(argv)
-    err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
-    return err
+    return one_line_error(lambda: cv.main(argv), capsys)
 
 
 def test_convert_checks_every_option_before_converting(tmp_path, capsys):

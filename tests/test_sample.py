@@ -7,6 +7,7 @@ import torch
 import sample
 from checkpoint import make_checkpoint, save_checkpoint
 from model import GPT, GPTConfig
+from tiny import one_line_error
 
 
 @pytest.fixture
@@ -25,12 +26,7 @@ def sample_args(out_dir, gpt2_ranks_file, *extra):
 
 
 def sample_error(args, capsys) -> str:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        sample.main(args)
-    err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
-    return err
+    return one_line_error(lambda: sample.main(args), capsys)
 
 
 @pytest.mark.parametrize("arg,key", [

@@ -1,5 +1,7 @@
 """Helpers shared by the model tests: a tiny GPT with attention weights scaled up (so attention is far
-from uniform and every term of an equivalence matters numerically), token batches, relative error."""
+from uniform and every term of an equivalence matters numerically), token batches, relative error; and the
+command lines' error contract (one line `error: ...` on stderr, exit 2)."""
+import pytest
 import torch
 
 from model import GPT, GPTConfig
@@ -65,3 +67,14 @@ def traced_functions_by_backend(monkeypatch, kernels, build, x) -> dict:
     monkeypatch.setattr(kernels, "_interpret", lambda: True)
     monkeypatch.setattr(fused_loss, "_interpret", lambda: True)
     return {backend: traced_autograd_functions(build(backend), x) for backend in ("auto", "torch")}
+
+
+def one_line_error(call, capsys, code: int = 2) -> str:
+    """call() must exit `code` with one line `error: ...` on stderr (a command line's bad input); returns that line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        call()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == code, err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    return err
