@@ -28,6 +28,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import torch
 
@@ -167,6 +168,16 @@ def save_figure(fig, path, **kwargs) -> None:
     """fig.savefig(path) atomically: the temp name hides the extension, so the format is given from path's."""
     fmt = os.path.splitext(os.fspath(path))[1].lstrip(".") or None
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
+
+
+def figure_cli(tool: str, draw, path) -> int:
+    """A plotting script's last step: draw(path) (False without matplotlib), then where the figure went or why there
+    is none; the exit code."""
+    if not draw(path):
+        print(f"{tool}: matplotlib is not installed: no figure", file=sys.stderr)
+        return 1
+    print(f"{tool}: {path}")
+    return 0
 
 
 def read_json(path):

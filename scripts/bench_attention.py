@@ -18,7 +18,6 @@ SDPA's math backend (float32). A kernel that cannot take a shape is a row with i
 
 import argparse
 import contextlib
-import statistics
 import sys
 
 if __name__ == "__main__" and not __package__:
@@ -28,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from scripts.bench_decode_kernel import time_graph
 from scripts.bench_gelu import timed
 from scripts.bench_train import fmt, markdown_table, parse_shapes, run_info, write_report
 
@@ -58,32 +58,6 @@ def flop_ratios(dims, base):
     fwd = lambda qk, v: qk + v  # noqa: E731
     both = lambda qk, v: fwd(qk, v) + 3 * qk + 2 * v  # noqa: E731
     return fwd(*dims) / fwd(*base), both(*dims) / both(*base)
-
-
-def graph_timed(fn, calls: int, repeats: int) -> float:
-    """ms per call of fn on the GPU: `calls` calls captured in one CUDA graph (after warm-up calls on a side stream),
-    the median over `repeats` replays. No host time in it: a 64x256 forward is shorter than its Python launch."""
-    st = torch.cuda.Stream()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(st):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(st)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / calls)
-    return statistics.median(out)
 
 
 def main(argv=None):
@@ -144,7 +118,7 @@ def main(argv=None):
                         for key, f in (("fwd_ms", fwd), ("fwd_bwd_ms", fwd_bwd)):
                             if cuda and args.graphs:
                                 try:
-                                    row[key] = graph_timed(f, args.iters, args.repeats)
+                                    row[key] = time_graph(f, args.iters, args.repeats) / 1e3  # us -> ms
                                     continue
                                 except Exception as e:  # a kernel that cannot be captured: timed eagerly
                                     torch.cuda.synchronize()

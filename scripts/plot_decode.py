@@ -18,7 +18,7 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkpoint import save_figure  # noqa: E402
+from checkpoint import figure_cli, save_figure  # noqa: E402
 
 REF_VARIANT, REF_MODE = "mha", "graph_merged"  # the speed-ups' reference: MHA's default decode step
 
@@ -101,11 +101,7 @@ def main(argv=None) -> int:
         print(f"plot_decode: {args.json} has no measured case", file=sys.stderr)
         return 1
     out = args.out or args.json.with_suffix(".png")
-    if not plot(run, out):
-        print("plot_decode: matplotlib is not installed: no figure", file=sys.stderr)
-        return 1
-    print(f"plot_decode: {out}")
-    return 0
+    return figure_cli("plot_decode", lambda path: plot(run, path), out)
 
 
 if __name__ == "__main__":

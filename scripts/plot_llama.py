@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkpoint import save_figure  # noqa: E402
+from checkpoint import figure_cli, save_figure  # noqa: E402
 from scripts.paper_tables import TABLES  # noqa: E402
 
 REF = "gqa8"  # the paper's table gives its ratios against GQA-8
@@ -105,11 +105,7 @@ def main(argv=None) -> int:
               "(bench_train --suite llama1b, gqa8 among --variants)", file=sys.stderr)
         return 1
     out = args.out or args.json[0].with_suffix(".png")
-    if not plot(runs, out):
-        print("plot_llama: matplotlib is not installed: no figure", file=sys.stderr)
-        return 1
-    print(f"plot_llama: {out}")
-    return 0
+    return figure_cli("plot_llama", lambda path: plot(runs, path), out)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import List, Optional
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkpoint import save_figure  # noqa: E402
+from checkpoint import figure_cli, save_figure  # noqa: E402
 
 # bench_train's kernel categories (scripts/bench_train.py's classification), in the bars' order, with fixed colors
 CATEGORIES = ("matmul", "attention", "fused (triton)", "other", "optimizer", "memory")
@@ -110,11 +110,7 @@ def main(argv=None) -> int:
         print(f"plot_train: no profiled row in {', '.join(empty)} (bench_train --profile VARIANTS)", file=sys.stderr)
         return 1
     out = args.out or args.json[0].with_suffix(".png")
-    if not plot(runs, out, args.ref):
-        print("plot_train: matplotlib is not installed: no figure", file=sys.stderr)
-        return 1
-    print(f"plot_train: {out}")
-    return 0
+    return figure_cli("plot_train", lambda path: plot(runs, path, args.ref), out)
 
 
 if __name__ == "__main__":
