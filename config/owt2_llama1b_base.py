@@ -58,9 +58,9 @@ rope_theta = 500000.0
 # Memory. The paper enables "activation checkpointing with per-layer checkpointing" (GPT-NeoX, 4 H100s). Here it is
 # off (GPTConfig's default): micro-batch 8 fits one H200 without it (estimate above), and recomputing every layer's
 # forward in the backward costs time, the same kernels in every row: on one H200 Tucker [32,64,64] takes 0.911x GQA-8's
-# iteration with it and 0.924x without, and every row's ratio to GQA-8 with it is within 0.032 of the 4-GPU table without it
-# (results/bench/README.md, session 32). --activation_checkpointing=True follows the paper (graph_step=True cannot
-# capture it).
+# iteration with it and 0.924x without, and every row's ratio to GQA-8 with it is within 0.032 of the 4-GPU table
+# without it (results/bench/README.md, session 32). --activation_checkpointing=True follows the paper (graph_step=True
+# cannot capture it).
 activation_checkpointing = False
 
 # optimizer (paper: Adam beta1 0.9, beta2 0.95, eps 1e-8 (train.py: AdamW's default eps),
