@@ -29,7 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from scripts.bench_decode_kernel import time_graph
 from scripts.bench_gelu import timed
-from scripts.bench_train import fmt, markdown_table, parse_shapes, run_info, write_report
+from scripts.bench_train import fmt, markdown_table, parse_shapes, run_info, short_error, write_report
 
 BACKENDS = {"auto": None, "cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -65,7 +65,9 @@ def main(argv=None):
     p.add_argument("--shapes", default="12x1024,64x256", help="comma-separated BxT")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--dims", default="64/64,96/64", help="comma-separated qk/v head dims")
-    p.add_argument("--kernels", default=",".join(KERNELS), help=f"comma-separated, of {', '.join(KERNELS)}")
+    p.add_argument("--kernels", default=",".join(KERNELS),
+                   help=f"comma-separated, of {', '.join(KERNELS)} (sdpa_auto runs first: it is the base of the "
+                        "ratios, which are left blank without it)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
@@ -78,31 +80,43 @@ def main(argv=None):
     unknown = [k for k in kernels if k not in KERNELS]
     if unknown:
         raise SystemExit(f"--kernels: unknown {', '.join(unknown)}; allowed: {', '.join(KERNELS)}")
+    kernels.sort(key=lambda k: k != "sdpa_auto")  # the base row first (stable: the others keep their order)
     dims = []
     for item in args.dims.split(","):
         try:
             dqk, dv = (int(x) for x in item.split("/"))
         except ValueError:
             raise SystemExit(f"--dims: {item!r} is not QK/V (e.g. 96/64)")
+        if dqk < 1 or dv < 1:
+            raise SystemExit(f"--dims: {item!r}: head dims must be >= 1")
         dims.append((dqk, dv))
-    if args.device == "cuda" and not torch.cuda.is_available():
+    shapes = parse_shapes(args.shapes)
+    for name, value in (("--heads", args.heads), ("--iters", args.iters), ("--repeats", args.repeats),
+                        *((f"--shapes {b}x{t}", min(b, t)) for b, t in shapes)):
+        if value < 1:
+            raise SystemExit(f"{name} must be >= 1")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise SystemExit(f"--device {args.device!r} is not a device; e.g. cuda, cuda:1, cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("No CUDA device: run with --device cpu --shapes 2x64 for a smoke test")
-    device = torch.device(args.device)
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     info = run_info(args, device, argv, module="scripts.bench_attention")
     rows, table = [], []
-    for B, T in parse_shapes(args.shapes):
+    for B, T in shapes:
         base = {}
         for dqk, dv in dims:
             g = torch.Generator(device="cpu").manual_seed(0)
             q, k, v = (torch.randn(B, args.heads, T, d, generator=g).to(device, dtype)
                        for d in (dqk, dqk, dv))
-            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+            with sdpa_kernel([SDPBackend.MATH]):  # the reference: float32, the math backend
+                ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
             do = torch.randn(B, args.heads, T, dv, generator=g).to(device, dtype)
             for kernel in kernels:
                 row = dict(shape=f"{B}x{T}", dqk=dqk, dv=dv, kernel=kernel, fwd_ms=None, fwd_bwd_ms=None, err=None,
-                           error=None, graph_error=None)
+                           error=None, graph_errors={})
                 try:
                     fn, context = attention_fn(kernel, T, device)
                     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
@@ -122,10 +136,10 @@ def main(argv=None):
                                     continue
                                 except Exception as e:  # a kernel that cannot be captured: timed eagerly
                                     torch.cuda.synchronize()
-                                    row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                                    row["graph_errors"][key] = short_error(e)
                             row[key] = timed(f, args.iters, args.repeats, cuda)
                 except Exception as e:  # one kernel failing on a shape leaves the others
-                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e) else type(e).__name__
+                    row["error"] = short_error(e)
                 if kernel == "sdpa_auto" and (dqk, dv) == dims[0] and row["error"] is None:
                     base = row
                 for key in ("fwd_ms", "fwd_bwd_ms"):
@@ -136,7 +150,7 @@ def main(argv=None):
                               fmt(row["fwd_ms_vs_base"], ".3f"), f"{row['flops_fwd_vs_base']:.3f}",
                               fmt(row["fwd_bwd_ms"], ".4f"), fmt(row["fwd_bwd_ms_vs_base"], ".3f"),
                               f"{row['flops_fwd_bwd_vs_base']:.3f}", fmt(row["err"], ".1e"),
-                              row["error"] or (f"timed eagerly: {row['graph_error']}" if row["graph_error"] else "")])
+                              row["error"] or "; ".join(f"{key} timed eagerly: {e}" for key, e in row["graph_errors"].items())])
                 print(" ".join(str(c) for c in table[-1]), flush=True)
                 md = (f"# Causal attention alone ({args.heads} heads, {dtype}, {info.get('gpu') or args.device})\n\n"
                       f"`{info['command']}`\n\n"

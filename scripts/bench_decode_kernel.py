@@ -282,9 +282,13 @@ def time_graph(fn, steps: int = 20, reps: int = 7) -> float:
         fn()
     torch.cuda.current_stream().wait_stream(st)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(steps):
-            fn()
+    stream = torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(g):
+            for _ in range(steps):
+                fn()
+    finally:  # a capture that fails in its exit leaves the capture stream current: the caller goes on on its own
+        torch.cuda.set_stream(stream)
     g.replay()
     torch.cuda.synchronize()
     ts = []

@@ -10,7 +10,7 @@ Rows in the paper's order; a row a run did not measure (or that failed) has no b
 GQA-8 row has no ratios and is refused. Without matplotlib it writes nothing and says so.
 """
 import argparse
-import json
+import itertools
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkpoint import figure_cli, save_figure  # noqa: E402
+from checkpoint import figure_cli, read_json, save_figure  # noqa: E402
 from scripts.paper_tables import TABLES  # noqa: E402
 
 REF = "gqa8"  # the paper's table gives its ratios against GQA-8
@@ -32,27 +32,31 @@ def paper_ratios() -> Dict[str, float]:
 
 
 def run_ratios(run: dict) -> Optional[Dict[str, dict]]:
-    """Row id -> {time: iteration ms over GQA-8's, flops: FLOPs a token over GQA-8's} for the run's ok rows; None
-    without an ok GQA-8 row (nothing to take the ratios against)."""
-    ok = {r["variant"]: r for r in run.get("rows", []) if r.get("status") == "ok"}
+    """Row id -> {time: iteration ms over GQA-8's, flops: FLOPs a token over GQA-8's (None without the counts)} for
+    the run's ok rows; None without an ok GQA-8 row (nothing to take the ratios against)."""
+    ok = {r["variant"]: r for r in run.get("rows", []) if r.get("status") == "ok" and r.get("total_ms")}
     ref = ok.get(REF)
     if ref is None:
         return None
-    return {v: dict(time=r["total_ms"] / ref["total_ms"], flops=r["flops_per_token"] / ref["flops_per_token"])
-            for v, r in ok.items()}
+
+    def flops(r):  # None where a row (or GQA-8's) has no FLOP count
+        return r["flops_per_token"] / ref["flops_per_token"] if r.get("flops_per_token") and ref.get(
+            "flops_per_token") else None
+    return {v: dict(time=r["total_ms"] / ref["total_ms"], flops=flops(r)) for v, r in ok.items()}
 
 
-def run_name(run: dict) -> str:
-    """'ours, H200, activation checkpointing': what distinguishes one run's bars from another's."""
+def run_name(run: dict, source: str = "") -> str:
+    """'ours, H200, activation checkpointing (train_llama1b)': what distinguishes one run's bars from another's, the
+    file's name last (two runs of the same settings)."""
     a = run.get("args") or {}
     gpu = str(run.get("gpu", "?")).replace("NVIDIA ", "")
     how = ", activation checkpointing" if a.get("act_ckpt") else ""
     how += ", graph step" if a.get("graph_step") else ""
-    return f"ours, {gpu}{how}"
+    return f"ours, {gpu}{how}" + (f" ({source})" if source else "")
 
 
-def plot(runs: List[dict], path: Path) -> bool:
-    """The figure into path; False without matplotlib."""
+def plot(runs: List[dict], path: Path, sources: Optional[List[str]] = None) -> bool:
+    """The figure into path (sources: a name per run for its legend entry); False without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -62,11 +66,12 @@ def plot(runs: List[dict], path: Path) -> bool:
     paper = paper_ratios()
     labels = {r.id: r.label for r in TABLES["llama1b"].rows}
     ours = [run_ratios(run) for run in runs]
-    flops = next(o for o in ours if o)  # the FLOP count is the model's, the same in every run
+    flops = {v: x["flops"] for o in ours for v, x in o.items() if x["flops"]}  # the model's count: any run's
+    colors = itertools.cycle(("#4c72b0", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974"))
     series = [("paper (4 H100, GPT-NeoX)", paper, "#c44e52")]
-    series += [(run_name(run), {v: x["time"] for v, x in o.items()}, color)
-               for run, o, color in zip(runs, ours, ("#4c72b0", "#55a868", "#8172b3", "#937860"))]
-    series.append(("FLOPs (ours)", {v: x["flops"] for v, x in flops.items()}, "#bbbbbb"))
+    series += [(run_name(run, source), {v: x["time"] for v, x in o.items()}, color)
+               for run, o, source, color in zip(runs, ours, sources or [""] * len(runs), colors)]
+    series.append(("FLOPs (ours)", flops, "#bbbbbb"))
     ids = list(paper)
     height = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(9.5, 1.2 + 0.32 * len(ids) * len(series) / 2))
@@ -82,10 +87,10 @@ def plot(runs: List[dict], path: Path) -> bool:
     ax.set_xlabel("training iteration time over GQA-8's (< 1: faster than GQA-8)")
     ax.set_title("LLaMA-3 1B at N = 4096, the paper's tab:owt2_llama1b_timing: time x GQA-8", fontsize="small")
     ax.grid(True, axis="x", lw=0.3)
-    lo = min(min(values.values()) for _, values, _ in series)
-    hi = max(max(values.values()) for _, values, _ in series)
+    shown = [values[v] for _, values, _ in series for v in ids if v in values]  # rows of the paper's table only
+    lo, hi = min(shown), max(shown)
     ax.set_xlim(lo - 0.06, hi + 0.06)
-    ax.legend(fontsize="x-small", loc="lower right")
+    ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=2, frameon=False)  # below
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
@@ -97,7 +102,12 @@ def main(argv=None) -> int:
     p.add_argument("json", type=Path, nargs="+", help="bench_train --suite llama1b JSONs")
     p.add_argument("--out", type=Path, default=None, help="the PNG (default: beside the first JSON, .png)")
     args = p.parse_args(argv)
-    runs = [json.loads(path.read_text()) for path in args.json]
+    runs = [read_json(path) for path in args.json]
+    unread = [str(path) for path, run in zip(args.json, runs) if not isinstance(run, dict)]
+    if unread:
+        print(f"plot_llama: not a bench_train JSON (missing or not a JSON object): {', '.join(unread)}",
+              file=sys.stderr)
+        return 1
     bad = [str(path) for path, run in zip(args.json, runs)
            if (run.get("args") or {}).get("suite") != "llama1b" or run_ratios(run) is None]
     if bad:
@@ -105,7 +115,7 @@ def main(argv=None) -> int:
               "(bench_train --suite llama1b, gqa8 among --variants)", file=sys.stderr)
         return 1
     out = args.out or args.json[0].with_suffix(".png")
-    return figure_cli("plot_llama", lambda path: plot(runs, path), out)
+    return figure_cli("plot_llama", lambda path: plot(runs, path, [p.stem for p in args.json]), out)
 
 
 if __name__ == "__main__":
