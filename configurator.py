@@ -78,6 +78,16 @@ def format_config(cfg: dict) -> str:
     return "\n".join(f"{k:<{width}} = {v!r}" for k, v in cfg.items())
 
 
+def help_requested(argv: list[str], doc: str, defaults: dict) -> bool:
+    """`-h` / `--help` anywhere in argv: print the script's docstring and every key with its default, and say so
+    (the caller exits 0). Not an override: without this, `--help` would be 'bad override'."""
+    if not any(a in ("-h", "--help") for a in argv):
+        return False
+    print(doc.strip() + "\n\nKeys (config file `key = value` or `--key=value`) and their defaults:\n"
+          + format_config(defaults))
+    return True
+
+
 # -----------------------------------------------------------------------------
 # helpers
 

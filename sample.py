@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import torch
 
 from checkpoint import load_model
-from configurator import check_device, parse_config
+from configurator import check_device, help_requested, parse_config
 from model import check_compile_mode, check_decode
 from tokenizer import get_gpt2_encoding
 
@@ -158,4 +158,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    if help_requested(sys.argv[1:], __doc__, DEFAULTS):
+        sys.exit(0)
     main(sys.argv[1:])

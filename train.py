@@ -43,7 +43,7 @@ import torch
 
 from checkpoint import (CKPT_NAME, TRAINING_KEYS, git_commit, make_checkpoint, model_from_checkpoint,
                         read_checkpoint, remove_stale_temps, rng_state, save_checkpoint, saved_rng_state, write_json)
-from configurator import check_device, format_config, parse_config
+from configurator import check_device, format_config, help_requested, parse_config
 from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
 from master_adamw import check_supported as check_master_weights
@@ -809,4 +809,6 @@ def main(argv):
 if __name__ == "__main__":
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>` prints every thread's stack: where a hung job waits
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if help_requested(sys.argv[1:], __doc__, DEFAULTS):
+        sys.exit(0)
     main(sys.argv[1:])

@@ -393,7 +393,7 @@ def main(argv=None):
                    help="cached tokens (default 4096,16384; llama1b: 4096; --tiny: 16,32)")
     p.add_argument("--rope", action="store_true", help="RoPE instead of learned positions (MLA: decoupled)")
     p.add_argument("--modes", default=None,
-                   help="comma-separated of " + ", ".join(MODES) + " (default: all on cuda, forward,step on cpu)")
+                   help="comma-separated of " + ", ".join(MODES) + " (default: forward,step,graph_sdpa,graph on cuda, forward,step on cpu)")
     p.add_argument("--generate", type=int, default=0,
                    help="also time model.generate end to end (sample.py's loop) for this many new tokens at batch 1")
     p.add_argument("--generate_prompt", type=int, default=16, metavar="N",

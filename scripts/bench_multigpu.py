@@ -586,6 +586,9 @@ def main(argv=None):
     (out / f"{args.kind}.json").write_text(json.dumps(res, indent=1, default=str))
     (out / f"{args.kind}.md").write_text(md)
     print(md)
+    if args.kind == "scaling" and not any(r.get("finished") for r in res["rows"]):
+        sys.exit("error: no run finished: each one's train.py log is train.log in its folder under --out_dir "
+                 "(a missing dataset: give train.py --data_dir after --)")
     return res
 
 

@@ -309,8 +309,15 @@ def main(argv=None):
     unknown = [t for t in tasks if t not in task_manager.all_tasks]
     if unknown:
         ap.error(f"unknown task(s) {unknown}; see `lm_eval ls tasks` and {EVAL_TASKS_DIR}")
-    res = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=task_manager, limit=args.limit,
-                                  bootstrap_iters=args.bootstrap_iters, log_samples=False)
+    try:
+        res = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=task_manager, limit=args.limit,
+                                      bootstrap_iters=args.bootstrap_iters, log_samples=False)
+    except OSError as e:  # ConnectionError and the Hub's errors among them: a task's dataset is not to be had
+        first = next((line for line in str(e).splitlines() if line.strip()), "")
+        print(f"error: a task's dataset could not be loaded ({type(e).__name__}: {first[:200]}); without a network "
+              "the tasks' Hugging Face datasets must already be in the HF cache (HF_HOME / HF_DATASETS_CACHE)",
+              file=sys.stderr)
+        sys.exit(2)
     metrics = flatten_results(res["results"])
     row = paper_row(metrics, args.mc_metric)
     summary = {

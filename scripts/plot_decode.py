@@ -5,8 +5,9 @@ variant's faster step is.
     python -m scripts.plot_decode results/bench/session27/call4/decode_final.json --out results/bench/decode_final.png
 
 Panels: one per batch size (ms a step, log-log; solid: the one-launch step `graph_mega`, dashed: the default step
-`graph_merged`, or whatever modes the run has, the first mode dashed, a color a variant), then, at the largest batch, MHA's default step
-over each variant's fastest mode (x faster). Failed cases (bench_decode's `status` other than ok) are left out.
+`graph_merged`, or whatever modes the run has, the first mode dashed, a color a variant), then, at the largest batch,
+MHA's default step (`graph_merged`; in a run without it, MHA's `graph`, `graph_sdpa`, `step` or `forward`, the first
+measured) over each variant's fastest mode (x faster). Failed cases (bench_decode's `status` other than ok) are left out.
 Without matplotlib it writes nothing and says so.
 """
 import argparse
@@ -14,6 +15,7 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Optional
 
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -21,6 +23,18 @@ if __name__ == "__main__" and not __package__:  # run as a file: the repository'
 from checkpoint import figure_cli, save_figure  # noqa: E402
 
 REF_VARIANT, REF_MODE = "mha", "graph_merged"  # the speed-ups' reference: MHA's default decode step
+# where the run has no MHA row in REF_MODE (bench_decode's default modes end in graph), the first of these it has
+REF_FALLBACK = ("graph", "graph_sdpa", "step", "forward")
+
+
+def reference_mode(rows: list) -> Optional[str]:
+    """The mode of MHA's rows the speed-ups are taken against: REF_MODE, else the first of REF_FALLBACK the run
+    measured, else any; None without a measured MHA row."""
+    have = [r["mode"] for r in rows if r["status"] == "ok" and r["variant"] == REF_VARIANT]
+    for mode in (REF_MODE, *REF_FALLBACK):
+        if mode in have:
+            return mode
+    return have[0] if have else None
 
 
 def curves(rows: list, batch: int) -> dict:
@@ -73,11 +87,14 @@ def plot(run: dict, path: Path) -> bool:
         ax.set_title(f"batch {batch}")
         ax.grid(True, which="both", lw=0.3)
     ax = axes[-1]
-    for label, pts in speedups(rows, batches[-1]).items():
+    ref_mode = reference_mode(rows)
+    for label, pts in (speedups(rows, batches[-1], ref_mode=ref_mode) if ref_mode else {}).items():
         ax.plot(*zip(*pts), "-", marker="o", ms=3, lw=1.2, color=color[label], label=label)
+    if ref_mode is None:
+        ax.text(0.5, 0.5, f"no {REF_VARIANT.upper()} row to compare with", ha="center", transform=ax.transAxes)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("cached tokens a sequence")
-    ax.set_ylabel(f"x faster than {REF_VARIANT.upper()}'s {REF_MODE} step")
+    ax.set_ylabel(f"x faster than {REF_VARIANT.upper()}'s {ref_mode or REF_MODE} step")
     ax.set_title(f"batch {batches[-1]}: the fastest mode of each")
     ax.grid(True, which="both", lw=0.3)
     ax.legend(fontsize="x-small")  # the variants' colors, the same in every panel

@@ -115,6 +115,16 @@ def test_bad_batch_split_is_one_line_error(setup):
     assert "do not divide over 4 processes" in str(e.value.code)
 
 
+def test_scaling_where_no_run_finishes_fails(setup, tmp_path):
+    """A scaling sweep whose every run fails (here: no dataset) writes its table of NO rows, then exits non-zero."""
+    root, common, _ = setup
+    with pytest.raises(SystemExit) as e:
+        bm.main(["scaling", *common, "--nprocs", "1", "--iters", "2", "--out_dir", str(tmp_path / "none"), "--",
+                 f"--data_dir={tmp_path / 'no-data'}"])
+    assert "no run finished" in str(e.value.code)
+    assert "| tiny | ddp | 1 | NO |" in (tmp_path / "none" / "scaling.md").read_text()
+
+
 def test_llama_rows_beside_the_paper():
     """Rows whose configs are the paper's LLaMA-1B rows get the paper's ratios (its train-iteration,
     forward and backward times over GQA-8's and MHA's) beside ours, and each model's FLOP count; MHA's

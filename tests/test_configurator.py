@@ -1,7 +1,7 @@
 """configurator.parse_config: config files and --key=value overrides, type-checked."""
 import pytest
 
-from configurator import format_config, parse_config
+from configurator import format_config, help_requested, parse_config
 
 DEFAULTS = {
     "batch_size": 12,
@@ -138,3 +138,24 @@ def test_check_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             check_device("cuda:0")
+
+
+def test_help_prints_the_docstring_and_every_default(capsys):
+    """-h / --help anywhere: the script's docstring and each key with its default, no override error; otherwise
+    nothing printed (the arguments go on to parse_config)."""
+    defaults = {"batch_size": 12, "out_dir": "out"}
+    assert not help_requested(["--batch_size=4"], "Train it.", defaults) and capsys.readouterr().out == ""
+    for flag in ("--help", "-h"):
+        assert help_requested(["config.py", flag], "Train it.\n", defaults)
+        out = capsys.readouterr().out
+        assert out.startswith("Train it.\n\nKeys") and "batch_size = 12" in out and "out_dir    = 'out'" in out
+
+
+@pytest.mark.parametrize("script", ["train.py", "sample.py"])
+def test_scripts_answer_help(script):
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, script, "--help"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Keys (config file" in done.stdout and "out_dir" in done.stdout, done.stderr

@@ -121,6 +121,10 @@ def test_prepare_cli_errors(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(enwiki.ENV_VAR, str(tmp_path))  # a folder without the files
     assert enwiki.main(["--out_dir", str(tmp_path / "o")]) == 1
     assert "train.txt.xz" in capsys.readouterr().err
+    (tmp_path / "train.txt.xz").write_bytes(b"")  # --src naming a file, not its folder: not "no source given"
+    assert enwiki.main(["--src", str(tmp_path / "train.txt.xz"), "--out_dir", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "is not a folder: give the folder holding train.txt.xz" in err and "no source given" not in err
 
 
 def test_pack_unpack_roundtrip(tmp_path, tiny_data):

@@ -267,6 +267,24 @@ def test_end_to_end_simple_evaluate(ez, tmp_path, gpt2_ranks_file):
     assert written["model_config"]["attn"] == "tucker"
 
 
+def test_a_dataset_out_of_reach_is_one_line(ez, tmp_path, gpt2_ranks_file, monkeypatch, capsys):
+    """Offline, lm-eval's dataset download fails several frames deep (ConnectionError from the Hub): one line, exit 2."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    model = GPT(GPTConfig(**CONFIG))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(str(out_dir / "ckpt.pt"), make_checkpoint(model, optimizer, {}, best_val_loss=10.0))
+
+    def offline(**kwargs):
+        raise ConnectionError("Couldn't reach 'EleutherAI/cbt' on the Hub (LocalEntryNotFoundError)\nmore")
+    monkeypatch.setattr(ez.lm_eval, "simple_evaluate", offline)
+    with pytest.raises(SystemExit) as e:
+        ez.main(["--out_dir", str(out_dir), "--tasks", "cbt_cn", "--tokenizer", str(gpt2_ranks_file),
+                 "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "Couldn't reach 'EleutherAI/cbt'" in err and "HF cache" in err
+
+
 def test_results_owt_zeroshot_columns(tmp_path):
     from scripts import results
     runs, out = tmp_path / "runs", tmp_path / "out"

@@ -1,6 +1,7 @@
 """scripts/plot_decode: a bench_decode JSON as one figure. Properties: each curve holds the run's ok rows of its
 variant, mode and batch, by context; a speed-up is MHA's default step over the variant's fastest mode at the same
-context, only where MHA's was measured; failed cases are left out; the figure is written (matplotlib installed), and
+context, only where MHA's was measured, its default step or (a run without it) the first of its other modes measured;
+failed cases are left out; the figure is written (matplotlib installed), and
 a run without a measured case is refused."""
 import json
 
@@ -35,6 +36,15 @@ def test_speedups_are_mhas_default_step_over_the_fastest_mode():
     assert got["TUCKER"] == [(1024, 2.0 / 0.4), (4096, 8.0 / 0.5)]  # the faster mode; 16k has no reference
     assert got["MHA"] == [(1024, 1.0), (4096, 1.0)]  # its default step (8.0) beat its one launch (9.0)
     assert plot_decode.speedups(ROWS, 1) == {}  # no MHA row at batch 1: nothing to compare with
+
+
+def test_the_reference_mode_falls_back_to_what_the_run_measured():
+    assert plot_decode.reference_mode(ROWS) == "graph_merged"
+    defaults = [dict(r, mode={"graph_merged": "graph", "graph_mega": "graph_sdpa"}[r["mode"]]) for r in ROWS]
+    assert plot_decode.reference_mode(defaults) == "graph"  # bench_decode's default modes: no graph_merged
+    assert plot_decode.reference_mode([r for r in defaults if r["mode"] != "graph"]) == "graph_sdpa"
+    assert plot_decode.reference_mode([r for r in ROWS if r["variant"] != "mha"]) is None
+    assert plot_decode.speedups(defaults, 32, ref_mode="graph")["TUCKER"] == [(1024, 2.0 / 0.4), (4096, 8.0 / 0.5)]
 
 
 def test_the_figure_is_written_and_an_empty_run_refused(tmp_path, capsys):

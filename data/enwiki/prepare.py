@@ -187,7 +187,9 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
         raise PrepareError(NO_SOURCE)
     src_dir = Path(src).expanduser()
     if not src_dir.is_dir():
-        raise PrepareError(f"--src {src_dir} is not a folder ({NO_SOURCE})")
+        raise PrepareError(f"--src {src_dir} is not a folder: give the folder holding train.txt.xz and val.txt.xz "
+                           f"(the English Wikipedia subset shipped beside the checkout in ../shared/data/enwiki; "
+                           f"see data/enwiki/README.md)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sources = {s: find_source(src_dir, s) for s in SPLITS}
