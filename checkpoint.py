@@ -30,6 +30,8 @@ import os
 import subprocess
 import sys
 
+from typing import Optional
+
 import torch
 
 from model import GPT, GPTConfig
@@ -165,9 +167,25 @@ def write_text(path, text: str) -> None:
 
 
 def save_figure(fig, path, **kwargs) -> None:
-    """fig.savefig(path) atomically: the temp name hides the extension, so the format is given from path's."""
+    """fig.savefig(path) atomically (the temp name hides the extension, so the format is given from path's), then
+    the figure closed: every caller is done with it, and pyplot would otherwise keep it alive."""
+    import matplotlib.pyplot as plt  # only the plotting paths import matplotlib
     fmt = os.path.splitext(os.fspath(path))[1].lstrip(".") or None
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
+    finally:
+        plt.close(fig)
+
+
+def read_json_args(tool: str, paths, what: str = "JSON object") -> Optional[list]:
+    """A plotting script's JSON inputs (`what` they should be), each a JSON object; None after one line naming every
+    path that is missing or holds something else (the caller exits 1)."""
+    runs = [read_json(path) for path in paths]
+    bad = [str(path) for path, run in zip(paths, runs) if not isinstance(run, dict)]
+    if bad:
+        print(f"{tool}: not a {what} (missing, unreadable or not a JSON object): {', '.join(bad)}", file=sys.stderr)
+        return None
+    return runs
 
 
 def figure_cli(tool: str, draw, path) -> int:

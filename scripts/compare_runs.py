@@ -105,7 +105,6 @@ def plot(res: dict, path: Path, title: str) -> bool:
     bottom.set_xlabel("iteration")
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
-    plt.close(fig)
     return True
 
 

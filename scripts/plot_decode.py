@@ -11,7 +11,6 @@ measured) over each variant's fastest mode (x faster). Failed cases (bench_decod
 Without matplotlib it writes nothing and says so.
 """
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Optional
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkpoint import figure_cli, save_figure  # noqa: E402
+from checkpoint import figure_cli, read_json_args, save_figure  # noqa: E402
 
 REF_VARIANT, REF_MODE = "mha", "graph_merged"  # the speed-ups' reference: MHA's default decode step
 # where the run has no MHA row in REF_MODE (bench_decode's default modes end in graph), the first of these it has
@@ -104,7 +103,6 @@ def plot(run: dict, path: Path) -> bool:
     fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return True
 
 
@@ -113,7 +111,10 @@ def main(argv=None) -> int:
     p.add_argument("json", type=Path, help="a bench_decode JSON (its `rows`)")
     p.add_argument("--out", type=Path, default=None, help="the PNG (default: beside the JSON, .png)")
     args = p.parse_args(argv)
-    run = json.loads(args.json.read_text())
+    runs = read_json_args("plot_decode", [args.json], "bench_decode JSON")
+    if runs is None:
+        return 1
+    run = runs[0]
     if not any(r["status"] == "ok" for r in run.get("rows", [])):
         print(f"plot_decode: {args.json} has no measured case", file=sys.stderr)
         return 1

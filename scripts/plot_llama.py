@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkpoint import figure_cli, read_json, save_figure  # noqa: E402
+from checkpoint import figure_cli, read_json_args, save_figure  # noqa: E402
 from scripts.paper_tables import TABLES  # noqa: E402
 
 REF = "gqa8"  # the paper's table gives its ratios against GQA-8
@@ -93,7 +93,6 @@ def plot(runs: List[dict], path: Path, sources: Optional[List[str]] = None) -> b
     ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=2, frameon=False)  # below
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return True
 
 
@@ -102,11 +101,8 @@ def main(argv=None) -> int:
     p.add_argument("json", type=Path, nargs="+", help="bench_train --suite llama1b JSONs")
     p.add_argument("--out", type=Path, default=None, help="the PNG (default: beside the first JSON, .png)")
     args = p.parse_args(argv)
-    runs = [read_json(path) for path in args.json]
-    unread = [str(path) for path, run in zip(args.json, runs) if not isinstance(run, dict)]
-    if unread:
-        print(f"plot_llama: not a bench_train JSON (missing or not a JSON object): {', '.join(unread)}",
-              file=sys.stderr)
+    runs = read_json_args("plot_llama", args.json, "bench_train JSON")
+    if runs is None:
         return 1
     bad = [str(path) for path, run in zip(args.json, runs)
            if (run.get("args") or {}).get("suite") != "llama1b" or run_ratios(run) is None]

@@ -13,7 +13,6 @@ out. A profile measured at another GPU clock than the timed loop can sum to more
 Without matplotlib it writes nothing and says so.
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -21,7 +20,7 @@ from typing import List, Optional
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkpoint import figure_cli, save_figure  # noqa: E402
+from checkpoint import figure_cli, read_json_args, save_figure  # noqa: E402
 
 # bench_train's kernel categories (scripts/bench_train.py's classification), in the bars' order, with fixed colors
 CATEGORIES = ("matmul", "attention", "fused (triton)", "other", "optimizer", "memory")
@@ -94,7 +93,6 @@ def plot(runs: List[dict], path: Path, ref: Optional[str] = None) -> bool:
                frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return True
 
 
@@ -104,7 +102,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None, help="the PNG (default: beside the first JSON, .png)")
     p.add_argument("--ref", default=None, help="the variant id the ratios are taken against (default: each run's first)")
     args = p.parse_args(argv)
-    runs = [json.loads(path.read_text()) for path in args.json]
+    runs = read_json_args("plot_train", args.json, "bench_train JSON")
+    if runs is None:
+        return 1
     empty = [str(path) for path, run in zip(args.json, runs) if not bars(run, args.ref)]
     if empty:
         print(f"plot_train: no profiled row in {', '.join(empty)} (bench_train --profile VARIANTS)", file=sys.stderr)

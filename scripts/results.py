@@ -334,7 +334,6 @@ def plot_pareto(table_name, recs, xkey, xlabel, path, ykey="val_loss", paper_yke
     fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=5, frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     save_figure(fig, path, dpi=120)
-    plt.close(fig)
 
 
 # -----------------------------------------------------------------------------
@@ -507,7 +506,6 @@ def plot_curves(recs, logs, path):
             ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
-    plt.close(fig)
 
 
 def enwiki_claims(recs, logs, sigma, n_pooled) -> str:

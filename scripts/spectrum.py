@@ -95,7 +95,6 @@ def plot(results: List[dict], out_dir: str, title: str = "") -> List[str]:
         fig.tight_layout()
         path = os.path.join(out_dir, f"spectrum_{name}.png")
         save_figure(fig, path, dpi=120)
-        plt.close(fig)
         paths.append(path)
     return paths
 

@@ -57,3 +57,26 @@ def test_the_figure_is_written_and_an_empty_run_refused(tmp_path, capsys):
     src.write_text(json.dumps(dict(rows=[row("mha", "graph_merged", 1, 1024, 1.0, status="failed")])))
     assert plot_decode.main([str(src), "--out", str(tmp_path / "none.png")]) == 1
     assert "no measured case" in capsys.readouterr().err and not (tmp_path / "none.png").exists()
+
+
+def test_a_missing_or_non_object_json_is_one_line(tmp_path, capsys):
+    """plot_decode and plot_train read their inputs through checkpoint.read_json_args: a missing file, or JSON that is
+    not an object, is one line naming it and exit 1 (it was a traceback)."""
+    from scripts import plot_train
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    missing = tmp_path / "missing.json"
+    assert plot_decode.main([str(missing)]) == 1
+    assert "plot_decode: not a bench_decode JSON" in capsys.readouterr().err
+    assert plot_train.main([str(listed), str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(listed) in err and str(missing) in err
+
+
+def test_save_figure_writes_and_closes_the_figure(tmp_path):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from checkpoint import save_figure
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    save_figure(fig, tmp_path / "f.png", dpi=50)
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG" and fig.number not in plt.get_fignums()
