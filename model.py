@@ -1507,12 +1507,19 @@ def activation_dtype(weight: torch.Tensor) -> torch.dtype:
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
-                generator: Optional[torch.Generator] = None, vocab_limit: Optional[int] = None) -> torch.Tensor:
+                generator: Optional[torch.Generator] = None, vocab_limit: Optional[int] = None,
+                finite: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The next token (B,) from logits (B, vocab): argmax at temperature 0, else a draw from the
     softmax of logits / temperature over the top_k most likely tokens. vocab_limit: only ids below it
     (a tokenizer's size under the model's padded vocab_size: GPT-2's 50,257 of 50,304, whose padding
-    ids decode to nothing). No host synchronization (no boolean indexing), so a CUDA decode loop never
-    waits on the CPU."""
+    ids decode to nothing).
+
+    No host synchronization, so a CUDA decode loop never waits on the CPU: the draw is
+    torch.multinomial's own for one sample (argmax of probs / q, q ~ Exp(1) from `generator`), the same
+    token and the same generator state (tested), without the two validity checks multinomial reads back
+    to the host each call (on an H200 they serialized sample.py's loop: 0.5 ms a token, session 33).
+    Those checks become `finite`: a bool scalar on the logits' device, and-ed in place with "every
+    probability is finite", for the caller to read once at the end (GPT.generate does)."""
     if vocab_limit is not None:
         logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
     logits = logits.float()
@@ -1522,8 +1529,11 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
         logits = torch.where(logits < kth, float("-inf"), logits)
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator).view(-1)
+    probs = F.softmax(logits, dim=-1)  # (B, V); NaN everywhere in a row with a NaN or +inf logit
+    if finite is not None:
+        finite &= torch.isfinite(probs).all()
+    q = torch.empty_like(probs).exponential_(1, generator=generator)  # (B, V)
+    return (probs / q).argmax(dim=-1)
 
 
 class StaticDecoder:
@@ -1764,6 +1774,7 @@ class GPT(nn.Module):
         out = torch.empty(idx.size(0), idx.size(1) + max_new_tokens, dtype=idx.dtype, device=idx.device)
         out[:, :idx.size(1)] = idx
         n = idx.size(1)
+        finite = torch.ones((), dtype=torch.bool, device=idx.device) if temperature != 0 else None
         for _ in range(max_new_tokens):
             if decoder is None:
                 logits = self(out[:, max(0, n - self.config.block_size):n], last_only=True)[0][:, -1, :]
@@ -1772,8 +1783,11 @@ class GPT(nn.Module):
                 logits = decoder.prefill(out[:, max(0, n - keep):n])
             else:
                 logits = decoder.step(out[:, n - 1:n])
-            out[:, n] = sample_next(logits, temperature, top_k, generator, vocab_limit)
+            out[:, n] = sample_next(logits, temperature, top_k, generator, vocab_limit, finite)
             n += 1
+        if finite is not None and not finite.item():  # read once, after the loop (multinomial read it every token)
+            raise RuntimeError("generate: the model's next-token probabilities contained inf or nan at some step "
+                               "(non-finite logits), so the sampled tokens are meaningless")
         if decoder is not None and decoder.mega is not None:
             decoder.mega.check()  # a grid barrier that gave up would have left garbage: say so
         return out

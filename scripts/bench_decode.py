@@ -328,31 +328,35 @@ GENERATE_MODES = {  # --generate_modes: name -> GPT.generate's (decode, compile,
 
 @torch.no_grad()
 def bench_generate(model, args, device: torch.device) -> list:
-    """What sample.py does, end to end: model.generate at batch 1 from a --generate_prompt-token prompt, greedy
-    (temperature 0), max_new_tokens = --generate, once per --generate_modes entry (decode mode and
-    torch.compile of the step, as sample.py's --decode and --compile). Tokens/s counts new tokens over
-    the wall time of the whole call (prefill, capture and sampling included; the one-time compile and
-    capture happen in a warm-up call before); the greedy tokens of every mode must equal the first
-    mode's (same_tokens_as_first; earlier JSON files, whose first mode was always eager, call it
+    """What sample.py does, end to end: model.generate at batch 1 from a --generate_prompt-token prompt,
+    greedy (--temperature 0, the default) or sampled (sample.py's own defaults: --temperature 0.8 --top_k 200),
+    max_new_tokens = --generate, once per --generate_modes entry (decode mode and torch.compile of the step,
+    as sample.py's --decode and --compile). Tokens/s counts new tokens over the wall time of the whole call
+    (prefill, capture and sampling included; the one-time compile and capture happen in a warm-up call
+    before); the tokens of every mode (sampled: from the same seeded generator) must equal the first mode's
+    (same_tokens_as_first; earlier JSON files, whose first mode was always eager, call it
     same_tokens_as_eager)."""
     gen = torch.Generator(device=device).manual_seed(args.seed)
     prompt = torch.randint(model.config.vocab_size, (1, args.generate_prompt), device=device, generator=gen)
     rows, reference = [], None
     for mode in args.generate_modes:
         decode, compile, compile_mode = GENERATE_MODES[mode]
-        kw = dict(temperature=0, decode=decode, compile=compile, compile_mode=compile_mode)
-        model.generate(prompt, 8, **kw)  # warm-up: compile, capture
+        kw = dict(temperature=args.temperature, top_k=args.top_k or None, decode=decode, compile=compile,
+                  compile_mode=compile_mode)
+        model.generate(prompt, 8, generator=gen, **kw)  # warm-up: compile, capture
         for _ in range(2):  # the second call is the one reported (the first may still warm caches)
+            gen.manual_seed(args.seed + 1)  # every mode draws from the same stream
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = model.generate(prompt, args.generate, **kw)
+            out = model.generate(prompt, args.generate, generator=gen, **kw)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
         reference = out if reference is None else reference
         rows.append(dict(generate_mode=mode, prompt_tokens=args.generate_prompt, new_tokens=args.generate, seconds=seconds,
-                         tokens_per_s=args.generate / seconds, same_tokens_as_first=bool(torch.equal(out, reference))))
+                         tokens_per_s=args.generate / seconds, same_tokens_as_first=bool(torch.equal(out, reference)),
+                         temperature=args.temperature, top_k=args.top_k))
         if args.generate_profile:
             rows[-1]["profile"] = profile_generate(model, prompt, kw, args.generate_profile, device)
     return rows
@@ -403,6 +407,10 @@ def main(argv=None):
     p.add_argument("--generate_modes", default=None,
                    help="comma-separated of " + ", ".join(GENERATE_MODES) + " (default eager,graph on cuda, eager on cpu; "
                         "*_compiled: the step torch.compiled, sample.py --compile=True)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="with --generate: 0 = greedy (the default); sample.py's default is 0.8 (with --top_k 200)")
+    p.add_argument("--top_k", type=int, default=200,
+                   help="with --generate and --temperature > 0: sample from the top_k most likely tokens (0 = all)")
     p.add_argument("--generate_profile", type=int, default=0, metavar="N",
                    help="with --generate: also profile one generate call of N tokens per mode (kernels per token, "
                         "kernel time per token, how busy the GPU is)")
@@ -437,6 +445,8 @@ def main(argv=None):
             raise SystemExit(f"unknown --generate_modes entry {m!r}: allowed {', '.join(GENERATE_MODES)}")
         if GENERATE_MODES[m][0] in ("graph", "mega") and device.type != "cuda":
             raise SystemExit(f"--generate_modes {m!r} captures a CUDA graph: it needs --device=cuda")
+    if args.temperature < 0 or args.top_k < 0:
+        raise SystemExit(f"--temperature {args.temperature} and --top_k {args.top_k} must be >= 0 (0: greedy / every token)")
     llama = args.suite == "llama1b"
     args.iters = args.iters or (3 if args.tiny else 100)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 10)
@@ -518,7 +528,8 @@ def main(argv=None):
         add_ratios(rows, ["latency_ms", "tokens_per_s"], ["mode", "batch_size", "context"])  # vs MHA
         markdown = render(rows, info)
         if generated:
-            markdown += (f"\n\n## model.generate end to end (batch 1, greedy, {args.generate_prompt}-token prompt)\n\n"
+            how = "greedy" if args.temperature == 0 else f"sampled at temperature {args.temperature:g}, top_k {args.top_k or 'all'}"
+            markdown += (f"\n\n## model.generate end to end (batch 1, {how}, {args.generate_prompt}-token prompt)\n\n"
                          + markdown_table(
                 ["variant", "mode", "new tokens", "s", "tokens/s", f"same tokens as {args.generate_modes[0]}",
                  "kernels / token", "kernel ms / token", "busy %"],

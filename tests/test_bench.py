@@ -189,6 +189,29 @@ def test_generate_end_to_end_modes(tmp_path, monkeypatch):
                            "--out_dir", str(tmp_path)])
 
 
+def test_generate_sampled_as_sample_py(tmp_path, monkeypatch):
+    """--temperature / --top_k: generate samples as sample.py does by default, every mode from the same seeded
+    stream (eager and its compiled step draw the same tokens); the report says how it sampled."""
+    from model import GPT
+    seen = []
+    real = GPT.generate
+
+    def spy(self, *args, **kwargs):
+        seen.append((kwargs["temperature"], kwargs["top_k"], kwargs["generator"] is not None))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "generate", spy)
+    bench_decode.main(["--device=cpu", "--tiny", "--variants", "tucker_8_64_64", "--modes", "forward", "--batches", "1",
+                       "--contexts", "8", "--iters", "1", "--generate", "5", "--generate_modes", "eager,eager_compiled",
+                       "--temperature", "0.8", "--out_dir", str(tmp_path)])
+    assert seen == [(0.8, 200, True)] * 6
+    out = json.loads((tmp_path / "bench_decode.json").read_text())
+    assert [(g["temperature"], g["top_k"], g["same_tokens_as_first"]) for g in out["generate"]] == [(0.8, 200, True)] * 2
+    assert "batch 1, sampled at temperature 0.8, top_k 200, 16-token prompt" in (tmp_path / "bench_decode.md").read_text()
+    with pytest.raises(SystemExit, match="must be >= 0"):
+        bench_decode.main(["--device=cpu", "--tiny", "--generate", "4", "--temperature", "-1", "--out_dir", str(tmp_path)])
+
+
 def test_generate_prompt_sets_the_prompt_length(tmp_path, monkeypatch):
     """--generate_prompt N: generate starts from N prompt tokens (the report's heading and rows say so)."""
     from model import GPT

@@ -12,6 +12,7 @@ Triton's interpreter (tests/interpreted.py), on a GPU as compiled, at a batch on
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from interpreted import needs_child
 from model import GPT, GPTConfig, GroupedQueryAttention, StaticDecoder, TuckerAttention, sample_next
@@ -110,6 +111,56 @@ def test_sample_next_top_k_and_greedy():
     g = torch.Generator().manual_seed(0)
     draws = torch.stack([sample_next(logits, 2.0, 2, g) for _ in range(300)])
     assert set(draws[:, 0].tolist()) == {1, 3} and set(draws[:, 1].tolist()) == {0, 4}
+
+
+@pytest.mark.parametrize("shape,top_k,vocab_limit", [((1, 50304), 200, 50257), ((3, 1000), None, None),
+                                                      ((2, 7), 3, None), ((4, 64), 64, 60)])
+def test_sample_next_draws_what_multinomial_draws(shape, top_k, vocab_limit):
+    """The sync-free draw is torch.multinomial's for one sample: from the same generator state, the same
+    tokens and the same state after, so seeded samples are unchanged by dropping multinomial's host checks."""
+    for seed in range(20):
+        logits = torch.randn(shape, generator=torch.Generator().manual_seed(100 + seed)) * 3
+        g_ours, g_ref = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        ours = sample_next(logits, 0.8, top_k, g_ours, vocab_limit)
+        ref_logits = logits[:, :vocab_limit] if vocab_limit else logits
+        ref_logits = ref_logits.float() / 0.8
+        if top_k is not None:
+            kth = torch.topk(ref_logits, min(top_k, ref_logits.size(-1)), dim=-1).values[:, -1:]
+            ref_logits = ref_logits.masked_fill(ref_logits < kth, float("-inf"))
+        ref = torch.multinomial(F.softmax(ref_logits, dim=-1), 1, generator=g_ref).view(-1)
+        assert torch.equal(ours, ref), seed
+        assert torch.equal(g_ours.get_state(), g_ref.get_state())
+
+
+def test_sample_next_flags_non_finite_and_generate_raises():
+    logits = torch.tensor([[0.0, 1.0, 2.0], [0.0, float("nan"), 1.0]])
+    finite = torch.ones((), dtype=torch.bool)
+    sample_next(logits[:1], 1.0, None, finite=finite)
+    assert finite.item()
+    sample_next(logits, 1.0, None, finite=finite)
+    assert not finite.item()
+    model = build("tucker", "learned", None)
+    with torch.no_grad():
+        model.lm_head.weight[3, 0] = float("nan")  # tied to wte: the logits go non-finite from the first step
+    idx = torch.zeros(1, 2, dtype=torch.long)
+    with pytest.raises(RuntimeError, match="inf or nan"):
+        model.generate(idx, 3, temperature=0.8, decode="eager")
+    assert model.generate(idx, 3, temperature=0, decode="eager").shape == (1, 5)  # greedy: argmax, as before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_sample_next_never_synchronizes_on_cuda():
+    logits = torch.randn(2, 50304, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    finite = torch.ones((), dtype=torch.bool, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for temperature, top_k in ((0.8, 200), (1.0, None), (0, None)):
+            sample_next(logits, temperature, top_k, g, 50257, finite)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert finite.item()
 
 
 def test_decode_mode_is_validated():
