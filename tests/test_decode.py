@@ -191,6 +191,33 @@ def test_cuda_graph_replays_the_eager_step(variant):
     assert torch.equal(eager, graph)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("variant", ["mha", "tucker"])
+def test_cuda_graph_sampling_draws_the_eager_tokens(variant):
+    """Sampled decoding with the draw replayed from its own graph (StaticDecoder.sample_graph) gives the eager
+    loop's tokens from the same seed, past block_size's refills too, and leaves the generator where eager
+    sampling leaves it; with the default generator (none given) the same after torch.cuda.manual_seed."""
+    model = build(variant, "rope", None, block_size=64).float().cuda()
+    idx = torch.randint(0, 50, (2, 5), device="cuda")
+    for top_k in (None, 7):
+        runs = {}
+        for decode in ("eager", "graph", "graph"):  # the second graph run replays the captured sampler
+            g = torch.Generator(device="cuda").manual_seed(11)
+            out = model.generate(idx, 90, temperature=0.9, top_k=top_k, decode=decode, generator=g)
+            runs.setdefault(decode, []).append((out, g.get_state()))
+        for out, state in runs["graph"]:
+            assert torch.equal(out, runs["eager"][0][0]) and torch.equal(state, runs["eager"][0][1])
+        outs = []
+        for decode in ("eager", "graph"):
+            torch.cuda.manual_seed(5)
+            outs.append(model.generate(idx, 30, temperature=0.9, top_k=top_k, decode=decode))
+        assert torch.equal(outs[0], outs[1])
+    with torch.no_grad():
+        model.lm_head.weight[3, 0] = float("nan")
+    with pytest.raises(RuntimeError, match="inf or nan"):
+        model.generate(torch.full((1, 2), 3, device="cuda"), 5, temperature=0.9, decode="graph")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton decode kernel needs a GPU")
 @pytest.mark.parametrize("batch", [3, 6])  # decode_linear's kernel (<= MAX_ROWS rows), cuBLAS + add_norm above
 @pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
