@@ -113,23 +113,37 @@ def test_sample_next_top_k_and_greedy():
     assert set(draws[:, 0].tolist()) == {1, 3} and set(draws[:, 1].tolist()) == {0, 4}
 
 
-@pytest.mark.parametrize("shape,top_k,vocab_limit", [((1, 50304), 200, 50257), ((3, 1000), None, None),
-                                                      ((2, 7), 3, None), ((4, 64), 64, 60)])
-def test_sample_next_draws_what_multinomial_draws(shape, top_k, vocab_limit):
-    """The sync-free draw is torch.multinomial's for one sample: from the same generator state, the same
-    tokens and the same state after, so seeded samples are unchanged by dropping multinomial's host checks."""
-    for seed in range(20):
-        logits = torch.randn(shape, generator=torch.Generator().manual_seed(100 + seed)) * 3
-        g_ours, g_ref = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-        ours = sample_next(logits, 0.8, top_k, g_ours, vocab_limit)
-        ref_logits = logits[:, :vocab_limit] if vocab_limit else logits
-        ref_logits = ref_logits.float() / 0.8
-        if top_k is not None:
-            kth = torch.topk(ref_logits, min(top_k, ref_logits.size(-1)), dim=-1).values[:, -1:]
-            ref_logits = ref_logits.masked_fill(ref_logits < kth, float("-inf"))
-        ref = torch.multinomial(F.softmax(ref_logits, dim=-1), 1, generator=g_ref).view(-1)
-        assert torch.equal(ours, ref), seed
-        assert torch.equal(g_ours.get_state(), g_ref.get_state())
+@pytest.mark.parametrize("temperature,top_k,vocab_limit", [(0.8, 3, None), (1.0, None, None), (0.5, 2, 5), (2.0, 10, None)])
+def test_sample_next_draws_from_the_top_k_softmax(temperature, top_k, vocab_limit):
+    """200,000 draws (rows of one call, a fixed seed) follow softmax(logits / temperature) over the top_k
+    tokens below vocab_limit: each frequency within 5 standard errors, nothing outside that set."""
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0, 0.7, 5.0])
+    n = 200_000
+    token = sample_next(logits.expand(n, -1).contiguous(), temperature, top_k, torch.Generator().manual_seed(1),
+                        vocab_limit)
+    kept = logits[:vocab_limit] if vocab_limit else logits
+    allowed = torch.ones_like(kept, dtype=torch.bool)
+    if top_k is not None and top_k < kept.numel():
+        allowed = kept >= torch.topk(kept, top_k).values[-1]
+    ref = F.softmax(torch.where(allowed, kept / temperature, float("-inf")), dim=-1).double()
+    freq = torch.bincount(token, minlength=logits.numel()).double() / n
+    assert (freq[kept.numel():] == 0).all() and (freq[:kept.numel()][~allowed] == 0).all()
+    assert ((freq[:kept.numel()] - ref).abs() <= 5 * (ref * (1 - ref) / n).sqrt() + 1e-12).all()
+
+
+@pytest.mark.parametrize("temperature", [0.8, 1e-3, 7.0])
+def test_sample_next_top_k_set_from_the_raw_logits(temperature):
+    """The top_k set is taken on the logits in their own dtype (bf16 here, ties included): float(x) / temperature
+    is increasing, so it is the set the float32 scores / temperature would give. Checked through draws: at a
+    huge temperature every kept token turns up, and exactly those."""
+    g = torch.Generator().manual_seed(2)
+    logits = (torch.randn(4, 300, generator=g) * 2).round().to(torch.bfloat16)  # many ties
+    k = 40
+    lf = logits.float() / temperature
+    ref_allowed = lf >= torch.topk(lf, k, dim=-1).values[:, -1:]
+    draws = sample_next(logits.repeat_interleave(3000, dim=0), 1e6 * temperature, k, g).view(4, 3000)
+    seen = torch.zeros(4, 300, dtype=torch.bool).scatter_(1, draws, True)
+    assert torch.equal(seen, ref_allowed)
 
 
 def test_sample_next_flags_non_finite_and_generate_raises():
