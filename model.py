@@ -1656,6 +1656,8 @@ class StaticDecoder:
             # no warm-up run: it would draw from the generator (the ops need no lazy init that a capture forbids)
             with torch.cuda.graph(graph):
                 token = sample_next(self.logits, temperature, top_k, generator, vocab_limit, self.finite)
+            if len(self.samplers) >= 8:  # a caller with a new generator every call: keep the 8 newest graphs
+                self.samplers.pop(next(iter(self.samplers)))
             self.samplers[key] = (graph, token)
         graph, token = self.samplers[key]
         graph.replay()

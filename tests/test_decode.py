@@ -226,6 +226,9 @@ def test_cuda_graph_sampling_draws_the_eager_tokens(variant):
             torch.cuda.manual_seed(5)
             outs.append(model.generate(idx, 30, temperature=0.9, top_k=top_k, decode=decode))
         assert torch.equal(outs[0], outs[1])
+    for seed in range(10):  # a new generator every call: the decoder keeps its 8 newest sampler graphs
+        model.generate(idx, 3, temperature=0.9, decode="graph", generator=torch.Generator(device="cuda").manual_seed(seed))
+    assert 1 <= len(model.static_decoder(2, idx.device, use_graph=True).samplers) <= 8
     with torch.no_grad():
         model.lm_head.weight[3, 0] = float("nan")
     with pytest.raises(RuntimeError, match="inf or nan"):
