@@ -1514,25 +1514,33 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     (a tokenizer's size under the model's padded vocab_size: GPT-2's 50,257 of 50,304, whose padding
     ids decode to nothing).
 
-    The draw is the Gumbel-max form of torch.multinomial's one-sample draw: argmax of logits / temperature
-    - log(q), q ~ Exp(1) from `generator` (multinomial takes the argmax of probs / q: the same distribution,
-    without normalizing). No host synchronization, so a CUDA decode loop never waits on the CPU: multinomial
-    read two validity checks back to the host every call; here `finite`, a bool scalar on the logits'
-    device, is and-ed in place with "the winning score is finite" (false for a row with a nan or +inf
-    logit, or nothing left to draw), for the caller to read once at the end (GPT.generate does). On an
-    H200 at batch 1 with GPT-2's vocabulary this takes 127 -> ~65 us of GPU time a token (session 33): the
-    top_k threshold from an unsorted top-k of the logits in their own dtype (float(x) / temperature is
-    increasing, so the same tokens pass), no softmax."""
+    The draw is the Gumbel-max form of torch.multinomial's one-sample draw: argmax of (logits - max) /
+    temperature - log(q), q ~ Exp(1) from `generator` (multinomial takes the argmax of probs / q: the same
+    distribution, without normalizing; the row's max taken off first, so that at a tiny temperature the
+    scores stay finite and the noise is not rounded away). No host synchronization, so a CUDA decode loop
+    never waits on the CPU: multinomial read two validity checks back to the host every call; here
+    `finite`, a bool scalar on the logits' device, is and-ed in place with "the winning score is finite"
+    (false for a row with a nan or +inf logit, or nothing left to draw), for the caller to read once at the
+    end (GPT.generate does). The top_k threshold comes from an unsorted top-k of the logits in their own
+    dtype: for bf16 logits the set float(x) / temperature would give (division keeps distinct bf16 values
+    apart); for fp32 logits that the division rounds together, ties at the k-th value can differ. On an H200
+    at batch 1 with GPT-2's vocabulary the draw took 127 us of GPU time a token with softmax, a sorted fp32
+    top-k and multinomial, 67 us in this form (session 33)."""
     if vocab_limit is not None:
         logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
     if temperature == 0:
         return logits.argmax(dim=-1)  # bf16 or fp32 as they come: the float conversion is exact
     masked = None
     if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)  # (B, 1)
-        masked = logits < kth  # (B, V): outside the top_k (ties at the k-th value stay in)
+        top = torch.topk(logits, top_k, dim=-1, sorted=False).values  # (B, top_k)
+        masked = logits < top.amin(dim=-1, keepdim=True)  # (B, V): outside the top_k (ties at the k-th value stay in)
+        row_max = top.amax(dim=-1, keepdim=True)  # (B, 1)
+    else:
+        row_max = logits.amax(dim=-1, keepdim=True)  # (B, 1)
     q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
-    scores = logits.float() / temperature - q.log_()  # (B, V): log-probability + Gumbel noise, up to a constant
+    # (B, V): log-probability + Gumbel noise, up to a constant; a nan or +inf logit makes the row's max nan / +inf,
+    # so the whole row nan; an all -inf row is nan too
+    scores = (logits.float() - row_max.float()) / temperature - q.log_()
     if masked is not None:
         scores.masked_fill_(masked, float("-inf"))
     best, token = scores.max(dim=-1)  # (B,), (B,)
@@ -1634,24 +1642,26 @@ class StaticDecoder:
 
     def sample_graph(self, temperature: float, top_k: Optional[int], generator: Optional[torch.Generator],
                      vocab_limit: Optional[int]) -> torch.Tensor:
-        """sample_next over the last replayed step's logits, as a captured CUDA graph of its own: one launch
-        instead of its ~10 eager ops, whose host time (not the GPU's) set the pace of a sampled decode loop
-        (at batch 1 on an H200 a sampled token cost 0.14 ms more than a greedy one, session 33). Captured
-        once per (temperature, top_k, vocab_limit, generator); the draws come from `generator` (or the
-        default CUDA generator) as eager sample_next's would, the graph advancing its state by the same
-        amount each replay. Returns the static (B,) token tensor (copy it before the next replay), or None
-        where a torch without CUDAGraph.register_generator_state cannot draw from a given generator in a graph
-        (then sample eagerly)."""
+        """sample_next over the last replayed step's logits (call it right after step()), as a captured CUDA
+        graph of its own: one launch instead of the draw's ~10 eager ops. On an H200 this did not change the
+        sampled rate (session 33: the draw's GPU time, not the host's, was the cost); it keeps the host free
+        where a step is shorter than those ops' host time (small models). Captured once per (temperature,
+        top_k, vocab_limit, generator), each capture with its own memory pool (its scores, noise and their
+        intermediates: about 1 MB a sequence at GPT-2's vocabulary), the 8 newest kept; the draws come from `generator` (or the
+        default CUDA generator) as eager sample_next's would, the graph advancing its state by the same amount
+        each replay (a CUDA test checks tokens and state). Returns the static (B,) token tensor (copy it before
+        the next replay), or None where a torch without CUDAGraph.register_generator_state cannot draw from a
+        given generator in a graph (then sample eagerly)."""
         if temperature == 0:
             top_k, generator = None, None  # argmax: no draw
         key = (temperature, top_k, vocab_limit, generator)
         if key not in self.samplers:
             if self.graph is None:
                 raise RuntimeError("StaticDecoder.sample_graph before a captured step")
+            if generator is not None and not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
+                return None
             graph = torch.cuda.CUDAGraph()
             if generator is not None:
-                if not hasattr(graph, "register_generator_state"):
-                    return None
                 graph.register_generator_state(generator)  # replays draw from (and advance) this generator
             # no warm-up run: it would draw from the generator (the ops need no lazy init that a capture forbids)
             with torch.cuda.graph(graph):
@@ -1799,7 +1809,9 @@ class GPT(nn.Module):
         Tucker at batch 1 to 32, not for MHA, but its fp32 atomic sums make the logits vary in their last bits from
         run to run, so greedy tokens may differ from 'graph' where two logits nearly tie. When the context reaches
         block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
-        crops the context each step instead, as nanoGPT does)."""
+        crops the context each step instead, as nanoGPT does). Sampling (temperature > 0) never waits on the
+        device inside the loop: whether every step's probabilities were finite is read once after it, and a
+        RuntimeError then says they were not (the tokens are not returned)."""
         check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
         if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:

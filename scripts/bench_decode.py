@@ -356,7 +356,7 @@ def bench_generate(model, args, device: torch.device) -> list:
         reference = out if reference is None else reference
         rows.append(dict(generate_mode=mode, prompt_tokens=args.generate_prompt, new_tokens=args.generate, seconds=seconds,
                          tokens_per_s=args.generate / seconds, same_tokens_as_first=bool(torch.equal(out, reference)),
-                         temperature=args.temperature, top_k=args.top_k))
+                         temperature=args.temperature, top_k=(args.top_k or None) if args.temperature else None))
         if args.generate_profile:
             rows[-1]["profile"] = profile_generate(model, prompt, kw, args.generate_profile, device)
     return rows
@@ -445,7 +445,7 @@ def main(argv=None):
             raise SystemExit(f"unknown --generate_modes entry {m!r}: allowed {', '.join(GENERATE_MODES)}")
         if GENERATE_MODES[m][0] in ("graph", "mega") and device.type != "cuda":
             raise SystemExit(f"--generate_modes {m!r} captures a CUDA graph: it needs --device=cuda")
-    if args.temperature < 0 or args.top_k < 0:
+    if not (args.temperature >= 0 and args.top_k >= 0):  # (nan too)
         raise SystemExit(f"--temperature {args.temperature} and --top_k {args.top_k} must be >= 0 (0: greedy / every token)")
     llama = args.suite == "llama1b"
     args.iters = args.iters or (3 if args.tiny else 100)

@@ -177,6 +177,7 @@ def test_generate_end_to_end_modes(tmp_path, monkeypatch):
     assert [(g["generate_mode"], g["prompt_tokens"], g["new_tokens"], g["same_tokens_as_first"])
             for g in out["generate"]] == [("eager", 16, 4, True), ("eager_compiled", 16, 4, True)]
     assert all(g["tokens_per_s"] == pytest.approx(4 / g["seconds"]) for g in out["generate"])
+    assert all(g["temperature"] == 0 and g["top_k"] is None for g in out["generate"])  # greedy: no top_k applies
     assert "| same tokens as eager |" in (tmp_path / "bench_decode.md").read_text()
     md = (tmp_path / "bench_decode.md").read_text()
     assert "| kernels / token | kernel ms / token | busy % |" in md and "profile" not in out["generate"][0]
@@ -208,8 +209,9 @@ def test_generate_sampled_as_sample_py(tmp_path, monkeypatch):
     out = json.loads((tmp_path / "bench_decode.json").read_text())
     assert [(g["temperature"], g["top_k"], g["same_tokens_as_first"]) for g in out["generate"]] == [(0.8, 200, True)] * 2
     assert "batch 1, sampled at temperature 0.8, top_k 200, 16-token prompt" in (tmp_path / "bench_decode.md").read_text()
-    with pytest.raises(SystemExit, match="must be >= 0"):
-        bench_decode.main(["--device=cpu", "--tiny", "--generate", "4", "--temperature", "-1", "--out_dir", str(tmp_path)])
+    for bad in ("-1", "nan"):
+        with pytest.raises(SystemExit, match="must be >= 0"):
+            bench_decode.main(["--device=cpu", "--tiny", "--generate", "4", "--temperature", bad, "--out_dir", str(tmp_path)])
 
 
 def test_generate_prompt_sets_the_prompt_length(tmp_path, monkeypatch):

@@ -146,6 +146,17 @@ def test_sample_next_top_k_set_from_the_raw_logits(temperature):
     assert torch.equal(seen, ref_allowed)
 
 
+@pytest.mark.parametrize("temperature", [1e-7, 1e-30])
+def test_sample_next_at_a_tiny_temperature(temperature):
+    """Two tied top logits stay a fair coin however small the temperature (the row's max comes off before the
+    division: 10 / 1e-7 in float32 would round the noise away, 10 / 1e-30 overflow), and nothing is flagged."""
+    logits = torch.tensor([10.0, 10.0, 3.0]).expand(100_000, -1).contiguous()
+    finite = torch.ones((), dtype=torch.bool)
+    token = sample_next(logits, temperature, None, torch.Generator().manual_seed(3), finite=finite)
+    counts = torch.bincount(token, minlength=3).tolist()
+    assert counts[2] == 0 and abs(counts[0] - 50_000) < 5 * 158 and finite.item()  # 158: sqrt(100k / 4)
+
+
 def test_sample_next_flags_non_finite_and_generate_raises():
     logits = torch.tensor([[0.0, 1.0, 2.0], [0.0, float("nan"), 1.0]])
     finite = torch.ones((), dtype=torch.bool)
@@ -153,6 +164,13 @@ def test_sample_next_flags_non_finite_and_generate_raises():
     assert finite.item()
     sample_next(logits, 1.0, None, finite=finite)
     assert not finite.item()
+    cases = {(1.0, -float("inf"), 0.0): True, (1.0, float("inf"), 0.0): False,
+                                (-float("inf"),) * 3: False, (float("nan"), 1.0, 0.0): False}
+    for row, ok in cases.items():
+        for top_k in (None, 2):
+            finite = torch.ones((), dtype=torch.bool)
+            sample_next(torch.tensor([row]), 0.8, top_k, finite=finite)
+            assert finite.item() == ok, (row, top_k)
     model = build("tucker", "learned", None)
     with torch.no_grad():
         model.lm_head.weight[3, 0] = float("nan")  # tied to wte: the logits go non-finite from the first step
@@ -229,6 +247,11 @@ def test_cuda_graph_sampling_draws_the_eager_tokens(variant):
     for seed in range(10):  # a new generator every call: the decoder keeps its 8 newest sampler graphs
         model.generate(idx, 3, temperature=0.9, decode="graph", generator=torch.Generator(device="cuda").manual_seed(seed))
     assert 1 <= len(model.static_decoder(2, idx.device, use_graph=True).samplers) <= 8
+    decoder = model.static_decoder(2, idx.device, use_graph=True)
+    decoder.finite.fill_(True)
+    decoder.logits[1, 4] = float("nan")  # the replayed step's logits only: the sampler graph must and its flag
+    decoder.sample_graph(0.9, 7, None, None)
+    assert not decoder.finite.item()
     with torch.no_grad():
         model.lm_head.weight[3, 0] = float("nan")
     with pytest.raises(RuntimeError, match="inf or nan"):
