@@ -3,6 +3,7 @@ Sample from a trained checkpoint with the variant's own KV cache.
 
     python sample.py --out_dir=out-shakespeare-tucker --start="ROMEO:" --num_samples=3
     python sample.py --out_dir=out-shakespeare-tucker --start=FILE:prompt.txt --temperature=0
+    python sample.py --out_dir=out-shakespeare-tucker --num_samples=32 --batch_size=32   # 32 samples in one batch
 
 The model is rebuilt from the checkpoint alone (its stored GPTConfig). temperature=0 is greedy.
 Every variant decodes with its compressed cache (prefill once, then one token per step; MLA in
@@ -26,6 +27,10 @@ DEFAULTS = dict(
     ckpt="ckpt.pt",  # checkpoint file name inside out_dir
     start="\n",  # prompt text, or FILE:path to read it from a file
     num_samples=3,  # samples to draw (>= 1)
+    # samples decoded together, as the rows of one batch (>= 1; 1 = one after another, as nanoGPT). A GPU reads the
+    # weights once a step for all rows, so up to 32 rows cost little more than one (decode='mega': at most 32);
+    # the rows draw from one generator, so a sample's text depends on batch_size
+    batch_size=1,
     max_new_tokens=200,  # tokens generated per sample (>= 1)
     temperature=0.8,  # >= 0: 1.0 = the model's distribution, < 1 sharper, 0 = greedy
     top_k=200,  # keep only the top_k most likely tokens (0 = all)
@@ -63,9 +68,12 @@ def validate(cfg: dict) -> torch.device:
         raise ValueError(f"temperature={cfg['temperature']} is out of range: allowed >= 0 (0 = greedy)")
     if cfg["top_k"] < 0:
         raise ValueError(f"top_k={cfg['top_k']} is out of range: allowed >= 0 (0 = all tokens)")
-    for key in ("num_samples", "max_new_tokens"):
+    for key in ("num_samples", "max_new_tokens", "batch_size"):
         if cfg[key] < 1:
             raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= 1")
+    if cfg["decode"] == "mega" and cfg["batch_size"] > 32:  # decode_wide.MAX_ROWS
+        raise ValueError(f"batch_size={cfg['batch_size']} is out of range for decode='mega': allowed 1 .. 32 "
+                         "(the one-launch step's rows), or another decode mode")
     if cfg["decode"] == "mega" and cfg["dtype"] == "float16":
         raise ValueError("decode='mega' computes in the weights' dtype, and dtype='float16' is autocast over float32 "
                          "weights: use dtype='bfloat16' (cast weights) or 'float32'")
@@ -132,28 +140,32 @@ def main(argv):
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)  # time the GPU's work, not its queue
     samples, times = [], []
     with torch.no_grad(), ctx:
-        for _ in range(cfg["num_samples"]):
+        rows = min(cfg["batch_size"], cfg["num_samples"])  # every call this many: one decoder, one captured graph
+        while len(samples) < cfg["num_samples"]:
             sync()
             t0 = time.perf_counter()
-            y = model.generate(x, cfg["max_new_tokens"], temperature=cfg["temperature"], top_k=cfg["top_k"] or None,
-                               use_cache=cfg["use_cache"], generator=gen, decode=cfg["decode"],
-                               compile=cfg["compile"], compile_mode=cfg["compile_mode"],
+            y = model.generate(x.expand(rows, -1), cfg["max_new_tokens"], temperature=cfg["temperature"],
+                               top_k=cfg["top_k"] or None, use_cache=cfg["use_cache"], generator=gen,
+                               decode=cfg["decode"], compile=cfg["compile"], compile_mode=cfg["compile_mode"],
                                vocab_limit=min(enc.n_vocab, model.config.vocab_size))  # no padding ids: not text
             sync()
             times.append(time.perf_counter() - t0)
-            text = enc.decode(y[0].tolist())
-            samples.append(text)
-            print(text)
-            print("---------------")
+            for row in y[:cfg["num_samples"] - len(samples)]:  # (rows, prompt + max_new_tokens); the last call's extras dropped
+                text = enc.decode(row.tolist())
+                samples.append(text)
+                print(text)
+                print("---------------")
     n, seconds = cfg["num_samples"] * cfg["max_new_tokens"], sum(times)
     compiled = f", compiled ({cfg['compile_mode']})" if cfg["compile"] else ""
     mode = f"decode={cfg['decode']}{compiled}" if cfg["use_cache"] else "uncached"
-    print(f"sampled {n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):,.1f} tokens/s ({mode}, {device} {dtype})",
-          file=sys.stderr)
-    if len(times) > 1:  # the first sample also pays the one-time kernel compile and graph capture
-        rest = sum(times[1:])
-        print(f"after the first sample: {n - cfg['max_new_tokens']} tokens in {rest:.2f} s: "
-              f"{(n - cfg['max_new_tokens']) / max(rest, 1e-9):,.1f} tokens/s", file=sys.stderr)
+    batch = f", batch_size {cfg['batch_size']}" if cfg["batch_size"] > 1 else ""
+    print(f"sampled {n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):,.1f} tokens/s ({mode}, {device} {dtype}"
+          f"{batch})", file=sys.stderr)
+    if len(times) > 1:  # the first call also pays the one-time kernel compile and graph capture
+        first = "sample" if rows == 1 else f"batch of {rows}"
+        rest_tokens, rest = n - rows * cfg["max_new_tokens"], sum(times[1:])
+        print(f"after the first {first}: {rest_tokens} tokens in {rest:.2f} s: "
+              f"{rest_tokens / max(rest, 1e-9):,.1f} tokens/s", file=sys.stderr)
     return samples
 
 

@@ -32,6 +32,7 @@ def sample_error(args, capsys) -> str:
 @pytest.mark.parametrize("arg,key", [
     ("--temperature=-0.5", "temperature"), ("--top_k=-1", "top_k"), ("--num_samples=0", "num_samples"),
     ("--max_new_tokens=0", "max_new_tokens"), ("--max_new_tokens=-3", "max_new_tokens"), ("--decode=fast", "decode"),
+    ("--batch_size=0", "batch_size"),
     ("--decode=graph", "decode"), ("--decode=mega", "decode='mega' needs a CUDA"), ("--device=tpu", "device"),
     ("--dtype=int8", "dtype"),
 ])
@@ -41,10 +42,12 @@ def test_invalid_keys_fail_before_loading(arg, key, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("arg,says", [("--compile=True", "compile=False"), ("--use_cache=False", "use_cache=True"),
-                                      ("--dtype=float16", "use dtype='bfloat16'")])
+                                      ("--dtype=float16", "use dtype='bfloat16'"),
+                                      ("--batch_size=33", "batch_size=33 is out of range")])
 def test_mega_decode_refuses_compile_no_cache_and_autocast(arg, says, tmp_path, capsys):
-    """decode='mega' is the cached step as one kernel in the weights' dtype: torch.compile, the uncached path and
-    float16 (autocast over float32 weights) are refused by name, before anything is loaded."""
+    """decode='mega' is the cached step as one kernel in the weights' dtype: torch.compile, the uncached path,
+    float16 (autocast over float32 weights) and more rows than its step serves (32) are refused by name, before
+    anything is loaded."""
     err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", "--decode=mega", arg], capsys)
     assert "decode='mega'" in err and says in err and "no checkpoint" not in err, err
 
@@ -69,6 +72,26 @@ def test_samples_and_speed_on_stderr(out_dir, gpt2_ranks_file, capsys):
     assert len(samples) == 2 and all(s.startswith("ROMEO:") for s in samples)
     assert captured.out.count("---------------") == 2 and "tokens/s" not in captured.out
     assert "sampled 10 tokens in" in captured.err and "tokens/s" in captured.err
+
+
+def test_batched_samples(out_dir, gpt2_ranks_file, capsys, monkeypatch):
+    """--batch_size: the samples drawn as rows of one generate call each (the last call padded to the same rows,
+    its extras dropped); greedy, every row is the one-at-a-time greedy text; the speed line names the batch."""
+    one = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager", "--num_samples=1"))
+    shapes = []
+    real = GPT.generate
+    monkeypatch.setattr(GPT, "generate", lambda self, idx, *a, **kw: shapes.append(tuple(idx.shape)) or real(self, idx, *a, **kw))
+    capsys.readouterr()
+    got = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager", "--num_samples=5",
+                                  "--batch_size=2"))
+    captured = capsys.readouterr()
+    assert got == one * 5 and captured.out.count("---------------") == 5
+    assert [s[0] for s in shapes] == [2, 2, 2]
+    assert "sampled 25 tokens in" in captured.err and "batch_size 2)" in captured.err
+    assert "after the first batch of 2: 15 tokens in" in captured.err
+    sampled = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=1.0", "--decode=eager", "--num_samples=4",
+                                      "--batch_size=4", "--max_new_tokens=12"))
+    assert len(sampled) == 4 and len(set(sampled)) > 1  # rows draw their own tokens
 
 
 def test_decode_keys_reach_generate(out_dir, gpt2_ranks_file, monkeypatch):
