@@ -27,9 +27,10 @@ DEFAULTS = dict(
     ckpt="ckpt.pt",  # checkpoint file name inside out_dir
     start="\n",  # prompt text, or FILE:path to read it from a file
     num_samples=3,  # samples to draw (>= 1)
-    # samples decoded together, as the rows of one batch (>= 1; 1 = one after another, as nanoGPT). A GPU reads the
-    # weights once a step for all rows, so up to 32 rows cost little more than one (decode='mega': at most 32);
-    # the rows draw from one generator, so a sample's text depends on batch_size
+    # samples decoded together, as the rows of one batch (>= 1; 1 = one after another, as nanoGPT). A step reads
+    # the weights once for all rows: on an H200 with 4k cached tokens a step of 32 rows takes 2.3x (Tucker
+    # [8,64,64]) to 6.0x (MHA) the time of one row's (results/bench, session 27; decode='mega': at most 32 rows).
+    # The rows draw from one generator, so a sample's text depends on batch_size
     batch_size=1,
     max_new_tokens=200,  # tokens generated per sample (>= 1)
     temperature=0.8,  # >= 0: 1.0 = the model's distribution, < 1 sharper, 0 = greedy
