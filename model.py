@@ -1828,6 +1828,7 @@ class GPT(nn.Module):
         n = idx.size(1)
         finite = decoder.finite.fill_(True) if decoder is not None else torch.ones((), dtype=torch.bool, device=idx.device)
         for _ in range(max_new_tokens):
+            token = None
             if decoder is None:
                 logits = self(out[:, max(0, n - self.config.block_size):n], last_only=True)[0][:, -1, :]
             elif decoder.pos is None or decoder.pos >= self.config.block_size:
@@ -1835,12 +1836,10 @@ class GPT(nn.Module):
                 logits = decoder.prefill(out[:, max(0, n - keep):n])
             else:
                 logits = decoder.step(out[:, n - 1:n])
-                token = decoder.sample_graph(temperature, top_k, generator, vocab_limit) if decoder.use_graph else None
-                if token is not None:  # the draw replayed from a graph too: the loop's host time is two replays
-                    out[:, n] = token
-                    n += 1
-                    continue
-            out[:, n] = sample_next(logits, temperature, top_k, generator, vocab_limit, finite)
+                if decoder.use_graph:  # the draw replayed from a graph too (None: drawn eagerly below)
+                    token = decoder.sample_graph(temperature, top_k, generator, vocab_limit)
+            out[:, n] = token if token is not None else sample_next(logits, temperature, top_k, generator, vocab_limit,
+                                                                    finite)
             n += 1
         if temperature != 0 and not finite.item():  # read once, after the loop (multinomial read it every token)
             raise RuntimeError("generate: the model's next-token probabilities contained inf or nan at some step "

@@ -72,9 +72,11 @@ def validate(cfg: dict) -> torch.device:
     for key in ("num_samples", "max_new_tokens", "batch_size"):
         if cfg[key] < 1:
             raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= 1")
-    if cfg["decode"] == "mega" and cfg["batch_size"] > 32:  # decode_wide.MAX_ROWS
-        raise ValueError(f"batch_size={cfg['batch_size']} is out of range for decode='mega': allowed 1 .. 32 "
-                         "(the one-launch step's rows), or another decode mode")
+    if cfg["decode"] == "mega":
+        from decode_wide import MAX_ROWS  # the most rows the one-launch step serves (decode_mega's step below it)
+        if cfg["batch_size"] > MAX_ROWS:
+            raise ValueError(f"batch_size={cfg['batch_size']} is out of range for decode='mega': allowed 1 .. "
+                             f"{MAX_ROWS} (the one-launch step's rows), or another decode mode")
     if cfg["decode"] == "mega" and cfg["dtype"] == "float16":
         raise ValueError("decode='mega' computes in the weights' dtype, and dtype='float16' is autocast over float32 "
                          "weights: use dtype='bfloat16' (cast weights) or 'float32'")
