@@ -1506,9 +1506,12 @@ def activation_dtype(weight: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
 
 
+SAMPLE_BACKENDS = ("auto", "triton", "torch")
+
+
 def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
                 generator: Optional[torch.Generator] = None, vocab_limit: Optional[int] = None,
-                finite: Optional[torch.Tensor] = None) -> torch.Tensor:
+                finite: Optional[torch.Tensor] = None, backend: str = "auto") -> torch.Tensor:
     """The next token (B,) from logits (B, vocab): argmax at temperature 0, else a draw from the
     softmax of logits / temperature over the top_k most likely tokens. vocab_limit: only ids below it
     (a tokenizer's size under the model's padded vocab_size: GPT-2's 50,257 of 50,304, whose padding
@@ -1525,11 +1528,26 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     dtype: for bf16 logits the set float(x) / temperature would give (division keeps distinct bf16 values
     apart); for fp32 logits that the division rounds together, ties at the k-th value can differ. On an H200
     at batch 1 with GPT-2's vocabulary the draw took 127 us of GPU time a token with softmax, a sorted fp32
-    top-k and multinomial, 67 us in this form (session 33)."""
+    top-k and multinomial, 67 us in this form as torch ops (session 33). backend 'auto' (default): on CUDA the
+    same draw as one Triton kernel (fused_sample: the same noise from `generator`, the same float32 scores, so
+    the same token), the torch ops elsewhere; 'triton': the kernel or a ValueError; 'torch': the torch ops."""
+    if backend not in SAMPLE_BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {SAMPLE_BACKENDS}")
     if vocab_limit is not None:
         logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
     if temperature == 0:
         return logits.argmax(dim=-1)  # bf16 or fp32 as they come: the float conversion is exact
+    if backend != "torch" and logits.device.type != "cpu" or backend == "triton":
+        import fused_sample
+
+        why = fused_sample.unsupported(logits)
+        if why is None:
+            q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
+            if finite is None:
+                finite = torch.ones((), dtype=torch.bool, device=logits.device)
+            return fused_sample.draw(logits, q, temperature, top_k, finite)  # (B,)
+        if backend == "triton":
+            raise ValueError(f"sample_next(backend='triton'): the sampling kernel cannot run: {why}")
     masked = None
     if top_k is not None and top_k < logits.size(-1):
         top = torch.topk(logits, top_k, dim=-1, sorted=False).values  # (B, top_k)
@@ -1663,7 +1681,10 @@ class StaticDecoder:
             graph = torch.cuda.CUDAGraph()
             if generator is not None:
                 graph.register_generator_state(generator)  # replays draw from (and advance) this generator
-            # no warm-up run: it would draw from the generator (the ops need no lazy init that a capture forbids)
+            if temperature != 0:  # a warm-up draw from a generator of its own (the caller's is not touched):
+                # the sampling kernel's first launch compiles and loads it, which a capture must not see
+                sample_next(self.logits, temperature, top_k, torch.Generator(device=self.logits.device), vocab_limit,
+                            torch.ones((), dtype=torch.bool, device=self.logits.device))
             with torch.cuda.graph(graph):
                 token = sample_next(self.logits, temperature, top_k, generator, vocab_limit, self.finite)
             if len(self.samplers) >= 8:  # a caller with a new generator every call: keep the 8 newest graphs

@@ -1,0 +1,36 @@
+"""scripts/bench_sample: its CPU smoke run (the torch form's rows; through Triton's interpreter the kernel's rows too,
+each checked to draw the torch form's token) and its argument errors."""
+import json
+
+import pytest
+
+from interpreted import needs_child
+from scripts import bench_sample
+
+
+def run(tmp_path, *extra):
+    assert bench_sample.main(["--device", "cpu", "--batches", "1,3", "--vocab", "300", "--vocab_limit", "290",
+                              "--top_k", "20", "--steps", "1", "--reps", "1", "--out_dir", str(tmp_path), *extra]) == 0
+    return json.loads((tmp_path / "bench_sample.json").read_text())["rows"]
+
+
+def test_cpu_smoke_and_errors(tmp_path):
+    rows = run(tmp_path, "--sweep", "")
+    cases = [(r["batch"], r["case"]) for r in rows]
+    if not any("kernel" in c for _, c in cases):  # the plain CPU: the torch form, greedy and the noise, per batch
+        assert cases == [(b, c) for b in (1, 3) for c in ("sample_next, torch form", "sample_next greedy (argmax)",
+                                                           "exponential_ noise alone")]
+    assert all(r["us"] > 0 for r in rows) and "| 3 | sample_next greedy" in (tmp_path / "bench_sample.md").read_text()
+    assert bench_sample.parse_sweep("BLOCK=64,128 DIGIT_BITS=4") == [("BLOCK", 64), ("BLOCK", 128), ("DIGIT_BITS", 4)]
+    for bad in ("WARPS=4", "BLOCK=", "BLOCK=a"):
+        with pytest.raises(SystemExit, match="--sweep"):
+            bench_sample.parse_sweep(bad)
+    with pytest.raises(SystemExit, match="--vocab_limit 400 exceeds --vocab 300"):
+        run(tmp_path, "--vocab_limit", "400")
+
+
+@needs_child
+def test_interp_bench_rows_draw_the_torch_forms_token(tmp_path):
+    rows = run(tmp_path, "--sweep", "DIGIT_BITS=4")
+    kernel_rows = [r for r in rows if r["same"] is not None]
+    assert [r["knob"] for r in kernel_rows] == [None, "DIGIT_BITS=4"] * 2 and all(r["same"] for r in kernel_rows)

@@ -1,0 +1,232 @@
+"""fused_sample: the sampled decode token (top-k threshold, Gumbel-max draw, finite flag) as one Triton kernel.
+
+Properties, each against model.sample_next's torch form (backend='torch') on the same logits and noise: the kernel's
+token is an argmax of the torch form's float32 scores (on CUDA bit for bit, so the same token wherever that max is
+unique); its kept set is torch's top-k set, ties at the k-th value included (checked by boosting one id's noise: the
+draw takes it exactly when it is kept); its finite flag is the torch form's for rows with nan, +inf and all -inf
+logits; the same generator gives the same tokens through sample_next with either backend, and leaves it in the same
+state; the radix select's digit width and block size do not change the result. CPU: the kernel through Triton's
+interpreter (tests/interpreted.py), and dispatch and errors; CUDA (skipped without a GPU): the real vocabulary in
+bf16 / fp16 / fp32, draws following the top-k softmax, and the default dispatch.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fused_sample as fs
+from interpreted import needs_child
+from model import sample_next
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def torch_scores(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k):
+    """The torch form's float32 scores (B, V), -inf outside the top-k: sample_next's ops, written out."""
+    if top_k is not None and top_k < logits.size(-1):
+        top = torch.topk(logits, top_k, dim=-1, sorted=False).values
+        masked, row_max = logits < top.amin(dim=-1, keepdim=True), top.amax(dim=-1, keepdim=True)
+    else:
+        masked, row_max = None, logits.amax(dim=-1, keepdim=True)
+    scores = (logits.float() - row_max.float()) / temperature - q.log()
+    return scores.masked_fill_(masked, float("-inf")) if masked is not None else scores
+
+
+def tied_logits(B: int, V: int, dtype, device="cpu", seed=0) -> torch.Tensor:
+    """Logits on a coarse grid (many ties, the k-th value among them), negative and positive, both zeros."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(B, V, generator=g) * 4).round() / 2
+    x[:, ::7] = -0.0
+    return x.to(dtype).to(device)
+
+
+def check_draw(logits, temperature, top_k, exact: bool):
+    """Draw with the kernel and check its token against the torch form's scores on the same noise."""
+    g = torch.Generator(device=logits.device).manual_seed(7)
+    q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=g)
+    finite = torch.ones((), dtype=torch.bool, device=logits.device)
+    token = fs.draw(logits, q, temperature, top_k, finite)
+    scores = torch_scores(logits, q, temperature, top_k)
+    best = scores.max(dim=-1).values
+    got = scores.gather(1, token[:, None])[:, 0]
+    assert finite.item() and token.dtype == torch.long
+    if exact:  # the same float32 ops: the very maximum, and torch's token wherever it is the only one
+        assert torch.equal(got, best)
+        unique = (scores == best[:, None]).sum(dim=-1) == 1
+        assert torch.equal(token[unique], scores.argmax(dim=-1)[unique])
+    else:  # the interpreter's log is numpy's, torch's CPU log may differ in the last bit
+        assert ((best - got) <= 1e-6 * best.abs() + 1e-6).all()
+    return token
+
+
+def check_kept_set(logits, top_k, near: int = 0):
+    """Row j of a batch boosts id j's noise (q tiny: +69 on its score): the draw takes id j exactly when it is in the
+    kept set, else some other kept id. The kept set must be torch's: logits >= the k-th largest value. Every id,
+    or (near > 0) the `near` ids on each side of the k-th in sorted order (the interpreter's budget)."""
+    B, V = logits.shape
+    assert B == 1
+    kth = torch.topk(logits[0].float(), top_k).values[-1] if top_k is not None and top_k < V else -float("inf")
+    ids = torch.arange(V, device=logits.device)
+    if near:  # the last `near` ids up to the k-th in sorted order and the `near` largest below its value
+        values, order = torch.sort(logits[0].float(), descending=True, stable=True)
+        k = min(top_k or V, V)
+        below = order[values < kth]
+        ids = torch.cat([order[max(0, k - near):k], below[:near]])
+    rows = logits.expand(len(ids), V).contiguous()  # (n, V): one row per boosted id
+    q = torch.ones(len(ids), V, device=logits.device)
+    q[torch.arange(len(ids), device=logits.device), ids] = 1e-30
+    finite = torch.ones((), dtype=torch.bool, device=logits.device)
+    token = fs.draw(rows, q, 0.8, top_k, finite)
+    kept = token == ids
+    assert torch.equal(kept, logits[0, ids].float() >= kth)
+    assert near or int(kept.sum()) >= min(top_k or V, V)
+    assert kept.any() and (kept.all() == bool((logits[0].float() >= kth).all()))  # never vacuous
+
+
+def finite_cases():
+    inf, nan = float("inf"), float("nan")
+    return {(1.0, -inf, 0.0, 2.0): True, (1.0, inf, 0.0, 2.0): False, (-inf,) * 4: False, (nan, 1.0, 0.0, 2.0): False,
+            (1.0, 0.0, -inf, -inf): True, (-inf, -inf, -inf, 3.0): True}
+
+
+def check_finite_flag(device):
+    for row, ok in finite_cases().items():
+        for top_k in (None, 2, 3):
+            logits = torch.tensor([row], device=device)
+            q = torch.ones_like(logits)
+            flags = []
+            for backend in ("triton", "torch"):
+                finite = torch.ones((), dtype=torch.bool, device=device)
+                token = sample_next(logits, 0.8, top_k, finite=finite, backend=backend)
+                assert 0 <= int(token) < 4  # a valid id whatever the row (the next step embeds it)
+                flags.append(finite.item())
+            assert flags == [ok, ok], (row, top_k, flags)
+            finite = torch.ones((), dtype=torch.bool, device=device)
+            fs.draw(logits, q, 0.8, top_k, finite)
+            assert finite.item() == ok
+    finite = torch.zeros((), dtype=torch.bool, device=device)  # and-ed: a cleared flag stays cleared
+    fs.draw(torch.tensor([[1.0, 2.0]], device=device), torch.ones(1, 2, device=device), 1.0, None, finite)
+    assert not finite.item()
+
+
+# ----------------------------------------------------------------------------------------
+# Dispatch and errors (CPU, no interpreter)
+
+
+def test_backend_and_argument_errors():
+    logits = torch.randn(2, 10)
+    with pytest.raises(ValueError, match="backend='fast'.*auto"):
+        sample_next(logits, 0.8, 3, backend="fast")
+    if fs.unsupported(logits) is not None:  # the plain CPU: a clear error for 'triton', the torch form for 'auto'
+        with pytest.raises(ValueError, match="sampling kernel cannot run: device cpu"):
+            sample_next(logits, 0.8, 3, backend="triton")
+        assert sample_next(logits, 0.8, 3).shape == (2,)
+    finite = torch.ones((), dtype=torch.bool)
+    with pytest.raises(ValueError, match="q must be float32"):
+        fs.draw(logits, torch.ones(2, 9), 0.8, 3, finite)
+    with pytest.raises(ValueError, match="temperature=0.0 must be > 0"):
+        fs.draw(logits, torch.ones(2, 10), 0.0, 3, finite)
+    assert fs.unsupported(torch.zeros(2, 10, dtype=torch.float64)) is not None
+    assert fs.inverse_temperature(0.8) == (torch.ones(()) / torch.tensor(0.8)).item()  # float32 1 / float32 0.8
+
+
+# ----------------------------------------------------------------------------------------
+# The kernel through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
+
+
+@needs_child
+@pytest.mark.parametrize("dtype,digit_bits", [(torch.float32, 4), (torch.float16, 1), (torch.bfloat16, 2)])
+def test_interp_draw_is_the_argmax_of_the_torch_scores(dtype, digit_bits, monkeypatch):
+    """Several blocks a row (64 here) and a partial one, ties at the k-th value, k from 1 to V - 1 and none; each
+    dtype with another digit width of the radix select (32-bit keys for fp32, 16-bit for the others)."""
+    monkeypatch.setattr(fs, "BLOCK", 64)
+    monkeypatch.setattr(fs, "DIGIT_BITS", digit_bits)
+    logits = tied_logits(3, 300, dtype)
+    for top_k in (1, 17, 299, None):
+        check_draw(logits, 0.8, top_k, exact=False)
+    check_draw(logits[:, :250], 3.0, 40, exact=False)  # a view: the row stride is 300
+
+
+@needs_child
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_interp_kept_set_is_torchs_top_k(dtype, monkeypatch):
+    monkeypatch.setattr(fs, "BLOCK", 32)
+    logits = tied_logits(1, 80, dtype, seed=3)
+    for top_k in (1, 9, 40, 79):
+        check_kept_set(logits, top_k, near=4)
+
+
+@needs_child
+def test_interp_finite_flag_is_the_torch_forms():
+    check_finite_flag("cpu")
+
+
+@needs_child
+def test_interp_sample_next_draws_the_torch_forms_tokens():
+    """The same generator seed through either backend: the same noise, so the same tokens, and the same state after."""
+    logits = torch.randn(4, 500, generator=torch.Generator().manual_seed(1)) * 3
+    tokens, states = [], []
+    for backend in ("triton", "torch"):
+        g = torch.Generator().manual_seed(5)
+        tokens.append(torch.stack([sample_next(logits, 0.7, 30, g, 450, backend=backend) for _ in range(3)]))
+        states.append(g.get_state())
+    assert torch.equal(tokens[0], tokens[1]) and torch.equal(states[0], states[1])
+    assert int(tokens[0].max()) < 450
+
+
+# ----------------------------------------------------------------------------------------
+# On the GPU
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cuda_draw_equals_the_torch_form_at_gpt2s_vocabulary(dtype):
+    """GPT-2's padded vocabulary cut to its 50,257 ids (a view), 64 rows: the kernel's score is the torch form's
+    maximum bit for bit, for k from 1 to V - 1 and none, at temperatures from 1e-3 to 3."""
+    logits = tied_logits(64, 50304, dtype, "cuda")[:, :50257]
+    for temperature in (0.8, 1e-3, 3.0):
+        for top_k in (1, 50, 200, 50256, None):
+            check_draw(logits, temperature, top_k, exact=True)
+    check_draw((torch.randn(64, 50257, device="cuda") * 3).to(dtype), 0.8, 200, exact=True)  # no ties
+
+
+@needs_cuda
+@pytest.mark.parametrize("digit_bits,block", [(2, 2048), (1, 1024), (4, 512)])
+def test_cuda_kept_set_is_torchs_top_k(digit_bits, block, monkeypatch):
+    monkeypatch.setattr(fs, "DIGIT_BITS", digit_bits)
+    monkeypatch.setattr(fs, "BLOCK", block)
+    for dtype in (torch.bfloat16, torch.float32):
+        logits = tied_logits(1, 3000, dtype, "cuda", seed=4)
+        for top_k in (1, 200, 2999):
+            check_kept_set(logits, top_k)
+
+
+@needs_cuda
+def test_cuda_finite_flag_is_the_torch_forms():
+    check_finite_flag("cuda")
+
+
+@needs_cuda
+@pytest.mark.parametrize("temperature,top_k", [(0.8, 3), (1.0, None), (2.0, 10)])
+def test_cuda_draws_follow_the_top_k_softmax(temperature, top_k):
+    """200,000 draws (rows of one call) through sample_next's default dispatch, which on CUDA is the kernel: each
+    frequency within 5 standard errors of softmax(logits / temperature) over the top_k, nothing outside it."""
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0, 0.7, 5.0])
+    n = 200_000
+    calls = []
+    draw = fs.draw
+    try:
+        fs.draw = lambda *a: calls.append(1) or draw(*a)
+        token = sample_next(logits.expand(n, -1).to(torch.bfloat16).cuda(), temperature, top_k,
+                            torch.Generator(device="cuda").manual_seed(1))
+    finally:
+        fs.draw = draw
+    assert calls == [1]
+    kept = logits.to(torch.bfloat16).float()
+    allowed = torch.ones_like(kept, dtype=torch.bool)
+    if top_k is not None:
+        allowed = kept >= torch.topk(kept, top_k).values[-1]
+    ref = F.softmax(torch.where(allowed, kept / temperature, float("-inf")), dim=-1).double()
+    freq = torch.bincount(token.cpu(), minlength=logits.numel()).double() / n
+    assert (freq[~allowed] == 0).all()
+    assert ((freq - ref).abs() <= 5 * (ref * (1 - ref) / n).sqrt() + 1e-12).all()
