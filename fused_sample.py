@@ -91,7 +91,7 @@ if _HAVE_TRITON:
                 kth = tl.zeros([], tl.int64)
                 steps = steps.to(tl.int64)
             for p in tl.static_range(KEY_BITS // DIGIT_BITS):
-                shift: tl.constexpr = KEY_BITS - DIGIT_BITS * (p + 1)
+                shift = KEY_BITS - DIGIT_BITS * (p + 1)  # a constexpr: p is the static loop's
                 cand = kth + (steps << shift)  # (NCAND,): digit 0 is kth itself, counted >= k by construction
                 counts = tl.zeros([NCAND, BLOCK], tl.int32)
                 for start in range(0, V, BLOCK):

@@ -8,7 +8,7 @@ end refuses), scripts/mega_sass.py to machine code (where the loads and fences s
 import torch
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int64: "i64",
-               torch.int32: "i32"}
+               torch.int32: "i32", torch.int8: "i8", torch.uint8: "u8"}
 
 
 class Recorder:

@@ -21,6 +21,7 @@ import fused_gelu as fg  # noqa: E402
 import fused_loss as fl  # noqa: E402
 import fused_mla_rope as fm  # noqa: E402
 import fused_norm as fn  # noqa: E402
+import fused_sample as fs  # noqa: E402
 import master_adamw as ma  # noqa: E402
 from model import LayerNorm, RMSNorm, rope_cache  # noqa: E402
 from scripts.kernel_compile import Recorder, compile_to_ttir, typed  # noqa: E402
@@ -52,6 +53,7 @@ def record(monkeypatch):
     monkeypatch.setattr(fg, "_interpret", lambda: True)
     monkeypatch.setattr(fm, "_interpret", lambda: True)
     monkeypatch.setattr(ma, "_interpret", lambda: True)
+    monkeypatch.setattr(fs, "_interpret", lambda: True)
 
     def install(module, name):
         rec = Recorder(getattr(module, name))
@@ -305,3 +307,22 @@ def test_decode_mega_step_kernel_compiles(variant, knobs, record, monkeypatch):
             seen.add(key)
             compile_to_ttir(rec.kernel, sig, const, num_warps=warps)
     assert {(0, True, False), (0, True, True)} <= seen
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_sample_kernel_compiles(dtype, record, monkeypatch):
+    """fused_sample's draw, with and without a top-k, at each digit width of its radix select, with libdevice's log
+    (the GPU's) and tl.log (the interpreter's)."""
+    rec = record(fs, "_topk_gumbel_kernel")
+    logits = rnd(2, 50304, dtype=dtype)[:, :50257]
+    for digit_bits in (1, 2, 4):
+        monkeypatch.setattr(fs, "DIGIT_BITS", digit_bits)
+        for top_k in (200, None):
+            fs.draw(logits, torch.ones(2, 50257), 0.8, top_k, torch.ones((), dtype=torch.bool))
+    n = 0
+    for args, kwargs in rec.launches:
+        for exact_log in (True, False):
+            sig, const, warps = typed(rec.kernel, args, {**kwargs, "EXACT_LOG": exact_log})
+            compile_to_ttir(rec.kernel, sig, const, num_warps=warps)
+            n += 1
+    assert n == 12
