@@ -1,26 +1,28 @@
 """
-The sampled decode token in one Triton kernel: top-k threshold, Gumbel-max draw and finiteness check.
+The sampled decode token in a few Triton kernels: top-k threshold, Gumbel-max draw and finiteness check.
 
 model.sample_next draws the next token as the Gumbel-max form of torch.multinomial's draw over the top_k most
 likely tokens: argmax over the kept ids of (logits - max) / temperature - log(q), q ~ Exp(1). As torch ops on an
-H200 that took 67-73 us of GPU time a token at batch 1 against 12 us for greedy decoding (results/bench/session34):
+H200 that took 67-75 us of GPU time a token at batch 1 against 12.6 us for greedy decoding (results/bench/session34):
 an unsorted torch.topk of GPT-2's 50,257 bf16 logits is a chain of ~8 radix-select kernels (43 us), and each of
-the other ~10 ops is a kernel of its own on one row (a one-row max with its index: 12.5 us). Here one program a
-row does it all, reading the row from L2 a few times:
+the other ~10 ops is a kernel of its own on one row (a one-row max with its index: 12.5 us). Here each row is cut
+into blocks of BLOCK ids, one program a block in every kernel (so a row's work is spread over the GPU), the row's
+partial results meeting in a small scratch tensor through atomics:
 
-    1. the row's maximum m, and whether it holds a nan;
-    2. the k-th largest logit t, by radix select on the logits' bits: each float mapped to an unsigned key in its
-       order (16 bits for bf16 / fp16, 32 for fp32; nan above +inf, as torch.topk ranks it), the key built
-       DIGIT_BITS bits at a time from the top, each step counting the row's keys at or above each of the
-       2^DIGIT_BITS candidates (all in one pass over the row) and keeping the largest candidate with at least
-       k of them (16 / DIGIT_BITS passes for 16-bit keys);
-    3. the draw: over the ids with logit >= t (torch's `logits < kth` mask, ties at the k-th value kept),
-       the argmax of (x - m) * (1 / temperature) - log(q), with q from the caller (torch's exponential_ on the
-       caller's generator, so the generator advances exactly as the torch form's), no fp contraction and
-       libdevice's logf: the same float32 scores as the torch form's ops on CUDA bit for bit (torch divides by a
-       scalar as a multiply by its float32 reciprocal), so the same token;
-    4. the token (B,) long, and `finite` (a bool scalar) and-ed with "the row's max and the winning score are
-       finite and no logit is nan": the torch form's flag.
+    1. radix select of the k-th largest logit, a byte a round (2 kernels for bf16 / fp16, 4 for fp32): every float
+       mapped to an unsigned key in its order (nan above +inf, as torch.topk ranks it); round r adds each block's
+       histogram of the keys' byte r, among the keys whose higher bytes are the k-th's (read off the rounds before:
+       the largest byte with at least k keys at or above it), into the row's; round 0 also takes the row's maximum;
+    2. the draw: over the ids with logit >= the k-th (torch's `logits < kth` mask, ties at the k-th value kept), the
+       argmax of (x - m) * (1 / temperature) - log(q), with q from the caller (torch's exponential_ on the caller's
+       generator, so the generator advances exactly as the torch form's), no fp contraction and libdevice's logf:
+       the same float32 scores as the torch form's ops on CUDA bit for bit (torch divides by a scalar as a multiply
+       by its float32 reciprocal), so the same token. Each block's best (score, then the smaller id) is packed into
+       one int64 and maxed into the row's; the row's last block to arrive writes the token (B,) long and and-s
+       `finite` (a bool scalar) with "the row's max and the winning score are finite": the torch form's flag.
+
+Without a top-k, step 1 is one kernel that takes the row's maximum only. A first version ran a row in one program
+(every pass over the row by one SM): 123 us a draw, slower than the torch form (session 34 call 3).
 
 `draw` is the one entry point; `unsupported` says why the kernel cannot take a case (CPU without
 TRITON_INTERPRET=1, no Triton, another dtype), and model.sample_next then runs the torch form.
@@ -36,9 +38,8 @@ import torch
 from decode_attention import _interpret, _triton_available, device_problem
 
 # Tuning knobs, read at call time.
-BLOCK = 2048  # logits a program reads per loop step
-NUM_WARPS = 8
-DIGIT_BITS = 2  # key bits settled per counting pass: 2^DIGIT_BITS - 1 comparisons per logit per pass
+BLOCK = 1024  # ids a program: GPT-2's 50,257 are 50 programs a row in each kernel
+NUM_WARPS = 4
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _HAVE_TRITON = _triton_available()  # once, at import
 
@@ -49,11 +50,11 @@ if _HAVE_TRITON:
 
     @triton.jit
     def _order_key(x, KEY_BITS: tl.constexpr):
-        """x (float, its own dtype) -> unsigned keys in x's order as int32 (16-bit floats) or int64 (fp32): a
-        negative float's bits all flipped, a positive one's sign bit set; nan -> the largest key."""
+        """x (float, its own dtype) -> unsigned keys in x's order as int64: a negative float's bits all flipped, a
+        positive one's sign bit set; nan -> the largest key (torch.topk ranks nan above +inf)."""
         if KEY_BITS == 16:
-            s = x.to(tl.int16, bitcast=True).to(tl.int32)  # sign-extended
-            key = s ^ ((s >> 31) | 0x8000)  # negative: ~s (its upper bits cleared too); else s + 2^15
+            s = x.to(tl.int16, bitcast=True).to(tl.int64)  # sign-extended
+            key = s ^ ((s >> 63) | 0x8000)  # negative: ~s (its upper bits cleared too); else s + 2^15
             key = tl.where(x != x, 0xFFFF, key)
         else:
             s = x.to(tl.int32, bitcast=True).to(tl.int64)
@@ -62,80 +63,100 @@ if _HAVE_TRITON:
         return key
 
     @triton.jit
-    def _topk_gumbel_kernel(L, stride_l, Q, stride_q, OUT, FINITE, V, k, inv_t,
-                            KEY_BITS: tl.constexpr, HAS_TOPK: tl.constexpr, DIGIT_BITS: tl.constexpr,
-                            BLOCK: tl.constexpr, EXACT_LOG: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        lrow = L + row * stride_l
-        qrow = Q + row * stride_q
-        cols = tl.arange(0, BLOCK)
-        # 1. the row max (float32) and whether a nan is in the row
-        run_max = tl.full([BLOCK], float("-inf"), tl.float32)
-        nan_seen = tl.zeros([BLOCK], tl.int32)
-        for start in range(0, V, BLOCK):
-            offs = start + cols
-            x = tl.load(lrow + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-            run_max = tl.maximum(run_max, x)
-            nan_seen = nan_seen | (x != x).to(tl.int32)
-        row_max = tl.max(run_max, axis=0)
-        has_nan = tl.max(nan_seen, axis=0) > 0
-        # 2. the k-th largest logit's key: kth = max{c : #(key >= c) >= k}, DIGIT_BITS bits a pass from the top
-        kth_val = float("-inf")
+    def _key_value(key, KEY_BITS: tl.constexpr, DTYPE: tl.constexpr):
+        """_order_key's inverse: the key (int64 scalar) back to its float, as float32."""
+        if KEY_BITS == 16:
+            bits = tl.where(key >= 0x8000, key ^ 0x8000, ~key & 0xFFFF).to(tl.int16)
+            value = bits.to(DTYPE, bitcast=True).to(tl.float32)
+        else:
+            bits = tl.where(key >= 0x80000000, key ^ 0x80000000, ~key & 0xFFFFFFFF).to(tl.int32)
+            value = bits.to(tl.float32, bitcast=True)
+        return value
+
+    @triton.jit
+    def _kth_prefix(S, k, ROUNDS: tl.constexpr):
+        """From the row's first ROUNDS byte histograms in S: the top 8 * ROUNDS bits of the k-th largest key, and how
+        many keys with those top bits are still to be passed over (1: the k-th itself is the largest of them)."""
+        bins = tl.arange(0, 256)
+        prefix = tl.zeros([], tl.int64)
+        left = k.to(tl.int64)
+        for r in tl.static_range(ROUNDS):
+            hist = tl.load(S + r * 256 + bins)  # (256,) keys with the prefix so far, by their next byte
+            at_or_above = tl.cumsum(hist, axis=0, reverse=True)  # (256,) non-increasing in the byte
+            digit = tl.sum((at_or_above >= left).to(tl.int64), axis=0) - 1  # the largest byte with >= left keys
+            above = tl.sum(tl.where(bins == digit, at_or_above - hist, 0), axis=0)  # keys with a larger byte
+            left = left - above
+            prefix = (prefix << 8) | digit
+        return prefix, left
+
+    @triton.jit
+    def _histogram_kernel(L, stride_l, S, stride_s, V, k, ROUND: tl.constexpr, KEY_BITS: tl.constexpr,
+                          BLOCK: tl.constexpr):
+        """Round ROUND of the radix select, one block of a row a program: the histogram of the keys' byte ROUND
+        (from the top) among the keys whose higher bytes are the k-th's (known from the rounds before), added into
+        the row's S[ROUND]. Round 0 also takes the row's largest key into S[MAX]."""
+        block, row = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        valid = offs < V
+        x = tl.load(L + row * stride_l + offs, mask=valid, other=0.0)
+        key = _order_key(x, KEY_BITS)
+        srow = S + row * stride_s
+        shift: tl.constexpr = KEY_BITS - 8 * (ROUND + 1)
+        if ROUND == 0:
+            match = valid
+            tl.atomic_max(srow + (KEY_BITS // 8) * 256, tl.max(tl.where(valid, key, 0), axis=0))
+        else:
+            prefix, _ = _kth_prefix(srow, k, ROUND)
+            match = valid & ((key >> (shift + 8)) == prefix)
+        hist = tl.histogram(((key >> shift) & 0xFF).to(tl.int32), 256, mask=match).to(tl.int64)  # (256,)
+        tl.atomic_add(srow + ROUND * 256 + tl.arange(0, 256), hist, mask=hist > 0)
+
+    @triton.jit
+    def _max_kernel(L, stride_l, S, stride_s, V, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr):
+        """No top-k: only the row's largest key, into S[MAX]."""
+        block, row = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        valid = offs < V
+        key = _order_key(tl.load(L + row * stride_l + offs, mask=valid, other=0.0), KEY_BITS)
+        tl.atomic_max(S + row * stride_s + (KEY_BITS // 8) * 256, tl.max(tl.where(valid, key, 0), axis=0))
+
+    @triton.jit
+    def _draw_kernel(L, stride_l, Q, stride_q, S, stride_s, OUT, FINITE, V, k, inv_t, PROGRAMS,
+                     KEY_BITS: tl.constexpr, HAS_TOPK: tl.constexpr, BLOCK: tl.constexpr, EXACT_LOG: tl.constexpr):
+        """The draw, one block of a row a program: over the block's kept ids (logit >= the k-th largest), the best
+        (x - m) * (1 / temperature) - log(q) and its id, packed (score key, then the smaller id) into one int64 and
+        maxed into S[BEST]; the row's last program to arrive writes the token and the finite flag."""
+        block, row = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        ROUNDS: tl.constexpr = KEY_BITS // 8
+        srow = S + row * stride_s
+        max_key = tl.load(srow + ROUNDS * 256)
+        row_max = _key_value(max_key, KEY_BITS, L.dtype.element_ty)  # nan where a logit is nan (its key the largest)
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        valid = offs < V
+        x = tl.load(L + row * stride_l + offs, mask=valid, other=float("-inf")).to(tl.float32)
+        keep = valid
         if HAS_TOPK:
-            NCAND: tl.constexpr = 1 << DIGIT_BITS
-            steps = tl.arange(0, NCAND)  # candidate digits 0 .. 2^DIGIT_BITS - 1
-            if KEY_BITS == 16:
-                kth = tl.zeros([], tl.int32)
-                steps = steps.to(tl.int32)
-            else:
-                kth = tl.zeros([], tl.int64)
-                steps = steps.to(tl.int64)
-            for p in tl.static_range(KEY_BITS // DIGIT_BITS):
-                shift = KEY_BITS - DIGIT_BITS * (p + 1)  # a constexpr: p is the static loop's
-                cand = kth + (steps << shift)  # (NCAND,): digit 0 is kth itself, counted >= k by construction
-                counts = tl.zeros([NCAND, BLOCK], tl.int32)
-                for start in range(0, V, BLOCK):
-                    offs = start + cols
-                    x = tl.load(lrow + offs, mask=offs < V, other=0.0)
-                    key = _order_key(x, KEY_BITS)
-                    key = tl.where(offs < V, key, -1)  # past the row: below every candidate
-                    counts += (key[None, :] >= cand[:, None]).to(tl.int32)  # (NCAND, BLOCK)
-                total = tl.sum(counts, axis=1)  # (NCAND,) non-increasing in the digit
-                digit = tl.sum((total >= k).to(kth.dtype), axis=0) - 1  # the largest digit with >= k keys
-                kth = kth + (digit << shift)
-            # the key back to its float: torch masks `logits < kth value`, a float comparison (-0 == +0)
-            if KEY_BITS == 16:
-                bits = tl.where(kth >= 0x8000, kth ^ 0x8000, ~kth & 0xFFFF).to(tl.int16)
-                kth_val = bits.to(L.dtype.element_ty, bitcast=True).to(tl.float32)
-            else:
-                bits = tl.where(kth >= 0x80000000, kth ^ 0x80000000, ~kth & 0xFFFFFFFF).to(tl.int32)
-                kth_val = bits.to(tl.float32, bitcast=True)
-        # 3. the draw: argmax over the kept ids of (x - m) / T - log q, first index on a tie
-        best = tl.full([BLOCK], float("-inf"), tl.float32)
-        best_id = tl.zeros([BLOCK], tl.int32)
-        for start in range(0, V, BLOCK):
-            offs = start + cols
-            valid = offs < V
-            x = tl.load(lrow + offs, mask=valid, other=float("-inf")).to(tl.float32)
-            keep = valid & (x >= kth_val)
-            q = tl.load(qrow + offs, mask=keep, other=1.0)
-            if EXACT_LOG:  # libdevice's logf, torch's CUDA log (the interpreter has no libdevice)
-                log_q = libdevice.log(q)
-            else:
-                log_q = tl.log(q)
-            score = (x - row_max) * inv_t - log_q
-            score = tl.where(keep, score, float("-inf"))
-            take = score > best  # a later lane only on a strictly larger score
-            best = tl.where(take, score, best)
-            best_id = tl.where(take, offs, best_id)
-        top = tl.max(best, axis=0)
-        token = tl.min(tl.where(best == top, best_id, V), axis=0)
-        token = tl.where(token < V, token, 0)  # a nan row: any valid id (the flag says the draw is void)
-        tl.store(OUT + row, token.to(tl.int64))
-        # 4. the torch form's flag: its row max and its winning score finite (a nan logit makes both nan)
-        bad = has_nan | (row_max != row_max) | (tl.abs(row_max) == float("inf")) | (top != top) | \
-            (tl.abs(top) == float("inf"))
-        tl.store(FINITE, tl.zeros([], tl.int8), mask=bad)
+            kth_key, _ = _kth_prefix(srow, k, ROUNDS)
+            keep = valid & (x >= _key_value(kth_key, KEY_BITS, L.dtype.element_ty))  # torch: `logits < kth` (-0 == +0)
+        q = tl.load(Q + row * stride_q + offs, mask=keep, other=1.0)
+        if EXACT_LOG:  # libdevice's logf, torch's CUDA log (the interpreter has no libdevice)
+            log_q = libdevice.log(q)
+        else:
+            log_q = tl.log(q)
+        score = (x - row_max) * inv_t - log_q  # no contraction into an fma (enable_fp_fusion=False): torch's ops
+        score = tl.where(keep, score, float("-inf"))
+        best = tl.max(score, axis=0)
+        best_id = tl.min(tl.where(score == best, offs, V), axis=0)  # the first id on a tie; V if none (a nan row)
+        best_id = tl.where(best_id < V, best_id, block * BLOCK)
+        packed = (_order_key(best, 32) << 24) | (0xFFFFFF - best_id.to(tl.int64))  # > 0: zeros start the max
+        tl.atomic_max(srow + ROUNDS * 256 + 1, packed)
+        if tl.atomic_add(srow + ROUNDS * 256 + 2, 1) == PROGRAMS - 1:  # the row's last program (acq_rel atomics)
+            won = tl.atomic_max(srow + ROUNDS * 256 + 1, 0)  # read after every program's max
+            tl.store(OUT + row, 0xFFFFFF - (won & 0xFFFFFF))
+            top = _key_value(won >> 24, 32, tl.float32)
+            bad = (row_max != row_max) | (tl.abs(row_max) == float("inf")) | (top != top) | \
+                (tl.abs(top) == float("inf"))
+            tl.store(FINITE, tl.zeros([], tl.int8), mask=bad)
 
 
 def unsupported(logits: torch.Tensor) -> Optional[str]:
@@ -171,14 +192,26 @@ def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optio
         raise ValueError(f"fused_sample.draw: temperature={temperature} must be > 0 (temperature 0 is argmax)")
     if finite.dtype != torch.bool or finite.numel() != 1:
         raise ValueError("fused_sample.draw: finite must be a one-element bool tensor")
-    out = torch.empty(B, dtype=torch.long, device=logits.device)
-    has_topk = top_k is not None and top_k < V
+    if V >= 1 << 24:
+        raise ValueError(f"fused_sample.draw: a vocabulary of {V} ids; the kernel packs ids in 24 bits")
     key_bits = 32 if logits.dtype == torch.float32 else 16
-    digit_bits = DIGIT_BITS
-    if key_bits % digit_bits:
-        raise ValueError(f"fused_sample.DIGIT_BITS={digit_bits} must divide {key_bits}")
-    _topk_gumbel_kernel[(B,)](logits, logits.stride(0), q, q.stride(0), out, finite.view(torch.int8), V,
-                              top_k if has_topk else V, inverse_temperature(temperature),
-                              KEY_BITS=key_bits, HAS_TOPK=has_topk, DIGIT_BITS=digit_bits, BLOCK=BLOCK,
-                              EXACT_LOG=not _interpret(), num_warps=NUM_WARPS, enable_fp_fusion=False)
+    rounds = key_bits // 8
+    has_topk = top_k is not None and top_k < V
+    k = top_k if has_topk else V
+    out = torch.empty(B, dtype=torch.long, device=logits.device)
+    # per row: the radix select's byte histograms (rounds x 256), the largest key, the packed best, the arrivals
+    scratch = torch.zeros(B, rounds * 256 + 3, dtype=torch.int64, device=logits.device)
+    programs = triton.cdiv(V, BLOCK)
+    grid = (programs, B)
+    if has_topk:
+        for r in range(rounds):
+            _histogram_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, k, ROUND=r,
+                                    KEY_BITS=key_bits, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    else:
+        _max_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, KEY_BITS=key_bits, BLOCK=BLOCK,
+                          num_warps=NUM_WARPS)
+    _draw_kernel[grid](logits, logits.stride(0), q, q.stride(0), scratch, scratch.stride(0), out,
+                       finite.view(torch.int8), V, k, inverse_temperature(temperature), programs, KEY_BITS=key_bits,
+                       HAS_TOPK=has_topk, BLOCK=BLOCK, EXACT_LOG=not _interpret(), num_warps=NUM_WARPS,
+                       enable_fp_fusion=False)
     return out

@@ -1,6 +1,6 @@
 """
-The sampled decode token's draw alone: model.sample_next as torch ops (backend 'torch') against its one-kernel
-form (fused_sample, backend 'triton'), beside the greedy argmax, at GPT-2's padded vocabulary (50,304 logits a
+The sampled decode token's draw alone: model.sample_next as torch ops (backend 'torch') against its Triton
+kernels (fused_sample, backend 'triton'), beside the greedy argmax, at GPT-2's padded vocabulary (50,304 logits a
 row, the tokenizer's 50,257 kept) and sample.py's defaults (temperature 0.8, top_k 200); then fused_sample's knobs
 one at a time around their defaults.
 
@@ -27,12 +27,12 @@ from scripts.bench_decode_kernel import time_graph
 from scripts.bench_gelu import timed
 from scripts.bench_train import fmt, markdown_table, run_info, write_report
 
-KNOBS = ("BLOCK", "NUM_WARPS", "DIGIT_BITS")
+KNOBS = ("BLOCK", "NUM_WARPS")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def parse_sweep(spec: str):
-    """'BLOCK=1024,4096 DIGIT_BITS=1,4' -> [('BLOCK', 1024), ('BLOCK', 4096), ('DIGIT_BITS', 1), ('DIGIT_BITS', 4)]."""
+    """'BLOCK=512,2048 NUM_WARPS=8' -> [('BLOCK', 512), ('BLOCK', 2048), ('NUM_WARPS', 8)]."""
     out = []
     for item in spec.split():
         name, _, values = item.partition("=")
@@ -68,7 +68,7 @@ def main(argv=None):
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top_k", type=int, default=200, help="0: no top-k")
     p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
-    p.add_argument("--sweep", default="BLOCK=1024,4096 NUM_WARPS=4,16 DIGIT_BITS=1,4",
+    p.add_argument("--sweep", default="BLOCK=256,512,2048,4096 NUM_WARPS=2,8",
                    help="fused_sample knobs, each value timed alone with the others at their defaults ('' for none)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--reps", type=int, default=7)
@@ -137,7 +137,7 @@ def main(argv=None):
                 same = same_draw(view, q, args.temperature, top_k)
                 us = time_us(lambda: sample_next(logits, args.temperature, top_k, None, args.vocab_limit, finite,
                                                  backend="triton"))
-                name = "sample_next, one kernel" + (f" ({knob}={value})" if knob else " (defaults: " + ", ".join(
+                name = "sample_next, kernels" + (f" ({knob}={value})" if knob else " (defaults: " + ", ".join(
                     f"{k}={saved[k]}" for k in KNOBS) + ")")
                 add(name, us, same, f"{knob}={value}" if knob else None)
             finally:

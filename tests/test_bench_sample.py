@@ -21,7 +21,7 @@ def test_cpu_smoke_and_errors(tmp_path):
         assert cases == [(b, c) for b in (1, 3) for c in ("sample_next, torch form", "sample_next greedy (argmax)",
                                                            "exponential_ noise alone")]
     assert all(r["us"] > 0 for r in rows) and "| 3 | sample_next greedy" in (tmp_path / "bench_sample.md").read_text()
-    assert bench_sample.parse_sweep("BLOCK=64,128 DIGIT_BITS=4") == [("BLOCK", 64), ("BLOCK", 128), ("DIGIT_BITS", 4)]
+    assert bench_sample.parse_sweep("BLOCK=64,128 NUM_WARPS=2") == [("BLOCK", 64), ("BLOCK", 128), ("NUM_WARPS", 2)]
     for bad in ("WARPS=4", "BLOCK=", "BLOCK=a"):
         with pytest.raises(SystemExit, match="--sweep"):
             bench_sample.parse_sweep(bad)
@@ -31,6 +31,6 @@ def test_cpu_smoke_and_errors(tmp_path):
 
 @needs_child
 def test_interp_bench_rows_draw_the_torch_forms_token(tmp_path):
-    rows = run(tmp_path, "--sweep", "DIGIT_BITS=4")
+    rows = run(tmp_path, "--sweep", "BLOCK=64")
     kernel_rows = [r for r in rows if r["same"] is not None]
-    assert [r["knob"] for r in kernel_rows] == [None, "DIGIT_BITS=4"] * 2 and all(r["same"] for r in kernel_rows)
+    assert [r["knob"] for r in kernel_rows] == [None, "BLOCK=64"] * 2 and all(r["same"] for r in kernel_rows)
