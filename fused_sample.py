@@ -38,7 +38,11 @@ import torch
 from decode_attention import _interpret, _triton_available, device_problem
 
 # Tuning knobs, read at call time.
-BLOCK = 1024  # ids a program: GPT-2's 50,257 are 50 programs a row in each kernel
+# BLOCK: ids a program; None picks SMALL_BATCH_BLOCK up to SMALL_BATCH rows, else LARGE_BATCH_BLOCK. On an H200 at
+# GPT-2's vocabulary (session 34 call 4) blocks of 256-2,048 took 16.0-19.6 us a draw at batch 1, and at batch 32
+# blocks of 2,048 took 43.4 us against 49.9-76.9 for 256-1,024 (the byte histograms' cost grows with the rows)
+BLOCK = None
+SMALL_BATCH, SMALL_BATCH_BLOCK, LARGE_BATCH_BLOCK = 4, 512, 2048
 NUM_WARPS = 4
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _HAVE_TRITON = _triton_available()  # once, at import
@@ -79,7 +83,7 @@ if _HAVE_TRITON:
         many keys with those top bits are still to be passed over (1: the k-th itself is the largest of them)."""
         bins = tl.arange(0, 256)
         prefix = tl.zeros([], tl.int64)
-        left = k.to(tl.int64)
+        left = tl.zeros([], tl.int64) + k  # k may be a constexpr (the JIT makes an int argument of 1 one)
         for r in tl.static_range(ROUNDS):
             hist = tl.load(S + r * 256 + bins)  # (256,) keys with the prefix so far, by their next byte
             at_or_above = tl.cumsum(hist, axis=0, reverse=True)  # (256,) non-increasing in the byte
@@ -95,7 +99,7 @@ if _HAVE_TRITON:
         """Round ROUND of the radix select, one block of a row a program: the histogram of the keys' byte ROUND
         (from the top) among the keys whose higher bytes are the k-th's (known from the rounds before), added into
         the row's S[ROUND]. Round 0 also takes the row's largest key into S[MAX]."""
-        block, row = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
         offs = block * BLOCK + tl.arange(0, BLOCK)
         valid = offs < V
         x = tl.load(L + row * stride_l + offs, mask=valid, other=0.0)
@@ -114,7 +118,7 @@ if _HAVE_TRITON:
     @triton.jit
     def _max_kernel(L, stride_l, S, stride_s, V, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr):
         """No top-k: only the row's largest key, into S[MAX]."""
-        block, row = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
         offs = block * BLOCK + tl.arange(0, BLOCK)
         valid = offs < V
         key = _order_key(tl.load(L + row * stride_l + offs, mask=valid, other=0.0), KEY_BITS)
@@ -126,7 +130,7 @@ if _HAVE_TRITON:
         """The draw, one block of a row a program: over the block's kept ids (logit >= the k-th largest), the best
         (x - m) * (1 / temperature) - log(q) and its id, packed (score key, then the smaller id) into one int64 and
         maxed into S[BEST]; the row's last program to arrive writes the token and the finite flag."""
-        block, row = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
         ROUNDS: tl.constexpr = KEY_BITS // 8
         srow = S + row * stride_s
         max_key = tl.load(srow + ROUNDS * 256)
@@ -201,17 +205,21 @@ def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optio
     out = torch.empty(B, dtype=torch.long, device=logits.device)
     # per row: the radix select's byte histograms (rounds x 256), the largest key, the packed best, the arrivals
     scratch = torch.zeros(B, rounds * 256 + 3, dtype=torch.int64, device=logits.device)
-    programs = triton.cdiv(V, BLOCK)
-    grid = (programs, B)
+    block = BLOCK or (SMALL_BATCH_BLOCK if B <= SMALL_BATCH else LARGE_BATCH_BLOCK)
+    programs = triton.cdiv(V, block)
+    if programs > 65535:  # the grid's second dimension
+        raise ValueError(f"fused_sample.draw: {V:,} ids in blocks of {block} make {programs:,} programs a row (at most "
+                         "65,535): raise fused_sample.BLOCK")
+    grid = (B, programs)
     if has_topk:
         for r in range(rounds):
             _histogram_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, k, ROUND=r,
-                                    KEY_BITS=key_bits, BLOCK=BLOCK, num_warps=NUM_WARPS)
+                                    KEY_BITS=key_bits, BLOCK=block, num_warps=NUM_WARPS)
     else:
-        _max_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, KEY_BITS=key_bits, BLOCK=BLOCK,
+        _max_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, KEY_BITS=key_bits, BLOCK=block,
                           num_warps=NUM_WARPS)
     _draw_kernel[grid](logits, logits.stride(0), q, q.stride(0), scratch, scratch.stride(0), out,
                        finite.view(torch.int8), V, k, inverse_temperature(temperature), programs, KEY_BITS=key_bits,
-                       HAS_TOPK=has_topk, BLOCK=BLOCK, EXACT_LOG=not _interpret(), num_warps=NUM_WARPS,
+                       HAS_TOPK=has_topk, BLOCK=block, EXACT_LOG=not _interpret(), num_warps=NUM_WARPS,
                        enable_fp_fusion=False)
     return out

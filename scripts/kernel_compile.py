@@ -15,9 +15,10 @@ class Recorder:
     """Stands for a @triton.jit kernel: kernel[grid](*args, **kwargs) records the launch instead of running it."""
 
     def __init__(self, kernel):
-        self.kernel, self.launches = kernel, []
+        self.kernel, self.launches, self.grids = kernel, [], []
 
     def __getitem__(self, grid):
+        self.grids.append(grid)
         return lambda *args, **kwargs: self.launches.append((args, kwargs))
 
 

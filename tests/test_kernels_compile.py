@@ -312,16 +312,33 @@ def test_decode_mega_step_kernel_compiles(variant, knobs, record, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_sample_kernels_compile(dtype, record, monkeypatch):
     """fused_sample's kernels, with and without a top-k (the radix rounds' histograms, or the max alone, then the
-    draw), its draw with libdevice's log (the GPU's) and tl.log (the interpreter's), compiled to the end (ptxas)."""
+    draw), its draw with libdevice's log (the GPU's) and tl.log (the interpreter's), compiled to the end (ptxas), at
+    batch 1 and 3 and top_k 1 (an int argument of 1 is a constexpr to the JIT: session 34's call 4 failed on it)."""
     from scripts.kernel_compile import compile_sm90
     recs = [record(fs, name) for name in ("_histogram_kernel", "_max_kernel", "_draw_kernel")]
-    logits = rnd(2, 50304, dtype=dtype)[:, :50257]
-    for top_k in (200, None):
-        fs.draw(logits, torch.ones(2, 50257), 0.8, top_k, torch.ones((), dtype=torch.bool))
+    for B, V in ((1, 50257), (3, 50257), (2, 7)):  # 7 ids: one program a row (another int argument of 1)
+        logits = rnd(B, V + 47, dtype=dtype)[:, :V]
+        for top_k in (200, 1, None):
+            fs.draw(logits, torch.ones(B, V), 0.8, top_k, torch.ones((), dtype=torch.bool))
     rounds = 4 if dtype == torch.float32 else 2
-    assert [len(r.launches) for r in recs] == [rounds, 1, 2]
+    assert [len(r.launches) for r in recs] == [5 * rounds, 4, 9]  # top_k 200 of 7 ids: no top-k
     for rec in recs:
         for args, kwargs in rec.launches:
             for exact_log in ((True, False) if "EXACT_LOG" in kwargs else (None,)):
                 kw = kwargs if exact_log is None else {**kwargs, "EXACT_LOG": exact_log}
                 compile_sm90(rec.kernel, args, kw)
+
+
+def test_sample_grid_takes_rows_on_its_first_axis(record, monkeypatch):
+    """Rows on the grid's first axis (up to 2^31 - 1), a row's blocks on the second (up to 65,535): a batch of
+    200,000 rows (a statistical test's) put on the second axis was refused by the driver (session 34 call 4). More
+    blocks than the second axis takes is a ValueError naming the knob."""
+    recs = [record(fs, name) for name in ("_histogram_kernel", "_draw_kernel")]
+    fs.draw(rnd(200_000, 7), torch.ones(200_000, 7), 0.8, 3, torch.ones((), dtype=torch.bool))
+    assert [grid for rec in recs for grid in rec.grids] == [(200_000, 1)] * 3
+    fs.draw(rnd(2, 50257), torch.ones(2, 50257), 0.8, 3, torch.ones((), dtype=torch.bool))
+    assert recs[1].grids[-1] == (2, 99)  # blocks of SMALL_BATCH_BLOCK = 512 at 2 rows
+    monkeypatch.setattr(fs, "BLOCK", 16)
+    V = 65_535 * 16 + 1
+    with pytest.raises(ValueError, match="65,536 programs a row.*fused_sample.BLOCK"):
+        fs.draw(torch.zeros(1, V, dtype=torch.bfloat16), torch.ones(1, V), 0.8, 3, torch.ones((), dtype=torch.bool))
