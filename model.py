@@ -1528,7 +1528,8 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     dtype: for bf16 logits the set float(x) / temperature would give (division keeps distinct bf16 values
     apart); for fp32 logits that the division rounds together, ties at the k-th value can differ. On an H200
     at batch 1 with GPT-2's vocabulary the draw took 127 us of GPU time a token with softmax, a sorted fp32
-    top-k and multinomial, 67 us in this form as torch ops (session 33). backend 'auto' (default): on CUDA the
+    top-k and multinomial, 67-73 us in this form as torch ops (sessions 33-34), 16 us as fused_sample's kernels (session
+    34; results/bench/README.md). backend 'auto' (default): on CUDA the
     same draw as three Triton kernels (fused_sample: the same noise from `generator`, the same float32 scores, so
     the same token), the torch ops elsewhere; 'triton': the kernel or a ValueError; 'torch': the torch ops."""
     if backend not in SAMPLE_BACKENDS:
