@@ -12,14 +12,16 @@ partial results meeting in a small scratch tensor through atomics:
     1. radix select of the k-th largest logit, a byte a round (2 kernels for bf16 / fp16, 4 for fp32): every float
        mapped to an unsigned key in its order (nan above +inf, as torch.topk ranks it); round r adds each block's
        histogram of the keys' byte r, among the keys whose higher bytes are the k-th's (read off the rounds before:
-       the largest byte with at least k keys at or above it), into the row's; round 0 also takes the row's maximum;
+       the largest byte with at least the remaining rank's count of keys at or above it), into the row's; round 0 also
+       takes the row's maximum;
     2. the draw: over the ids with logit >= the k-th (torch's `logits < kth` mask, ties at the k-th value kept), the
        argmax of (x - m) * (1 / temperature) - log(q), with q from the caller (torch's exponential_ on the caller's
        generator, so the generator advances exactly as the torch form's), no fp contraction and libdevice's logf:
        the same float32 scores as the torch form's ops on CUDA bit for bit (torch divides by a scalar as a multiply
-       by its float32 reciprocal), so the same token. Each block's best (score, then the smaller id) is packed into
-       one int64 and maxed into the row's; the row's last block to arrive writes the token (B,) long and and-s
-       `finite` (a bool scalar) with "the row's max and the winning score are finite": the torch form's flag.
+       by its float32 reciprocal), so the same token on every row the draw is valid for (a nan logit voids it in both
+       forms, which may then name different ids). Each block's best (score, then the smaller id) is packed into one
+       int64 and maxed into the row's; the row's last block to arrive writes the token (B,) long and sets `finite` (a
+       bool scalar) False unless the row's max and the winning score are finite: the torch form's flag.
 
 Without a top-k, step 1 is one kernel that takes the row's maximum only. A first version ran a row in one program
 (every pass over the row by one SM): 123 us a draw, slower than the torch form (session 34 call 3).
@@ -125,11 +127,13 @@ if _HAVE_TRITON:
         tl.atomic_max(S + row * stride_s + (KEY_BITS // 8) * 256, tl.max(tl.where(valid, key, 0), axis=0))
 
     @triton.jit
-    def _draw_kernel(L, stride_l, Q, stride_q, S, stride_s, OUT, FINITE, V, k, inv_t, PROGRAMS,
-                     KEY_BITS: tl.constexpr, HAS_TOPK: tl.constexpr, BLOCK: tl.constexpr, EXACT_LOG: tl.constexpr):
+    def _draw_kernel(L, stride_l, Q, stride_q, S, stride_s, OUT, FINITE, SCORE, V, k, inv_t, PROGRAMS,
+                     KEY_BITS: tl.constexpr, HAS_TOPK: tl.constexpr, BLOCK: tl.constexpr, EXACT_LOG: tl.constexpr,
+                     WRITE_SCORE: tl.constexpr):
         """The draw, one block of a row a program: over the block's kept ids (logit >= the k-th largest), the best
         (x - m) * (1 / temperature) - log(q) and its id, packed (score key, then the smaller id) into one int64 and
-        maxed into S[BEST]; the row's last program to arrive writes the token and the finite flag."""
+        maxed into S[BEST]; the row's last program to arrive writes the token, clears the finite flag where the
+        draw is void, and (WRITE_SCORE) the winning float32 score into SCORE."""
         row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
         ROUNDS: tl.constexpr = KEY_BITS // 8
         srow = S + row * stride_s
@@ -149,8 +153,8 @@ if _HAVE_TRITON:
             log_q = tl.log(q)
         score = (x - row_max) * inv_t - log_q  # no contraction into an fma (enable_fp_fusion=False): torch's ops
         score = tl.where(keep, score, float("-inf"))
-        best = tl.max(score, axis=0)
-        best_id = tl.min(tl.where(score == best, offs, V), axis=0)  # the first id on a tie; V if none (a nan row)
+        best = tl.max(score, axis=0) + 0.0  # + 0.0: -0 -> +0, equal in torch's max (its first id wins), so in the key
+        best_id = tl.min(tl.where(score == best, offs, V), axis=0)  # the first id on a tie; V if none (nan scores)
         best_id = tl.where(best_id < V, best_id, block * BLOCK)
         packed = (_order_key(best, 32) << 24) | (0xFFFFFF - best_id.to(tl.int64))  # > 0: zeros start the max
         tl.atomic_max(srow + ROUNDS * 256 + 1, packed)
@@ -161,6 +165,8 @@ if _HAVE_TRITON:
             bad = (row_max != row_max) | (tl.abs(row_max) == float("inf")) | (top != top) | \
                 (tl.abs(top) == float("inf"))
             tl.store(FINITE, tl.zeros([], tl.int8), mask=bad)
+            if WRITE_SCORE:
+                tl.store(SCORE + row, top)
 
 
 def unsupported(logits: torch.Tensor) -> Optional[str]:
@@ -183,11 +189,12 @@ def inverse_temperature(temperature: float) -> float:
 
 
 def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optional[int],
-         finite: torch.Tensor) -> torch.Tensor:
+         finite: torch.Tensor, score_out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The token (B,) long from logits (B, V) (a view with unit column stride is fine) and noise q (B, V) float32,
     q ~ Exp(1): argmax over the top_k largest logits (all of them for None or top_k >= V) of (logits - max) /
     temperature - log(q). `finite` (bool scalar, same device) is set False when a row's max or winning score is
-    not finite. Call unsupported(logits) first."""
+    not finite. score_out (B,) float32, if given, receives each row's winning score (for tests: the torch form's
+    maximum, bit for bit). Call unsupported(logits) first."""
     B, V = logits.shape
     if q.shape != (B, V) or q.dtype != torch.float32 or q.stride(-1) != 1:
         raise ValueError(f"fused_sample.draw: q must be float32 {(B, V)} with unit column stride, got "
@@ -196,6 +203,12 @@ def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optio
         raise ValueError(f"fused_sample.draw: temperature={temperature} must be > 0 (temperature 0 is argmax)")
     if finite.dtype != torch.bool or finite.numel() != 1:
         raise ValueError("fused_sample.draw: finite must be a one-element bool tensor")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"fused_sample.draw: top_k={top_k} must be >= 1 (or None: every id)")
+    if V < 1:
+        raise ValueError("fused_sample.draw: logits with no ids to draw from")
+    if score_out is not None and (score_out.shape != (B,) or score_out.dtype != torch.float32):
+        raise ValueError(f"fused_sample.draw: score_out must be float32 ({B},)")
     if V >= 1 << 24:
         raise ValueError(f"fused_sample.draw: a vocabulary of {V} ids; the kernel packs ids in 24 bits")
     key_bits = 32 if logits.dtype == torch.float32 else 16
@@ -219,7 +232,8 @@ def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optio
         _max_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, KEY_BITS=key_bits, BLOCK=block,
                           num_warps=NUM_WARPS)
     _draw_kernel[grid](logits, logits.stride(0), q, q.stride(0), scratch, scratch.stride(0), out,
-                       finite.view(torch.int8), V, k, inverse_temperature(temperature), programs, KEY_BITS=key_bits,
-                       HAS_TOPK=has_topk, BLOCK=block, EXACT_LOG=not _interpret(), num_warps=NUM_WARPS,
+                       finite.view(torch.int8), q if score_out is None else score_out, V, k,
+                       inverse_temperature(temperature), programs, KEY_BITS=key_bits, HAS_TOPK=has_topk, BLOCK=block,
+                       EXACT_LOG=not _interpret(), WRITE_SCORE=score_out is not None, num_warps=NUM_WARPS,
                        enable_fp_fusion=False)
     return out

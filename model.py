@@ -1530,15 +1530,20 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     at batch 1 with GPT-2's vocabulary the draw took 127 us of GPU time a token with softmax, a sorted fp32
     top-k and multinomial, 67-73 us in this form as torch ops (sessions 33-34), 16 us as fused_sample's kernels (session
     34; results/bench/README.md). backend 'auto' (default): on CUDA the
-    same draw as three Triton kernels (fused_sample: the same noise from `generator`, the same float32 scores, so
-    the same token), the torch ops elsewhere; 'triton': the kernel or a ValueError; 'torch': the torch ops."""
+    same draw as two to five Triton kernels (fused_sample: the same noise from `generator`, the same float32 scores,
+    so the same token wherever the draw is valid), the torch ops elsewhere; 'triton': the kernels or a ValueError;
+    'torch': the torch ops."""
     if backend not in SAMPLE_BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {SAMPLE_BACKENDS}")
+    if not temperature >= 0:  # nan too
+        raise ValueError(f"temperature={temperature} must be >= 0 (0: argmax)")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k={top_k} must be >= 1 (or None: every id)")
     if vocab_limit is not None:
         logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
     if temperature == 0:
         return logits.argmax(dim=-1)  # bf16 or fp32 as they come: the float conversion is exact
-    if backend != "torch" and logits.device.type != "cpu" or backend == "triton":
+    if (backend != "torch" and logits.device.type != "cpu") or backend == "triton":
         import fused_sample
 
         why = fused_sample.unsupported(logits)

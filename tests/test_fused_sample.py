@@ -45,17 +45,19 @@ def check_draw(logits, temperature, top_k, exact: bool):
     g = torch.Generator(device=logits.device).manual_seed(7)
     q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=g)
     finite = torch.ones((), dtype=torch.bool, device=logits.device)
-    token = fs.draw(logits, q, temperature, top_k, finite)
+    kernel_best = torch.full((logits.size(0),), float("nan"), device=logits.device)
+    token = fs.draw(logits, q, temperature, top_k, finite, kernel_best)
     scores = torch_scores(logits, q, temperature, top_k)
     best = scores.max(dim=-1).values
     got = scores.gather(1, token[:, None])[:, 0]
     assert finite.item() and token.dtype == torch.long
-    if exact:  # the same float32 ops: the very maximum, and torch's token wherever it is the only one
-        assert torch.equal(got, best)
+    if exact:  # the same float32 ops: the kernels' own winning score is torch's maximum bit for bit, at torch's token
+        assert torch.equal(kernel_best, best) and torch.equal(got, best)
         unique = (scores == best[:, None]).sum(dim=-1) == 1
         assert torch.equal(token[unique], scores.argmax(dim=-1)[unique])
     else:  # the interpreter's log is numpy's, torch's CPU log may differ in the last bit
-        assert ((best - got) <= 1e-6 * best.abs() + 1e-6).all()
+        tol = 1e-6 * best.abs() + 1e-6
+        assert ((best - got) <= tol).all() and ((kernel_best - best).abs() <= tol).all()
     return token
 
 
@@ -67,11 +69,11 @@ def check_kept_set(logits, top_k, near: int = 0):
     assert B == 1
     kth = torch.topk(logits[0].float(), top_k).values[-1] if top_k is not None and top_k < V else -float("inf")
     ids = torch.arange(V, device=logits.device)
-    if near:  # the last `near` ids up to the k-th in sorted order and the `near` largest below its value
+    if near:  # `near` ids on each side of the k-th in sorted order (ties with it after it too), the `near` largest below
         values, order = torch.sort(logits[0].float(), descending=True, stable=True)
         k = min(top_k or V, V)
         below = order[values < kth]
-        ids = torch.cat([order[max(0, k - near):k], below[:near]])
+        ids = torch.cat([order[max(0, k - near):k + near], below[:near]]).unique()
     rows = logits.expand(len(ids), V).contiguous()  # (n, V): one row per boosted id
     q = torch.ones(len(ids), V, device=logits.device)
     q[torch.arange(len(ids), device=logits.device), ids] = 1e-30
@@ -81,6 +83,37 @@ def check_kept_set(logits, top_k, near: int = 0):
     assert torch.equal(kept, logits[0, ids].float() >= kth)
     assert near or int(kept.sum()) >= min(top_k or V, V)
     assert kept.any() and (kept.all() == bool((logits[0].float() >= kth).all()))  # never vacuous
+
+
+def check_first_id_on_tied_scores(device, V=3000, top_ks=(None, 3, 2000)):
+    """Equal winning scores in several blocks (noise all 1, so the score is the logit's): the first such id wins, as
+    torch's max returns it; row 0 with its maxima at the ids given (in later blocks only, for some), row 1 with all
+    but those ids tied at its maximum (a tie across every block)."""
+    for maxima in ((0, V // 3, V - 1), (V // 3, V - 1), (V - 1,), (V // 10, V // 10 + 1)):
+        logits = torch.zeros(2, V, device=device)
+        logits[:, list(maxima)] = 5.0
+        logits[1] = -logits[1]  # row 1: every id but the maxima' ties at 0, the largest
+        for top_k in top_ks:
+            token = fs.draw(logits, torch.ones(2, V, device=device), 0.8, top_k,
+                            torch.ones((), dtype=torch.bool, device=device))
+            assert token.tolist() == [maxima[0], min(set(range(V)) - set(maxima))], (maxima, top_k, token)
+
+
+def check_finite_flag_many_blocks(device, V=3000):
+    """The flag where a row spans many programs (V ids, blocks of 256 or 128) and only row 1 of 3 is bad, late in it:
+    the flag is the row's last program's verdict on the row's winner, not one block's; every token in range."""
+    inf, nan = float("inf"), float("nan")
+    for bad, ok in ((nan, False), (inf, False), (-inf, True), (None, False)):
+        logits = torch.randn(3, V, generator=torch.Generator().manual_seed(0)).to(device)
+        if bad is None:
+            logits[1] = -inf  # nothing to draw from in row 1
+        else:
+            logits[1, V - 100] = bad
+        for top_k in (None, 5):
+            finite = torch.ones((), dtype=torch.bool, device=device)
+            token = fs.draw(logits, torch.ones(3, V, device=device), 1.0, top_k, finite)
+            assert finite.item() == ok, (bad, top_k)
+            assert ((token >= 0) & (token < V)).all()
 
 
 def finite_cases():
@@ -126,6 +159,18 @@ def test_backend_and_argument_errors():
         fs.draw(logits, torch.ones(2, 9), 0.8, 3, finite)
     with pytest.raises(ValueError, match="temperature=0.0 must be > 0"):
         fs.draw(logits, torch.ones(2, 10), 0.0, 3, finite)
+    with pytest.raises(ValueError, match="top_k=0 must be >= 1"):
+        fs.draw(logits, torch.ones(2, 10), 0.8, 0, finite)
+    with pytest.raises(ValueError, match="no ids"):
+        fs.draw(logits[:, :0], torch.ones(2, 0), 0.8, None, finite)
+    with pytest.raises(ValueError, match="score_out must be float32"):
+        fs.draw(logits, torch.ones(2, 10), 0.8, 3, finite, torch.ones(3))
+    for backend in ("torch", "auto"):  # the torch form refuses them too (it would draw nonsense or fail deep inside)
+        with pytest.raises(ValueError, match="top_k=0 must be >= 1"):
+            sample_next(logits, 0.8, 0, backend=backend)
+        for temperature in (-0.5, float("nan")):
+            with pytest.raises(ValueError, match="must be >= 0"):
+                sample_next(logits, temperature, 3, backend=backend)
     assert fs.unsupported(torch.zeros(2, 10, dtype=torch.float64)) is not None
     assert fs.inverse_temperature(0.8) == (torch.ones(()) / torch.tensor(0.8)).item()  # float32 1 / float32 0.8
 
@@ -147,7 +192,7 @@ def test_interp_draw_is_the_argmax_of_the_torch_scores(dtype, monkeypatch):
 
 
 @needs_child
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_interp_kept_set_is_torchs_top_k(dtype, monkeypatch):
     monkeypatch.setattr(fs, "BLOCK", 32)
     logits = tied_logits(1, 80, dtype, seed=3)
@@ -156,8 +201,16 @@ def test_interp_kept_set_is_torchs_top_k(dtype, monkeypatch):
 
 
 @needs_child
-def test_interp_finite_flag_is_the_torch_forms():
+def test_interp_finite_flag_is_the_torch_forms(monkeypatch):
     check_finite_flag("cpu")
+    monkeypatch.setattr(fs, "BLOCK", 128)
+    check_finite_flag_many_blocks("cpu", V=1000)
+
+
+@needs_child
+def test_interp_first_id_on_tied_scores(monkeypatch):
+    monkeypatch.setattr(fs, "BLOCK", 128)
+    check_first_id_on_tied_scores("cpu", V=1000, top_ks=(None, 3))
 
 
 @needs_child
@@ -200,8 +253,30 @@ def test_cuda_kept_set_is_torchs_top_k(block, monkeypatch):
 
 
 @needs_cuda
-def test_cuda_finite_flag_is_the_torch_forms():
+def test_cuda_finite_flag_is_the_torch_forms(monkeypatch):
     check_finite_flag("cuda")
+    monkeypatch.setattr(fs, "BLOCK", 256)
+    check_finite_flag_many_blocks("cuda")
+
+
+@needs_cuda
+def test_cuda_first_id_on_tied_scores(monkeypatch):
+    monkeypatch.setattr(fs, "BLOCK", 256)
+    check_first_id_on_tied_scores("cuda")
+
+
+@needs_cuda
+def test_cuda_sample_next_draws_the_torch_forms_tokens():
+    """sample_next through the kernels and through the torch ops from one seeded CUDA generator, at GPT-2's vocabulary
+    cut by vocab_limit: the same tokens, and the generator left in the same state."""
+    logits = (torch.randn(8, 50304, generator=torch.Generator().manual_seed(2)) * 3).to(torch.bfloat16).cuda()
+    tokens, states = [], []
+    for backend in ("triton", "torch"):
+        g = torch.Generator(device="cuda").manual_seed(5)
+        tokens.append(torch.stack([sample_next(logits, 0.8, 200, g, 50257, backend=backend) for _ in range(20)]))
+        states.append(g.get_state())
+    assert torch.equal(tokens[0], tokens[1]) and torch.equal(states[0], states[1])
+    assert int(tokens[0].max()) < 50257
 
 
 @needs_cuda

@@ -312,7 +312,7 @@ def test_decode_mega_step_kernel_compiles(variant, knobs, record, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_sample_kernels_compile(dtype, record, monkeypatch):
     """fused_sample's kernels, with and without a top-k (the radix rounds' histograms, or the max alone, then the
-    draw), its draw with libdevice's log (the GPU's) and tl.log (the interpreter's), compiled to the end (ptxas), at
+    draw), with libdevice's log (the GPU's), with and without the score written, compiled to the end (ptxas), at
     batch 1 and 3 and top_k 1 (an int argument of 1 is a constexpr to the JIT: session 34's call 4 failed on it)."""
     from scripts.kernel_compile import compile_sm90
     recs = [record(fs, name) for name in ("_histogram_kernel", "_max_kernel", "_draw_kernel")]
@@ -320,13 +320,12 @@ def test_sample_kernels_compile(dtype, record, monkeypatch):
         logits = rnd(B, V + 47, dtype=dtype)[:, :V]
         for top_k in (200, 1, None):
             fs.draw(logits, torch.ones(B, V), 0.8, top_k, torch.ones((), dtype=torch.bool))
+    fs.draw(logits, torch.ones(B, V), 0.8, 3, torch.ones((), dtype=torch.bool), torch.zeros(B))  # the score written
     rounds = 4 if dtype == torch.float32 else 2
-    assert [len(r.launches) for r in recs] == [5 * rounds, 4, 9]  # top_k 200 of 7 ids: no top-k
+    assert [len(r.launches) for r in recs] == [6 * rounds, 4, 10]  # top_k 200 of 7 ids: no top-k
     for rec in recs:
-        for args, kwargs in rec.launches:
-            for exact_log in ((True, False) if "EXACT_LOG" in kwargs else (None,)):
-                kw = kwargs if exact_log is None else {**kwargs, "EXACT_LOG": exact_log}
-                compile_sm90(rec.kernel, args, kw)
+        for args, kwargs in rec.launches:  # EXACT_LOG as on the GPU (tl.log's form runs in the interpreter only)
+            compile_sm90(rec.kernel, args, {**kwargs, "EXACT_LOG": True} if "EXACT_LOG" in kwargs else kwargs)
 
 
 def test_sample_grid_takes_rows_on_its_first_axis(record, monkeypatch):
