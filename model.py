@@ -1554,6 +1554,18 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
             return fused_sample.draw(logits, q, temperature, top_k, finite)  # (B,)
         if backend == "triton":
             raise ValueError(f"sample_next(backend='triton'): the sampling kernel cannot run: {why}")
+    q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
+    best, token = gumbel_scores(logits, q, temperature, top_k).max(dim=-1)  # (B,), (B,)
+    if finite is not None:
+        finite &= torch.isfinite(best).all()
+    return token
+
+
+def gumbel_scores(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optional[int]) -> torch.Tensor:
+    """sample_next's torch form before its argmax: (B, V) float32 log-probability + Gumbel noise up to a constant,
+    (logits - row max) / temperature - log(q), -inf outside the top_k largest logits (ties at the k-th value kept).
+    q (B, V) float32, q ~ Exp(1), is not modified. A nan or +inf logit makes the row's max nan / +inf, so the whole row
+    nan; an all -inf row is nan too. The reference fused_sample's kernels are tested and timed against."""
     masked = None
     if top_k is not None and top_k < logits.size(-1):
         top = torch.topk(logits, top_k, dim=-1, sorted=False).values  # (B, top_k)
@@ -1561,16 +1573,10 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
         row_max = top.amax(dim=-1, keepdim=True)  # (B, 1)
     else:
         row_max = logits.amax(dim=-1, keepdim=True)  # (B, 1)
-    q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
-    # (B, V): log-probability + Gumbel noise, up to a constant; a nan or +inf logit makes the row's max nan / +inf,
-    # so the whole row nan; an all -inf row is nan too
-    scores = (logits.float() - row_max.float()) / temperature - q.log_()
+    scores = (logits.float() - row_max.float()) / temperature - q.log()  # (B, V)
     if masked is not None:
         scores.masked_fill_(masked, float("-inf"))
-    best, token = scores.max(dim=-1)  # (B,), (B,)
-    if finite is not None:
-        finite &= torch.isfinite(best).all()
-    return token
+    return scores
 
 
 class StaticDecoder:

@@ -22,7 +22,7 @@ if __name__ == "__main__" and not __package__:
 import torch
 
 import fused_sample
-from model import sample_next
+from model import gumbel_scores, sample_next
 from scripts.bench_decode_kernel import time_graph
 from scripts.bench_gelu import timed
 from scripts.bench_train import fmt, markdown_table, run_info, write_report
@@ -49,14 +49,7 @@ def same_draw(logits, q, temperature, top_k) -> bool:
     """Whether the kernel's token scores the torch form's maximum, bit for bit, on the same noise q."""
     finite = torch.ones((), dtype=torch.bool, device=logits.device)
     token = fused_sample.draw(logits, q, temperature, top_k, finite)
-    if top_k is not None and top_k < logits.size(-1):
-        top = torch.topk(logits, top_k, dim=-1, sorted=False).values
-        masked, row_max = logits < top.amin(dim=-1, keepdim=True), top.amax(dim=-1, keepdim=True)
-    else:
-        masked, row_max = None, logits.amax(dim=-1, keepdim=True)
-    scores = (logits.float() - row_max.float()) / temperature - q.log()
-    if masked is not None:
-        scores.masked_fill_(masked, float("-inf"))
+    scores = gumbel_scores(logits, q, temperature, top_k)
     return bool(finite.item()) and torch.equal(scores.gather(1, token[:, None])[:, 0], scores.max(dim=-1).values)
 
 

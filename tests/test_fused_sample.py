@@ -15,21 +15,10 @@ import torch.nn.functional as F
 
 import fused_sample as fs
 from interpreted import needs_child
-from model import sample_next
+from model import gumbel_scores, sample_next
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-
-
-def torch_scores(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k):
-    """The torch form's float32 scores (B, V), -inf outside the top-k: sample_next's ops, written out."""
-    if top_k is not None and top_k < logits.size(-1):
-        top = torch.topk(logits, top_k, dim=-1, sorted=False).values
-        masked, row_max = logits < top.amin(dim=-1, keepdim=True), top.amax(dim=-1, keepdim=True)
-    else:
-        masked, row_max = None, logits.amax(dim=-1, keepdim=True)
-    scores = (logits.float() - row_max.float()) / temperature - q.log()
-    return scores.masked_fill_(masked, float("-inf")) if masked is not None else scores
 
 
 def tied_logits(B: int, V: int, dtype, device="cpu", seed=0) -> torch.Tensor:
@@ -47,7 +36,7 @@ def check_draw(logits, temperature, top_k, exact: bool):
     finite = torch.ones((), dtype=torch.bool, device=logits.device)
     kernel_best = torch.full((logits.size(0),), float("nan"), device=logits.device)
     token = fs.draw(logits, q, temperature, top_k, finite, kernel_best)
-    scores = torch_scores(logits, q, temperature, top_k)
+    scores = gumbel_scores(logits, q, temperature, top_k)
     best = scores.max(dim=-1).values
     got = scores.gather(1, token[:, None])[:, 0]
     assert finite.item() and token.dtype == torch.long
