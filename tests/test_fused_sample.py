@@ -92,10 +92,12 @@ def check_finite_flag_many_blocks(device, V=3000):
     """The flag where a row spans many programs (V ids, blocks of 256 or 128) and only row 1 of 3 is bad, late in it:
     the flag is the row's last program's verdict on the row's winner, not one block's; every token in range."""
     inf, nan = float("inf"), float("nan")
-    for bad, ok in ((nan, False), (inf, False), (-inf, True), (None, False)):
+    for bad, ok in ((nan, False), (inf, False), (-inf, True), (None, False), ("nans", False)):
         logits = torch.randn(3, V, generator=torch.Generator().manual_seed(0)).to(device)
         if bad is None:
             logits[1] = -inf  # nothing to draw from in row 1
+        elif bad == "nans":
+            logits[1, ::V // 5] = nan  # as many nans as the top-k, one in each fifth of the row: the k-th is a nan
         else:
             logits[1, V - 100] = bad
         for top_k in (None, 5):
