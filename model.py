@@ -1673,11 +1673,12 @@ class StaticDecoder:
     def sample_graph(self, temperature: float, top_k: Optional[int], generator: Optional[torch.Generator],
                      vocab_limit: Optional[int]) -> torch.Tensor:
         """sample_next over the last replayed step's logits (call it right after step()), as a captured CUDA
-        graph of its own: one launch instead of the draw's ~10 eager ops. On an H200 this did not change the
-        sampled rate (session 33: the draw's GPU time, not the host's, was the cost); it keeps the host free
-        where a step is shorter than those ops' host time (small models). Captured once per (temperature,
-        top_k, vocab_limit, generator), each capture with its own memory pool (its scores, noise and their
-        intermediates: about 1 MB a sequence at GPT-2's vocabulary), the 8 newest kept; the draws come from `generator` (or the
+        graph of its own: one launch instead of the draw's 4-6 (the noise, the scratch's zeroing and fused_sample's
+        kernels; ~10 as torch ops). On an H200 this did not change the sampled rate (session 33: the draw's GPU
+        time, not the host's, was the cost); it keeps the host free where a step is shorter than those launches'
+        host time (small models). Captured once per (temperature, top_k, vocab_limit, generator), each capture with
+        its own memory pool (its noise and scratch: about 0.2 MB a sequence at GPT-2's vocabulary, 1 MB with the
+        torch ops' scores), the 8 newest kept; the draws come from `generator` (or the
         default CUDA generator) as eager sample_next's would, the graph advancing its state by the same amount
         each replay (a CUDA test checks tokens and state). Returns the static (B,) token tensor (copy it before
         the next replay), or None where a torch without CUDAGraph.register_generator_state cannot draw from a
