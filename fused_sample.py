@@ -97,10 +97,11 @@ if _HAVE_TRITON:
 
     @triton.jit
     def _histogram_kernel(L, stride_l, S, stride_s, V, k, ROUND: tl.constexpr, KEY_BITS: tl.constexpr,
-                          BLOCK: tl.constexpr):
+                          BLOCK: tl.constexpr, HISTOGRAM: tl.constexpr):
         """Round ROUND of the radix select, one block of a row a program: the histogram of the keys' byte ROUND
         (from the top) among the keys whose higher bytes are the k-th's (known from the rounds before), added into
-        the row's S[ROUND]. Round 0 also takes the row's largest key into S[MAX]."""
+        the row's S[ROUND]. Round 0 also takes the row's largest key into S[MAX]; without a top-k (HISTOGRAM
+        False) that is all it does."""
         row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
         offs = block * BLOCK + tl.arange(0, BLOCK)
         valid = offs < V
@@ -114,17 +115,9 @@ if _HAVE_TRITON:
         else:
             prefix, _ = _kth_prefix(srow, k, ROUND)
             match = valid & ((key >> (shift + 8)) == prefix)
-        hist = tl.histogram(((key >> shift) & 0xFF).to(tl.int32), 256, mask=match).to(tl.int64)  # (256,)
-        tl.atomic_add(srow + ROUND * 256 + tl.arange(0, 256), hist, mask=hist > 0)
-
-    @triton.jit
-    def _max_kernel(L, stride_l, S, stride_s, V, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr):
-        """No top-k: only the row's largest key, into S[MAX]."""
-        row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
-        offs = block * BLOCK + tl.arange(0, BLOCK)
-        valid = offs < V
-        key = _order_key(tl.load(L + row * stride_l + offs, mask=valid, other=0.0), KEY_BITS)
-        tl.atomic_max(S + row * stride_s + (KEY_BITS // 8) * 256, tl.max(tl.where(valid, key, 0), axis=0))
+        if HISTOGRAM:
+            hist = tl.histogram(((key >> shift) & 0xFF).to(tl.int32), 256, mask=match).to(tl.int64)  # (256,)
+            tl.atomic_add(srow + ROUND * 256 + tl.arange(0, 256), hist, mask=hist > 0)
 
     @triton.jit
     def _draw_kernel(L, stride_l, Q, stride_q, S, stride_s, OUT, FINITE, SCORE, V, k, inv_t, PROGRAMS,
@@ -224,13 +217,9 @@ def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optio
         raise ValueError(f"fused_sample.draw: {V:,} ids in blocks of {block} make {programs:,} programs a row (at most "
                          "65,535): raise fused_sample.BLOCK")
     grid = (B, programs)
-    if has_topk:
-        for r in range(rounds):
-            _histogram_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, k, ROUND=r,
-                                    KEY_BITS=key_bits, BLOCK=block, num_warps=NUM_WARPS)
-    else:
-        _max_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, KEY_BITS=key_bits, BLOCK=block,
-                          num_warps=NUM_WARPS)
+    for r in range(rounds if has_topk else 1):  # without a top-k: round 0's row max alone
+        _histogram_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, k, ROUND=r, KEY_BITS=key_bits,
+                                BLOCK=block, HISTOGRAM=has_topk, num_warps=NUM_WARPS)
     _draw_kernel[grid](logits, logits.stride(0), q, q.stride(0), scratch, scratch.stride(0), out,
                        finite.view(torch.int8), q if score_out is None else score_out, V, k,
                        inverse_temperature(temperature), programs, KEY_BITS=key_bits, HAS_TOPK=has_topk, BLOCK=block,

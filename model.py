@@ -1543,18 +1543,18 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
         logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
     if temperature == 0:
         return logits.argmax(dim=-1)  # bf16 or fp32 as they come: the float conversion is exact
+    # the noise of the draw, the same for both forms: (B, V) float32 ~ Exp(1) from `generator`
+    q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
     if (backend != "torch" and logits.device.type != "cpu") or backend == "triton":
         import fused_sample
 
         why = fused_sample.unsupported(logits)
         if why is None:
-            q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
             if finite is None:
                 finite = torch.ones((), dtype=torch.bool, device=logits.device)
             return fused_sample.draw(logits, q, temperature, top_k, finite)  # (B,)
         if backend == "triton":
             raise ValueError(f"sample_next(backend='triton'): the sampling kernel cannot run: {why}")
-    q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
     best, token = gumbel_scores(logits, q, temperature, top_k).max(dim=-1)  # (B,), (B,)
     if finite is not None:
         finite &= torch.isfinite(best).all()

@@ -311,18 +311,20 @@ def test_decode_mega_step_kernel_compiles(variant, knobs, record, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_sample_kernels_compile(dtype, record, monkeypatch):
-    """fused_sample's kernels, with and without a top-k (the radix rounds' histograms, or the max alone, then the
-    draw), with libdevice's log (the GPU's), with and without the score written, compiled to the end (ptxas), at
+    """fused_sample's kernels, with and without a top-k (the radix rounds' histograms, or round 0's max alone, then
+    the draw), with libdevice's log (the GPU's), with and without the score written, compiled to the end (ptxas), at
     batch 1 and 3 and top_k 1 (an int argument of 1 is a constexpr to the JIT: session 34's call 4 failed on it)."""
     from scripts.kernel_compile import compile_sm90
-    recs = [record(fs, name) for name in ("_histogram_kernel", "_max_kernel", "_draw_kernel")]
+    recs = [record(fs, name) for name in ("_histogram_kernel", "_draw_kernel")]
     for B, V in ((1, 50257), (3, 50257), (2, 7)):  # 7 ids: one program a row (another int argument of 1)
         logits = rnd(B, V + 47, dtype=dtype)[:, :V]
         for top_k in (200, 1, None):
             fs.draw(logits, torch.ones(B, V), 0.8, top_k, torch.ones((), dtype=torch.bool))
     fs.draw(logits, torch.ones(B, V), 0.8, 3, torch.ones((), dtype=torch.bool), torch.zeros(B))  # the score written
     rounds = 4 if dtype == torch.float32 else 2
-    assert [len(r.launches) for r in recs] == [6 * rounds, 4, 10]  # top_k 200 of 7 ids: no top-k
+    # rounds for each top-k draw, one max-only round 0 for each without (top_k None, and 200 of 7 ids)
+    assert [len(r.launches) for r in recs] == [6 * rounds + 4, 10]
+    assert sum(not kw["HISTOGRAM"] for _, kw in recs[0].launches) == 4
     for rec in recs:
         for args, kwargs in rec.launches:  # EXACT_LOG as on the GPU (tl.log's form runs in the interpreter only)
             compile_sm90(rec.kernel, args, {**kwargs, "EXACT_LOG": True} if "EXACT_LOG" in kwargs else kwargs)
