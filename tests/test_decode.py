@@ -29,6 +29,9 @@ VARIANTS = {
     "tucker_post": dict(attn="tucker", tucker_ranks=(3, 12, 8), tucker_ranks_post=(2, 10, 6)),
 }
 POSITIONS = [("learned", None), ("rope", None), ("rope", "latent")]
+# every variant with every position scheme it has: mla_rope (None: the default, 'decoupled') is an MLA key only
+CASES = [(variant, pos_emb, mla_rope) for variant, kw in VARIANTS.items() for pos_emb, mla_rope in POSITIONS
+         if mla_rope is None or kw["attn"] == "mla"]
 
 
 def build(variant: str, pos_emb: str, mla_rope, bias: bool = True, block_size: int = 24, seed: int = 0) -> GPT:
@@ -36,7 +39,7 @@ def build(variant: str, pos_emb: str, mla_rope, bias: bool = True, block_size: i
               block_size=block_size, vocab_size=50)
     if mla_rope is not None:
         if kw["attn"] != "mla":
-            pytest.skip("mla_rope is an MLA key")
+            raise ValueError(f"mla_rope is an MLA key; {variant} is {kw['attn']} (parametrize over CASES)")
         kw["mla_rope"] = mla_rope
     torch.manual_seed(seed)
     model = GPT(GPTConfig(**kw)).double().eval()
@@ -66,8 +69,7 @@ def decode_logits(model: GPT, idx: torch.Tensor, prompt: int) -> torch.Tensor:
     return torch.stack(out, dim=1)
 
 
-@pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant,pos_emb,mla_rope", CASES)
 def test_decode_step_equals_uncached_forward(variant, pos_emb, mla_rope):
     model = build(variant, pos_emb, mla_rope)
     idx = torch.randint(0, 50, (3, 20), generator=torch.Generator().manual_seed(1))
@@ -260,8 +262,7 @@ def test_cuda_graph_sampling_draws_the_eager_tokens(variant):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton decode kernel needs a GPU")
 @pytest.mark.parametrize("batch", [3, 6])  # decode_linear's kernel (<= MAX_ROWS rows), cuBLAS + add_norm above
-@pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant,pos_emb,mla_rope", CASES)
 def test_cuda_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope, batch, monkeypatch):
     """The decode step through the Triton kernels (cache writes, q and key rotations inside the attention's;
     the matmuls with their norms and residual adds, or cuBLAS with each add fused into the next norm) gives the
