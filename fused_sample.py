@@ -26,7 +26,12 @@ partial results meeting in a small scratch tensor through atomics:
 Without a top-k, step 1 is one kernel that takes the row's maximum only. A first version ran a row in one program
 (every pass over the row by one SM): 123 us a draw, slower than the torch form (session 34 call 3).
 
-`draw` is the one entry point; `unsupported` says why the kernel cannot take a case (CPU without
+Greedy decoding's token (temperature 0) is `argmax`: one kernel, each block's largest logit and its first id packed
+into one int64 (the float's order key, then the smaller id) and maxed into the row's, the row's last block writing
+the token: torch.argmax's answer (the first id of the maximum; -0 equal to +0; the first nan wins, as torch ranks
+nan above every number), where torch's one-row reduction runs on one SM (12.4 us at batch 1, session 35).
+
+`draw` and `argmax` are the entry points; `unsupported` says why the kernels cannot take a case (CPU without
 TRITON_INTERPRET=1, no Triton, another dtype), and model.sample_next then runs the torch form.
 """
 
@@ -161,6 +166,23 @@ if _HAVE_TRITON:
             if WRITE_SCORE:
                 tl.store(SCORE + row, top)
 
+    @triton.jit
+    def _argmax_kernel(L, stride_l, S, stride_s, OUT, V, PROGRAMS, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr):
+        """Greedy decoding's token, one block of a row a program: the block's largest logit and its first id packed
+        (order key, then the smaller id) into one int64 and maxed into S[0]; the row's last program to arrive (S[1]
+        counts them) writes the row's token."""
+        row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        valid = offs < V
+        x = tl.load(L + row * stride_l + offs, mask=valid, other=0.0)
+        key = tl.where(x == 0, 1 << (KEY_BITS - 1), _order_key(x, KEY_BITS))  # -0 as +0 (torch: equal, first wins)
+        packed = tl.where(valid, (key << 24) | (0xFFFFFF - offs.to(tl.int64)), 0)  # a valid id's > 0: keys are >= 1
+        srow = S + row * stride_s
+        tl.atomic_max(srow, tl.max(packed, axis=0))
+        if tl.atomic_add(srow + 1, 1) == PROGRAMS - 1:  # the row's last program (acq_rel atomics)
+            won = tl.atomic_max(srow, 0)  # read after every program's max
+            tl.store(OUT + row, 0xFFFFFF - (won & 0xFFFFFF))
+
 
 def unsupported(logits: torch.Tensor) -> Optional[str]:
     """Why the kernel cannot draw from these logits now (None when it can)."""
@@ -174,6 +196,37 @@ def unsupported(logits: torch.Tensor) -> Optional[str]:
     if logits.dim() != 2 or logits.stride(-1) != 1:
         return "logits must be (B, vocab) with unit stride along the vocabulary"
     return None
+
+
+def _blocks(B: int, V: int, caller: str):
+    """(ids a program, programs a row): BLOCK, or the default for B rows; a row's blocks go on the grid's second
+    axis (at most 65,535), its rows on the first."""
+    block = BLOCK or (SMALL_BATCH_BLOCK if B <= SMALL_BATCH else LARGE_BATCH_BLOCK)
+    programs = triton.cdiv(V, block)
+    if programs > 65535:
+        raise ValueError(f"fused_sample.{caller}: {V:,} ids in blocks of {block} make {programs:,} programs a row (at "
+                         "most 65,535): raise fused_sample.BLOCK")
+    return block, programs
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Greedy decoding's token (B,) long from logits (B, V) (a view with unit column stride is fine): torch.argmax
+    along the ids, ties and nans included (the first id of the maximum; -0 and +0 equal; the first nan, if any).
+    Call unsupported(logits) first."""
+    B, V = logits.shape
+    if V < 1:
+        raise ValueError("fused_sample.argmax: logits with no ids to choose from")
+    if V >= 1 << 24:
+        raise ValueError(f"fused_sample.argmax: a vocabulary of {V} ids; the kernel packs ids in 24 bits")
+    out = torch.empty(B, dtype=torch.long, device=logits.device)
+    if B == 0:
+        return out
+    block, programs = _blocks(B, V, "argmax")
+    scratch = torch.zeros(B, 2, dtype=torch.int64, device=logits.device)  # per row: the packed best, the arrivals
+    _argmax_kernel[(B, programs)](logits, logits.stride(0), scratch, scratch.stride(0), out, V, programs,
+                                  KEY_BITS=32 if logits.dtype == torch.float32 else 16, BLOCK=block,
+                                  num_warps=NUM_WARPS)
+    return out
 
 
 def inverse_temperature(temperature: float) -> float:
@@ -209,13 +262,11 @@ def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optio
     has_topk = top_k is not None and top_k < V
     k = top_k if has_topk else V
     out = torch.empty(B, dtype=torch.long, device=logits.device)
+    if B == 0:
+        return out
     # per row: the radix select's byte histograms (rounds x 256), the largest key, the packed best, the arrivals
     scratch = torch.zeros(B, rounds * 256 + 3, dtype=torch.int64, device=logits.device)
-    block = BLOCK or (SMALL_BATCH_BLOCK if B <= SMALL_BATCH else LARGE_BATCH_BLOCK)
-    programs = triton.cdiv(V, block)
-    if programs > 65535:  # the grid's second dimension
-        raise ValueError(f"fused_sample.draw: {V:,} ids in blocks of {block} make {programs:,} programs a row (at most "
-                         "65,535): raise fused_sample.BLOCK")
+    block, programs = _blocks(B, V, "draw")
     grid = (B, programs)
     for r in range(rounds if has_topk else 1):  # without a top-k: round 0's row max alone
         _histogram_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, k, ROUND=r, KEY_BITS=key_bits,

@@ -1531,8 +1531,9 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     top-k and multinomial, 67-73 us in this form as torch ops (sessions 33-34), 16 us as fused_sample's kernels (session
     34; results/bench/README.md). backend 'auto' (default): on CUDA the
     same draw as two to five Triton kernels (fused_sample: the same noise from `generator`, the same float32 scores,
-    so the same token wherever the draw is valid), the torch ops elsewhere; 'triton': the kernels or a ValueError;
-    'torch': the torch ops."""
+    so the same token wherever the draw is valid), and the argmax as one (torch.argmax's token, ties and nans
+    included; torch's one-row reduction runs on one SM), the torch ops elsewhere; 'triton': the kernels or a
+    ValueError; 'torch': the torch ops."""
     if backend not in SAMPLE_BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {SAMPLE_BACKENDS}")
     if not temperature >= 0:  # nan too
@@ -1541,24 +1542,34 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
         raise ValueError(f"top_k={top_k} must be >= 1 (or None: every id)")
     if vocab_limit is not None:
         logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
-    if temperature == 0:
-        return logits.argmax(dim=-1)  # bf16 or fp32 as they come: the float conversion is exact
+    kernels = sample_kernels(logits, backend)  # fused_sample, or None for the torch ops
+    if temperature == 0:  # bf16 or fp32 as they come: the float conversion is exact
+        return kernels.argmax(logits) if kernels else logits.argmax(dim=-1)  # (B,)
     # the noise of the draw, the same for both forms: (B, V) float32 ~ Exp(1) from `generator`
     q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
-    if (backend != "torch" and logits.device.type != "cpu") or backend == "triton":
-        import fused_sample
-
-        why = fused_sample.unsupported(logits)
-        if why is None:
-            if finite is None:
-                finite = torch.ones((), dtype=torch.bool, device=logits.device)
-            return fused_sample.draw(logits, q, temperature, top_k, finite)  # (B,)
-        if backend == "triton":
-            raise ValueError(f"sample_next(backend='triton'): the sampling kernel cannot run: {why}")
+    if kernels:
+        if finite is None:
+            finite = torch.ones((), dtype=torch.bool, device=logits.device)
+        return kernels.draw(logits, q, temperature, top_k, finite)  # (B,)
     best, token = gumbel_scores(logits, q, temperature, top_k).max(dim=-1)  # (B,), (B,)
     if finite is not None:
         finite &= torch.isfinite(best).all()
     return token
+
+
+def sample_kernels(logits: torch.Tensor, backend: str):
+    """The fused_sample module where sample_next takes its kernels for these logits (backend 'triton', or 'auto' off
+    the CPU where they can run), else None (the torch ops); 'triton' where they cannot run is a ValueError."""
+    if backend == "torch" or (backend == "auto" and logits.device.type == "cpu"):
+        return None
+    import fused_sample
+
+    why = fused_sample.unsupported(logits)
+    if why is None:
+        return fused_sample
+    if backend == "triton":
+        raise ValueError(f"sample_next(backend='triton'): the sampling kernel cannot run: {why}")
+    return None
 
 
 def gumbel_scores(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optional[int]) -> torch.Tensor:
@@ -1694,10 +1705,10 @@ class StaticDecoder:
             graph = torch.cuda.CUDAGraph()
             if generator is not None:
                 graph.register_generator_state(generator)  # replays draw from (and advance) this generator
-            if temperature != 0:  # a warm-up draw from a generator of its own (the caller's is not touched):
-                # the sampling kernel's first launch compiles and loads it, which a capture must not see
-                sample_next(self.logits, temperature, top_k, torch.Generator(device=self.logits.device), vocab_limit,
-                            torch.ones((), dtype=torch.bool, device=self.logits.device))
+            # a warm-up draw (from a generator of its own: the caller's is not touched): the sampling kernels' first
+            # launch compiles and loads them, which a capture must not see
+            sample_next(self.logits, temperature, top_k, torch.Generator(device=self.logits.device), vocab_limit,
+                        torch.ones((), dtype=torch.bool, device=self.logits.device))
             with torch.cuda.graph(graph):
                 token = sample_next(self.logits, temperature, top_k, generator, vocab_limit, self.finite)
             if len(self.samplers) >= 8:  # a caller with a new generator every call: keep the 8 newest graphs

@@ -1,6 +1,6 @@
 """
 The sampled decode token's draw alone: model.sample_next as torch ops (backend 'torch') against its Triton
-kernels (fused_sample, backend 'triton'), beside the greedy argmax, at GPT-2's padded vocabulary (50,304 logits a
+kernels (fused_sample, backend 'triton'), beside the greedy argmax (torch's and the kernel's), at GPT-2's padded vocabulary (50,304 logits a
 row, the tokenizer's 50,257 kept) and sample.py's defaults (temperature 0.8, top_k 200); then fused_sample's knobs
 one at a time around their defaults.
 
@@ -9,8 +9,8 @@ one at a time around their defaults.
                                                                                 # smoke test: the torch form only
 
 Rows: batch, what is timed, us a call (--steps calls captured in one CUDA graph, the median over --reps replays;
-eagerly on the CPU), x the torch form's, and for the kernel whether its token is the torch form's on the same
-noise (the scores' maximum equal bit for bit: `same`).
+eagerly on the CPU), x the torch form's, and for the kernels whether their token is the torch form's on the same
+noise (the scores' maximum equal bit for bit: `same`; greedy: torch.argmax's token).
 """
 
 import argparse
@@ -108,13 +108,15 @@ def main(argv=None):
                   f"temperature {args.temperature}, top_k {top_k}, {info.get('gpu') or args.device})\n\n"
                   f"`{info['command']}`\n\n"
                   + markdown_table(["batch", "case", "us a call", "x torch form", "same token"], table)
-                  + "\n\nsame token: the kernel's token scores the torch form's maximum bit for bit on the same noise.\n")
+                  + "\n\nsame token: the kernel's token scores the torch form's maximum bit for bit on the same noise "
+                  "(greedy: torch.argmax's token).\n")
             write_report(args.out_dir, args.name, md, dict(info, rows=rows))
             return row
 
         base.update(add("sample_next, torch form", time_us(
             lambda: sample_next(logits, args.temperature, top_k, None, args.vocab_limit, finite, backend="torch"))))
-        add("sample_next greedy (argmax)", time_us(lambda: sample_next(logits, 0, None, None, args.vocab_limit)))
+        add("sample_next greedy, torch.argmax", time_us(
+            lambda: sample_next(logits, 0, None, None, args.vocab_limit, backend="torch")))
         view = logits[:, :args.vocab_limit]
         add("exponential_ noise alone", time_us(
             lambda: torch.empty(view.shape, dtype=torch.float32, device=device).exponential_(1)))
@@ -127,12 +129,15 @@ def main(argv=None):
             try:
                 if knob is not None:
                     setattr(fused_sample, knob, value)
+                setting = f" ({knob}={value})" if knob else " (defaults: " + ", ".join(
+                    f"{k}={saved[k]}" for k in KNOBS) + ")"
+                same = torch.equal(fused_sample.argmax(view), view.argmax(dim=-1))
+                us = time_us(lambda: sample_next(logits, 0, None, None, args.vocab_limit, backend="triton"))
+                add("sample_next greedy, kernel" + setting, us, same, f"{knob}={value}" if knob else None)
                 same = same_draw(view, q, args.temperature, top_k)
                 us = time_us(lambda: sample_next(logits, args.temperature, top_k, None, args.vocab_limit, finite,
                                                  backend="triton"))
-                name = "sample_next, kernels" + (f" ({knob}={value})" if knob else " (defaults: " + ", ".join(
-                    f"{k}={saved[k]}" for k in KNOBS) + ")")
-                add(name, us, same, f"{knob}={value}" if knob else None)
+                add("sample_next, kernels" + setting, us, same, f"{knob}={value}" if knob else None)
             finally:
                 for k, v in saved.items():
                     setattr(fused_sample, k, v)

@@ -18,7 +18,7 @@ def test_cpu_smoke_and_errors(tmp_path):
     rows = run(tmp_path, "--sweep", "")
     cases = [(r["batch"], r["case"]) for r in rows]
     if not any("kernel" in c for _, c in cases):  # the plain CPU: the torch form, greedy and the noise, per batch
-        assert cases == [(b, c) for b in (1, 3) for c in ("sample_next, torch form", "sample_next greedy (argmax)",
+        assert cases == [(b, c) for b in (1, 3) for c in ("sample_next, torch form", "sample_next greedy, torch.argmax",
                                                            "exponential_ noise alone")]
     assert all(r["us"] > 0 for r in rows) and "| 3 | sample_next greedy" in (tmp_path / "bench_sample.md").read_text()
     assert bench_sample.parse_sweep("BLOCK=64,128 NUM_WARPS=2") == [("BLOCK", 64), ("BLOCK", 128), ("NUM_WARPS", 2)]
@@ -32,5 +32,8 @@ def test_cpu_smoke_and_errors(tmp_path):
 @needs_child
 def test_interp_bench_rows_draw_the_torch_forms_token(tmp_path):
     rows = run(tmp_path, "--sweep", "BLOCK=64")
-    kernel_rows = [r for r in rows if r["same"] is not None]
-    assert [r["knob"] for r in kernel_rows] == [None, "BLOCK=64"] * 2 and all(r["same"] for r in kernel_rows)
+    kernel_rows = [r for r in rows if r["same"] is not None]  # per batch and setting: the greedy kernel's, the draw's
+    assert [r["knob"] for r in kernel_rows] == [None, None, "BLOCK=64", "BLOCK=64"] * 2
+    assert all(r["same"] for r in kernel_rows)
+    assert [r["case"] for r in kernel_rows[:2]] == ["sample_next greedy, kernel (defaults: BLOCK=None, NUM_WARPS=4)",
+                                                    "sample_next, kernels (defaults: BLOCK=None, NUM_WARPS=4)"]

@@ -1,6 +1,9 @@
 """fused_sample: the sampled decode token (top-k threshold, Gumbel-max draw, finite flag) in a few Triton kernels.
 
-Properties, each against model.sample_next's torch form (backend='torch') on the same logits and noise: the kernel's
+Greedy decoding's token (fused_sample.argmax) is torch.argmax's on every row: ties within and across blocks (the
+first id), -0 and +0 (equal), nans (the first nan), infinities, all -inf, a partial last block, views.
+
+Properties of the draw, each against model.sample_next's torch form (backend='torch') on the same logits and noise: the kernel's
 token is an argmax of the torch form's float32 scores (on CUDA bit for bit, so the same token wherever that max is
 unique); its kept set is torch's top-k set, ties at the k-th value included (checked by boosting one id's noise: the
 draw takes it exactly when it is kept); its finite flag is the torch form's for rows with nan, +inf and all -inf
@@ -107,6 +110,38 @@ def check_finite_flag_many_blocks(device, V=3000):
             assert ((token >= 0) & (token < V)).all()
 
 
+def argmax_rows(V: int, dtype, device) -> torch.Tensor:
+    """Rows for torch.argmax's rules, V ids (several blocks at the test's BLOCK, the last partial): a coarse grid of
+    values (ties at the maximum in several blocks), zeros of both signs first in either order and across blocks, nans
+    (the first wins, whatever comes before it: +inf too), +inf twice, all -inf, the maximum in the last id alone."""
+    inf, nan = float("inf"), float("nan")
+    rows = [tied_logits(1, V, torch.float32, seed=5)[0], torch.randn(V, generator=torch.Generator().manual_seed(6))]
+    for zeros in (((10, -0.0), (V // 2, 0.0)), ((10, 0.0), (V // 2, -0.0)), ((V - 5, 0.0), (V // 2, -0.0))):
+        row = -torch.rand(V, generator=torch.Generator().manual_seed(7)) - 1  # all < 0 but the zeros
+        for i, z in zeros:
+            row[i] = z
+        rows.append(row)
+    row = torch.randn(V, generator=torch.Generator().manual_seed(8))
+    row[[3, V // 2, V - 1]] = torch.tensor([inf, nan, nan])
+    rows.append(row)
+    row = torch.randn(V, generator=torch.Generator().manual_seed(9))
+    row[[V // 3, V - 2]] = inf
+    rows.append(row)
+    rows.append(torch.full((V,), -inf))
+    row = torch.zeros(V) - 3
+    row[V - 1] = 2.0
+    rows.append(row)
+    return torch.stack(rows).to(dtype).to(device)
+
+
+def check_argmax(logits):
+    """fused_sample.argmax's token is torch.argmax's, row by row, and through sample_next(temperature 0)."""
+    token = fs.argmax(logits)
+    assert token.dtype == torch.long and torch.equal(token, logits.argmax(dim=-1)), (token, logits.argmax(dim=-1))
+    via = sample_next(logits, 0.0, None, backend="triton")
+    assert torch.equal(via, token)
+
+
 def finite_cases():
     inf, nan = float("inf"), float("nan")
     return {(1.0, -inf, 0.0, 2.0): True, (1.0, inf, 0.0, 2.0): False, (-inf,) * 4: False, (nan, 1.0, 0.0, 2.0): False,
@@ -162,6 +197,13 @@ def test_backend_and_argument_errors():
         for temperature in (-0.5, float("nan")):
             with pytest.raises(ValueError, match="must be >= 0"):
                 sample_next(logits, temperature, 3, backend=backend)
+    with pytest.raises(ValueError, match="no ids to choose from"):
+        fs.argmax(logits[:, :0])
+    assert fs.argmax(torch.zeros(0, 10)).shape == (0,)  # no rows: nothing launched
+    assert fs.draw(torch.zeros(0, 10), torch.ones(0, 10), 0.8, 3, finite).shape == (0,)
+    if fs.unsupported(logits) is not None:
+        with pytest.raises(ValueError, match="sampling kernel cannot run"):  # greedy too: 'triton' means the kernels
+            sample_next(logits, 0.0, None, backend="triton")
     assert fs.unsupported(torch.zeros(2, 10, dtype=torch.float64)) is not None
     assert fs.inverse_temperature(0.8) == (torch.ones(()) / torch.tensor(0.8)).item()  # float32 1 / float32 0.8
 
@@ -189,6 +231,19 @@ def test_interp_kept_set_is_torchs_top_k(dtype, monkeypatch):
     logits = tied_logits(1, 80, dtype, seed=3)
     for top_k in (1, 9, 40, 79):
         check_kept_set(logits, top_k, near=4)
+
+
+@needs_child
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_interp_argmax_is_torchs(dtype, monkeypatch):
+    """Blocks of 64 ids, 300 ids a row (the last block partial), and a view of 250 of them (the row stride 300)."""
+    monkeypatch.setattr(fs, "BLOCK", 64)
+    logits = argmax_rows(300, dtype, "cpu")
+    if dtype == torch.bfloat16:  # the interpreter (numpy has no bf16) never finds a bf16 nan unequal to itself: the
+        logits = logits[~logits.isnan().any(dim=-1)]  # nan row is the CUDA test's (the draw's nan tests are fp32)
+    check_argmax(logits)
+    check_argmax(logits[:, :250])
+    check_argmax(logits[:1, :1])  # one id: one program with one lane
 
 
 @needs_child
@@ -231,6 +286,20 @@ def test_cuda_draw_equals_the_torch_form_at_gpt2s_vocabulary(dtype):
         for top_k in (1, 50, 200, 50256, None):
             check_draw(logits, temperature, top_k, exact=True)
     check_draw((torch.randn(64, 50257, device="cuda") * 3).to(dtype), 0.8, 200, exact=True)  # no ties
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cuda_argmax_is_torchs(dtype, monkeypatch):
+    """At GPT-2's vocabulary cut to its 50,257 ids (a view), default blocks (1 row, 9 rows) and blocks of 256 and 4,096:
+    torch.argmax's token on every row (CUDA's argmax: the first id of the maximum, the first nan)."""
+    logits = argmax_rows(50304, dtype, "cuda")[:, :50257]
+    for block in (None, 256, 4096):
+        monkeypatch.setattr(fs, "BLOCK", block)
+        check_argmax(logits)
+        check_argmax(logits[3:4])
+    big = (torch.randn(64, 50257, device="cuda") * 3).to(dtype)
+    check_argmax(big)
 
 
 @needs_cuda

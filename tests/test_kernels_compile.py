@@ -312,18 +312,21 @@ def test_decode_mega_step_kernel_compiles(variant, knobs, record, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_sample_kernels_compile(dtype, record, monkeypatch):
     """fused_sample's kernels, with and without a top-k (the radix rounds' histograms, or round 0's max alone, then
-    the draw), with libdevice's log (the GPU's), with and without the score written, compiled to the end (ptxas), at
-    batch 1 and 3 and top_k 1 (an int argument of 1 is a constexpr to the JIT: session 34's call 4 failed on it)."""
+    the draw), with libdevice's log (the GPU's), with and without the score written, and the greedy argmax, compiled
+    to the end (ptxas), at batch 1 and 3 and top_k 1 (an int argument of 1 is a constexpr to the JIT: session 34's
+    call 4 failed on it)."""
     from scripts.kernel_compile import compile_sm90
-    recs = [record(fs, name) for name in ("_histogram_kernel", "_draw_kernel")]
+    recs = [record(fs, name) for name in ("_histogram_kernel", "_draw_kernel", "_argmax_kernel")]
     for B, V in ((1, 50257), (3, 50257), (2, 7)):  # 7 ids: one program a row (another int argument of 1)
         logits = rnd(B, V + 47, dtype=dtype)[:, :V]
         for top_k in (200, 1, None):
             fs.draw(logits, torch.ones(B, V), 0.8, top_k, torch.ones((), dtype=torch.bool))
+        fs.argmax(logits)  # greedy decoding's token
+    fs.argmax(rnd(1, 1, dtype=dtype))  # one id: V and the programs both 1
     fs.draw(logits, torch.ones(B, V), 0.8, 3, torch.ones((), dtype=torch.bool), torch.zeros(B))  # the score written
     rounds = 4 if dtype == torch.float32 else 2
     # rounds for each top-k draw, one max-only round 0 for each without (top_k None, and 200 of 7 ids)
-    assert [len(r.launches) for r in recs] == [6 * rounds + 4, 10]
+    assert [len(r.launches) for r in recs] == [6 * rounds + 4, 10, 4]
     assert sum(not kw["HISTOGRAM"] for _, kw in recs[0].launches) == 4
     for rec in recs:
         for args, kwargs in rec.launches:  # EXACT_LOG as on the GPU (tl.log's form runs in the interpreter only)
@@ -334,11 +337,15 @@ def test_sample_grid_takes_rows_on_its_first_axis(record, monkeypatch):
     """Rows on the grid's first axis (up to 2^31 - 1), a row's blocks on the second (up to 65,535): a batch of
     200,000 rows (a statistical test's) put on the second axis was refused by the driver (session 34 call 4). More
     blocks than the second axis takes is a ValueError naming the knob."""
-    recs = [record(fs, name) for name in ("_histogram_kernel", "_draw_kernel")]
+    recs = [record(fs, name) for name in ("_histogram_kernel", "_draw_kernel", "_argmax_kernel")]
     fs.draw(rnd(200_000, 7), torch.ones(200_000, 7), 0.8, 3, torch.ones((), dtype=torch.bool))
-    assert [grid for rec in recs for grid in rec.grids] == [(200_000, 1)] * 3
+    fs.argmax(rnd(200_000, 7))
+    assert [grid for rec in recs for grid in rec.grids] == [(200_000, 1)] * 4
     fs.draw(rnd(2, 50257), torch.ones(2, 50257), 0.8, 3, torch.ones((), dtype=torch.bool))
-    assert recs[1].grids[-1] == (2, 99)  # blocks of SMALL_BATCH_BLOCK = 512 at 2 rows
+    fs.argmax(rnd(2, 50257))
+    assert recs[1].grids[-1] == recs[2].grids[-1] == (2, 99)  # blocks of SMALL_BATCH_BLOCK = 512 at 2 rows
+    fs.argmax(rnd(5, 50257))
+    assert recs[2].grids[-1] == (5, 25)  # LARGE_BATCH_BLOCK = 2,048 above SMALL_BATCH rows
     monkeypatch.setattr(fs, "BLOCK", 16)
     V = 65_535 * 16 + 1
     with pytest.raises(ValueError, match="65,536 programs a row.*fused_sample.BLOCK"):
