@@ -122,6 +122,7 @@ def _run_into(path: str, ns: dict, stack: tuple) -> None:
 
     def include(rel: str) -> None:
         _run_into(os.path.join(os.path.dirname(path), rel), ns, stack + (path,))
+        ns["include"] = include  # the included file bound its own: this file's next include is relative to it again
 
     with open(path, encoding="utf-8") as f:
         src = f.read()

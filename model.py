@@ -1650,13 +1650,14 @@ class StaticDecoder:
         # warm-up steps write the slot at `position` (the real step rewrites it) and advance
         # `position`, so it is put back before the capture (which records and runs nothing).
         saved = self.position.clone()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
+        device = self.position.device
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             for _ in range(2):
                 self._step()
                 self.position.copy_(saved)
-        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.current_stream(device).wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         # autocast's weight-cast cache would hand the graph casts made outside it: capture without it
         autocast = (torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
@@ -1862,36 +1863,39 @@ class GPT(nn.Module):
         if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:
             raise ValueError(f"vocab_limit={vocab_limit} is out of range: allowed 1 .. vocab_size="
                              f"{self.config.vocab_size} (or None: every id)")
-        decoder = None
-        if use_cache:
-            graph = decode in ("graph", "mega") or (decode == "auto" and idx.device.type == "cuda")
-            decoder = self.static_decoder(idx.size(0), idx.device, use_graph=graph, compile=compile,
-                                          compile_mode=compile_mode, mega=decode == "mega")
-            decoder.pos = None  # a reused decoder starts over: the first token prefills the prompt
-        out = torch.empty(idx.size(0), idx.size(1) + max_new_tokens, dtype=idx.dtype, device=idx.device)
-        out[:, :idx.size(1)] = idx
-        n = idx.size(1)
-        finite = decoder.finite.fill_(True) if decoder is not None else torch.ones((), dtype=torch.bool, device=idx.device)
-        for _ in range(max_new_tokens):
-            token = None
-            if decoder is None:
-                logits = self(out[:, max(0, n - self.config.block_size):n], last_only=True)[0][:, -1, :]
-            elif decoder.pos is None or decoder.pos >= self.config.block_size:
-                keep = self.config.block_size // 2 if decoder.pos is not None else self.config.block_size
-                logits = decoder.prefill(out[:, max(0, n - keep):n])
-            else:
-                logits = decoder.step(out[:, n - 1:n])
-                if decoder.use_graph:  # the draw replayed from a graph too (None: drawn eagerly below)
-                    token = decoder.sample_graph(temperature, top_k, generator, vocab_limit)
-            out[:, n] = token if token is not None else sample_next(logits, temperature, top_k, generator, vocab_limit,
-                                                                    finite)
-            n += 1
-        if temperature != 0 and not finite.item():  # read once, after the loop (multinomial read it every token)
-            raise RuntimeError("generate: the model's next-token probabilities contained inf or nan at some step "
-                               "(non-finite logits), so the sampled tokens are meaningless")
-        if decoder is not None and decoder.mega is not None:
-            decoder.mega.check()  # a grid barrier that gave up would have left garbage: say so
-        return out
+        # cuda:N: Triton launches its kernels on the current device, and graphs capture there
+        with torch.cuda.device(idx.device) if idx.device.type == "cuda" else nullcontext():
+            decoder = None
+            if use_cache:
+                graph = decode in ("graph", "mega") or (decode == "auto" and idx.device.type == "cuda")
+                decoder = self.static_decoder(idx.size(0), idx.device, use_graph=graph, compile=compile,
+                                              compile_mode=compile_mode, mega=decode == "mega")
+                decoder.pos = None  # a reused decoder starts over: the first token prefills the prompt
+            out = torch.empty(idx.size(0), idx.size(1) + max_new_tokens, dtype=idx.dtype, device=idx.device)
+            out[:, :idx.size(1)] = idx
+            n = idx.size(1)
+            finite = decoder.finite.fill_(True) if decoder is not None else \
+                torch.ones((), dtype=torch.bool, device=idx.device)
+            for _ in range(max_new_tokens):
+                token = None
+                if decoder is None:
+                    logits = self(out[:, max(0, n - self.config.block_size):n], last_only=True)[0][:, -1, :]
+                elif decoder.pos is None or decoder.pos >= self.config.block_size:
+                    keep = self.config.block_size // 2 if decoder.pos is not None else self.config.block_size
+                    logits = decoder.prefill(out[:, max(0, n - keep):n])
+                else:
+                    logits = decoder.step(out[:, n - 1:n])
+                    if decoder.use_graph:  # the draw replayed from a graph too (None: drawn eagerly below)
+                        token = decoder.sample_graph(temperature, top_k, generator, vocab_limit)
+                out[:, n] = token if token is not None else sample_next(logits, temperature, top_k, generator,
+                                                                        vocab_limit, finite)
+                n += 1
+            if temperature != 0 and not finite.item():  # read once, after the loop (multinomial read it every token)
+                raise RuntimeError("generate: the model's next-token probabilities contained inf or nan at some step "
+                                   "(non-finite logits), so the sampled tokens are meaningless")
+            if decoder is not None and decoder.mega is not None:
+                decoder.mega.check()  # a grid barrier that gave up would have left garbage: say so
+            return out
 
     # --- accounting    # --- accounting (from the instantiated modules, never re-derived from the config) --------
 

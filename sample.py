@@ -82,6 +82,8 @@ def validate(cfg: dict) -> torch.device:
                          "weights: use dtype='bfloat16' (cast weights) or 'float32'")
     if cfg["dtype"] and cfg["dtype"] not in DTYPE_CHOICES:
         raise ValueError(f"dtype={cfg['dtype']!r} is unknown: allowed {', '.join(map(repr, DTYPE_CHOICES))}")
+    if not 0 <= cfg["seed"] < 2**63:
+        raise ValueError(f"seed={cfg['seed']} is out of range: allowed 0 .. 2**63 - 1")
     device = torch.device(check_device(cfg["device"]))
     if cfg["compile"] and not cfg["use_cache"]:
         raise ValueError("compile=True compiles the cached decode step: it needs use_cache=True")
@@ -98,6 +100,8 @@ def main(argv):
         device = validate(cfg)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
+    if device.type == "cuda":  # cuda:N: the current device, where Triton launches its kernels and graphs capture
+        torch.cuda.set_device(device)
     dtype = cfg["dtype"] or ("bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
     start = cfg["start"]
     if start.startswith("FILE:"):
@@ -119,7 +123,7 @@ def main(argv):
         fail(str(e))
     try:
         enc = get_gpt2_encoding(cfg["tokenizer"] or None)
-    except (FileNotFoundError, RuntimeError) as e:
+    except (FileNotFoundError, RuntimeError, ValueError) as e:
         fail(str(e))
     prompt = enc.encode(start, allowed_special={"<|endoftext|>"})
     if not prompt:
@@ -128,7 +132,7 @@ def main(argv):
         fail(f"the prompt holds token id {max(prompt)}, the model's vocab_size is {model.config.vocab_size}: "
              "give a prompt in the model's vocabulary")
     block = model.config.block_size
-    if len(prompt) >= block:
+    if len(prompt) > block:
         fail(f"the prompt is {len(prompt)} tokens, the model's context is block_size={block}: shorten it")
     torch.manual_seed(cfg["seed"])
     gen = torch.Generator(device=device).manual_seed(cfg["seed"])

@@ -10,11 +10,12 @@ or through the environment variable TUCKER_GPT2_TIKTOKEN:
 
 Both paths give the identical encoding ('hello world' -> [31373, 995]).
 """
+import base64
+import binascii
 import functools
 import os
 
 import tiktoken
-import tiktoken.load
 
 ENV_VAR = "TUCKER_GPT2_TIKTOKEN"
 EOT = 50256  # <|endoftext|>, the document separator of GPT-2 training data
@@ -32,7 +33,10 @@ def _encoding_from_ranks(path: str) -> tiktoken.Encoding:
             f"GPT-2 ranks file not found: {path} (pass an existing gpt2.tiktoken file, "
             f"or set {ENV_VAR}, or unset it to download via tiktoken)"
         )
-    ranks = tiktoken.load.load_tiktoken_bpe(path)
+    ranks = read_ranks(path)
+    if len(ranks) != VOCAB_SIZE - 1 or set(ranks.values()) != set(range(VOCAB_SIZE - 1)):
+        raise ValueError(f"{path} is not GPT-2's ranks file: {len(ranks):,} ranks, GPT-2 has ids 0 .. {VOCAB_SIZE - 2:,} "
+                         "each once (+ <|endoftext|>)")
     return tiktoken.Encoding(
         name="gpt2",
         pat_str=GPT2_PAT_STR,
@@ -40,6 +44,25 @@ def _encoding_from_ranks(path: str) -> tiktoken.Encoding:
         special_tokens={"<|endoftext|>": EOT},
         explicit_n_vocab=VOCAB_SIZE,  # tiktoken checks ranks + specials cover 0..50256
     )
+
+
+def read_ranks(path: str) -> dict:
+    """{token bytes: rank} from a file in tiktoken's format (a line `base64(token) rank` per token), read from the
+    file itself: tiktoken.load.load_tiktoken_bpe keeps a copy of any file it reads in its cache folder, keyed by the
+    path alone, and then serves that copy even after the file at the path has changed. A line that is not in the
+    format is a ValueError naming the file and the line."""
+    ranks = {}
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                token, rank = line.split()
+                ranks[base64.b64decode(token, validate=True)] = int(rank)
+            except (ValueError, binascii.Error):
+                raise ValueError(f"{path}, line {number}: not a `base64(token) rank` line of a tiktoken ranks file: "
+                                 f"{line[:60]!r}") from None
+    return ranks
 
 
 def get_gpt2_encoding(ranks_file: str | None = None) -> tiktoken.Encoding:

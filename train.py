@@ -11,7 +11,10 @@ file or as --key=value (configurator.py: type-checked, unknown keys rejected). A
 data file, checkpoint or out_dir stops the run with one line `error: ...` (exit 2) before anything
 is built or written. The run writes into out_dir: config.json (the resolved config), log.jsonl
 (one JSON line per log/eval), ckpt.pt (checkpoint.py: written atomically; --init_from=resume
-continues exactly) and summary.json (the results file every table reads).
+continues exactly, the run's data, batch, schedule and seed read from the checkpoint unless given:
+train_config.RUN_KEYS) and summary.json (the results file every table reads). A fresh run in a
+folder that holds an earlier one sets that run's ckpt.pt and summary.json aside (ckpt.earlier.pt,
+summary.earlier.json) as it starts.
 
 With --fsdp=True under torchrun, each block and then the whole model are sharded with FSDP2
 (torch.distributed.fsdp.fully_shard) instead of wrapped in DDP; ckpt.pt stays the same single file
@@ -48,10 +51,11 @@ from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
 from master_adamw import check_supported as check_master_weights
 from model import GPT, GPTConfig, train_compile_options
-from train_config import TRAIN_DEFAULTS, validate_train_config
+from train_config import RUN_KEYS, TRAIN_DEFAULTS, validate_train_config
 
 MODEL_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 DEFAULTS = {**TRAIN_DEFAULTS, **MODEL_DEFAULTS}
+EARLIER_CKPT, EARLIER_SUMMARY = "ckpt.earlier.pt", "summary.earlier.json"  # a fresh run's out_dir: the run before's
 UNTIMED_ITERS = 5  # the first iterations of a (re)start (torch.compile, allocator warm-up) are not timed
 
 
@@ -249,14 +253,18 @@ def configure(argv):
                 fail(f"eval_only=True with init_from='scratch' evaluates a new random model, and out_dir holds a trained "
                      f"one ({earlier}): --init_from=resume evaluates that, or give another out_dir")
             if says:
-                print(f"note: {earlier} holds an earlier run; this one starts from scratch and replaces its log now and "
-                      "its checkpoint at the first save (--init_from=resume continues it instead)", file=sys.stderr)
+                print(f"note: {earlier} holds an earlier run; this one starts from scratch and replaces its log now, "
+                      f"its checkpoint and summary set aside as {EARLIER_CKPT} and {EARLIER_SUMMARY} (--init_from="
+                      "resume continues it instead)", file=sys.stderr)
     else:
         ckpt_path = os.path.join(cfg["out_dir"], CKPT_NAME)
         try:
             checkpoint = read_checkpoint(ckpt_path, TRAINING_KEYS)
         except FileNotFoundError:
-            fail(f"init_from='resume' but {ckpt_path} does not exist")
+            earlier = os.path.join(cfg["out_dir"], EARLIER_CKPT)
+            fail(f"init_from='resume' but {ckpt_path} does not exist" + (
+                f" ({earlier} is the run before: a fresh run set it aside before its first save; rename it to "
+                f"{CKPT_NAME} to resume that one)" if os.path.isfile(earlier) else ""))
         except ValueError as e:
             fail(str(e))
         gptconf = GPTConfig.from_dict(checkpoint["model_config"])  # the model is what the checkpoint says
@@ -265,6 +273,17 @@ def configure(argv):
             fail(f"init_from='resume' continues the model of {ckpt_path}, but model keys given here differ from it: "
                  f"{'; '.join(conflicts)} (remove them, or train from scratch in another out_dir)")
         cfg.update(gptconf.to_dict())
+        saved = checkpoint.get("config") or {}
+        taken = {k: saved[k] for k in RUN_KEYS if k not in given and k in saved and saved[k] != cfg[k]}
+        if taken:  # the run's own data, batch, schedule, ...: not the defaults
+            cfg.update(taken)
+            try:
+                validate_train_config(cfg)
+            except ValueError as e:
+                fail(f"{ckpt_path}'s run config: {e}")
+            if int(os.environ.get("RANK", 0)) == 0:
+                print(f"note: resuming with the checkpoint's run keys that are not given here: "
+                      f"{', '.join(f'{k}={v!r}' for k, v in taken.items())}", file=sys.stderr)
     for split in ("train", "val"):
         path = os.path.join(data_dir_of(cfg), f"{split}.bin")
         try:
@@ -674,11 +693,19 @@ def write_summary(run: Run, finished: bool, reason: str, wall: float, timer: Pha
                   peak_gib: Optional[list] = None) -> None:
     """out_dir/summary.json: the results file every table reads (valid JSON: non-finite numbers are null)."""
     cfg, env, s, m = run.cfg, run.env, run.state, run.raw_model
-    write_json(os.path.join(env.out_dir, "summary.json"), {
+    path = os.path.join(env.out_dir, "summary.json")
+    ms_per_iter = timer.medians()
+    if run.resumed and all(v is None for v in ms_per_iter.values()) and os.path.isfile(path):
+        try:  # a resume that timed no iteration (a finished run, eval_only): the run's own timing stays
+            with open(path) as f:
+                ms_per_iter = json.load(f).get("ms_per_iter") or ms_per_iter
+        except (OSError, ValueError):
+            pass
+    write_json(path, {
         "config": {**cfg, "dtype": env.dtype, "world_size": env.world}, "model_config": m.config.to_dict(),
         "git_commit": git_commit(), "best_val_loss": s.best_val if s.best_iter >= 0 else None, "best_iter": s.best_iter,
         "final_val_loss": s.val_loss, "iters": s.iter_num, "tokens": s.iter_num * run.tokens_per_iter,
-        "wall_time_s": wall, "ms_per_iter": timer.medians(), "attn_params": m.attn_params(),
+        "wall_time_s": wall, "ms_per_iter": ms_per_iter, "attn_params": m.attn_params(),
         "kv_values_per_token_per_layer": m.kv_values_per_token_per_layer(),
         "device_name": torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else "cpu",
         "torch_version": torch.__version__, "finished": finished, "stopped_reason": reason,
@@ -699,6 +726,12 @@ def open_outputs(run: Run) -> None:
           f"{env.world} process(es){' (FSDP)' if env.fsdp else ''}")
     write_json(os.path.join(env.out_dir, "config.json"), {**cfg, "device": str(env.device), "dtype": env.dtype,
                                                           "world_size": env.world})
+    if not run.resumed:  # an earlier run's checkpoint and summary set aside with its log emptied, all at once: a
+        # resume before this run's first save then finds no checkpoint (instead of the earlier run's, under this
+        # run's log), and no summary says the folder holds a finished run
+        for name, aside in ((CKPT_NAME, EARLIER_CKPT), ("summary.json", EARLIER_SUMMARY)):
+            if os.path.isfile(os.path.join(env.out_dir, name)):
+                os.replace(os.path.join(env.out_dir, name), os.path.join(env.out_dir, aside))
     trim_log(run.log_path, run.state.iter_num if run.resumed else -1)
     remove_stale_temps(run.ckpt_path)
     if cfg["wandb_log"]:
@@ -784,7 +817,8 @@ def main(argv):
             for group in run.optimizer.param_groups:
                 group["lr"] = lr
 
-        if (s.iter_num % cfg["eval_interval"] == 0 or s.iter_num >= cfg["max_iters"]) and not skip_eval:
+        if (s.iter_num % cfg["eval_interval"] == 0 or s.iter_num >= cfg["max_iters"] or cfg["eval_only"]) \
+                and not skip_eval:
             reason = after_eval(run, evaluate(run), lr, t_before + time.time() - t_start, start_iter)
             if reason:
                 break

@@ -70,6 +70,15 @@ TRAIN_DEFAULTS = dict(
     peak_tflops=790.0,  # bf16 matmul TFLOP/s of one GPU, for MFU (790 = measured on H200)
 )
 
+# What the run is (its data, batch, optimizer, schedule, evaluation and length): with init_from='resume' each of these
+# that neither a config file nor the command line sets is the checkpoint's run's value, not the default, so that
+# `train.py --init_from=resume --out_dir=X` continues the run it names. The other training keys (out_dir,
+# init_from, eval_only, device, dtype, compile, graph_step, master_weights, DDP/FSDP, wandb, peak_tflops) are how
+# this process runs it, and take their defaults as on a fresh run.
+RUN_KEYS = ("eval_interval", "log_interval", "eval_iters", "eval_full_val", "always_save_checkpoint", "save_checkpoint",
+            "patience", "dataset", "data_dir", "gradient_accumulation_steps", "batch_size", "learning_rate",
+            "max_iters", "weight_decay", "beta1", "beta2", "grad_clip", "decay_lr", "warmup_iters", "lr_decay_iters",
+            "min_lr", "seed")
 INIT_FROM_CHOICES = ("scratch", "resume")
 DTYPE_CHOICES = ("float32", "bfloat16", "float16")
 BACKEND_CHOICES = ("nccl", "gloo")
@@ -99,6 +108,13 @@ def validate_train_config(cfg: dict) -> None:
         at_least(key, 0.0)
     for key in ("beta1", "beta2"):
         in_unit_interval(key)
+    if cfg["decay_lr"]:  # warmup to learning_rate, then cosine down to min_lr at lr_decay_iters
+        if cfg["lr_decay_iters"] < cfg["warmup_iters"]:
+            raise ValueError(f"lr_decay_iters={cfg['lr_decay_iters']} is out of range: allowed >= warmup_iters="
+                             f"{cfg['warmup_iters']} (the decay starts where the warmup ends; or decay_lr=False)")
+        if cfg["min_lr"] > cfg["learning_rate"]:
+            raise ValueError(f"min_lr={cfg['min_lr']} is out of range: allowed <= learning_rate={cfg['learning_rate']} "
+                             "(the cosine decays from learning_rate to min_lr; or decay_lr=False)")
     if not cfg["peak_tflops"] > 0:
         raise ValueError(f"peak_tflops={cfg['peak_tflops']} is out of range: allowed > 0")
     if cfg["dtype"]:

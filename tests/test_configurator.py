@@ -96,6 +96,19 @@ def test_include_runs_base_then_overrides(tmp_path):
         parse_config([str(tmp_path / "bad.py")], {"batch_size": 1, "learning_rate": 0.1})
 
 
+def test_includes_after_a_nested_one_are_relative_to_their_own_file(tmp_path):
+    """An included file that includes from its own folder must not move the including file's next include there
+    (the shared namespace's `include` is the including file's again once the included one has run)."""
+    from configurator import parse_config
+    (tmp_path / "bases").mkdir()
+    (tmp_path / "bases" / "model.py").write_text('include("width.py")\n')
+    (tmp_path / "bases" / "width.py").write_text("learning_rate = 1e-4\n")
+    (tmp_path / "common.py").write_text("batch_size = 8\n")
+    (tmp_path / "run.py").write_text('include("bases/model.py")\ninclude("common.py")\ninclude("bases/width.py")\n')
+    cfg = parse_config([str(tmp_path / "run.py")], {"batch_size": 1, "learning_rate": 0.1})
+    assert cfg == {"batch_size": 8, "learning_rate": 1e-4}
+
+
 @pytest.mark.parametrize("text,line,kind", [
     ("batch_size = 8\nlearning_rate = (1e-3\n", 2, "SyntaxError"),
     ("batch_size = 8\n  learning_rate = 1e-3\n", 2, "IndentationError"),

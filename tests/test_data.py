@@ -36,6 +36,32 @@ def test_tokenizer_missing_file(tmp_path):
         get_gpt2_encoding(str(tmp_path / "nope.tiktoken"))
 
 
+def test_tokenizer_reads_the_file_as_it_is_now(gpt2_ranks_file, tmp_path):
+    """The ranks come from the file itself each time it is loaded (tiktoken's loader would serve an earlier copy of
+    the same path from its cache folder); a file that is not GPT-2's ranks is a ValueError naming the file."""
+    import tokenizer
+    path = tmp_path / "gpt2.tiktoken"
+    lines = gpt2_ranks_file.read_bytes().splitlines(keepends=True)
+    hello, world = 31373, 995  # 'hello' and ' world': their ranks swapped in the first file
+    swapped = list(lines)
+    swapped[hello], swapped[world] = (lines[hello].split()[0] + b" %d\n" % world,
+                                      lines[world].split()[0] + b" %d\n" % hello)
+    path.write_bytes(b"".join(swapped))
+    tokenizer._encoding_from_ranks.cache_clear()
+    assert get_gpt2_encoding(str(path)).encode("hello world") == [world, hello]
+    path.write_bytes(b"".join(lines))  # the real file at the same path now
+    tokenizer._encoding_from_ranks.cache_clear()
+    assert get_gpt2_encoding(str(path)).encode("hello world") == [hello, world]
+    path.write_bytes(b"".join(lines[:1000]))
+    tokenizer._encoding_from_ranks.cache_clear()
+    with pytest.raises(ValueError, match=rf"{path} is not GPT-2's ranks file: 1,000 ranks"):
+        get_gpt2_encoding(str(path))
+    path.write_text("First Citizen:\nBefore we proceed\n")
+    with pytest.raises(ValueError, match=rf"{path}, line 1: not a `base64\(token\) rank` line"):
+        get_gpt2_encoding(str(path))
+    tokenizer._encoding_from_ranks.cache_clear()
+
+
 def test_shakespeare(tmp_path, shakespeare_txt, gpt2_ranks_file, enc):
     meta = shakespeare.prepare(input_path=shakespeare_txt, out_dir=tmp_path, ranks_file=str(gpt2_ranks_file))
     assert (meta["train_tokens"], meta["val_tokens"]) == (301_966, 36_059)  # nanoGPT's numbers

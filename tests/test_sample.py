@@ -34,7 +34,7 @@ def sample_error(args, capsys) -> str:
     ("--max_new_tokens=0", "max_new_tokens"), ("--max_new_tokens=-3", "max_new_tokens"), ("--decode=fast", "decode"),
     ("--batch_size=0", "batch_size"),
     ("--decode=graph", "decode"), ("--decode=mega", "decode='mega' needs a CUDA"), ("--device=tpu", "device"),
-    ("--dtype=int8", "dtype"),
+    ("--dtype=int8", "dtype"), ("--seed=-1", "seed"), ("--seed=100000000000000000000", "seed"),
 ])
 def test_invalid_keys_fail_before_loading(arg, key, tmp_path, capsys):
     err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", arg], capsys)  # checked first
@@ -214,6 +214,29 @@ def test_unreadable_prompt_file(what, says, out_dir, gpt2_ranks_file, tmp_path, 
         path.write_bytes(b"\xff\xfe caf\xe9")
     err = sample_error(sample_args(out_dir, gpt2_ranks_file, f"--start=FILE:{path}"), capsys)
     assert str(path) in err and says in err, err
+
+
+def test_a_tokenizer_file_that_is_not_gpt2s_is_one_line(out_dir, tmp_path, capsys):
+    bad = tmp_path / "input.txt"
+    bad.write_text("First Citizen:\n")
+    err = sample_error(sample_args(out_dir, bad), capsys)
+    assert str(bad) in err and "tiktoken ranks file" in err, err
+
+
+def test_a_prompt_of_block_size_tokens_is_taken(out_dir, gpt2_ranks_file, tmp_path, capsys):
+    """The context holds block_size tokens: a prompt that long is decoded (the cache refilled from its last half
+    after it), one token more is refused."""
+    from tokenizer import get_gpt2_encoding
+    enc = get_gpt2_encoding(str(gpt2_ranks_file))
+    ids = enc.encode(" the" * 40)[:33]  # one token a word
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(enc.decode(ids[:32]))
+    assert len(enc.encode(prompt.read_text())) == 32  # the tiny model's block_size
+    samples = sample.main(sample_args(out_dir, gpt2_ranks_file, f"--start=FILE:{prompt}", "--decode=eager"))
+    assert len(samples) == 2
+    prompt.write_text(enc.decode(ids))
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, f"--start=FILE:{prompt}"), capsys)
+    assert "the prompt is 33 tokens" in err and "block_size=32" in err, err
 
 
 def test_prompt_outside_the_models_vocabulary(tmp_path, gpt2_ranks_file, capsys):

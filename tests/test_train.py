@@ -570,6 +570,67 @@ def test_compile_options_are_the_modes_plus_ours(monkeypatch):
     assert seen == [dict(options={"triton.cudagraphs": True, **ours})]
 
 
+def test_resume_takes_the_runs_keys_from_its_checkpoint(small_data, tmp_path, capsys):
+    """`train.py --init_from=resume --out_dir=X` continues the run X holds: its data, batch, schedule, evaluation and
+    seed are the checkpoint's (a note lists them), not the defaults, so its losses are the uninterrupted run's; a key
+    given here still wins."""
+    import train
+    run_keys = ["--batch_size=3", "--warmup_iters=2", "--lr_decay_iters=7", "--learning_rate=2e-3", "--min_lr=1e-4",
+                "--seed=7", "--eval_interval=3", "--eval_iters=2", f"--data_dir={small_data}"]
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    train_in_process([f"--out_dir={ref}", "--max_iters=7", *run_keys])
+    train_in_process([f"--out_dir={out}", "--max_iters=4", *run_keys])
+    capsys.readouterr()
+    train.main([f"--out_dir={out}", "--init_from=resume", "--device=cpu", "--compile=False", "--max_iters=7"])
+    err = capsys.readouterr().err
+    assert "note: resuming with the checkpoint's run keys" in err and "batch_size=3" in err and "seed=7" in err, err
+    config = json.loads((out / "config.json").read_text())
+    assert (config["batch_size"], config["warmup_iters"], config["lr_decay_iters"], config["seed"], config["max_iters"],
+            config["data_dir"]) == (3, 2, 7, 7, 7, str(small_data))
+    assert train_losses(out) == train_losses(ref) and len(train_losses(ref)) == 7
+    assert [r["iter"] for r in read_log(out) if "val_loss" in r] == [0, 3, 4, 6, 7]  # 4: the first run's end
+    train.main([f"--out_dir={out}", "--init_from=resume", "--device=cpu", "--compile=False", "--max_iters=8",
+                "--batch_size=2"])  # given: 2, not the checkpoint's 3
+    assert json.loads((out / "config.json").read_text())["batch_size"] == 2
+
+
+def test_eval_only_resume_between_evaluations_evaluates(small_data, tmp_path):
+    """eval_only=True on a checkpoint whose iteration is no multiple of eval_interval, with max_iters beyond it:
+    it evaluates there, once, and the summary holds that loss."""
+    out = tmp_path / "run"
+    args = [f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=2"]
+    train_in_process([*args, "--max_iters=3"])
+    before = [r for r in read_log(out) if "val_loss" in r]
+    train_in_process([*args, "--init_from=resume", "--eval_only=True", "--max_iters=10", "--eval_iters=5"])
+    after = [r for r in read_log(out) if "val_loss" in r]
+    assert [r["iter"] for r in after] == [r["iter"] for r in before] + [3]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and summary["final_val_loss"] == after[-1]["val_loss"]
+
+
+def test_resuming_a_finished_run_keeps_its_timing(small_data, tmp_path):
+    """A resume that trains no iteration (the run had finished) keeps the summary's ms_per_iter, which the run
+    measured after its first UNTIMED_ITERS iterations."""
+    import train
+    out = tmp_path / "run"
+    args = [f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=4", f"--max_iters={train.UNTIMED_ITERS + 3}"]
+    train_in_process(args)
+    first = json.loads((out / "summary.json").read_text())["ms_per_iter"]
+    assert first["total"] is not None
+    train_in_process([*args, "--init_from=resume"])
+    assert json.loads((out / "summary.json").read_text())["ms_per_iter"] == first
+
+
+@pytest.mark.parametrize("args,key", [(["--warmup_iters=5", "--lr_decay_iters=3"], "lr_decay_iters=3"),
+                                      (["--min_lr=1e-2"], "min_lr=0.01")])
+def test_a_schedule_that_cannot_be_followed_is_refused(args, key, small_data, tmp_path, capsys):
+    """Warmup past the decay's end, or a min_lr above learning_rate (1e-3 here): the schedule would jump or rise."""
+    out = tmp_path / "never"
+    err = train_error([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=2", *args], capsys)
+    assert key in err and "allowed" in err, err
+    train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=1", "--decay_lr=False", *args])
+
+
 def test_scratch_into_a_trained_out_dir(small_data, tmp_path, capsys):
     """eval_only=True with init_from='scratch' where out_dir holds a checkpoint would evaluate a new random model
     and replace the run's log and summary: refused, one line, nothing touched; a training run from scratch there
@@ -584,6 +645,16 @@ def test_scratch_into_a_trained_out_dir(small_data, tmp_path, capsys):
     train_in_process([*args, "--max_iters=2"])
     assert "holds an earlier run; this one starts from scratch" in capsys.readouterr().err
     assert len(read_log(out)) < records["log.jsonl"].count(b"\n")  # the log restarted with the new run
+    # the earlier run's checkpoint and summary set aside as the run started, with its log emptied
+    assert (out / "ckpt.earlier.pt").read_bytes() == records["ckpt.pt"]
+    assert (out / "summary.earlier.json").read_bytes() == records["summary.json"]
+    # a scratch run stopped before its first save: no checkpoint to resume (not the earlier run's under this log),
+    # no summary that says the folder holds a finished run
+    train_in_process([*args, "--max_iters=1", "--save_checkpoint=False"])
+    assert not (out / "ckpt.pt").exists() and (out / "ckpt.earlier.pt").exists()
+    (out / "summary.json").unlink()  # as a kill before the end leaves it
+    err = train_error([*args, "--init_from=resume"], capsys)
+    assert "ckpt.pt does not exist" in err and "ckpt.earlier.pt is the run before" in err, err
 
 
 @pytest.mark.parametrize("args,key", [
