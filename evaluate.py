@@ -79,7 +79,9 @@ class Batches:
         self.gen = torch.Generator().manual_seed(seed)
 
     def draw(self, n_micro: int) -> torch.Tensor:
-        """(n_micro, batch_size) window offsets, uniform."""
+        """(n_micro, batch_size) window offsets, uniform over 0 .. n - block_size - 2. The last full window (offset
+        n - block_size - 1, nanoGPT's bound) is never drawn: kept so, as changing the bound would change every
+        seed's batches and so the recorded runs' losses; over a train split of millions of tokens it is one window."""
         return torch.randint(self.n_tokens - self.block_size - 1, (n_micro, self.batch_size), generator=self.gen)
 
     def get(self, offsets: torch.Tensor, device):

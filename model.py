@@ -154,16 +154,17 @@ class GPTConfig:
             raise ValueError(f"loss_chunk_tokens={self.loss_chunk_tokens} needs loss_head='fused' (got {self.loss_head!r})")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
-        if not (0.0 <= self.dropout < 1.0):
-            raise ValueError(f"dropout={self.dropout} is out of range: allowed [0, 1)")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout!r} is out of range: allowed a number in [0, 1)")
         if self.attn not in ATTN_CHOICES:
             raise ValueError(f"attn={self.attn!r} is unknown: allowed {ATTN_CHOICES}")
         if self.pos_emb not in POS_CHOICES:
             raise ValueError(f"pos_emb={self.pos_emb!r} is unknown: allowed {POS_CHOICES}")
         if self.mla_rope not in MLA_ROPE_CHOICES:
             raise ValueError(f"mla_rope={self.mla_rope!r} is unknown: allowed {MLA_ROPE_CHOICES}")
-        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
-            raise ValueError(f"rope_theta={self.rope_theta!r} must be a positive number")
+        if isinstance(self.rope_theta, bool) or not (isinstance(self.rope_theta, (int, float)) and
+                                                     0 < self.rope_theta < math.inf):
+            raise ValueError(f"rope_theta={self.rope_theta!r} must be a positive finite number")
         if self.norm not in NORM_CHOICES:
             raise ValueError(f"norm={self.norm!r} is unknown: allowed {NORM_CHOICES}")
         if isinstance(self.norm_eps, bool) or not (isinstance(self.norm_eps, (int, float)) and 0 < self.norm_eps < 1):
@@ -178,7 +179,7 @@ class GPTConfig:
         if self.mlp_hidden is not None:
             need_int("mlp_hidden", self.mlp_hidden, 1)
         need_int("mlp_multiple_of", self.mlp_multiple_of, 1)
-        for name in ("tie_embeddings", "activation_checkpointing"):
+        for name in ("bias", "shared_kv", "tie_embeddings", "activation_checkpointing"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
 
@@ -198,6 +199,8 @@ class GPTConfig:
                              "pos_emb='rope', mla_rope='decoupled'")
 
         if self.attn == "mha":
+            if self.n_kv_head is not None:
+                need_int("n_kv_head", self.n_kv_head, 1, nH)
             if self.n_kv_head is not None and self.n_kv_head != nH:
                 raise ValueError(f"n_kv_head={self.n_kv_head} with attn='mha' must be None or n_head={nH}; use attn='gqa'")
         if self.attn == "gqa":
@@ -220,6 +223,9 @@ class GPTConfig:
                 need_int("rope_head_dim", self.rope_head_dim, 2, d)
                 if self.rope_head_dim % 2:
                     raise ValueError(f"rope_head_dim={self.rope_head_dim} must be even (RoPE rotates pairs)")
+            if rope and self.mla_rope == "decoupled" and self.rope_head_dim is None and (dH // 2 < 2 or dH // 2 % 2):
+                raise ValueError(f"rope_head_dim=None defaults to half the head dim, n_embd/n_head/2 = {dH // 2}, "
+                                 "which is not an even number >= 2 (RoPE rotates pairs): set rope_head_dim to one")
         if self.attn == "tucker":
             if self.tucker_ranks is None:
                 raise ValueError("attn='tucker' needs tucker_ranks=(r1, r2, r3)")
@@ -565,9 +571,12 @@ class LogitsCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits, targets):  # logits (M, V) any float dtype, targets (M,) long, -1 = ignored
         acc = torch.promote_types(logits.dtype, torch.float32)  # float32 (float64 stays)
         valid = targets != -1
-        safe = targets.clamp(min=0)  # an ignored row picks any class; weighed by 0 below
+        safe = targets.clamp(0, logits.size(1) - 1)  # an ignored row picks any class; weighed by 0 below
         lse = torch.logsumexp(logits.to(acc), dim=-1)  # (M,)
         picked = logits.gather(1, safe[:, None]).squeeze(1).to(acc)  # (M,)
+        # a target outside -1 .. V-1 (e.g. -100, another library's ignore index) makes the loss nan, as the fused
+        # head's (F.cross_entropy raises; a host check would sync every step)
+        picked = torch.where(valid & (targets != safe), float("nan"), picked)
         n = valid.sum().to(acc)  # no valid row: 0/0 = nan, as F.cross_entropy gives
         ctx.save_for_backward(logits, lse, safe, valid, n)
         return ((lse - picked) * valid).sum() / n
@@ -1763,6 +1772,8 @@ class GPT(nn.Module):
         """idx (B, T) token ids -> (logits, loss). With `caches` (one LayerCache per layer, from
         `new_caches`) the tokens continue a cached prefix. `last_only` returns logits of the last
         position only (generation); the loss needs targets (B, T), ignore_index -1."""
+        if last_only and targets is not None:
+            raise ValueError("forward(last_only=True) returns the last position's logits and no loss: drop targets")
         T = idx.size(1)  # idx (B, T)
         start = caches[0].pos if caches is not None else 0
         if start + T > self.config.block_size:
@@ -1773,7 +1784,9 @@ class GPT(nn.Module):
             x = x + self.transformer.wpe(torch.arange(start, start + T, device=idx.device))
         x = self.transformer.drop(x)
         rope = (self.rope_cos, self.rope_sin) if self.config.pos_emb == "rope" else None
-        checkpointed = self.config.activation_checkpointing and self.training and torch.is_grad_enabled()
+        # (never with caches: a checkpointed block is called without its cache, which would then not be written)
+        checkpointed = self.config.activation_checkpointing and self.training and torch.is_grad_enabled() and \
+            caches is None
         for i, block in enumerate(self.transformer.h):
             if checkpointed:  # keep only the block's input; its inside is recomputed in the backward
                 x = torch.utils.checkpoint.checkpoint(block, x, rope, None, use_reentrant=False)
@@ -1881,7 +1894,7 @@ class GPT(nn.Module):
                 if decoder is None:
                     logits = self(out[:, max(0, n - self.config.block_size):n], last_only=True)[0][:, -1, :]
                 elif decoder.pos is None or decoder.pos >= self.config.block_size:
-                    keep = self.config.block_size // 2 if decoder.pos is not None else self.config.block_size
+                    keep = max(1, self.config.block_size // 2) if decoder.pos is not None else self.config.block_size
                     logits = decoder.prefill(out[:, max(0, n - keep):n])
                 else:
                     logits = decoder.step(out[:, n - 1:n])

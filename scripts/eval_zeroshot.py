@@ -7,7 +7,8 @@ columns of the paper's OpenWebText table (tab_gpt2).
     python -m scripts.eval_zeroshot --out_dir=out-owt-tucker --tasks=lambada_openai,hellaswag --limit=200
 
 Any checkpoint of train.py works (every attention variant): the model is rebuilt from the
-checkpoint alone, as in sample.py. Writes <out_dir>/zeroshot.json with every metric lm-eval
+checkpoint alone, as in sample.py. Writes <out_dir>/zeroshot.json (zeroshot.partial.json for a quick check with
+--limit or other --tasks, so that it never replaces the full evaluation) with every metric lm-eval
 reports per task, and `row`: the paper's zero-shot columns in the paper's order (the same keys
 as scripts/paper_tables.OWT_COLUMNS), which scripts/results.py prints beside the paper's numbers.
 
@@ -290,7 +291,8 @@ def main(argv=None):
                     help="accuracy of HellaSwag, PIQA, ARC-E, ARC-C in the row")
     ap.add_argument("--include_path", action="append", default=[], help="more folders of task YAMLs")
     ap.add_argument("--bootstrap_iters", type=int, default=100000, help="lm-eval's stderr bootstrap (0 = none)")
-    ap.add_argument("--output", default="", help="default: <out_dir>/zeroshot.json")
+    ap.add_argument("--output", default="", help="default: <out_dir>/zeroshot.json (the paper's tasks in full, what "
+                    "scripts/results.py reads), <out_dir>/zeroshot.partial.json with --limit or other --tasks")
     args = ap.parse_args(argv)
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -329,7 +331,11 @@ def main(argv=None):
         "units": "row: perplexities as they are, accuracies in percent (the paper's columns)",
         "metrics": metrics, "row": row,
     }
-    path = Path(args.output) if args.output else Path(args.out_dir) / "zeroshot.json"
+    # a quick check (--limit, or other tasks than the paper's) never replaces the table's full evaluation: it goes
+    # to zeroshot.partial.json, which scripts/results.py does not read
+    partial = args.limit is not None or tasks != list(PAPER_TASKS)
+    path = Path(args.output) if args.output else Path(args.out_dir) / ("zeroshot.partial.json" if partial else
+                                                                        "zeroshot.json")
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=1, default=str))
     os.replace(tmp, path)  # never a half-written file for results.py to read

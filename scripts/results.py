@@ -44,6 +44,8 @@ if not __package__:  # run as a file, the repository's modules are not importabl
 from checkpoint import read_log, save_figure, write_text  # noqa: E402
 from scripts.paper_tables import ENWIKI_SEED_ROWS, OWT_COLUMNS, ROPE_SETTINGS, TABLES  # noqa: E402
 
+BYTES_BF16 = 2  # the tables' parameters and cache in MB of bf16, as scripts/attn_table.py counts them
+
 RUN_DIR_RE = re.compile(r"^(?P<row>.+)-rope_(?P<rope>off|on)-s(?P<seed>-?\d+)$")
 DASH = "—"
 ZERO_SHOT_COLUMNS = tuple(c for c in OWT_COLUMNS if c.endswith(("_ppl", "_acc")))  # owt only
@@ -96,9 +98,14 @@ def load_summaries(runs_dir: Path, include_unfinished=False):
         z = d / "zeroshot.json"  # scripts/eval_zeroshot.py, run after training (owt)
         if z.is_file():
             try:
-                s["_zeroshot"] = json.loads(z.read_text()).get("row") or {}
+                zeroshot = json.loads(z.read_text())
             except ValueError:
+                zeroshot = None
                 print(f"warning: unreadable {z}", file=sys.stderr)
+            if zeroshot is not None and zeroshot.get("limit") is not None:  # a quick check's: not the table's
+                print(f"warning: {z} is a quick check (limit {zeroshot['limit']}); not in the table", file=sys.stderr)
+            elif zeroshot is not None:
+                s["_zeroshot"] = zeroshot.get("row") or {}
         s["_seed"] = int(m["seed"])
         found.setdefault((m["row"], m["rope"]), []).append(s)
     return found
@@ -149,10 +156,21 @@ def collect(table_name, runs_dir: Path, include_unfinished=False):
     for row in t.rows:
         for rope in row.rope_settings:
             ss = sorted(runs.get((row.id, rope), []), key=lambda s: s["_seed"])
+            # a run without the table's loss (stopped before its first evaluation, or diverged: null) is no seed of
+            # the mean: n, seeds, best_iter and the seed spread count only the runs that have one
+            lossless = [s["_run"] for s in ss if s.get(t.reported_loss) is None]
+            if lossless:
+                print(f"warning: {', '.join(lossless)}: no {t.reported_loss}; not counted in {row.id} / {rope}",
+                      file=sys.stderr)
+            ss = [s for s in ss if s.get(t.reported_loss) is not None]
             # a cell the paper did not report (NaN in paper_tables) is None here, as in table.json
             paper = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.paper[rope].items()}
+            scale = BYTES_BF16 / t.paper_bytes_per_value  # llama1b prints millions of params / values: MB of bf16
+            for k in ("attn_params_mb", "kv_cache_mb", "loss_x_attn_params", "loss_x_kv_cache"):
+                if paper.get(k) is not None:
+                    paper[k] *= scale
             loss, loss_std = _mean_std([s.get(t.reported_loss) for s in ss])  # best_val_loss, or final
-            best_iter, _ = _mean_std([s.get("best_iter") for s in ss])
+            best_iter, _ = _mean_std([s["best_iter"] for s in ss if s.get("best_iter") is not None and s["best_iter"] >= 0])
             p_mb, kv_mb = accounting.get((row.id, rope), (None, None))
             if ss:  # the trained model's own accounting wins
                 s = ss[0]
@@ -164,6 +182,7 @@ def collect(table_name, runs_dir: Path, include_unfinished=False):
             rec = {
                 "table": table_name, "row": row.id, "label": row.label, "family": row.family, "rope": rope,
                 "n_seeds": len(ss), "seeds": [s["_seed"] for s in ss], "runs": [s["_run"] for s in ss],
+                "runs_without_loss": lossless,
                 "val_loss": loss, "val_loss_std": loss_std,
                 "best_iter": best_iter, "best_iters": [s.get("best_iter") for s in ss],
                 "attn_params_mb": p_mb, "kv_cache_mb": kv_mb, "kv_unit": t.kv_unit,
@@ -216,7 +235,7 @@ def markdown(table_name, recs, runs_dir) -> str:
     lines = [
         f"# {table_name}: ours vs the paper ({t.paper_label})",
         "",
-        f"GPT-2 124M, N={t.seq_len}. Runs from `{shown_path(runs_dir)}`. Val loss = best validation loss of a run, "
+        f"{t.model}, N={t.seq_len}. Runs from `{shown_path(runs_dir)}`. Val loss = best validation loss of a run, "
         "mean ± sample std over seeds (n = number of seeds). Attn params in MB of bf16 (all layers); "
         f"KV cache for batch 1 and N={t.seq_len} in {u}. Δ = ours − paper. Gap to MHA = "
         "100·(loss / MHA's loss with the same RoPE setting − 1), positive = worse than MHA. "
@@ -423,9 +442,9 @@ def enwiki_markdown(recs, runs_dir, sigma, n_pooled) -> str:
         "Attention params in MB of bf16 (all layers); KV cache for batch 1 at N=1024 in MB. The paper's "
         "columns are its OpenWebText numbers (600k iterations of 480 sequences: a different corpus and "
         "~7,000 times the tokens), so compare gaps, not losses. — = the paper reports no such cell.", "",
-        f"Runs from `{runs_dir}`: {len(runs)}/{len(recs)} (row, RoPE) entries, "
-        f"{sum(r['n_seeds'] for r in runs)} runs; devices: {', '.join(devices) or DASH}; "
-        f"wall time per run {min(walls):.0f}–{max(walls):.0f} s; " if walls else
+        (f"Runs from `{runs_dir}`: {len(runs)}/{len(recs)} (row, RoPE) entries, "
+         f"{sum(r['n_seeds'] for r in runs)} runs; devices: {', '.join(devices) or DASH}; "
+         + (f"wall time per run {min(walls):.0f}–{max(walls):.0f} s; " if walls else "")) if runs else
         f"Runs from `{runs_dir}`: none yet; ",
     ]
     lines[-1] += (f"seed spread (pooled sample std over {n_pooled} entries with several seeds): {sigma:.4f}."

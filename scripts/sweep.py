@@ -12,7 +12,9 @@ its stdout/stderr go to <out_dir>/train.log. The rows come from scripts/paper_ta
 same list the table printers use.
 
 Resumable: a run whose <out_dir>/summary.json says finished=true is skipped, so the same
-command can be re-issued after an interruption (unfinished runs restart from scratch).
+command can be re-issued after an interruption (unfinished runs restart from scratch). A finished
+run trained with other settings than the command gives (its config file and overrides, resolved;
+where and how it ran aside: NOT_SETTINGS) stops the sweep with a list of them, before anything runs.
 With --jobs N, N runs go at once; --gpus 0,1,... pins job slot i to GPU i % len(gpus)
 (several Shakespeare runs fit on one H200). Exits non-zero listing the failed runs.
 """
@@ -47,6 +49,33 @@ def is_finished(out_dir: Path) -> bool:
             return bool(json.load(f).get("finished"))
     except (OSError, ValueError):
         return False
+
+
+# keys that say where and how a run ran, not what it trained: a finished run is the same run whatever they are
+NOT_SETTINGS = {"out_dir", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype", "compile", "compile_mode",
+                "graph_step", "master_weights", "save_checkpoint", "always_save_checkpoint", "log_interval",
+                "backend", "peak_tflops", "ddp_split_graph", "fsdp"}
+
+
+def settings_differ(cmd, out_dir: Path) -> list:
+    """['key=finished run's value (this command: value)'] where the finished run in out_dir was trained with other
+    settings than `cmd` gives (its config file and overrides, resolved as train.py resolves them); [] when they
+    agree or the summary holds no config to compare."""
+    from configurator import parse_config
+    from scripts.paper_tables import default_train_keys
+    try:
+        with open(out_dir / "summary.json") as f:
+            saved = json.load(f).get("config")
+    except (OSError, ValueError):
+        return []
+    if not saved:
+        return []
+    args = cmd[cmd.index("train.py") + 1:]
+    given = set()
+    asked = parse_config([a if a.startswith("--") else str(REPO / a) for a in args], default_train_keys(), given)
+    same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731  tuples as lists
+    return [f"{k}={saved.get(k)!r} (this command: {asked[k]!r})" for k in sorted(given - NOT_SETTINGS)
+            if not same(saved.get(k), asked[k])]
 
 
 def _show_path(p: Path) -> str:
@@ -120,11 +149,25 @@ def main(argv=None):
 
     rows = None if args.rows == "all" else [r for r in args.rows.split(",") if r]
     ropes = ROPE_SETTINGS if args.rope == "both" else (args.rope,)
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    try:
+        seeds = list(dict.fromkeys(int(s) for s in args.seeds.split(",") if s))  # once each: one folder a seed
+    except ValueError:
+        ap.error(f"--seeds {args.seeds!r}: comma-separated integers")
     runs = plan(args.table, rows, ropes, seeds, args.results_dir, args.patience, extra, args.nproc,
                 args.save_checkpoints)
     todo = [r for r in runs if not is_finished(r[1])]
     skipped = len(runs) - len(todo)
+    # a finished run is skipped only if it is the run this command asks for: a smoke sweep's 30-iteration runs
+    # must not stand in for the real sweep's in the table
+    stale = [(name, diff) for name, out_dir, cmd in runs if is_finished(out_dir)
+             for diff in [settings_differ(cmd, out_dir)] if diff]
+    if stale:
+        print(f"error: {len(stale)} finished run(s) were trained with other settings than this command gives:",
+              file=sys.stderr)
+        for name, diff in stale:
+            print(f"  {name}: {'; '.join(diff)}", file=sys.stderr)
+        print("give another --results_dir, or remove those runs' folders to train them again", file=sys.stderr)
+        return 2
 
     if args.dry_run:
         for _, _, cmd in todo:

@@ -254,10 +254,13 @@ def test_end_to_end_simple_evaluate(ez, tmp_path, gpt2_ranks_file):
         f"include: {ez.EVAL_TASKS_DIR / 'cbt' / '_cbt_template_yaml'}\ntask: tiny_cbt\n" + local("cbt")
         + "training_split: null\nvalidation_split: null\n")
 
+    full = out_dir / "zeroshot.json"  # the paper's tasks, evaluated in full before: a check of others never replaces it
+    full.write_text('{"row": {"lambada_acc": 30.0}}')
     summary = ez.main(["--out_dir", str(out_dir), "--tasks", "tiny_mc,tiny_ppl,tiny_cbt",
                        "--include_path", str(tasks), "--tokenizer", str(gpt2_ranks_file), "--device", "cpu",
                        "--batch_size", "4", "--bootstrap_iters", "0"])
-    written = json.loads((out_dir / "zeroshot.json").read_text())
+    assert full.read_text() == '{"row": {"lambada_acc": 30.0}}'
+    written = json.loads((out_dir / "zeroshot.partial.json").read_text())
     assert written["metrics"] == json.loads(json.dumps(summary["metrics"]))
     m = written["metrics"]
     for task, metric in (("tiny_mc", "acc"), ("tiny_mc", "acc_norm"), ("tiny_cbt", "acc")):
@@ -291,11 +294,11 @@ def test_results_owt_zeroshot_columns(tmp_path):
     row = {"wikitext2_ppl": 40.0, "lambada_ppl": 20.0, "mean_ppl": 30.0, "lambada_acc": 25.0,
            "cbt_cn_acc": 80.0, "cbt_ne_acc": 60.0, "hellaswag_acc": 30.0, "winogrande_acc": 50.0,
            "piqa_acc": 63.0, "arc_e_acc": 42.0, "arc_c_acc": 24.0, "mean_acc": 46.75}
-    for seed, shift in ((1, 0.0), (2, 2.0)):
+    for seed, shift, limit in ((1, 0.0, None), (2, 2.0, None), (3, 30.0, 20)):  # seed 3: a quick check's file
         d = runs / f"mha-rope_off-s{seed}"
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps({"best_val_loss": 2.9, "best_iter": 100, "finished": True}))
-        (d / "zeroshot.json").write_text(json.dumps({"row": {k: v + shift for k, v in row.items()}}))
+        (d / "zeroshot.json").write_text(json.dumps({"row": {k: v + shift for k, v in row.items()}, "limit": limit}))
     results.main(["owt", "--runs", str(runs), "--out", str(out)])
     recs = {(r["row"], r["rope"]): r for r in json.loads((out / "table.json").read_text())}
     mha = recs[("mha", "off")]

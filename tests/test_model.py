@@ -430,11 +430,72 @@ def test_init_scales(overrides):
     (dict(n_head=2, n_embd=6, pos_emb="rope"), "head dim"),
     (dict(n_layer=0), "n_layer"),
     (dict(dropout=1.5), "dropout"),
+    (dict(dropout="0.1"), "dropout"),
     (dict(rope_theta=-1.0), "rope_theta"),
+    (dict(rope_theta=True), "rope_theta"),
+    (dict(rope_theta=float("inf")), "rope_theta"),
+    (dict(bias="no"), "bias"),
+    (dict(attn="mla", kv_rank=32, shared_kv="False"), "shared_kv"),
+    (dict(attn="mha", n_kv_head=4.0), "n_kv_head"),
+    # rope_head_dim's default, half the head dim, must be even and >= 2 too: dH 6 -> 3, dH 1 -> 0
+    (dict(attn="mla", kv_rank=16, pos_emb="rope", n_embd=48, n_head=8), "rope_head_dim=None defaults to .* = 3"),
+    (dict(attn="mla", kv_rank=8, pos_emb="rope", n_embd=16, n_head=16), "rope_head_dim=None defaults to .* = 0"),
 ])
 def test_invalid_config_raises_value_error(overrides, key):
     with pytest.raises(ValueError, match=key.replace("[", r"\[")):
         GPTConfig(**overrides)
+
+
+def test_every_valid_config_survives_its_checkpoint_dict():
+    """A config accepted at construction loads back from its to_dict() (what a checkpoint stores), defaults filled
+    in __post_init__ included (MLA's decoupled rope_head_dim)."""
+    for kw in (dict(attn="mla", kv_rank=16, pos_emb="rope", n_embd=64, n_head=4),
+               dict(attn="mla", kv_rank=16, pos_emb="rope", n_embd=48, n_head=8, rope_head_dim=2),
+               dict(attn="tucker", tucker_ranks=(2, 8, 8), pos_emb="rope", n_embd=32, n_head=4)):
+        config = GPTConfig(**kw)
+        assert GPTConfig.from_dict(config.to_dict()) == config
+
+
+def test_targets_outside_the_vocabulary_make_the_loss_nan():
+    """-1 is the ignore index; any other target outside 0 .. V-1 (e.g. -100, another library's ignore index, or V)
+    makes the loss nan, as the fused head's does (no row silently scored as class 0); last_only with targets is an
+    error (it returns no loss)."""
+    import torch.nn.functional as F
+    from model import LogitsCrossEntropy
+    logits = torch.randn(5, 7, requires_grad=True)
+    targets = torch.tensor([1, -1, 3, 6, 0])
+    ours = LogitsCrossEntropy.apply(logits, targets)
+    assert torch.allclose(ours, F.cross_entropy(logits, targets, ignore_index=-1))
+    for bad in (-100, -2, 7):
+        assert LogitsCrossEntropy.apply(logits, torch.tensor([1, bad, 3, 6, 0])).isnan()
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    idx = torch.randint(0, 32, (2, 8))
+    with pytest.raises(ValueError, match=r"last_only=True\) returns .* no loss: drop targets"):
+        model(idx, targets=idx, last_only=True)
+
+
+def test_generate_at_block_size_1():
+    """The smallest context: each cached step refills the cache from the last token, as the uncached path crops."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=1, vocab_size=32)).eval()
+    idx = torch.tensor([[3]])
+    cached = model.generate(idx, 4, temperature=0, decode="eager")
+    assert torch.equal(cached, model.generate(idx, 4, temperature=0, use_cache=False))
+
+
+def test_activation_checkpointing_leaves_caches_to_the_blocks():
+    """A forward with caches in train mode is never checkpointed (a checkpointed block gets no cache): the cache is
+    written, and the cached continuation equals the full forward."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=12, vocab_size=32,
+                          activation_checkpointing=True)).double()
+    idx = torch.randint(0, 32, (2, 10))
+    full, _ = model(idx)
+    caches = model.new_caches(2, dtype=torch.float64)
+    first, _ = model(idx[:, :6], caches=caches)
+    rest, _ = model(idx[:, 6:], caches=caches)
+    assert caches[0].pos == 10
+    assert torch.allclose(torch.cat([first, rest], dim=1), full, atol=1e-12)
 
 
 def test_config_roundtrip_through_dict():

@@ -246,13 +246,35 @@ def test_sweep_dry_run(tmp_path):
     assert all("--patience=5" in c for c in cmds)
 
 
+def test_sweep_refuses_finished_runs_of_other_settings(tmp_path):
+    """A finished run is skipped only if this command would train the same run: trained with --max_iters=30 (a smoke
+    sweep), it stops a sweep that asks for 5000, naming the run and the key, before anything runs; repeated seeds
+    plan one folder."""
+    from configurator import parse_config
+    from scripts.paper_tables import default_train_keys
+    row = TABLES["shakespeare"].row("mha")
+    cfg = parse_config([str(REPO / row.config), "--max_iters=30", "--pos_emb=learned", "--seed=1337"],
+                       default_train_keys())
+    done = tmp_path / "mha-rope_off-s1337"
+    done.mkdir()
+    (done / "summary.json").write_text(json.dumps({"finished": True, "config": {**cfg, "dtype": "bfloat16"}}))
+    res = _run(["-m", "scripts.sweep", "shakespeare", "--dry-run", "--results_dir", str(tmp_path), "--rows", "mha",
+                "--rope", "off", "--", "--max_iters=5000"])
+    assert res.returncode == 2 and "mha-rope_off-s1337: max_iters=30 (this command: 5000)" in res.stderr, res.stderr
+    assert res.stdout == ""
+    assert _dry_run(tmp_path, "--rows", "mha", "--rope", "off", "--", "--max_iters=30") == []  # the same run: skipped
+    cmds = _dry_run(tmp_path, "--rows", "gqa2", "--rope", "off", "--seeds", "1,2,1")
+    assert [c[-1] for c in cmds] == ["--save_checkpoint=False"] * 2
+    assert sorted(dict(a[2:].split("=", 1) for a in c[3:])["seed"] for c in cmds) == ["1", "2"]
+
+
 def _summary(row, rope, seed, loss, best_iter=500):
     """A synthetic summary.json as train.py writes it."""
     cfg = build_config(row, rope)
     with torch.device("meta"):
         model = GPT(GPTConfig(**cfg))
     return {"config": cfg, "git_commit": "test", "best_val_loss": loss, "best_iter": best_iter,
-            "final_val_loss": loss + 0.1, "iters": 1000, "tokens": 1000 * 64 * 256, "wall_time_s": 1.0,
+            "final_val_loss": None if loss is None else loss + 0.1, "iters": 1000, "tokens": 1000 * 64 * 256, "wall_time_s": 1.0,
             "ms_per_iter": {"fwd": 1, "bwd": 2, "opt": 1, "total": 4},
             "attn_params": model.attn_params(), "kv_values_per_token_per_layer": model.kv_values_per_token_per_layer(),
             "device_name": "cpu", "torch_version": torch.__version__, "finished": True, "stopped_reason": "max_iters"}
@@ -292,6 +314,63 @@ def test_results_tables_and_plots(tmp_path):
     assert by[("mha", "off")]["attn_params_mb"] == pytest.approx(56.623104)
     for png in ("pareto_attn_params.png", "pareto_kv_cache.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_count_only_runs_with_a_loss(tmp_path, capsys):
+    """With --include-unfinished, a run that stopped before its first evaluation (no loss, best_iter -1) is no seed:
+    n, the seeds, the mean best_iter and the spread count the runs with a loss; the table names the others."""
+    from scripts import results
+    runs = tmp_path / "runs"
+    t = TABLES["shakespeare"]
+    for seed, loss in ((1337, 3.80), (1, 3.82), (2, None)):
+        d = runs / f"mha-rope_off-s{seed}"
+        d.mkdir(parents=True)
+        s = _summary(t.row("mha"), "off", seed, loss)
+        if loss is None:
+            s.update(best_val_loss=None, final_val_loss=None, best_iter=-1, finished=False)
+        (d / "summary.json").write_text(json.dumps(s))
+    out = tmp_path / "out"
+    results.main(["shakespeare", "--runs", str(runs), "--out", str(out), "--include-unfinished"])
+    assert "mha-rope_off-s2: no best_val_loss" in capsys.readouterr().err
+    rec = next(r for r in json.loads((out / "table.json").read_text()) if (r["row"], r["rope"]) == ("mha", "off"))
+    assert (rec["n_seeds"], rec["seeds"], rec["best_iter"]) == (2, [1, 1337], 500)
+    assert rec["runs_without_loss"] == ["mha-rope_off-s2"]
+    assert rec["val_loss"] == pytest.approx(3.81) and rec["val_loss_std"] == pytest.approx(0.014142, abs=1e-6)
+
+
+def test_enwiki_table_counts_runs_without_a_wall_time(tmp_path):
+    """Interrupted runs read from their log (--include-unfinished) have no wall time: the table still says how many
+    runs it holds (the wall-time clause alone is left out), not 'none yet'."""
+    from scripts import results
+    runs = tmp_path / "runs"
+    t = TABLES["enwiki"]
+    d = runs / "mha-rope_off-s1337"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(build_config(t.row("mha"), "off")))
+    (d / "log.jsonl").write_text(json.dumps({"iter": 250, "val_loss": 3.9, "train_loss": 3.95}) + "\n")
+    out = tmp_path / "out"
+    results.main(["enwiki", "--runs", str(runs), "--out", str(out), "--include-unfinished"])
+    md = (out / "table.md").read_text()
+    assert "none yet" not in md and "(row, RoPE) entries, 1 runs" in md and "wall time per run" not in md
+
+
+def test_results_llama1b_compares_in_bf16_megabytes(tmp_path):
+    """llama1b's paper columns are millions of parameters / cached values (MHA: 268 and 268): beside ours, in MB of
+    bf16, they are doubled; the header names the table's model."""
+    from scripts import results
+    runs = tmp_path / "runs"
+    t = TABLES["llama1b"]
+    d = runs / "mha-rope_on-s1337"
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps(_summary(t.row("mha"), "on", 1337, 2.5)))
+    out = tmp_path / "out"
+    results.main(["llama1b", "--runs", str(runs), "--out", str(out)])
+    rec = next(r for r in json.loads((out / "table.json").read_text()) if r["row"] == "mha")
+    assert rec["paper"]["attn_params_mb"] == pytest.approx(2 * 268)
+    assert rec["attn_params_mb"] == pytest.approx(rec["paper"]["attn_params_mb"], rel=0.01)  # 536.9 vs 536
+    assert rec["kv_cache_mb"] == pytest.approx(rec["paper"]["kv_cache_mb"], rel=0.01)
+    md = (out / "table.md").read_text()
+    assert "LLaMA-3 1B" in md and "GPT-2 124M" not in md
 
 
 def test_default_train_keys_are_train_py_keys():
