@@ -51,8 +51,9 @@ def is_finished(out_dir: Path) -> bool:
         return False
 
 
-# keys that say where and how a run ran, not what it trained: a finished run is the same run whatever they are
-NOT_SETTINGS = {"out_dir", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype", "compile", "compile_mode",
+# keys that say where and how a run ran, not what it trained (data_dir: the same tokens in another machine's folder):
+# a finished run is the same run whatever they are
+NOT_SETTINGS = {"out_dir", "data_dir", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype", "compile", "compile_mode",
                 "graph_step", "master_weights", "save_checkpoint", "always_save_checkpoint", "log_interval",
                 "backend", "peak_tflops", "ddp_split_graph", "fsdp"}
 
