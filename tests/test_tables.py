@@ -246,7 +246,7 @@ def test_sweep_dry_run(tmp_path):
     assert all("--patience=5" in c for c in cmds)
 
 
-def test_sweep_refuses_finished_runs_of_other_settings(tmp_path):
+def test_sweep_refuses_finished_runs_of_other_settings(tmp_path, capsys):
     """A finished run is skipped only if this command would train the same run: trained with --max_iters=30 (a smoke
     sweep), it stops a sweep that asks for 5000, naming the run and the key, before anything runs; repeated seeds
     plan one folder."""
@@ -258,12 +258,16 @@ def test_sweep_refuses_finished_runs_of_other_settings(tmp_path):
     done = tmp_path / "mha-rope_off-s1337"
     done.mkdir()
     (done / "summary.json").write_text(json.dumps({"finished": True, "config": {**cfg, "dtype": "bfloat16"}}))
-    res = _run(["-m", "scripts.sweep", "shakespeare", "--dry-run", "--results_dir", str(tmp_path), "--rows", "mha",
-                "--rope", "off", "--", "--max_iters=5000"])
-    assert res.returncode == 2 and "mha-rope_off-s1337: max_iters=30 (this command: 5000)" in res.stderr, res.stderr
-    assert res.stdout == ""
-    assert _dry_run(tmp_path, "--rows", "mha", "--rope", "off", "--", "--max_iters=30") == []  # the same run: skipped
-    cmds = _dry_run(tmp_path, "--rows", "gqa2", "--rope", "off", "--seeds", "1,2,1")
+    from scripts import sweep
+
+    def dry(*extra):  # in process (a subprocess a call costs seconds of the suite)
+        rc = sweep.main(["shakespeare", "--dry-run", "--results_dir", str(tmp_path), *extra])
+        out, err = capsys.readouterr()
+        return rc, [shlex.split(line) for line in out.splitlines() if line.strip()], err
+    rc, cmds, err = dry("--rows", "mha", "--rope", "off", "--", "--max_iters=5000")
+    assert rc == 2 and "mha-rope_off-s1337: max_iters=30 (this command: 5000)" in err and cmds == [], err
+    assert dry("--rows", "mha", "--rope", "off", "--", "--max_iters=30")[:2] == (0, [])  # the same run: skipped
+    rc, cmds, _ = dry("--rows", "gqa2", "--rope", "off", "--seeds", "1,2,1")
     assert [c[-1] for c in cmds] == ["--save_checkpoint=False"] * 2
     assert sorted(dict(a[2:].split("=", 1) for a in c[3:])["seed"] for c in cmds) == ["1", "2"]
 
