@@ -29,6 +29,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 
 from typing import Optional
 
@@ -77,7 +78,7 @@ def atomic_write(path: str, write) -> None:
     it was or complete, never half-written. A failed write removes its temp file; temp files that
     dead processes left beside `path` are removed after a successful one."""
     path = os.fspath(path)
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = f"{path}.tmp.{threading.get_ident()}.{os.getpid()}"  # one a writer: threads of a process apart too
     try:
         write(tmp)
         with open(tmp, "rb") as f:
@@ -119,7 +120,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def remove_stale_temps(path: str) -> list:
-    """Remove `path`.tmp.<pid> files whose process is gone (left by a kill during a write)."""
+    """Remove `path`.tmp.[<thread>.]<pid> files whose process is gone (left by a kill during a write)."""
     removed = []
     for tmp in glob.glob(glob.escape(path) + ".tmp.*"):
         pid = tmp.rsplit(".", 1)[-1]
@@ -288,8 +289,9 @@ def model_from_checkpoint(checkpoint: dict, path: str = "checkpoint") -> GPT:
         model = model.to(next(iter(state.values())).dtype)
     try:
         model.load_state_dict(state)
-    except RuntimeError as e:
-        raise ValueError(f"{path}: the weights do not match its model_config: {str(e).splitlines()[0]}") from None
+    except RuntimeError as e:  # torch's first line is only "Error(s) in loading state_dict for GPT:"; the what next
+        detail = " ".join(line.strip() for line in str(e).splitlines()[1:] if line.strip())[:400]
+        raise ValueError(f"{path}: the weights do not match its model_config: {detail or str(e).strip()}") from None
     return model.eval()
 
 

@@ -105,6 +105,9 @@ class GraphedTrainStep:
         if len(batches) != self.accum:
             raise ValueError(f"{len(batches)} batches given for {self.accum} micro-steps")
         for micro, (x, y) in enumerate(batches):
+            if x.shape != self.x.shape[1:] or y.shape != self.y.shape[1:]:  # copy_ would broadcast a (1, T) batch
+                raise ValueError(f"micro-batch {micro}: inputs {tuple(x.shape)} and targets {tuple(y.shape)}, the "
+                                 f"captured step takes {tuple(self.x.shape[1:])} (batch_size, block_size) each")
             self.x[micro].copy_(x, non_blocking=True)
             self.y[micro].copy_(y, non_blocking=True)
         if self.lr is None:

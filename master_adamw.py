@@ -249,8 +249,9 @@ class MasterAdamW(torch.optim.Optimizer):
             for p, idx in zip(group["params"], s["params"]):
                 entry = state_dict["state"].get(idx)
                 st = self.state[p]
-                if entry is None:
-                    st["step"].zero_()
+                if entry is None:  # no state saved for it: fresh, as torch's AdamW starts it
+                    for key in ("step", "exp_avg", "exp_avg_sq"):
+                        st[key].zero_()
                     continue
                 for key in ("exp_avg", "exp_avg_sq"):
                     if tuple(entry[key].shape) != tuple(st[key].shape):
@@ -345,7 +346,9 @@ class MasterAdamW(torch.optim.Optimizer):
                 else:
                     lr_device = group["lr_device"]
                     lr_device.fill_(lr)
-                hyper = (beta1, beta2, math.log2(beta1), math.log2(beta2), eps, wd)
+                # log2 of the betas for the bias corrections (beta ** step as exp2); a beta of 0 (allowed, as in
+                # torch's AdamW) is -inf: exp2(-inf * step) = 0, no correction left to make
+                hyper = (beta1, beta2, *(math.log2(b) if b > 0 else -math.inf for b in (beta1, beta2)), eps, wd)
                 for (lowp, summed, device, _), ps in self._launch_classes(params).items():
                     args = [self._kernel_args(p) for p in ps]  # (G, P, M, V, COPY, STEP, n) each
                     if TENSORS_PER_LAUNCH <= 1:

@@ -376,7 +376,7 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
     if checkpoint is None:
         model, state = GPT(gptconf), State()
     else:
-        model = model_from_checkpoint(checkpoint).float().train()
+        model = model_from_checkpoint(checkpoint, os.path.join(cfg["out_dir"], CKPT_NAME)).float().train()
         iter_num = checkpoint["iter_num"]
         val_loss = checkpoint.get("val_loss", checkpoint["best_val_loss"] if checkpoint["best_iter"] == iter_num else None)
         state = State(iter_num, checkpoint["best_val_loss"], checkpoint["best_iter"], checkpoint.get("bad_evals", 0),

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import subprocess
+import threading
 
 import pytest
 import torch
@@ -62,7 +63,38 @@ def test_writes_go_through_a_temp_file_and_rename(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ck.torch, "save", spy)
     ck.save_checkpoint(path, tiny_checkpoint(seed=2))
-    assert seen == [(f"{path}.tmp.{os.getpid()}", 1)] and ck.read_checkpoint(path)["iter_num"] == 2
+    assert seen == [(f"{path}.tmp.{threading.get_ident()}.{os.getpid()}", 1)] and ck.read_checkpoint(path)["iter_num"] == 2
+
+
+def test_threads_of_one_process_write_one_file_apart(tmp_path):
+    """Temp files are per writer (thread and process): two threads writing the same file never take each other's
+    temp file away; the file ends whole, as one of them wrote it."""
+    path = tmp_path / "summary.json"
+    errors = []
+
+    def writer(k):
+        try:
+            for i in range(100):
+                ck.write_json(path, {"writer": k, "i": i})
+        except Exception as e:  # noqa: BLE001  any failure of a write is the bug
+            errors.append(e)
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and json.loads(path.read_text())["i"] == 99
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_weights_that_do_not_fit_name_what(tmp_path):
+    """A checkpoint whose weights do not fit its model_config: the error names the keys, not only torch's header."""
+    state = tiny_checkpoint()
+    state["model"] = {k: v for k, v in state["model"].items() if not k.endswith("c_fc.weight")}
+    path = tmp_path / "ckpt.pt"
+    ck.save_checkpoint(path, state)
+    with pytest.raises(ValueError, match=r"do not match its model_config: Missing key\(s\) in state_dict: .*c_fc"):
+        ck.load_checkpoint(str(path))
 
 
 def test_stale_temp_files_of_dead_processes_are_removed(tmp_path):

@@ -9,6 +9,7 @@ graph_step=True against graph_step=False, and resumed from its own checkpoint.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,23 @@ def test_phase_timer_one_phase_iterations():
     timer.add([("fwd", 0.0, 0.001), ("bwd", 0.001, 0.003), ("fwd", 0.003, 0.004), ("opt", 0.004, 0.0045)])
     timer.flush()
     assert timer.medians()["fwd"] == pytest.approx(2.0) and timer.samples["total"][-1] == pytest.approx(4.5)
+
+
+def test_batches_of_another_shape_are_refused():
+    """The captured step's input buffers are (accum, batch_size, block_size): a batch of another shape is a ValueError
+    naming both shapes (copy_ would broadcast a (1, T) batch into every row)."""
+    from graph_step import GraphedTrainStep
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32, bias=False))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    step = GraphedTrainStep(model, optimizer, accum=1, batch_size=4, seq_len=8, device=torch.device("cpu"),
+                            dtype="float32")
+    for shape in ((1, 8), (4, 1), (4, 6)):
+        x = torch.randint(0, 32, shape)
+        with pytest.raises(ValueError, match=rf"inputs {re.escape(str(shape))} .* takes \(4, 8\)"):
+            step._load([(x, x)], 1e-3)
+    x = torch.randint(0, 32, (4, 8))
+    step._load([(x, x)], 1e-3)
+    assert torch.equal(step.x[0], x)
 
 
 def test_the_captured_iteration_is_the_plain_one():

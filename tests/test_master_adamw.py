@@ -235,6 +235,29 @@ def test_load_state_dict_takes_hyperparameters_and_refuses_what_it_cannot():
         opt2.load_state_dict(bad)
 
 
+def test_load_state_dict_starts_a_parameter_without_saved_state_fresh():
+    """A parameter the loaded state has no entry for starts as torch's AdamW starts it: step and both moments zero
+    (not this optimizer's own moments from the steps it took before the load)."""
+    w, b, opt, _ = run_master(3)
+    assert opt.state[b]["exp_avg"].any()
+    sd = opt.state_dict()
+    del sd["state"][1]  # the vector's
+    opt.load_state_dict(sd)
+    st = opt.state[b]
+    assert float(st["step"]) == 0 and not st["exp_avg"].any() and not st["exp_avg_sq"].any()
+    assert float(opt.state[w]["step"]) == 3
+
+
+@pytest.mark.parametrize("betas", [(0.0, 0.99), (0.9, 0.0)])
+def test_a_beta_of_zero_is_torchs_adamw(betas, monkeypatch):
+    """beta1 = 0 (no momentum) or beta2 = 0, which train.py allows as torch's AdamW does: the same update."""
+    monkeypatch.setitem(HYPER, "betas", betas)
+    w, b, opt, _ = run_master(3)
+    w_ref, b_ref, _, _ = run_adamw(3)
+    torch.testing.assert_close(opt.master(w), w_ref.detach(), **F32)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), **F32)
+
+
 def test_load_model_state_dict_sets_the_masters():
     """Weights loaded into a converted model through the optimizer reach the masters unrounded (and the bf16
     copies rounded); the next step starts from them."""
@@ -489,6 +512,18 @@ def test_interp_kernel_matches_torch_ops(lr_tensor, per_launch, monkeypatch):
     for p, q in ((w, w_ref), (b, b_ref)):
         for key in ("exp_avg", "exp_avg_sq"):
             torch.testing.assert_close(opt.state[p][key], ref.state[q][key], rtol=1e-6, atol=1e-8)
+
+
+@needs_child
+@pytest.mark.parametrize("betas", [(0.0, 0.99), (0.9, 0.0)])
+def test_interp_kernel_takes_a_beta_of_zero(betas, monkeypatch):
+    """The kernels' bias corrections are exp2(step * log2(beta)): a beta of 0 is log2 = -inf there, a correction of 1
+    (math.log2(0) raised before), as the torch ops compute it."""
+    monkeypatch.setitem(HYPER, "betas", betas)
+    w, b, opt, _ = run_master(3, backend="triton")
+    w_ref, b_ref, ref, _ = run_master(3, backend="torch")
+    torch.testing.assert_close(opt.master(w), ref.master(w_ref), **F32)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), **F32)
 
 
 # ----------------------------------------------------------------------------------------
