@@ -541,6 +541,16 @@ def test_cuda_gpt_kernels_match_torch_ops(per_launch, monkeypatch):
 
 
 @needs_cuda
+@pytest.mark.parametrize("betas", [(0.0, 0.99), (0.9, 0.0)])
+def test_cuda_kernel_takes_a_beta_of_zero(betas, monkeypatch):
+    monkeypatch.setitem(HYPER, "betas", betas)
+    w, b, opt, _ = run_master(3, backend="triton", device="cuda")
+    w_ref, b_ref, ref, _ = run_master(3, backend="torch", device="cuda")
+    torch.testing.assert_close(opt.master(w), ref.master(w_ref), rtol=2e-6, atol=1e-7)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), rtol=2e-6, atol=1e-7)
+
+
+@needs_cuda
 def test_cuda_kernel_matches_torch_ops():
     w, b, opt, _ = run_master(4, backend="triton", device="cuda", clip_steps=(1, 2))
     w_ref, b_ref, ref, _ = run_master(4, backend="torch", device="cuda", clip_steps=(1, 2))
