@@ -73,7 +73,10 @@ def settings_differ(cmd, out_dir: Path) -> list:
         return []
     args = cmd[cmd.index("train.py") + 1:]
     given = set()
-    asked = parse_config([a if a.startswith("--") else str(REPO / a) for a in args], default_train_keys(), given)
+    try:
+        asked = parse_config([a if a.startswith("--") else str(REPO / a) for a in args], default_train_keys(), given)
+    except (ValueError, FileNotFoundError) as e:  # the command itself is wrong: say so before any run
+        raise SystemExit(f"error: the command for {out_dir.name} does not parse: {e}")
     same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731  tuples as lists
     return [f"{k}={saved.get(k)!r} (this command: {asked[k]!r})" for k in sorted(given - NOT_SETTINGS)
             if not same(saved.get(k), asked[k])]

@@ -267,6 +267,8 @@ def test_sweep_refuses_finished_runs_of_other_settings(tmp_path, capsys):
     rc, cmds, err = dry("--rows", "mha", "--rope", "off", "--", "--max_iters=5000")
     assert rc == 2 and "mha-rope_off-s1337: max_iters=30 (this command: 5000)" in err and cmds == [], err
     assert dry("--rows", "mha", "--rope", "off", "--", "--max_iters=30")[:2] == (0, [])  # the same run: skipped
+    with pytest.raises(SystemExit, match="command for mha-rope_off-s1337 does not parse: unknown config key 'mx'"):
+        dry("--rows", "mha", "--rope", "off", "--", "--mx=30")
     rc, cmds, _ = dry("--rows", "gqa2", "--rope", "off", "--seeds", "1,2,1")
     assert [c[-1] for c in cmds] == ["--save_checkpoint=False"] * 2
     assert sorted(dict(a[2:].split("=", 1) for a in c[3:])["seed"] for c in cmds) == ["1", "2"]
