@@ -199,10 +199,15 @@ def unsupported(logits: torch.Tensor) -> Optional[str]:
 
 
 def _blocks(B: int, V: int, caller: str):
-    """(ids a program, programs a row): BLOCK, or the default for B rows; a row's blocks go on the grid's second
-    axis (at most 65,535), its rows on the first."""
+    """(ids a program, programs a row) for B rows of V ids, after the checks both entry points share: at least one
+    id, ids that fit the 24 bits the kernels pack them in, a row's blocks on the grid's second axis (at most 65,535;
+    its rows go on the first). BLOCK, or the default for B rows."""
+    if V < 1:
+        raise ValueError(f"fused_sample.{caller}: logits with no ids to choose from")
+    if V >= 1 << 24:
+        raise ValueError(f"fused_sample.{caller}: a vocabulary of {V} ids; the kernel packs ids in 24 bits")
     block = BLOCK or (SMALL_BATCH_BLOCK if B <= SMALL_BATCH else LARGE_BATCH_BLOCK)
-    programs = triton.cdiv(V, block)
+    programs = -(-V // block)
     if programs > 65535:
         raise ValueError(f"fused_sample.{caller}: {V:,} ids in blocks of {block} make {programs:,} programs a row (at "
                          "most 65,535): raise fused_sample.BLOCK")
@@ -214,14 +219,10 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     along the ids, ties and nans included (the first id of the maximum; -0 and +0 equal; the first nan, if any).
     Call unsupported(logits) first."""
     B, V = logits.shape
-    if V < 1:
-        raise ValueError("fused_sample.argmax: logits with no ids to choose from")
-    if V >= 1 << 24:
-        raise ValueError(f"fused_sample.argmax: a vocabulary of {V} ids; the kernel packs ids in 24 bits")
+    block, programs = _blocks(B, V, "argmax")
     out = torch.empty(B, dtype=torch.long, device=logits.device)
     if B == 0:
         return out
-    block, programs = _blocks(B, V, "argmax")
     scratch = torch.zeros(B, 2, dtype=torch.int64, device=logits.device)  # per row: the packed best, the arrivals
     _argmax_kernel[(B, programs)](logits, logits.stride(0), scratch, scratch.stride(0), out, V, programs,
                                   KEY_BITS=32 if logits.dtype == torch.float32 else 16, BLOCK=block,
@@ -251,12 +252,9 @@ def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optio
         raise ValueError("fused_sample.draw: finite must be a one-element bool tensor")
     if top_k is not None and top_k < 1:
         raise ValueError(f"fused_sample.draw: top_k={top_k} must be >= 1 (or None: every id)")
-    if V < 1:
-        raise ValueError("fused_sample.draw: logits with no ids to draw from")
     if score_out is not None and (score_out.shape != (B,) or score_out.dtype != torch.float32):
         raise ValueError(f"fused_sample.draw: score_out must be float32 ({B},)")
-    if V >= 1 << 24:
-        raise ValueError(f"fused_sample.draw: a vocabulary of {V} ids; the kernel packs ids in 24 bits")
+    block, programs = _blocks(B, V, "draw")
     key_bits = 32 if logits.dtype == torch.float32 else 16
     rounds = key_bits // 8
     has_topk = top_k is not None and top_k < V
@@ -266,7 +264,6 @@ def draw(logits: torch.Tensor, q: torch.Tensor, temperature: float, top_k: Optio
         return out
     # per row: the radix select's byte histograms (rounds x 256), the largest key, the packed best, the arrivals
     scratch = torch.zeros(B, rounds * 256 + 3, dtype=torch.int64, device=logits.device)
-    block, programs = _blocks(B, V, "draw")
     grid = (B, programs)
     for r in range(rounds if has_topk else 1):  # without a top-k: round 0's row max alone
         _histogram_kernel[grid](logits, logits.stride(0), scratch, scratch.stride(0), V, k, ROUND=r, KEY_BITS=key_bits,

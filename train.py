@@ -323,6 +323,8 @@ def setup(cfg: dict, gptconf: GPTConfig) -> Env:
     if ddp and device_name.startswith("cuda"):
         device_name = f"cuda:{local_rank}"
     device = torch.device(device_name)
+    if device.type == "cuda":  # cuda:N current, DDP or not: Triton launches its kernels (and graphs capture) there
+        torch.cuda.set_device(device)
     if cfg["gradient_accumulation_steps"] % world != 0:
         fail(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a multiple of the "
              f"{world} DDP processes")
@@ -342,8 +344,6 @@ def setup(cfg: dict, gptconf: GPTConfig) -> Env:
         make_out_dir(out_dir)
     if ddp:
         torch.distributed.init_process_group(backend=cfg["backend"] if device.type == "cuda" else "gloo")
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

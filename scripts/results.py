@@ -42,9 +42,8 @@ if not __package__:  # run as a file, the repository's modules are not importabl
     sys.exit("run from the repository root as a module: python -m scripts.results ...")
 
 from checkpoint import read_log, save_figure, write_text  # noqa: E402
+from scripts.attn_table import BYTES_BF16  # noqa: E402  (the tables' MB; attn_table imports torch only when it counts)
 from scripts.paper_tables import ENWIKI_SEED_ROWS, OWT_COLUMNS, ROPE_SETTINGS, TABLES  # noqa: E402
-
-BYTES_BF16 = 2  # the tables' parameters and cache in MB of bf16, as scripts/attn_table.py counts them
 
 RUN_DIR_RE = re.compile(r"^(?P<row>.+)-rope_(?P<rope>off|on)-s(?P<seed>-?\d+)$")
 DASH = "—"
