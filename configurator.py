@@ -72,6 +72,16 @@ def check_device(name: str) -> str:
     return name
 
 
+def make_current(device) -> None:
+    """Make a `cuda:N` device the current one: Triton launches its kernels, and CUDA graphs capture, on the current
+    device, not on their tensors'. A bare 'cuda' names the current device already, and torch.cuda.set_device
+    refuses a device without an index (torch 2.11), so it is left as it is; other devices have nothing to set."""
+    if device.type == "cuda" and device.index is not None:
+        import torch  # lazy: the rest of this module needs no torch
+
+        torch.cuda.set_device(device)
+
+
 def format_config(cfg: dict) -> str:
     """One `key = value` line per entry, aligned, in insertion order."""
     width = max((len(k) for k in cfg), default=0)

@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import torch
 
 from checkpoint import load_model
-from configurator import check_device, help_requested, parse_config
+from configurator import check_device, help_requested, make_current, parse_config
 from model import check_compile_mode, check_decode
 from tokenizer import get_gpt2_encoding
 
@@ -100,8 +100,7 @@ def main(argv):
         device = validate(cfg)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
-    if device.type == "cuda":  # cuda:N: the current device, where Triton launches its kernels and graphs capture
-        torch.cuda.set_device(device)
+    make_current(device)  # cuda:N: the current device, where Triton launches its kernels and graphs capture
     dtype = cfg["dtype"] or ("bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
     start = cfg["start"]
     if start.startswith("FILE:"):

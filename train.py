@@ -46,7 +46,7 @@ import torch
 
 from checkpoint import (CKPT_NAME, TRAINING_KEYS, git_commit, make_checkpoint, model_from_checkpoint,
                         read_checkpoint, remove_stale_temps, rng_state, save_checkpoint, saved_rng_state, write_json)
-from configurator import check_device, format_config, help_requested, parse_config
+from configurator import check_device, format_config, help_requested, make_current, parse_config
 from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
 from master_adamw import check_supported as check_master_weights
@@ -323,8 +323,7 @@ def setup(cfg: dict, gptconf: GPTConfig) -> Env:
     if ddp and device_name.startswith("cuda"):
         device_name = f"cuda:{local_rank}"
     device = torch.device(device_name)
-    if device.type == "cuda":  # cuda:N current, DDP or not: Triton launches its kernels (and graphs capture) there
-        torch.cuda.set_device(device)
+    make_current(device)  # cuda:N current, DDP or not: Triton launches its kernels (and graphs capture) there
     if cfg["gradient_accumulation_steps"] % world != 0:
         fail(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a multiple of the "
              f"{world} DDP processes")

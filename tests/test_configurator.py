@@ -153,6 +153,28 @@ def test_check_device():
             check_device("cuda:0")
 
 
+def test_make_current_sets_only_an_indexed_cuda_device(monkeypatch):
+    """make_current makes cuda:N current and leaves a bare 'cuda' (already the current device) and other devices
+    alone: torch 2.11's set_device raises for a device without an index, which broke train.py and sample.py at
+    their default device on the GPU (session 36 call 1), a path no CPU run reaches without this stand-in."""
+    import torch
+    from configurator import make_current
+
+    calls = []
+
+    def strict_set_device(device):  # what torch 2.11 does: an index, or a ValueError
+        if isinstance(device, torch.device) and device.index is None:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        calls.append(device)
+
+    monkeypatch.setattr(torch.cuda, "set_device", strict_set_device)
+    for name in ("cuda", "cpu", "mps"):
+        make_current(torch.device(name))
+    assert calls == []
+    make_current(torch.device("cuda:1"))
+    assert calls == [torch.device("cuda:1")]
+
+
 def test_help_prints_the_docstring_and_every_default(capsys):
     """-h / --help anywhere: the script's docstring and each key with its default, no override error; otherwise
     nothing printed (the arguments go on to parse_config)."""

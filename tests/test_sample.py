@@ -74,6 +74,20 @@ def test_samples_and_speed_on_stderr(out_dir, gpt2_ranks_file, capsys):
     assert "sampled 10 tokens in" in captured.err and "tokens/s" in captured.err
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("device", ["", "cuda", "cuda:0"])
+def test_cuda_device_spellings_sample(device, out_dir, gpt2_ranks_file, capsys):
+    """sample.py on the GPU at each way of naming it ('' is the default): the default decode mode gives the eager
+    loop's greedy text (session 35 left sample.py failing at a bare 'cuda', found by session 36 call 1)."""
+    def run(*extra):
+        args = [a for a in sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--num_samples=1",
+                                       "--dtype=float32", *extra) if a != "--device=cpu"]
+        return sample.main(args)
+
+    eager = run("--device=cuda:0", "--decode=eager")
+    assert run(*([f"--device={device}"] if device else [])) == eager
+
+
 def test_batched_samples(out_dir, gpt2_ranks_file, capsys, monkeypatch):
     """--batch_size: the samples drawn as rows of one generate call each (the last call padded to the same rows,
     its extras dropped); greedy, every row is the one-at-a-time greedy text; the speed line names the batch."""
