@@ -1,0 +1,67 @@
+"""The README's two set-up commands, as written there: the main job runs to its end (scaled down by keys appended
+to each command, its data and checkpoint in a temporary folder), and .ci/run runs exactly the test command.
+
+On a machine with CUDA the main job runs at the scripts' default device, as a user's would: session 35 left
+sample.py failing there at torch.cuda.set_device('cuda') and read the main job's traceback as success (session
+36), which this test would have caught on the GPU."""
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def bash_blocks(text: str) -> list:
+    return re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+
+
+def main_job() -> list:
+    """The main job's commands: the first bash block of "Set up and run", split at '&&'."""
+    section = README.split("## Set up and run", 1)[1]
+    line = bash_blocks(section)[0].strip()
+    assert "\n" not in line, "the main job is one line to copy"
+    return [shlex.split(part) for part in line.split("&&")]
+
+
+def test_main_job_installs_then_runs_three_python_commands():
+    commands = main_job()
+    assert commands[0] == ["pip", "install", "-r", "requirements.txt"]
+    assert [c[:3] for c in commands[1:]] == [["python", "-m", "data.shakespeare.prepare"],
+                                             ["python", "train.py", "config/quickstart_tucker.py"],
+                                             ["python", "sample.py", "--out_dir=out-quickstart-tucker"]]
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    section = README.split("## Set up and run", 1)[1]
+    test_command = next(b.strip() for b in bash_blocks(section) if "pytest" in b)
+    assert test_command == "pip install -r requirements.txt && python -m pytest -q tests"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pip install -q -r requirements.txt && python -m pytest -q tests\n" in ci  # -q: quiet pip, same command
+    assert 'if [ "$rc" -eq 5 ]' in ci  # pytest's "no tests collected" fails CI
+
+
+def test_main_job_runs_to_its_end(tmp_path, gpt2_ranks_file, shakespeare_txt):
+    """prepare, train, sample as the README writes them, each with keys appended: the data and the run in tmp_path,
+    8 iterations, 5 new tokens. Every command exits 0, the run writes its checkpoint, sample prints two samples."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    appended = [["--out_dir", str(data)],
+                [f"--data_dir={data}", f"--out_dir={out}", "--max_iters=8", "--lr_decay_iters=8", "--warmup_iters=2",
+                 "--eval_interval=4", "--eval_iters=2", "--log_interval=4"],
+                [f"--out_dir={out}", "--max_new_tokens=5"]]
+    env = {**os.environ, "TUCKER_GPT2_TIKTOKEN": str(gpt2_ranks_file), "TUCKER_SHAKESPEARE_TXT": str(shakespeare_txt)}
+    outputs = []
+    for command, extra in zip(main_job()[1:], appended):
+        assert command[0] == "python"
+        run = subprocess.run([sys.executable, *command[1:], *extra], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=240)
+        assert run.returncode == 0, f"{shlex.join(command)} exited {run.returncode}:\n{run.stderr[-3000:]}"
+        outputs.append(run)
+    assert (data / "train.bin").stat().st_size > 0 and (out / "ckpt.pt").exists()
+    assert outputs[2].stdout.count("---------------") == 2, outputs[2].stdout  # --num_samples=2 from the README
+    assert "tokens/s" in outputs[2].stderr
