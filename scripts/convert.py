@@ -62,7 +62,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
 
 from model import GPT, GPTConfig, LatentAttention, TuckerAttention  # noqa: E402
 from checkpoint import load_checkpoint, write_json  # noqa: E402  (load_checkpoint re-exported: convert.load_checkpoint)
-from configurator import check_device  # noqa: E402
+from configurator import check_device, make_current  # noqa: E402
 from tensor_forms import head_factors, with_attention  # noqa: E402
 
 Tensor = torch.Tensor
@@ -508,6 +508,7 @@ def val_loss(model: GPT, data_dir: str, batches: int, batch_size: int, device: s
     model: a fixed seed), with train.py's own evaluation."""
     from evaluate import split_loss  # noqa: lazy
     dev = torch.device(device)
+    make_current(dev)  # cuda:N current: the model's Triton kernels launch on the current device
     autocast = (torch.autocast(device_type=dev.type, dtype=getattr(torch, dtype)) if dtype != "float32"
                 else contextlib.nullcontext())
     return split_loss(model.to(dev), os.path.join(data_dir, "val.bin"), model.config.block_size, batch_size,

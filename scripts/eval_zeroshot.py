@@ -60,6 +60,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
 
 from scripts.paper_tables import OWT_COLUMNS  # noqa: E402
 from checkpoint import load_model  # noqa: E402
+from configurator import make_current  # noqa: E402
 from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
 
 # Task definitions lm-eval does not ship (CBT-CN, CBT-NE); the folder is scanned recursively.
@@ -106,6 +107,7 @@ class TuckerLM(LM):
             device = (next(model.parameters()).device if model is not None
                       else "cuda" if torch.cuda.is_available() else "cpu")
         device = torch.device(device)
+        make_current(device)  # cuda:N current: the model's Triton kernels launch on the current device
         self.model = (model if model is not None else load_model(out_dir, ckpt, device)).to(device).eval()
         self._device = device
         self.enc = get_gpt2_encoding(tokenizer or None)

@@ -204,6 +204,16 @@ def test_tucker_biases_fold_or_drop():
     assert layers[0]["query_bias_norm"] > 0 and rel_err(tucker(idx)[0], model(idx)[0]) > 1e-6
 
 
+def test_val_loss_makes_its_device_current(tmp_path, monkeypatch):
+    """val_loss makes its device current before the model runs (make_current: cuda:N, where Triton launches)."""
+    seen = []
+    monkeypatch.setattr(cv, "make_current", seen.append)
+    model = make(attn="mha")
+    np.random.default_rng(0).integers(0, model.config.vocab_size, 500).astype(np.uint16).tofile(tmp_path / "val.bin")
+    loss = cv.val_loss(model, str(tmp_path), batches=2, batch_size=2, device="cpu")
+    assert seen == [torch.device("cpu")] and math.isfinite(loss)
+
+
 def test_errors_name_the_problem():
     rope = make(pos_emb="rope")
     for kwargs in (dict(to="tucker", ranks=(4, 16, 16)), dict(to="mla", kv_rank=16)):

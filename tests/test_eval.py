@@ -93,6 +93,15 @@ def _direct_loglikelihood(model, enc, context, continuation):
     return ll, bool((logp.argmax(-1) == target).all()), len(ctx) + len(cont)
 
 
+def test_the_device_is_made_current(ez, model, gpt2_ranks_file, monkeypatch):
+    """TuckerLM makes its device current (make_current: cuda:N, where the model's Triton kernels launch; on a
+    second GPU they would otherwise launch on the first with the second's pointers)."""
+    seen = []
+    monkeypatch.setattr(ez, "make_current", seen.append)
+    ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file), batch_size=3, device="cpu")
+    assert seen == [torch.device("cpu")]
+
+
 def test_loglikelihood_matches_forward_pass(lm, model, enc, shakespeare_txt):
     long_context = shakespeare_txt.read_text()[:600]
     # a continuation the model itself would produce greedily: is_greedy must come out True
