@@ -1131,7 +1131,8 @@ class TuckerAttention(InferenceForm, nn.Module):
         y   = (sum_i o_i G~_i^T) U~2^T           (B, N, d)
 
     Scale: 1/sqrt(dH), as the paper writes it (eq. eq_kv_caching); with full ranks this makes
-    Tucker exactly MHA (Lemma B.1), see tensor_forms.mha_to_tucker.
+    Tucker exactly MHA (Lemma B.1), see tensor_forms.to_tucker (scripts/convert.py's mha_to_tucker
+    at lower ranks).
     Latent RoPE (Definition 3.1) rotates q_i and k in the r3 latent: one key rotation for all heads.
     KV cache: k and v (r3 + r~3 values per token), or the one latent x U3 when shared (r3),
     cached unrotated so it serves as the value too; keys are rotated when read.

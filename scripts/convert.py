@@ -19,7 +19,8 @@ What each conversion does (math convention: x is a row vector, q = x W_Q; nn.Lin
                     has), up = U_r^T W = S_r V_r^T (the least-squares up-projection for that
                     down-projection). Shared KV (paper: "discard the value down-projection and use
                     the key down-projection"): W_DKV = U_K,r and W_UV = U_K,r^T W_V, the least-squares
-                    fit of W_V through the key latent. W_O is kept. Exact at dcQ = dcK = d.
+                    fit of W_V through the key latent (our reading: the paper does not say how W_UV is
+                    chosen). W_O is kept. Exact at dcQ = dcK = d.
   MHA -> Tucker     HOSVD of W (nH, d, d), W_i = W_Q,i W_K,i^T, and of W~ (nH, d, d),
                     W~_i = (W_V,i W_O,i)^T, at ranks (r1, r2, r3) / (r~1, r~2, r~3): U_j = leading
                     left singular vectors of Mat_j, core = T x1 U1^T x2 U2^T x3 U3^T. Shared KV
@@ -34,9 +35,11 @@ What each conversion does (math convention: x is a row vector, q = x W_Q; nn.Lin
                     b_Q,i W_K,i^T x_n to the scores); its size is reported per layer.
 
 Nothing here forms a d x d slice per head: every attention tensor is kept in factored form
-T_i = (P a_i)(Q b_i)^T with small inner dimension (dH, or r3 for Tucker), and the mode
-singular vectors come from SVDs of small "half" matrices (see `Factored`). At d = 2048,
-nH = 32 the largest decomposition is one d x d SVD per mode.
+T_i = (P a_i)(Q b_i)^T with small inner dimension (dH, or r3 for Tucker), and the mode 2 and 3
+singular vectors come from SVDs of small "half" matrices (see `Factored`). The head mode (mode 1)
+is the one exception: up to DENSE_LIMIT entries its unfolding, nH x (p q) with p, q the factors'
+inner widths, is formed for an exact SVD (7.1M entries for GPT-2's MHA); beyond it the nH x nH
+Gram matrix serves. At d = 2048, nH = 32 the largest decomposition is one d x d SVD per mode.
 
 Out: out_dir/ckpt.pt in train.py's checkpoint format (iteration 0, best val loss inf, a fresh
 AdamW state built with --weight_decay/--beta1/--beta2), so that `sample.py --out_dir=...` samples
@@ -63,6 +66,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
 from model import GPT, GPTConfig, LatentAttention, TuckerAttention  # noqa: E402
 from checkpoint import load_checkpoint, write_json  # noqa: E402  (load_checkpoint re-exported: convert.load_checkpoint)
 from configurator import check_device, make_current  # noqa: E402
+from evaluate import check_token_file  # noqa: E402
 from tensor_forms import head_factors, with_attention  # noqa: E402
 
 Tensor = torch.Tensor
@@ -151,11 +155,14 @@ def head_gram(a: Tensor, b: Tensor, P: Optional[Tensor] = None, Q: Optional[Tens
 def factored_tensors(attn) -> Tuple[Factored, Factored]:
     """W and W~ of an attention layer in factored form: the semantics of
     tensor_forms.attention_tensors (W_i = W_Q,i W_K,i^T, W~_i = (W_V,i W_O,i)^T), without
-    forming them. Decoupled-RoPE MLA: the semantic (non-rotary) part only, as attention_tensors."""
-    w = attn.per_head_weights()
+    forming them. Decoupled-RoPE MLA: the semantic (non-rotary) part only, as attention_tensors. In float64,
+    Tucker's head cores G_i = (C x1 U1)_i taken there: formed in a float32 checkpoint's own dtype, their rounding
+    gives the head mode singular values at ~1e-8 past r1 (the cliff the paper's head-mode figure shows)."""
+    w = {k: v.to(torch.float64) if v is not None else None for k, v in attn.per_head_weights().items()}
     if isinstance(attn, TuckerAttention):
         # W_i = U2 G_i U3^T and W~_i = U~2 G~_i U~3^T
-        G, G_post = attn.head_cores()  # (nH, r2, r3), (nH, r~2, r~3)
+        G = torch.einsum("ha,abc->hbc", w["U1"], w["core"])  # (nH, r2, r3)
+        G_post = torch.einsum("ha,abc->hbc", w["U1_post"], w["core_post"])  # (nH, r~2, r~3)
         eye = lambda n: torch.eye(n, dtype=G.dtype, device=G.device).expand(G.size(0), n, n)
         return (Factored(G, eye(G.size(2)), w["U2"], w["U3"]),
                 Factored(G_post, eye(G_post.size(2)), w["U2_post"], w["U3_post"]))
@@ -164,7 +171,7 @@ def factored_tensors(attn) -> Tuple[Factored, Factored]:
         return (Factored(w["W_UQ"], w["W_UK"], w["W_DQ"], w["W_DK"]),
                 Factored(Wo_T, w["W_UV"], None, w["W_DV"]))
     Wq, Wk, Wv, _ = head_factors(attn)  # (nH, d, dH) each; GQA's K/V repeated per query head
-    return Factored(Wq, Wk), Factored(Wo_T, Wv)
+    return (Factored(Wq, Wk).to(torch.float64), Factored(Wo_T, Wv).to(torch.float64))
 
 
 def _complete(U: Tensor, r: int) -> Tensor:
@@ -481,8 +488,11 @@ def from_hf_gpt2(hf_model, vocab_size: Optional[int] = None) -> GPT:
     V = vocab_size or c.vocab_size
     if V < c.vocab_size:
         raise ValueError(f"vocab_size={V} is smaller than the HF model's {c.vocab_size}")
+    # GPT-2 ties its output head to the embedding; a model saved with tie_word_embeddings=False has its own
+    tied = hf_model.lm_head.weight is hf_model.transformer.wte.weight or \
+        hf_model.lm_head.weight.data_ptr() == hf_model.transformer.wte.weight.data_ptr()
     config = GPTConfig(block_size=c.n_positions, vocab_size=V, n_layer=c.n_layer, n_head=c.n_head,
-                       n_embd=c.n_embd, dropout=0.0, bias=True, attn="mha", pos_emb="learned")
+                       n_embd=c.n_embd, dropout=0.0, bias=True, attn="mha", pos_emb="learned", tie_embeddings=tied)
     sd = hf_model.state_dict()
     dtype = sd["transformer.wte.weight"].dtype
     model = GPT(config).to(dtype)
@@ -490,7 +500,7 @@ def from_hf_gpt2(hf_model, vocab_size: Optional[int] = None) -> GPT:
     state = {}
     for k in model.state_dict():
         if k in ("transformer.wte.weight", "lm_head.weight"):
-            w = sd["transformer.wte.weight"]  # (vocab, d), tied
+            w = sd["lm_head.weight" if k == "lm_head.weight" and not tied else "transformer.wte.weight"]  # (vocab, d)
             state[k] = torch.cat([w, w.new_zeros(V - w.size(0), w.size(1))])
         else:
             state[k] = sd[k].t() if k.endswith(conv1d) else sd[k]
@@ -614,6 +624,8 @@ def main(argv: Optional[List[str]] = None) -> dict:
         else:
             model, checkpoint = load_checkpoint(args.in_dir)
             source_config, source = checkpoint.get("config", {}), args.in_dir
+        if args.data_dir:  # before the conversion, not after it: its length and ids against this model
+            check_token_file(os.path.join(args.data_dir, "val.bin"), model.config.vocab_size, model.config.block_size)
         out, layers = convert(model, args.to, ranks=ranks, ranks_post=ranks_post, n_kv_head=args.n_kv_head,
                               kv_rank=args.kv_rank, q_rank=args.q_rank, shared_kv=args.shared_kv,
                               allow_rope_change=args.allow_rope_change)

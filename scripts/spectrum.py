@@ -7,9 +7,11 @@ for every layer, the singular values of Mat_1, Mat_2, Mat_3 of the pre-softmax t
     python -m scripts.spectrum out-mha out-tucker --out results/spectra --labels MHA,Tucker
 
 Any variant works (MHA, GQA, MLA, Tucker; tensor_forms.attention_tensors semantics, decoupled
-RoPE's rotary dims left out). The tensors are never formed: scripts/convert.py's `Factored`
-form gives every mode's singular values from small matrices (one d x d SVD per mode at most),
-so GPT-2 or d = 2048 models take seconds per layer, not the nH d^2-sized unfoldings.
+RoPE's rotary dims left out). The tensors are not formed whole: scripts/convert.py's `Factored`
+form gives the query/key (output/value) modes' singular values from small matrices (one d x d SVD
+per mode at most), and the head mode from its nH x (p q) unfolding of the factors' inner widths
+(up to convert.DENSE_LIMIT entries, else an nH x nH Gram matrix), so GPT-2 or d = 2048 models take
+seconds per layer, not the nH d^2-sized unfoldings.
 
 Writes into --out:
     spectrum_pre.png    W:  three panels (modes 1-3), per checkpoint a ribbon from the min to the
