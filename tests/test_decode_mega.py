@@ -188,9 +188,12 @@ def test_unsupported_models_are_refused_with_the_reason():
     for why, over in cases.items():
         model = tiny("mha", **over)
         assert why in (dm.unsupported(model, 1) or ""), why
-    for served in (dict(attn="tucker", tucker_ranks=(2, 16, 16), pos_emb="rope"),  # keys cached rotated: 16 is fine
-                   dict(attn="tucker", tucker_ranks=(2, 16, 32), shared_kv=True, pos_emb="rope")):
-        assert "rotated as read" not in (dm.unsupported(tiny("mha", **served), 1) or "")
+    with pytest.MonkeyPatch.context() as mp:  # past the device checks (a CPU model), as in the interpreter
+        mp.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+        mp.setattr(dm, "_triton_available", lambda: True)
+        for served in (dict(attn="tucker", tucker_ranks=(2, 16, 16), pos_emb="rope"),  # keys cached rotated: 16 fine
+                       dict(attn="tucker", tucker_ranks=(2, 16, 32), shared_kv=True, pos_emb="rope")):
+            assert dm.unsupported(tiny("mha", **served), 1) is None, served
     import decode_wide
     assert "batch" in dm.unsupported(tiny("mha"), decode_wide.MAX_ROWS + 1)
 
@@ -229,24 +232,33 @@ def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs,
 
 def check_one_launch(variant, batch):
     """On the GPU, bf16, GPT-2 widths, 3 layers, 1,500 cached rows: three steps of the step decoder for `batch`
-    (decode_mega.step_decoder's) against the model's (relative error < 2e-2), then the one launch against the
-    phases launched one by one (< 1e-2: the same arithmetic up to the atomic sums' order). Returns the decoder."""
+    (decode_mega.step_decoder's) against the model's (relative error < 1.5e-2: the model's own step moves by 1.1-1.8e-2
+    when one cache row a layer is replaced, the kernel was measured at 7.5e-3), the cache: its 1,500 context rows
+    untouched and the three rows the steps wrote within 2e-2 of the model's, then the one launch against the phases
+    launched one by one (< 5e-3: the same arithmetic up to the atomic sums' order; measured 0 at batch 1 and 2.8e-3 at
+    batch 3). Returns the decoder."""
     over = dict(n_layer=3, n_head=12, n_embd=768, block_size=2048, vocab_size=50304)
     if variant.startswith("tucker"):
         over["tucker_ranks"] = (8, 64, 64)
     if variant.startswith("mla"):  # the benchmark's MLA [dcK, dcQ = 128]
         over.update(q_rank=128, kv_rank=128)
     model = tiny(variant, dtype=torch.bfloat16, device="cuda", **over)
-    got, want, caches, _, mega = decode_both(model, batch, 1500, 3, programs=None, device="cuda")
+    got, want, caches, ref, mega = decode_both(model, batch, 1500, 3, programs=None, device="cuda")
     mega.check()
     for g, w in zip(got, want):
-        assert ((g - w).norm() / w.norm()).item() < 2e-2
+        assert ((g - w).norm() / w.norm()).item() < 1.5e-2
+    for c, r in zip(caches, ref):
+        for name in c.store:
+            assert torch.equal(c.store[name][:, :, :1500], r.store[name][:, :, :1500]), name  # the context kept
+            for row in range(1500, 1503):  # each step's row, where the model wrote it
+                got_row, want_row = c.store[name][:, :, row].float(), r.store[name][:, :, row].float()
+                assert ((got_row - want_row).norm() / want_row.norm()).item() < 2e-2, (name, row)
     pos = torch.tensor([1503], device="cuda")
     tok = torch.full((batch, 1), 7, device="cuda")
     one = mega.decode_step(tok, caches, pos).float().clone()
     phased = mega.decode_step(tok, caches, pos, phases=True).float().clone()
     mega.check()
-    assert ((one - phased).norm() / phased.norm()).item() < 1e-2
+    assert ((one - phased).norm() / phased.norm()).item() < 5e-3
     return mega
 
 
