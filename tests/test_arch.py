@@ -204,7 +204,13 @@ def test_tiny_llama_trains_and_decodes(name, overrides, tie):
         opt.step()
         losses.append(loss.item())
     assert abs(losses[0] - math.log(61)) < 1.0
-    assert losses[-1] < losses[0]  # it learns the fixed batch
+    # it learns the fixed batch: the loss falls 0.29-0.37 nats over these steps in every family, tied or not. An
+    # optimizer that misses parameters makes it fall at most 0.13 (embeddings and head not stepped: 0.11-0.13; only
+    # the 1-D weights stepped: 0.001), and so does a tenth of the rate (0.04). This does not test the attention:
+    # with its output zeroed the loss still falls 0.27-0.34, since the embeddings and MLP learn the batch. The
+    # attention's share (0.02-0.04) is smaller than the gap between tied and untied models (0.06), so no bound
+    # separates a broken attention; the KV-cache check below tests it
+    assert losses[-1] < losses[0] - 0.2
 
     # KV cache: prefill, a chunk, then one token at a time == full forward (float64)
     model = model.double().eval()

@@ -158,15 +158,19 @@ def test_bench_decode_tiny(tmp_path):
 
 
 def test_generate_end_to_end_modes(tmp_path, monkeypatch):
-    """--generate times model.generate per --generate_modes entry with that entry's (decode, compile),
-    and checks every mode's greedy tokens against the first's; a graph mode on the CPU is refused."""
+    """--generate times model.generate per --generate_modes entry with that entry's (decode, compile), and
+    reports whether every mode's greedy tokens match the first's; a graph mode on the CPU is refused."""
     from model import GPT
     calls = []
     real = GPT.generate
 
     def spy(self, *args, decode="auto", compile=False, **kwargs):
         calls.append((decode, compile))
-        return real(self, *args, decode=decode, **kwargs)  # the compiled step itself: test_sample.py
+        # compile is not passed on: compiling here would add ~7 s on the CPU, so both modes run eager and the
+        # report's same_tokens_as_first compares eager with eager (not asserted below). The compiled step's tokens
+        # are checked by test_sample.py's test_compiled_decode_step_same_tokens (greedy) and by
+        # test_generate_sampled_as_sample_py here (eager_compiled with compile passed on, sampled)
+        return real(self, *args, decode=decode, **kwargs)
 
     monkeypatch.setattr(GPT, "generate", spy)
     bench_decode.main(["--device=cpu", "--tiny", "--variants", "tucker_8_64_64", "--modes", "forward", "--batches", "1",
@@ -174,8 +178,9 @@ def test_generate_end_to_end_modes(tmp_path, monkeypatch):
                        "--out_dir", str(tmp_path)])
     assert calls == [("eager", False)] * 3 + [("eager", True)] * 3  # a warm-up call and two timed, per mode
     out = json.loads((tmp_path / "bench_decode.json").read_text())
-    assert [(g["generate_mode"], g["prompt_tokens"], g["new_tokens"], g["same_tokens_as_first"])
-            for g in out["generate"]] == [("eager", 16, 4, True), ("eager_compiled", 16, 4, True)]
+    assert [(g["generate_mode"], g["prompt_tokens"], g["new_tokens"])
+            for g in out["generate"]] == [("eager", 16, 4), ("eager_compiled", 16, 4)]
+    assert all(isinstance(g["same_tokens_as_first"], bool) for g in out["generate"])  # reported; its value: above
     assert all(g["tokens_per_s"] == pytest.approx(4 / g["seconds"]) for g in out["generate"])
     assert all(g["temperature"] == 0 and g["top_k"] is None for g in out["generate"])  # greedy: no top_k applies
     assert "| same tokens as eager |" in (tmp_path / "bench_decode.md").read_text()
@@ -245,7 +250,11 @@ def test_generate_profile_counts_per_token(tmp_path, monkeypatch):
         g = json.loads((tmp_path / str(n_layer) / "bench_decode.json").read_text())["generate"][0]
         prof = g["profile"]
         assert prof["source"] == "cpu" and prof["tokens"] == 6 and prof["n_steps"] == 6
-        assert prof["kernel_ms_per_step"] > 0 and prof["busy_pct"] is not None
+        # busy % = operator time per token of the profiled call / wall time per token of an unprofiled call. On the
+        # CPU the profiler's overhead lands in the first, so it is not bounded by 100: measured 44-160 with another
+        # process loading the CPU (70-80 idle). It must be positive and be that ratio
+        assert prof["kernel_ms_per_step"] > 0 and prof["step_ms"] > 0 and prof["busy_pct"] > 0
+        assert prof["busy_pct"] == pytest.approx(100 * prof["kernel_ms_per_step"] / prof["step_ms"])
         per_token[n_layer] = prof["calls_per_step"]
     assert per_token[3] > per_token[1] > 0
 

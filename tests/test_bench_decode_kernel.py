@@ -59,7 +59,7 @@ def test_bytes_by_hand():
     assert bk.floor_us(67_108_864, 4.24e12) == pytest.approx(15.828, abs=1e-3)
     assert bk.floor_us(268_435_456, 4.24e12) == pytest.approx(63.310, abs=1e-3)
     assert bk.fraction_of_copy(67_108_864, 15.828, 4.24e12) == pytest.approx(1.0, abs=1e-4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="kv must be 'same', 'view' or 'separate', got 'shared'"):
         bk.cache_bytes(1, 1, 1, 64, 64, "shared")
 
 

@@ -94,21 +94,38 @@ def test_torch_rows_with_minus_inf_logits():
     assert torch.isfinite(loss).all() and torch.isfinite(grad).all() and loss[1] == 0 and grad[1].abs().max() == 0
 
 
-def test_compiled_model_keeps_the_kernel_in_its_graph(monkeypatch):
+def call_targets(graph):
+    """Every call_function target in an exported graph and in its submodules' graphs (an autograd.Function's
+    forward and backward are traced into submodules)."""
+    out = set()
+    for _, mod in graph.named_modules():
+        g = getattr(mod, "graph", None)
+        if isinstance(g, torch.fx.Graph):
+            out.update(n.target for n in g.nodes if n.op == "call_function")
+    return out
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch_path"])
+def test_compiled_model_keeps_the_kernel_in_its_graph(monkeypatch, kernel):
     """The fused head's kernel op is registered when the model is built, so torch.compile traces the whole training
     forward, loss head included, as ONE graph (registering it inside the trace broke the graph around the head):
-    torch._dynamo.export, which fails on any graph break, succeeds with the kernel path chosen."""
+    torch._dynamo.export, which fails on any graph break, succeeds with the kernel path chosen, and the op
+    fl.OP_NAME is one of the graph's calls. Control: with the kernel path off (the torch ops) the op is absent, so
+    the check tells the two paths apart."""
     from model import GPT, GPTConfig
-    monkeypatch.setattr(fl, "_interpret", lambda: True)  # the CPU counts as a Triton device: the op is traced
+    # kernel: the CPU counts as a Triton device, so the op is traced; torch_path: the head takes the torch ops
+    monkeypatch.setattr(fl, "_interpret", lambda: kernel)
     if not fl._HAVE_TRITON:
         pytest.skip("triton is not installed")
+    ns, name = fl.OP_NAME.split("::")
+    op = getattr(getattr(torch.ops, ns), name).default
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False))
     x = torch.randint(0, 200, (2, 16))
     try:
         graph, _ = torch._dynamo.export(model)(x, x)  # traced with fake tensors: no kernel runs
     finally:
         torch._dynamo.reset()
-    assert graph is not None
+    assert (op in call_targets(graph)) == kernel
 
 
 def test_fp16_grad_weight_does_not_overflow():

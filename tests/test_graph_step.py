@@ -118,7 +118,12 @@ def test_the_captured_iteration_is_the_plain_one():
                 optimizer.zero_grad(set_to_none=True)
         results.append((losses, [p.detach().clone() for p in model.parameters()]))
     (a, wa), (b, wb) = results
-    assert a == pytest.approx(b, rel=1e-6) and a[-1] < a[0]
+    # equal, and not vacuously so: both trained. The loss falls 0.48 over the three iterations. At a tenth of the
+    # rates it falls 0.07, so the 0.3 bound catches a step that does (almost) nothing. It does not test the
+    # attention: with the attention frozen or its output zeroed the loss still falls 0.48 (the embeddings and MLP
+    # learn the batch)
+    assert a == pytest.approx(b, rel=1e-6)
+    assert a[-1] < a[0] - 0.3
     for x, y in zip(wa, wb):
         torch.testing.assert_close(x, y)
     # a graph run's checkpoint has a plain run's optimizer layout; the optimizer keeps the graph's lr tensors

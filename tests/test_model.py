@@ -376,7 +376,13 @@ def test_mfu_flops_equal_nanogpt_formula_for_mha():
 ])
 def test_init_scales(overrides):
     """std of W_i = W_Q,i W_K,i^T and W~_i = (W_V,i W_O,i)^T entries equals MHA's at GPT-2 init:
-    sqrt(dH) s^2 and sqrt(dH) s s_o (s = 0.02, s_o = s / sqrt(2 L)), within sampling noise."""
+    sqrt(dH) s^2 and sqrt(dH) s s_o (s = 0.02, s_o = s / sqrt(2 L)), within sampling noise.
+    GQA/MLA: one draw is within 1.3% of the target (seeds 0-31), so rel=0.02 rejects a 10% scale error.
+    Tucker: one draw is not enough. W's spread follows the few entries of U1 (nH x r1 = 48 to 96 of them), so
+    W.std() misses the target by -21% to +30% over seeds. The test therefore divides this draw's U1 fluctuation
+    out (W.var() / mean(U1^2) varies by 2% between seeds) and multiplies by mean(U1^2) averaged over 256
+    re-inits: an estimate of E[W^2] over the init, within 2.4% of the target in std for each of 12 seed sets.
+    rel=0.05 then rejects a 10% scale error in any factor, U1's included."""
     torch.manual_seed(0)
     config = GPTConfig(bias=False, **overrides)
     attn = ATTENTION[config.attn](config)
@@ -385,8 +391,21 @@ def test_init_scales(overrides):
     with torch.no_grad():
         W, W_post = attention_tensors(attn)
     dH = config.head_dim
-    assert W.std().item() == pytest.approx(math.sqrt(dH) * s * s, rel=0.15)
-    assert W_post.std().item() == pytest.approx(math.sqrt(dH) * s * s_o, rel=0.15)
+    var, var_post, rel = W.var().item(), W_post.var().item(), 0.02
+    if config.attn == "tucker":
+        def u1_sq():
+            w = attn.per_head_weights()
+            return w["U1"].pow(2).mean().item(), w["U1_post"].pow(2).mean().item()
+        drawn = u1_sq()
+        draws = []
+        for seed in range(1, 257):
+            torch.manual_seed(seed)
+            attn.init_weights(s, s_o)
+            draws.append(u1_sq())
+        mean = [sum(d[k] for d in draws) / len(draws) for k in (0, 1)]
+        var, var_post, rel = var * mean[0] / drawn[0], var_post * mean[1] / drawn[1], 0.05
+    assert math.sqrt(var) == pytest.approx(math.sqrt(dH) * s * s, rel=rel)
+    assert math.sqrt(var_post) == pytest.approx(math.sqrt(dH) * s * s_o, rel=rel)
     if config.attn == "tucker":  # the cached key keeps MHA's key spread: std(x U3) = sqrt(d) s
         x = torch.randn(256, config.n_embd)
         assert (x @ attn.U3).std().item() == pytest.approx(math.sqrt(config.n_embd) * s, rel=0.1)

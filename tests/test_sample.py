@@ -149,10 +149,8 @@ def test_compile_mode_reaches_torch_compile(monkeypatch):
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False, vocab_size=64)).eval()
     x = torch.randint(0, 64, (1, 4))
-    plain = model.generate(x, 3, temperature=0, decode="eager")
-    tuned = model.generate(x, 3, temperature=0, decode="eager", compile=True, compile_mode="max-autotune")
-    default = model.generate(x, 3, temperature=0, decode="eager", compile=True)
-    assert torch.equal(plain, tuned) and torch.equal(plain, default)
+    model.generate(x, 3, temperature=0, decode="eager", compile=True, compile_mode="max-autotune")
+    model.generate(x, 3, temperature=0, decode="eager", compile=True)
     assert seen == [dict(dynamic=False, mode="max-autotune-no-cudagraphs"), dict(dynamic=False, mode=None)]
     with pytest.raises(ValueError, match="compile_mode='reduce-overhead' is unknown"):
         model.generate(x, 3, decode="eager", compile=True, compile_mode="reduce-overhead")

@@ -10,6 +10,7 @@ The "tables as data" layer: scripts/paper_tables.py and the tools built on it.
 - attn_table.py --json, sweep.py --dry-run and results.py work end to end.
 CPU only, no training: the whole file runs in a few seconds.
 """
+import dataclasses
 import json
 import math
 import shlex
@@ -61,7 +62,7 @@ def test_table_shapes():
 
 
 def test_rows_are_frozen():
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'id'"):
         SHAKESPEARE_ROWS[0].id = "x"
 
 
@@ -90,7 +91,7 @@ def test_run_overrides():
     mha = TABLES["shakespeare"].row("mha")
     assert run_overrides(mha, "off")["pos_emb"] == "learned"
     assert run_overrides(mha, "on")["pos_emb"] == "rope"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"row owt/mla_gqa2_equiv has no RoPE setting 'on' \(has \('off',\)\)"):
         run_overrides(TABLES["owt"].row("mla_gqa2_equiv"), "on")
 
 
@@ -149,9 +150,11 @@ def test_row_instantiates_and_matches_table1(table, row, rope):
     assert model.attn_params_per_layer() == p
     assert model.attn_params() == p * c.n_layer
     assert model.kv_values_per_token_per_layer() == kv
-    # the table's units: MB of bf16, KV for batch 1 at the table's N
+    # the table's units: KV MB of bf16 for batch 1 at the table's N. Parameter MB (attn_params() * 2 / 1e6) follows
+    # from the count above. The paper's own MB column differs from that count by more than its rounding in 46 of
+    # the 86 runs that print one (its inconsistencies, which attn_table.py reports), so it is compared for MHA only
+    # (test_mha_matches_paper_exactly)
     t = TABLES[table]
-    assert model.attn_params() * 2 / 1e6 == pytest.approx(p * c.n_layer * 2 / 1e6)
     kv_mb = model.kv_cache_bytes(t.seq_len, batch_size=1, bytes_per_value=2) / t.kv_unit_bytes
     assert kv_mb == pytest.approx(kv * c.n_layer * t.seq_len * 2 / t.kv_unit_bytes)
 
