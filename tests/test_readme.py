@@ -48,11 +48,12 @@ def test_ci_runs_exactly_the_readmes_test_command():
 
 def test_main_job_runs_to_its_end(tmp_path, gpt2_ranks_file, shakespeare_txt):
     """prepare, train, sample as the README writes them, each with keys appended: the data and the run in tmp_path,
-    8 iterations, 5 new tokens. Every command exits 0, the run writes its checkpoint, sample prints two samples."""
+    2 iterations (evaluated at 0 and 2), 5 new tokens. Every command exits 0, the run writes its checkpoint, sample
+    prints two samples."""
     data, out = tmp_path / "data", tmp_path / "out"
     appended = [["--out_dir", str(data)],
-                [f"--data_dir={data}", f"--out_dir={out}", "--max_iters=8", "--lr_decay_iters=8", "--warmup_iters=2",
-                 "--eval_interval=4", "--eval_iters=2", "--log_interval=4"],
+                [f"--data_dir={data}", f"--out_dir={out}", "--max_iters=2", "--lr_decay_iters=2", "--warmup_iters=1",
+                 "--eval_interval=2", "--eval_iters=1", "--log_interval=1"],
                 [f"--out_dir={out}", "--max_new_tokens=5"]]
     env = {**os.environ, "TUCKER_GPT2_TIKTOKEN": str(gpt2_ranks_file), "TUCKER_SHAKESPEARE_TXT": str(shakespeare_txt)}
     outputs = []
