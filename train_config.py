@@ -13,7 +13,9 @@ TRAIN_DEFAULTS = dict(
     out_dir="out",  # run folder: config.json, log.jsonl, ckpt.pt, summary.json
     eval_interval=2000,  # iterations between evaluations (and checkpoints)
     log_interval=1,  # iterations between log lines
-    eval_iters=200,  # batches per split in an evaluation (random batches)
+    eval_iters=200,  # batches per split in an evaluation (random batches: the same windows at every evaluation of a
+    #                  run, drawn from `seed` + 1, so runs of different seeds see different windows; eval_full_val is
+    #                  the same for every run)
     eval_full_val=False,  # evaluate val on the whole split, in order (deterministic) instead of eval_iters batches
     eval_only=False,  # evaluate once and exit
     always_save_checkpoint=True,  # checkpoint at every evaluation, not only when val improves
