@@ -66,7 +66,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
 from model import GPT, GPTConfig, LatentAttention, TuckerAttention  # noqa: E402
 from checkpoint import load_checkpoint, write_json  # noqa: E402  (load_checkpoint re-exported: convert.load_checkpoint)
 from configurator import check_device, make_current  # noqa: E402
-from evaluate import check_token_file  # noqa: E402
+from evaluate import check_token_file, split_loss  # noqa: E402
 from tensor_forms import head_factors, with_attention  # noqa: E402
 
 Tensor = torch.Tensor
@@ -412,7 +412,7 @@ def mha_to_tucker(model: GPT, ranks: Sequence[int], ranks_post: Optional[Sequenc
     attention, layers = [], []
     for block in model.transformer.h:
         attn = block.attn
-        fW, fWt = (f.to(torch.float64) for f in factored_tensors(attn))
+        fW, fWt = factored_tensors(attn)  # float64
         U3 = shared_mode3_basis(fW, fWt, ranks[2]) if shared_kv else None
         U1, U2, U3, core = hosvd(fW, ranks, U3)
         V1, V2, V3, core_post = hosvd(fWt, ranks_post, U3 if shared_kv else None)
@@ -453,7 +453,7 @@ def convert(model: GPT, to: str, *, ranks=None, ranks_post=None, n_kv_head=None,
     else:
         raise ValueError(f"--to={to!r} is unknown: allowed 'gqa', 'mla', 'tucker'")
     for info, a, b in zip(layers, model.transformer.h, out.transformer.h):  # same k = dH on both sides
-        (fW, fWt), (gW, gWt) = ([f.to(torch.float64) for f in factored_tensors(x.attn)] for x in (a, b))
+        (fW, fWt), (gW, gWt) = (factored_tensors(x.attn) for x in (a, b))  # float64
         gW = Factored(gW.A(), gW.B())  # MLA: model coordinates, comparable with MHA's
         gWt = Factored(gWt.A(), gWt.B())
         info.update(W_rel_err=difference_error(fW, gW), Wt_rel_err=difference_error(fWt, gWt))
@@ -489,8 +489,7 @@ def from_hf_gpt2(hf_model, vocab_size: Optional[int] = None) -> GPT:
     if V < c.vocab_size:
         raise ValueError(f"vocab_size={V} is smaller than the HF model's {c.vocab_size}")
     # GPT-2 ties its output head to the embedding; a model saved with tie_word_embeddings=False has its own
-    tied = hf_model.lm_head.weight is hf_model.transformer.wte.weight or \
-        hf_model.lm_head.weight.data_ptr() == hf_model.transformer.wte.weight.data_ptr()
+    tied = hf_model.lm_head.weight.data_ptr() == hf_model.transformer.wte.weight.data_ptr()
     config = GPTConfig(block_size=c.n_positions, vocab_size=V, n_layer=c.n_layer, n_head=c.n_head,
                        n_embd=c.n_embd, dropout=0.0, bias=True, attn="mha", pos_emb="learned", tie_embeddings=tied)
     sd = hf_model.state_dict()
@@ -516,7 +515,6 @@ def val_loss(model: GPT, data_dir: str, batches: int, batch_size: int, device: s
              dtype: str = "float32", seed: int = 1337) -> float:
     """Mean loss on `batches` x `batch_size` random windows of val.bin (the same windows for every
     model: a fixed seed), with train.py's own evaluation."""
-    from evaluate import split_loss  # noqa: lazy
     dev = torch.device(device)
     make_current(dev)  # cuda:N current: the model's Triton kernels launch on the current device
     autocast = (torch.autocast(device_type=dev.type, dtype=getattr(torch, dtype)) if dtype != "float32"

