@@ -35,6 +35,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
     sys.exit("run from the repository root as a module: python -m scripts.sweep ...")
 
 from scripts.paper_tables import ROPE_SETTINGS, TABLES, all_runs, format_override, run_overrides  # noqa: E402
+from train_config import RUN_KEYS, TRAIN_DEFAULTS  # noqa: E402
 
 DEFAULT_SEEDS = "1337"  # nanoGPT's seed; the paper fixes one seed for all methods
 
@@ -51,11 +52,11 @@ def is_finished(out_dir: Path) -> bool:
         return False
 
 
-# keys that say where and how a run ran, not what it trained (data_dir: the same tokens in another machine's folder):
-# a finished run is the same run whatever they are
-NOT_SETTINGS = {"out_dir", "data_dir", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype", "compile", "compile_mode",
-                "graph_step", "master_weights", "save_checkpoint", "always_save_checkpoint", "log_interval",
-                "backend", "peak_tflops", "ddp_split_graph", "fsdp"}
+# keys that say where and how a run ran, not what it trained: train_config's keys of how a process runs a run (those
+# outside RUN_KEYS), and of the run's keys those that change no weight (data_dir: the same tokens in another
+# machine's folder; logging and checkpoint saving). A finished run is the same run whatever they are
+NOT_SETTINGS = (set(TRAIN_DEFAULTS) - set(RUN_KEYS)) | {"data_dir", "log_interval", "save_checkpoint",
+                                                       "always_save_checkpoint"}
 
 
 def settings_differ(cmd, out_dir: Path) -> list:
