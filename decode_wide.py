@@ -112,10 +112,6 @@ MERGE_HEADS = None  # B2's (sequence, query head) pairs a program, loaded at onc
 #                    call 3, B2 folded into B1 instead, each sequence's last item merging its 12 heads 4 or 8 at a
 #                    time, no barrier between (knob reverted): 0.7479 / 0.6520 and 0.7234 / 0.5542 against 0.7161 /
 #                    0.5490)
-TMA_CACHE = False  # B1's whole steps read the cache through Hopper's tensor memory accelerator (a host tensor
-#                    descriptor a cache, its rows (rows, Dk): one instruction a step instead of a thread's address
-#                    arithmetic and loads), where it applies: keys not rotated as read (rope 2 keeps the loads),
-#                    ATTN_GROUPS > 1, sm_90 or newer (or the interpreter). Off: the loads as before
 ONLY_EMBED, ONLY_LM = 7, 8  # the interpreter's launches of the embeddings and of the final norm + LM head
 PHASES = (1, 2, 3, 4, 5, 6)  # a layer's launches phase by phase (A, B1, B2, D, E, F: their ONLY codes)
 
@@ -315,11 +311,10 @@ if _triton_available():
         return m_i, l_i, acc, acc_lo, acc_hi
 
     @triton.jit
-    def _attention_groups(Q, KC, VC, KD, VD, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length, chunk,
-                          n_split, s_max, qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
-                          DK: tl.constexpr, DV: tl.constexpr, SHARED_KV: tl.constexpr, ROPE: tl.constexpr,
-                          BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, DOT_PREC: tl.constexpr,
-                          TMA: tl.constexpr):
+    def _attention_groups(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length, chunk, n_split,
+                          s_max, qk_scale, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr, DK: tl.constexpr,
+                          DV: tl.constexpr, SHARED_KV: tl.constexpr, ROPE: tl.constexpr, BLOCK_H: tl.constexpr,
+                          BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, DOT_PREC: tl.constexpr):
         """Phase B1 as decode_mega._attention_splits (items (sequence, KV head, split) pid, pid + nprog, ..., the
         split's `chunk` rows), each step's BLOCK_N rows in GROUPS groups of SUB consecutive rows, one online softmax
         a group (a batched product: Triton's 3D tl.dot puts each group on its own warp). The split's whole steps
@@ -328,9 +323,7 @@ if _triton_available():
         GROUPS + g: PO, PM, PL at ((sequence x NKV + head) x s_max GROUPS + s GROUPS + g) x BLOCK_H + the head's
         index in its group. A group with no row keeps m = -inf, l = 0, o = 0 (its weight in the merge: 0). ROPE 2:
         the keys are cached unrotated and rotated here as read, in halves (_group_step_rope); a shared latent's
-        value is the unrotated halves, its output in halves. TMA (not with ROPE 2): the whole steps' rows through the
-        caches' tensor descriptors KD, VD ((rows, DK / DV) views of KC, VC; a load BLOCK_N rows, reshaped into the
-        groups (GROUPS, SUB, .))."""
+        value is the unrotated halves, its output in halves."""
         SUB: tl.constexpr = BLOCK_N // GROUPS
         HALF: tl.constexpr = DK // 2
         V_HALVES: tl.constexpr = (ROPE == 2) & SHARED_KV  # the value is the unrotated latent: its halves
@@ -350,33 +343,20 @@ if _triton_available():
             l_i = tl.zeros([GROUPS, BLOCK_H], tl.float32)
             acc = tl.zeros([GROUPS, BLOCK_H, DV], tl.float32)
             rows = start + offs  # (GROUPS, SUB) the first step's rows
-            if not TMA:
-                k_at = k_base + rows[:, :, None] * DK + ek[None, None, :]  # (GROUPS, SUB, DK)
-                v_at = v_base + rows[:, :, None] * DV + ev[None, None, :]  # (GROUPS, SUB, DV)
+            k_at = k_base + rows[:, :, None] * DK + ek[None, None, :]  # (GROUPS, SUB, DK)
+            v_at = v_base + rows[:, :, None] * DV + ev[None, None, :]  # (GROUPS, SUB, DV)
             if ROPE == 2:
                 q_lo, q_hi = _query_halves(Q, bg, NH, NKV, HPG, DK, BLOCK_H)  # (BLOCK_H, HALF) each
                 kh_at = k_base + rows[:, :, None] * DK + eh[None, None, :]  # (GROUPS, SUB, HALF) the low halves
                 acc_lo = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)  # a shared latent's output in halves (else
                 acc_hi = tl.zeros([GROUPS, BLOCK_H, HALF], tl.float32)  # unused, and dropped by the compiler)
             whole = start + (end - start) // BLOCK_N * BLOCK_N  # the split's rows in whole steps end here
-            if TMA:  # the item's first row in the descriptors' (rows, .) views
-                row0 = ((layer64 * B * NKV + bg) * max_len + start).to(tl.int32)
             for n0 in range(start, whole, BLOCK_N):
-                if TMA:
-                    k = tl.reshape(KD.load([row0, 0]), (GROUPS, SUB, DK))  # row pos was written in phase A
-                    if SHARED_KV:
-                        v = k
-                    else:
-                        v = tl.reshape(VD.load([row0, 0]), (GROUPS, SUB, DV))
-                    m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, None, False, DOT_PREC)  # no mask
-                    row0 += BLOCK_N  # (no row pointers carried through the loop: a step's 64-bit pointer tile took
-                    #                 the registers the sm_90 compile then spilled, 144 B of stack)
-                elif ROPE == 2:
+                if ROPE == 2:
                     m_i, l_i, acc, acc_lo, acc_hi = _group_step_rope(q_lo, q_hi, COS, SIN, n0, t_at, kh_at, v_at, m_i,
                                                                      l_i, acc, acc_lo, acc_hi, qk_scale, None, False,
                                                                      SHARED_KV, DOT_PREC)  # no mask
                     kh_at += BLOCK_N * DK
-                    v_at += BLOCK_N * DV
                 else:
                     k = tl.load(k_at, cache_modifier=".cg")  # row pos was written in phase A
                     if SHARED_KV:  # the latent is key and value: one read
@@ -385,12 +365,9 @@ if _triton_available():
                         v = tl.load(v_at, cache_modifier=".cg")
                     m_i, l_i, acc = _group_rows(q3, k, v, m_i, l_i, acc, qk_scale, None, False, DOT_PREC)  # no mask
                     k_at += BLOCK_N * DK
-                    v_at += BLOCK_N * DV
+                v_at += BLOCK_N * DV
             if whole < end:  # the split's last, partial step
                 r_ok = (whole + offs) < end  # (GROUPS, SUB)
-                if TMA:  # its rows' pointers, from where the whole steps ended
-                    k_at = k_base + (whole + offs)[:, :, None] * DK + ek[None, None, :]
-                    v_at = v_base + (whole + offs)[:, :, None] * DV + ev[None, None, :]
                 if ROPE == 2:
                     m_i, l_i, acc, acc_lo, acc_hi = _group_step_rope(q_lo, q_hi, COS, SIN, whole, t_at, kh_at, v_at,
                                                                      m_i, l_i, acc, acc_lo, acc_hi, qk_scale, r_ok,
@@ -438,8 +415,8 @@ if _triton_available():
 
     @triton.jit
     def _wide_step_kernel(
-            IDX, POS, WTE, WPE, COS, SIN, WQKV, BQKV, CQKV, KC, VC, KD, VD, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM,
-            CLM, X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
+            IDX, POS, WTE, WPE, COS, SIN, WQKV, BQKV, CQKV, KC, VC, WO, BO, WFC, BFC, CFC, WPR, BPR, WLM, BLM, CLM,
+            X, X1, STATS, Q, O, H, ACC, CNT, PO, PM, PL, LOGITS, SYNC, ERR, TIMES,
             B, layer_lo, layer_hi, vocab, max_len, eps, qk_scale, s_max,
             D: tl.constexpr, HIDDEN: tl.constexpr, NH: tl.constexpr, NKV: tl.constexpr, HPG: tl.constexpr,
             DK: tl.constexpr, DV: tl.constexpr, N_QKV: tl.constexpr, SHARED_KV: tl.constexpr, ROPE: tl.constexpr,
@@ -447,7 +424,7 @@ if _triton_available():
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BN_LM: tl.constexpr,
             SPLIT_D: tl.constexpr, SPLIT_F: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_SM: tl.constexpr, MIN_CHUNK: tl.constexpr, GROUPS: tl.constexpr, MERGE_HEADS: tl.constexpr,
-            DOT_PREC: tl.constexpr, TMA: tl.constexpr,
+            DOT_PREC: tl.constexpr,
             ONLY: tl.constexpr, FIRST: tl.constexpr, FINAL: tl.constexpr, MAX_SPIN: tl.constexpr,
             TIMING: tl.constexpr):
         """The embeddings (FIRST), layers layer_lo .. layer_hi - 1, then the final norm and the LM head (FINAL).
@@ -522,9 +499,9 @@ if _triton_available():
                                       chunk, n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, ROPE, BLOCK_H,
                                       BLOCK_N, DOT_PREC)
                 else:
-                    _attention_groups(Q, KC, VC, KD, VD, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len,
-                                      length, chunk, n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, ROPE,
-                                      BLOCK_H, BLOCK_N, GROUPS, DOT_PREC, TMA)
+                    _attention_groups(Q, KC, VC, PO, PM, PL, COS, SIN, pid, nprog, B, layer64, max_len, length,
+                                      chunk, n_split, s_max, qk_scale, NH, NKV, HPG, DK, DV, SHARED_KV, ROPE, BLOCK_H,
+                                      BLOCK_N, GROUPS, DOT_PREC)
             if ONLY == 0:
                 barriers += 1
                 _grid_sync(SYNC, barriers * nprog, ERR, at_l + 4, MAX_SPIN, TIMING)
@@ -571,12 +548,6 @@ if _triton_available():
         if TIMING:
             tl.debug_barrier()
             _stamp(STAMP + 4 * (6 * (layer_hi - layer_lo) + 2), TIMING)
-
-
-def _has_tma(device) -> bool:
-    """Whether kernels on `device` can load through tensor descriptors: a GPU of compute capability 9 or newer
-    (Hopper's tensor memory accelerator), or Triton's interpreter (scripts/mega_sass stands in an sm_90 for it)."""
-    return _interpret() or (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 class WideDecoder(dm.MegaDecoder):
@@ -698,31 +669,12 @@ class WideDecoder(dm.MegaDecoder):
         self.pm = torch.zeros(parts, device=dev, dtype=f32)
         self.pl = torch.zeros(parts, device=dev, dtype=f32)
         self.logits = torch.zeros(B, self.vocab, device=dev, dtype=self.dtype)
-        self.tma = self.tma_applies()
-
-    def tma_applies(self) -> bool:
-        """Whether B1 reads the cache through tensor descriptors (TMA_CACHE): keys not rotated as read, groups of
-        rows, every cache row's index an int32, a Hopper GPU (TMA) or the interpreter."""
-        rows = self.cache_k.numel() // self.dk
-        return bool(TMA_CACHE and self.rope != 2 and self.groups > 1 and rows < 2 ** 31 and _has_tma(self.device))
-
-    def _cache_descriptors(self):
-        """(KD, VD): tensor descriptors of the caches as (rows, Dk) and (rows, Dv) views (every layer's, sequence's
-        and head's rows), a block a step's BLOCK_N rows, or (None, None) where TMA does not apply."""
-        if not self.tma:
-            return None, None
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        def view(cache, width):
-            return TensorDescriptor.from_tensor(cache.view(-1, width), [self.block_n, width])
-        kd = view(self.cache_k, self.dk)
-        return kd, (kd if self.shared else view(self.cache_v, self.dv))
 
     def _launch(self, w: dict, idx, pos, only: int, layer_lo: int, layer_hi: int, first: bool, final: bool) -> None:
         tr = self.model.transformer
         _wide_step_kernel[(self.programs,)](
             idx, pos, tr.wte.weight, *self._position_tables(), w["wqkv"], w["bqkv"], w["cqkv"], self.cache_k,
-            self.cache_v, *self._cache_descriptors(),
+            self.cache_v,
             w["wo"], w["bo"], w["wfc"], w["bfc"], w["cfc"], w["wpr"], w["bpr"], w["wlm"], w["blm"], w["clm"],
             self.x, self.x1, self.stats, self.q, self.o, self.h, self.acc, self.tile_counts, self.po, self.pm, self.pl,
             self.logits, self.counters, self.error,
@@ -735,7 +687,7 @@ class WideDecoder(dm.MegaDecoder):
             BLOCK_H=self.block_h,
             BLOCK_N=self.block_n, BLOCK_SM=_pow2(self.s_max * self.groups, 1),
             MIN_CHUNK=max(dm.MIN_CHUNK, self.block_n), GROUPS=self.groups, MERGE_HEADS=self.merge_heads,
-            DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", TMA=self.tma, ONLY=only, FIRST=first, FINAL=final,
+            DOT_PREC="ieee" if self.dtype == torch.float32 else "tf32", ONLY=only, FIRST=first, FINAL=final,
             MAX_SPIN=dm.MAX_SPIN, TIMING=self.times is not None and only == 0, num_warps=NUM_WARPS,
             num_stages=STAGES, **({"maxnreg": MAXNREG} if MAXNREG else {}))
 

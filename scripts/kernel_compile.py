@@ -43,15 +43,12 @@ def typed(kernel, args, kwargs):
             return "fp32"
         if isinstance(v, tuple):  # a tuple argument (master_adamw's multi-tensor kernel): its elements' types
             return tuple(type_of(name, x) for x in v)
-        if type(v).__name__ == "TensorDescriptor":  # a host tensor descriptor (decode_wide's TMA_CACHE), as the
-            from triton.runtime.jit import mangle_type  # launcher types it: tensordesc<bf16[4, 32, 64]>
-            return mangle_type(v)
         raise TypeError(f"{name}: {type(v).__name__}")
 
     sig, const = {}, {}
     for p in kernel.params:
         v = values[p.name]
-        if p.is_constexpr or v is None:  # the JIT makes a None argument a constexpr
+        if p.is_constexpr:
             sig[p.name], const[p.name] = "constexpr", v
         else:
             sig[p.name] = type_of(p.name, v)
@@ -65,7 +62,7 @@ def specialization(kernel, args, kwargs, signature: dict, constexprs: dict) -> d
     values = _values(kernel, args, kwargs)
     attrs = {}
     for i, p in enumerate(kernel.params):
-        if p.is_constexpr or signature[p.name] == "constexpr":
+        if p.is_constexpr:
             continue
         v = values[p.name]
         if torch.is_tensor(v):

@@ -69,12 +69,11 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
     if match is None:
         raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(v.id for v in VARIANTS)}")
     wide = batch > dm.MAX_ROWS
-    saved = da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel, dw._has_tma
+    saved = da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel
     rec = Recorder(dw._wide_step_kernel if wide else dm._mega_step_kernel)
     try:
         da._interpret = dm._interpret = lambda: True  # the CPU passes the wrappers' device checks (decode_wide's own
         #                                               _interpret stays: its launch is the GPU's)
-        dw._has_tma = lambda device: True  # the sm_90 compiled for has TMA (TMA_CACHE)
         if wide:
             dw._wide_step_kernel = rec
         else:
@@ -94,7 +93,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
         else:
             mega._launch(mega._stacked_weights(), idx, pos, 0, 0, 2, True)
     finally:
-        da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel, dw._has_tma = saved
+        da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel = saved
     compiled = compile_sm90(rec.kernel, *rec.launches[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{variant}.ttgir").write_text(compiled.asm["ttgir"])  # the layouts Triton chose
@@ -115,7 +114,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
     return dict(registers=int(regs.group(1)) if regs else None, stack=int(stack.group(1)) if stack else None,
                 shared=compiled.metadata.shared, shared_estimate=estimate, hmma=len(re.findall(r"\bHMMA\b", sass)),
                 timer_reads=compiled.asm["ptx"].count("%globaltimer"),
-                ldgsts=len(re.findall(r"\bLDGSTS\b", sass)), utmaldg=len(re.findall(r"\bUTMALDG\b", sass)),
+                ldgsts=len(re.findall(r"\bLDGSTS\b", sass)),
                 loads=loads, membars=sass.count("MEMBAR"), barriers=barrier_loads(sass),
                 converts=layout_converts(compiled.asm["ttgir"]), sections=phase_sections(sass))
 
@@ -158,7 +157,7 @@ def main(argv=None):
     r = compile_step(a.variant, Path(a.out_dir), batch=a.batch, rope=a.rope)
     name = a.variant + (" with RoPE" if a.rope else "")
     print(f"step kernel, {name}, batch {a.batch}, sm_90, knobs {knobs or 'none'}: {r['registers']} registers, "
-          f"stack {r['stack']} B, shared memory {r['shared']} B a program, {r['hmma']} HMMA, {r['ldgsts']} LDGSTS, {r['utmaldg']} UTMALDG, "
+          f"stack {r['stack']} B, shared memory {r['shared']} B a program, {r['hmma']} HMMA, {r['ldgsts']} LDGSTS, "
           f"{r['membars']} MEMBARs")
     print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))
     import decode_mega as dm

@@ -38,10 +38,7 @@ def no_device_checks(monkeypatch):
     ("mha_rope", 5, {}, "layernorm", True, 40),
     ("tucker_rope", 6, {}, "rmsnorm", False, 100),
     ("tucker_shared_rope", 6, dict(ATTN_GROUPS=2), "layernorm", True, 100),
-    ("mla_latent", 5, {}, "rmsnorm", False, 40),
-    ("tucker", 5, dict(TMA_CACHE=True), "layernorm", True, 93),
-    ("tucker_shared", 6, dict(TMA_CACHE=True), "rmsnorm", False, 93),
-    ("mqa", 5, dict(TMA_CACHE=True, ATTN_GROUPS=4), "layernorm", False, 93)])
+    ("mla_latent", 5, {}, "rmsnorm", False, 40)])
 def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, context, monkeypatch):
     """Two steps from a 40- or 100-row cache (split over the programs, merged; the rows past the cache's end hold
     random values): logits and the written cache rows equal the model's; a split's rows in whole steps, unmasked (at
@@ -54,8 +51,7 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, c
     V by default) or 4 (one split of 64 rows, its last group past the cache's end, empty: a shared latent by
     default), each group's partial a split of its own for B2, or one group (16-row steps, decode_mega's splits);
     B2's (sequence, head) pairs 2 a program (the default on 12 programs) or 8 (the last item partly past the
-    batch's); TMA_CACHE: the whole steps' rows through tensor descriptors (a 96-row cache, 6 block rows of 16), the
-    partial step's through the loads."""
+    batch's)."""
     for name, value in knobs.items():
         monkeypatch.setattr(dw, name, value)
     groups = dw.ATTN_GROUPS if isinstance(dw.ATTN_GROUPS, dict) else dict.fromkeys((False, True), dw.ATTN_GROUPS)
@@ -64,7 +60,6 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, c
     model = tiny(variant, bias=bias, norm=norm, block_size=max(96, context + 8))
     results = decode_both(model, batch, context, 2, programs=12)
     assert isinstance(results[-1], dw.WideDecoder)
-    assert results[-1].tma == knobs.get("TMA_CACHE", False)  # where asked for, the descriptors are what B1 read
     assert_matches_the_model(*results, rows=context + 2)
 
 
@@ -253,16 +248,6 @@ def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
     """bf16 at GPT-2 widths: the one launch (barriers) against the phases launched one by one (equal up to the
     statistics' order of arrival) and both against the model's step, over three steps from a 1,500-row cache."""
     assert isinstance(check_one_launch(variant, batch), dw.WideDecoder)
-
-
-@needs_cuda
-@pytest.mark.parametrize("variant", ["tucker", "tucker_shared", "mqa"])
-def test_cuda_wide_tma_cache_reads_match_the_phases_and_the_model(variant, monkeypatch):
-    """TMA_CACHE: B1's whole steps read through the caches' tensor descriptors (a 1,504-row cache: the whole steps
-    start at rows no multiple of the descriptor's block), checked as the loads' path is."""
-    monkeypatch.setattr(dw, "TMA_CACHE", True)
-    mega = check_one_launch(variant, 32)
-    assert isinstance(mega, dw.WideDecoder) and mega.tma
 
 
 @pytest.mark.parametrize("variant", ["tucker_8_64_64", "tucker_shared_8_64_64"])
