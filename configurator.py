@@ -82,6 +82,15 @@ def make_current(device) -> None:
         torch.cuda.set_device(device)
 
 
+def float64_device(device):
+    """Where float64 sums over `device`'s tensors run: the device itself, or the CPU for an Apple GPU ('mps'),
+    which has no float64 (a float64 tensor there raises TypeError)."""
+    import torch  # lazy: the rest of this module needs no torch
+
+    device = torch.device(device)
+    return torch.device("cpu") if device.type == "mps" else device
+
+
 def format_config(cfg: dict) -> str:
     """One `key = value` line per entry, aligned, in insertion order."""
     width = max((len(k) for k in cfg), default=0)

@@ -17,6 +17,8 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
+from configurator import float64_device
+
 TOKEN_DTYPE = np.uint16
 CHUNK = 1 << 24  # tokens per read when scanning a file for its largest id (32 MB)
 
@@ -113,14 +115,15 @@ def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: in
         raise ValueError(f"no batches to evaluate {path} on (n_batches={n_batches})")
     was_training = model.training
     model.eval()
-    total = torch.zeros(2, device=device, dtype=torch.float64)  # (sum of token losses, tokens)
+    at = float64_device(device)  # the device, or the CPU for MPS (no float64 there)
+    total = torch.zeros(2, device=at, dtype=torch.float64)  # (sum of token losses, tokens)
     stop = rank + math.ceil(len(chunks) / world) * world if even else len(chunks)
     for j in range(rank, stop, world):
         X, Y = batches.get(chunks[j if j < len(chunks) else 0], device)
         with autocast:
             _, loss = model(X, Y)
         if j < len(chunks):
-            total[0] += loss.double() * Y.numel()
+            total[0] += loss.to(at, torch.float64) * Y.numel()
             total[1] += Y.numel()
     if world > 1:
         torch.distributed.all_reduce(total)

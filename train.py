@@ -46,7 +46,7 @@ import torch
 
 from checkpoint import (CKPT_NAME, TRAINING_KEYS, git_commit, make_checkpoint, model_from_checkpoint,
                         read_checkpoint, remove_stale_temps, rng_state, save_checkpoint, saved_rng_state, write_json)
-from configurator import check_device, format_config, help_requested, make_current, parse_config
+from configurator import check_device, float64_device, format_config, help_requested, make_current, parse_config
 from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
 from master_adamw import check_supported as check_master_weights
@@ -666,7 +666,8 @@ def weight_checksums(run: Run) -> list:
                 offset += flat.numel()
             checksum = sums.tolist()
         else:
-            flat = torch.cat([p.detach().double().flatten() for p in run.raw_model.parameters()])
+            at = float64_device(run.env.device)  # the device, or the CPU for MPS (no float64 there)
+            flat = torch.cat([p.detach().to(at, torch.float64).flatten() for p in run.raw_model.parameters()])
             index = torch.arange(flat.numel(), device=flat.device, dtype=torch.float64)
             checksum = [flat.sum().item(), flat.abs().sum().item(), (flat * index).sum().item()]
     if not run.env.ddp:

@@ -1,4 +1,6 @@
 """configurator.parse_config: config files and --key=value overrides, type-checked."""
+import math
+
 import pytest
 
 from configurator import format_config, help_requested, parse_config
@@ -173,6 +175,41 @@ def test_make_current_sets_only_an_indexed_cuda_device(monkeypatch):
     assert calls == []
     make_current(torch.device("cuda:1"))
     assert calls == [torch.device("cuda:1")]
+
+
+def test_float64_sums_leave_an_apple_gpu_for_the_cpu(monkeypatch, tmp_path):
+    """An Apple GPU ('mps', allowed by check_device) has no float64: a float64 tensor there raises TypeError, which
+    split_loss's (every eval) and weight_checksums' (every run's end) sums would hit. float64_device sends them to
+    the CPU for 'mps' and keeps them on every other device; both call it with the run's device. (No MPS machine
+    here: the wiring is what is checked.)"""
+    import types
+
+    import numpy as np
+    import torch
+
+    import evaluate
+    import train
+    from configurator import float64_device
+    from tiny import make
+
+    cpu = torch.device("cpu")
+    assert float64_device("mps") == cpu and float64_device(torch.device("mps:0")) == cpu
+    assert float64_device("cuda:1") == torch.device("cuda:1") and float64_device(cpu) == cpu
+    asked = []
+
+    def stand_in(device):
+        asked.append(torch.device(device))
+        return cpu
+
+    monkeypatch.setattr(evaluate, "float64_device", stand_in)
+    monkeypatch.setattr(train, "float64_device", stand_in)
+    model = make(dtype=torch.float32)
+    path = tmp_path / "val.bin"
+    np.random.default_rng(0).integers(0, 61, 400).astype(np.uint16).tofile(path)
+    loss = evaluate.split_loss(model, str(path), 24, 2, 3, False, cpu)
+    assert asked == [cpu] and math.isfinite(loss)
+    run = types.SimpleNamespace(env=types.SimpleNamespace(fsdp=False, ddp=False, device=cpu), raw_model=model)
+    assert len(train.weight_checksums(run)) == 1 and asked == [cpu, cpu]
 
 
 def test_help_prints_the_docstring_and_every_default(capsys):
