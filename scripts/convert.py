@@ -297,6 +297,17 @@ def difference_error(f: Factored, g: Factored) -> float:
     return math.sqrt(max(float(diff.trace()), 0.0) / total) if total > 0 else 0.0
 
 
+@torch.no_grad()
+def gram_error(f: Factored, g: Factored) -> float:
+    """|T - T'|_F / |T|_F for factored tensors of any k (Tucker's r3 against MHA's dH), from the head Gram matrix of
+    T - T' = [A, A'] [B, -B']^T: |T|^2 + |T'|^2 - 2 <T, T'> in float64, which cancels to ~1e-8 of |T|, so for
+    errors well above that (a 16-bit checkpoint's storage rounding, ~1e-3); difference_error where the k agree."""
+    A = torch.cat([f.A(), g.A()], dim=2)
+    B = torch.cat([f.B(), -g.B()], dim=2)
+    total = float(head_gram(f.A(), f.B()).trace())
+    return math.sqrt(max(float(head_gram(A, B).trace()), 0.0) / total) if total > 0 else 0.0
+
+
 def hosvd(f: Factored, ranks: Sequence[int], U3: Optional[Tensor] = None):
     """HOSVD factors (U1, U2, U3) and core of f at `ranks` (U3 given: shared KV)."""
     U1 = mode_svd(f, 1, ranks[0])[1]
@@ -402,14 +413,16 @@ def mha_to_mla(model: GPT, kv_rank: int, q_rank: Optional[int] = None, shared_kv
 def mha_to_tucker(model: GPT, ranks: Sequence[int], ranks_post: Optional[Sequence[int]] = None,
                   shared_kv: bool = False, allow_rope_change: bool = False):
     """MHA (or GQA) -> Tucker by HOSVD of W and W~ (module docstring). Returns (model, per-layer info
-    with the relative reconstruction errors of W and W~)."""
+    with the relative reconstruction errors of W and W~: of the float64 factors (W_rel_err, Wt_rel_err), and for a
+    16-bit source also of the factors as the model stores them, rounded to its dtype (W_rel_err_stored,
+    Wt_rel_err_stored))."""
     _check_source(model, "tucker", allow_rope_change)
     c = model.config
     ranks = tuple(ranks)
     ranks_post = tuple(ranks_post) if ranks_post is not None else ranks
     config = replace(c, attn="tucker", n_kv_head=None, tucker_ranks=ranks, tucker_ranks_post=ranks_post,
                      shared_kv=shared_kv)  # validates the ranks (and shared r3)
-    attention, layers = [], []
+    attention, layers, sources = [], [], []
     for block in model.transformer.h:
         attn = block.attn
         fW, fWt = factored_tensors(attn)  # float64
@@ -429,7 +442,13 @@ def mha_to_tucker(model: GPT, ranks: Sequence[int], ranks_post: Optional[Sequenc
             info["query_bias_norm"] = float(w["b_Q"].norm())
         attention.append(new)
         layers.append(info)
-    return with_attention(model, config, attention), layers
+        sources.append((fW, fWt))
+    out = with_attention(model, config, attention)
+    if next(model.parameters()).dtype in (torch.bfloat16, torch.float16):  # the stored factors' rounding: ~1e-3
+        for info, (fW, fWt), block in zip(layers, sources, out.transformer.h):
+            gW, gWt = factored_tensors(block.attn)  # float64 of the stored (rounded) factors
+            info.update(W_rel_err_stored=gram_error(fW, gW), Wt_rel_err_stored=gram_error(fWt, gWt))
+    return out, layers
 
 
 @torch.no_grad()
@@ -635,6 +654,9 @@ def main(argv: Optional[List[str]] = None) -> dict:
           f"KV values/token/layer {model.kv_values_per_token_per_layer()} -> {out.kv_values_per_token_per_layer()}")
     for i, info in enumerate(layers):
         extra = f"  (query bias |b_Q| = {info['query_bias_norm']:.3g} dropped)" if info.get("query_bias_norm") else ""
+        if "W_rel_err_stored" in info:  # a 16-bit source: the factors as saved, rounded to its dtype
+            extra = (f"  (as stored in {str(next(out.parameters()).dtype).replace('torch.', '')}: W "
+                     f"{info['W_rel_err_stored']:.3e}  W~ {info['Wt_rel_err_stored']:.3e})") + extra
         print(f"layer {i:2d}: rel. error W {info['W_rel_err']:.3e}  W~ {info['Wt_rel_err']:.3e}{extra}")
     if any(info.get("query_bias_norm") for info in layers):
         print("note: Tucker has no query bias: dropping it makes the conversion inexact even at full ranks")

@@ -122,6 +122,25 @@ def test_tucker_at_full_ranks_is_exact(source, shared_kv):
     assert rel_err(tucker(idx)[0], model(idx)[0]) < 1e-10
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("ranks", [(NH, D, D), (2, 8, 8)], ids=["full", "truncated"])
+def test_a_16_bit_source_reports_the_stored_factors_error(dtype, ranks):
+    """A bf16 / fp16 source: beside the float64 factors' error (~1e-15 at full ranks), the error of the factors as
+    the converted model stores them, rounded to its dtype: equal to the explicit |W' - W| / |W| of the stored
+    model's weights (both models taken to float64 first), ~1e-3 at full ranks in bf16; float32 sources report
+    none (their rounding is ~1e-7, below every truncation)."""
+    model = make(dtype=dtype)
+    tucker, layers = cv.convert(model, "tucker", ranks=ranks)
+    src64, out64 = make(dtype=dtype).double(), tucker.double()  # the stored values, exactly
+    for a, b, info in zip(src64.transformer.h, out64.transformer.h, layers):
+        for key, T_src, T_new in zip(("W_rel_err_stored", "Wt_rel_err_stored"), attention_tensors(a.attn),
+                                     attention_tensors(b.attn)):
+            assert info[key] == pytest.approx(rel_err(T_new, T_src), rel=1e-6)
+        if ranks == (NH, D, D):
+            assert info["W_rel_err"] < 1e-12 and 1e-5 < info["W_rel_err_stored"] < 1e-2
+    assert "W_rel_err_stored" not in cv.convert(make(dtype=torch.float32), "tucker", ranks=ranks)[1][0]
+
+
 def test_hosvd_error_is_monotone_in_each_rank_and_matches_explicit():
     model = make()
     W, Wt = attention_tensors(model.transformer.h[0].attn)
