@@ -14,7 +14,7 @@ A checkpoint is one dict saved with torch.save (read back with weights_only=True
     bad_evals       evaluations since the best one (early stopping)
     val_loss        val loss of the evaluation at iter_num (a checkpoint is written right after one)
     sampler_state   state of the training batch generator (None: seed it from the resuming run)
-    rng_states      one {"torch": CPU RNG state, "cuda": CUDA RNG state or None} per DDP rank,
+    rng_states      one {"torch": CPU RNG state, "cuda": CUDA RNG state or None, "mps": an Apple GPU's or None} per DDP rank,
                     so dropout continues exactly on every rank
     git_commit      the code that wrote it
 
@@ -56,9 +56,12 @@ def make_checkpoint(model, optimizer, config: dict, iter_num: int = 0, best_val_
 
 
 def rng_state(device) -> dict:
-    """This process's RNG states (dropout), as one entry of the checkpoint's rng_states."""
+    """This process's RNG states (dropout), as one entry of the checkpoint's rng_states: the CPU's, and the GPU's
+    whose generator draws the dropout masks there (CUDA's, or an Apple GPU's, 'mps')."""
+    kind = torch.device(device).type
     return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if torch.device(device).type == "cuda" else None}
+            "cuda": torch.cuda.get_rng_state(device) if kind == "cuda" else None,
+            "mps": torch.mps.get_rng_state() if kind == "mps" else None}
 
 
 def saved_rng_state(checkpoint: dict, rank: int):

@@ -405,6 +405,8 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
         torch.set_rng_state(saved["torch"])
         if env.device.type == "cuda" and saved.get("cuda") is not None:
             torch.cuda.set_rng_state(saved["cuda"], env.device)
+        if env.device.type == "mps" and saved.get("mps") is not None:
+            torch.mps.set_rng_state(saved["mps"])
     else:
         torch.manual_seed(cfg["seed"] + 1000 * env.rank + state.iter_num)
     raw_model = model

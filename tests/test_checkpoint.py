@@ -146,6 +146,17 @@ def test_write_json_is_valid_json_without_nan(tmp_path):
     assert data == {"final_val_loss": None, "best": None, "nested": [1.5, None], "ok": 2.0}
 
 
+def test_the_dropout_generator_of_the_device_is_saved(monkeypatch):
+    """rng_state keeps the CPU's generator and the one that draws dropout masks on the run's GPU: CUDA's, or an
+    Apple GPU's (torch.mps, restored by train.py on resume; a stand-in here, no MPS machine)."""
+    state = torch.arange(8, dtype=torch.uint8)
+    monkeypatch.setattr(torch.mps, "get_rng_state", lambda: state)
+    on_mps = ck.rng_state("mps")
+    assert on_mps["mps"] is state and on_mps["cuda"] is None and torch.equal(on_mps["torch"], torch.get_rng_state())
+    on_cpu = ck.rng_state("cpu")
+    assert on_cpu["mps"] is None and on_cpu["cuda"] is None
+
+
 def test_saved_rng_state_per_rank():
     states = [{"torch": torch.tensor([r], dtype=torch.uint8), "cuda": None} for r in range(2)]
     assert ck.saved_rng_state({"rng_states": states}, 1) is states[1]
