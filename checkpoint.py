@@ -14,8 +14,8 @@ A checkpoint is one dict saved with torch.save (read back with weights_only=True
     bad_evals       evaluations since the best one (early stopping)
     val_loss        val loss of the evaluation at iter_num (a checkpoint is written right after one)
     sampler_state   state of the training batch generator (None: seed it from the resuming run)
-    rng_states      one {"torch": CPU RNG state, "cuda": CUDA RNG state or None, "mps": an Apple GPU's or None} per DDP rank,
-                    so dropout continues exactly on every rank
+    rng_states      one {"torch": CPU RNG state, "cuda": CUDA RNG state or None, "mps": an Apple GPU's or None}
+                    per DDP rank, so dropout continues exactly on every rank
     git_commit      the code that wrote it
 
 Only model and model_config are needed to sample; --init_from=resume needs the TRAINING_KEYS.
