@@ -225,7 +225,8 @@ def test_cuda_chain_in_a_graph_equals_eager(pdl, monkeypatch):
     reference = chain()
     monkeypatch.setattr(dl, "PDL", pdl)
     assert dl._pdl(x.device) == (pdl and torch.cuda.get_device_capability()[0] >= 9)
-    assert torch.equal(chain(), reference)
+    if pdl:  # eager with PDL against eager without (without: the reference itself, nothing to compare)
+        assert torch.equal(chain(), reference)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
