@@ -6,7 +6,7 @@
 # (bf16 MHA is 2*2048*16*4096*2 B = 536.9 MB), i.e. the column counts millions of cached values
 # (= MB at 1 byte each), and 16.7 = 2*128*16*4096 / 1e6 = 16.78 truncated is separated K,V.
 # The Attn Params column (also millions) agrees: dc=32 prints 73.4 = 16 x (d^2 + 6 d dc) / 1e6
-# (separated; shared would be d^2 + 5 d dc: 69.2). Latent RoPE (rotation inside the dc latent).
+# (separated; shared would be d^2 + 5 d dc: 72.4). Latent RoPE (rotation inside the dc latent).
 include("owt2_llama1b_base.py")
 
 attn = 'mla'
