@@ -23,7 +23,6 @@ Only model and model_config are needed to sample; --init_from=resume needs the T
     from checkpoint import load_checkpoint, save_checkpoint
     model, ckpt = load_checkpoint("out-shakespeare-tucker")     # a folder holding ckpt.pt, or a file
 """
-import glob
 import json
 import math
 import os
@@ -35,6 +34,7 @@ from typing import Optional
 
 import torch
 
+from atomic_files import pid_alive, remove_stale_temps  # noqa: F401 (re-exported: train.py, scripts)
 from model import GPT, GPTConfig
 
 CKPT_NAME = "ckpt.pt"
@@ -106,34 +106,6 @@ def _fsync_dir(folder: str) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def pid_alive(pid: int) -> bool:
-    """A process `pid` exists and has not exited (a zombie, exited but not yet reaped, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, someone else's
-        pass
-    try:  # Linux: state Z = exited
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def remove_stale_temps(path: str) -> list:
-    """Remove `path`.tmp.[<thread>.]<pid> files whose process is gone (left by a kill during a write)."""
-    removed = []
-    for tmp in glob.glob(glob.escape(path) + ".tmp.*"):
-        pid = tmp.rsplit(".", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            try:
-                os.remove(tmp)
-                removed.append(tmp)
-            except OSError:
-                pass
-    return removed
 
 
 def save_checkpoint(path: str, checkpoint: dict) -> None:

@@ -35,10 +35,13 @@ def check_token_file(path: str, vocab_size: int, block_size: int) -> int:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found")
     meta = os.path.join(os.path.dirname(path), "meta.json")  # the prepare's record, where it wrote one
+    recorded = None  # the tokens meta.json records for this file (`<name>_tokens`, e.g. train_tokens)
     if os.path.isfile(meta):
         try:
             with open(meta) as f:
-                dtype = json.load(f).get("dtype")
+                record = json.load(f)
+            dtype = record.get("dtype")
+            recorded = record.get(os.path.basename(path).rsplit(".", 1)[0] + "_tokens")
         except (OSError, ValueError, AttributeError):
             dtype = None  # unreadable or not ours: the file's own checks below still hold
         if dtype is not None and dtype != np.dtype(TOKEN_DTYPE).name:
@@ -46,6 +49,10 @@ def check_token_file(path: str, vocab_size: int, block_size: int) -> int:
                              f"{np.dtype(TOKEN_DTYPE).name} ids: re-tokenize into uint16 (ids < 65,536)")
     size = os.path.getsize(path)
     itemsize = np.dtype(TOKEN_DTYPE).itemsize
+    if isinstance(recorded, int) and size != recorded * itemsize:  # prepares write meta.json before the renames
+        raise ValueError(f"{path} holds {size / itemsize:,.0f} tokens but {meta} records {recorded:,}: a prepare was "
+                         f"interrupted while it replaced the files (or they come from different prepares): re-run "
+                         f"the dataset's prepare.py")
     if size == 0:
         raise ValueError(f"{path} is empty: re-run the dataset's prepare.py")
     if size % itemsize:
@@ -101,7 +108,9 @@ class Batches:
 def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: int, full: bool, device,
                autocast=nullcontext(), seed: int = 0, rank: int = 0, world: int = 1, even: bool = False) -> float:
     """Token-mean loss of `model` on a token file: every non-overlapping block_size window in order
-    (full=True, deterministic), or n_batches random batches from a generator seeded with `seed`
+    (full=True, deterministic; the targets after the last whole window, fewer than block_size + 1 of
+    them, are not scored: 218 of Shakespeare's 36,059 val tokens at block_size 256, every run alike),
+    or n_batches random batches from a generator seeded with `seed`
     (the same batches every call). Under DDP each rank takes every world-th batch and the sums
     are reduced, so every rank returns the same number. even=True (FSDP, where every forward
     all-gathers weights, a collective): every rank runs the same number of forwards; a rank with

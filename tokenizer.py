@@ -87,8 +87,15 @@ _worker_encoding = None
 
 
 def init_worker(ranks_file=None) -> None:
-    """Pool initializer (also called in-process when there is no pool): the worker's encoding."""
+    """Pool initializer (also called in-process when there is no pool): the worker's encoding. In a pool's worker
+    SIGTERM is put back to its default (the prepare scripts turn it into KeyboardInterrupt in their own process,
+    for their clean-up; a worker that pool.terminate() stops must just end)."""
     global _worker_encoding
+    import multiprocessing
+    import signal
+
+    if multiprocessing.parent_process() is not None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _worker_encoding = get_gpt2_encoding(ranks_file)
 
 

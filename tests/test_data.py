@@ -226,3 +226,141 @@ def test_shakespeare_prepare_bad_input_is_one_line(case, says, tmp_path, gpt2_ra
     err = r.stderr.strip()
     assert r.returncode != 0 and err.startswith("error: ") and len(err.splitlines()) == 1 and says in err, err
     assert not list(out.glob("*.bin"))
+
+
+# -----------------------------------------------------------------------------
+# a replacement interrupted, a killed prepare's temp files, a kill's clean-up
+
+
+def _dead_pid() -> int:
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_pair_half_replaced_is_refused_then_a_rerun_mends_it(tmp_path, shakespeare_txt, gpt2_ranks_file,
+                                                               monkeypatch):
+    """meta.json, with the new lengths, is written before the renames (atomic_files.replace_together): an
+    interrupt after train.bin's rename leaves a new train.bin beside the old val.bin, and check_token_file refuses
+    the val.bin that meta.json does not describe, naming the fix; a re-run gives a pair that passes. Temp files
+    that a killed prepare left (its pid gone) are removed by the next one; a live process's are kept."""
+    import os
+
+    from evaluate import check_token_file
+    out = tmp_path / "out"
+    small = tmp_path / "small.txt"
+    small.write_text(Path(shakespeare_txt).read_text(encoding="utf-8")[:200_000], encoding="utf-8")
+    shakespeare.prepare(input_path=small, out_dir=out, ranks_file=str(gpt2_ranks_file))
+    old_val = (out / "val.bin").read_bytes()
+    real, calls = os.replace, []
+
+    def killed_after_the_first_bin(src, dst):
+        if str(dst).endswith(".bin") and any(str(c).endswith(".bin") for c in calls):
+            raise KeyboardInterrupt
+        calls.append(dst)
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_after_the_first_bin)
+    with pytest.raises(KeyboardInterrupt):
+        shakespeare.prepare(input_path=shakespeare_txt, out_dir=out, ranks_file=str(gpt2_ranks_file))
+    monkeypatch.setattr(os, "replace", real)
+    assert (out / "val.bin").read_bytes() == old_val and not list(out.glob("*.tmp.*"))
+    assert check_token_file(str(out / "train.bin"), 50304, 64) == 301_966  # the new one, as meta.json says
+    with pytest.raises(ValueError, match="val.bin holds .* tokens but .*meta.json records 36,059: a prepare was "
+                                         "interrupted"):
+        check_token_file(str(out / "val.bin"), 50304, 64)
+    dead, alive = out / f"train.bin.tmp.{_dead_pid()}", out / f"val.bin.tmp.{os.getppid()}"
+    dead.write_bytes(b"\0" * 10)
+    alive.write_bytes(b"\0" * 10)
+    shakespeare.prepare(input_path=shakespeare_txt, out_dir=out, ranks_file=str(gpt2_ranks_file))
+    assert check_token_file(str(out / "val.bin"), 50304, 64) == 36_059
+    assert not dead.exists() and alive.exists()
+
+
+def test_a_killed_openwebtext_prepare_leaves_the_old_pair_and_no_temp_file(tmp_path, gpt2_ranks_file):
+    """SIGTERM (kill, a scheduler's stop) during tokenization: the prepare's clean-up runs as for Ctrl-C (the
+    temp files removed, the pool's workers ended), its last line says so, and the earlier pair is untouched."""
+    import os
+    import signal
+    import subprocess
+    import time
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(4)))
+    big = tmp_path / "big.jsonl"
+    with open(big, "w") as f:
+        for i in range(40_000):
+            f.write(json.dumps({"text": f"Document {i}: " + "the quick brown fox jumps over the lazy dog. " * 12})
+                    + "\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "data.openwebtext.prepare", "--out_dir", str(out), "--num_proc", "2",
+           "--tokenizer", str(gpt2_ranks_file), "--files"]
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(cmd + [str(small)], check=True, capture_output=True, timeout=120, cwd=root)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    proc = subprocess.Popen(cmd + [str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    deadline = time.time() + 60
+    while not list(out.glob("train.bin.tmp.*")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and list(out.glob("train.bin.tmp.*")), "the prepare ended before it could be killed"
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and err.strip().splitlines()[-1].startswith("interrupted:"), err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_openwebtext_bad_settings_and_files_say_where(tmp_path, gpt2_ranks_file, monkeypatch):
+    """--val_fraction outside (0, 1) (nan too), a .jsonl line or a .json file that is not JSON, a file that is not
+    UTF-8: a ValueError naming the flag or the file (and line); HF's path without `datasets` installed: one that
+    says to install it or to give --files."""
+    files, _ = _write_docs(tmp_path)
+    kw = dict(num_proc=1, ranks_file=str(gpt2_ranks_file))
+    for bad in (0.0, 1.0, 5.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"--val_fraction=.*between 0 and 1"):
+            owt.prepare(out_dir=tmp_path / "o", files=files, val_fraction=bad, **kw)
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"text": "fine"}) + "\n{not json\n")
+    (tmp_path / "bad.json").write_text("[{\"text\": \"a\"},")
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9")
+    for name, says in (("bad.jsonl", r"bad.jsonl:2: not a JSON object"), ("bad.json", r"bad.json: not JSON"),
+                       ("latin1.txt", r"latin1.txt: not UTF-8 text")):
+        with pytest.raises(ValueError, match=says):
+            owt.prepare(out_dir=tmp_path / "o", files=files + [tmp_path / name], **kw)
+    assert not (tmp_path / "o" / "train.bin").exists()
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    with pytest.raises(RuntimeError, match="pip install datasets.*--files"):
+        owt.prepare(out_dir=tmp_path / "o", **kw)
+
+
+def test_the_split_follows_the_seed_and_keeps_the_file_order(tmp_path, gpt2_ranks_file, enc):
+    """Each split holds its documents in the files' order (train and val both), and the seed picks which are val:
+    another seed, another val set (60 documents, 6 held out: the same set by chance has odds 1 in C(60, 6))."""
+    docs = [f"document number {i} about topic {i * 7 % 13}." for i in range(60)]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    splits = {}
+    for seed in (1, 2):
+        out = tmp_path / f"s{seed}"
+        owt.prepare(out_dir=out, files=[src], num_proc=1, val_fraction=0.1, seed=seed, ranks_file=str(gpt2_ranks_file))
+        got = {s: [enc.decode(t) for t in _split_docs(np.fromfile(out / f"{s}.bin", dtype=np.uint16))]
+               for s in ("train", "val")}
+        is_val = owt.split_mask(len(docs), 0.1, seed)
+        assert got["val"] == [d for d, v in zip(docs, is_val) if v]  # in file order
+        assert got["train"] == [d for d, v in zip(docs, is_val) if not v]
+        splits[seed] = got["val"]
+    assert len(splits[1]) == 6 and set(splits[1]) != set(splits[2])
+
+
+def test_batches_draw_every_window_start_and_none_past_the_end(tmp_path):
+    """Batches draws window offsets 0 .. n - block_size - 2 (each window block_size + 1 tokens, inside the file;
+    the last possible start is drawn, none after it), and x, y are a window and its shift by one."""
+    from evaluate import Batches, min_tokens
+    block, n = 8, 20
+    path = tmp_path / "t.bin"
+    np.arange(n, dtype=np.uint16).tofile(path)
+    assert n >= min_tokens(block)
+    import torch
+    batches = Batches(str(path), block, 4, seed=0)
+    offsets = torch.cat([d.flatten() for d in batches.draw(400)])
+    assert offsets.min() == 0 and offsets.max() == n - block - 2 and set(offsets.tolist()) == set(range(n - block - 1))
+    x, y = batches.get(torch.tensor([n - block - 2]), torch.device("cpu"))
+    assert x.tolist() == [list(range(n - block - 2, n - 2))] and y.tolist() == [list(range(n - block - 1, n - 1))]

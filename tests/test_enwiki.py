@@ -5,6 +5,7 @@ import json
 import lzma
 import math
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -67,6 +68,36 @@ def test_split_articles():
     assert enwiki.split_articles(_text(ARTICLES)) == ARTICLES
     assert enwiki.split_articles(_text(ARTICLES) + "cut short\n") == ARTICLES + ["cut short\n"]
     assert enwiki.split_articles("") == []
+
+
+def test_split_articles_with_crlf_line_ends():
+    """A text with Windows line ends splits at the same separator lines (before: two articles became one, with a
+    literal <|endoftext|> tokenized as text inside it)."""
+    crlf = _text(ARTICLES).replace("\n", "\r\n")
+    assert enwiki.split_articles(crlf) == [a.replace("\n", "\r\n") for a in ARTICLES]
+
+
+@pytest.mark.parametrize("case, says", [("empty_val", "val.txt holds no article"),
+                                        ("truncated_xz", "train.txt.xz: .* truncated or damaged .xz"),
+                                        ("latin1", "val.txt: not UTF-8 text")])
+def test_prepare_refuses_an_empty_split_or_a_damaged_file_by_name(case, says, tmp_path, gpt2_ranks_file, capsys):
+    """An empty split (before: an empty val.bin written, exit 0), a truncated .xz or a non-UTF-8 text: an error
+    line naming the file (the last on stderr, after the train split's progress), exit 1, no token file written."""
+    src = _write_src(tmp_path / "src", xz=False)
+    if case == "empty_val":
+        (src / "val.txt").write_text("")
+    elif case == "truncated_xz":
+        raw = lzma.compress((src / "train.txt").read_bytes())
+        (src / "train.txt").unlink()
+        (src / "train.txt.xz").write_bytes(raw[:len(raw) // 2])
+    else:
+        (src / "val.txt").write_bytes(b"caf\xe9\n<|endoftext|>\n")
+    out = tmp_path / "out"
+    assert enwiki.main(["--src", str(src), "--out_dir", str(out), "--num_proc", "1",
+                        "--tokenizer", str(gpt2_ranks_file)]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the train split's progress lines, if any
+    assert last.startswith("error: ") and re.search(says, last), last
+    assert not list(out.glob("*.bin")) and not list(out.glob("*.tmp.*"))
 
 
 def test_prepare_slice(tiny_data, enc):

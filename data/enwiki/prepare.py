@@ -40,6 +40,8 @@ from pathlib import Path
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.enwiki.prepare ...")
+from atomic_files import (interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
+                          write_json_atomic)
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -60,8 +62,8 @@ NO_SOURCE = (f"no source given: pass --src DIR or set {ENV_VAR}=DIR, a folder ho
              f"val.txt.xz (the English Wikipedia subset shipped beside the checkout in ../shared/data/enwiki; "
              f"see data/enwiki/README.md)")
 
-# the separator line; the newline before it belongs to the article
-_SEP = re.compile(r"^<\|endoftext\|>(?:\n|\Z)", re.M)
+# the separator line (its line end LF or CRLF); the newline before it belongs to the article
+_SEP = re.compile(r"^<\|endoftext\|>(?:\r?\n|\Z)", re.M)
 
 
 class PrepareError(Exception):
@@ -81,10 +83,13 @@ def find_source(src_dir: Path, split: str) -> Path:
 
 
 def read_text(path: Path) -> bytes:
-    """The uncompressed bytes of a .txt or .txt.xz file."""
+    """The uncompressed bytes of a .txt or .txt.xz file (a damaged .xz: a PrepareError naming it)."""
     if path.suffix == ".xz":
-        with lzma.open(path) as f:
-            return f.read()
+        try:
+            with lzma.open(path) as f:
+                return f.read()
+        except (lzma.LZMAError, EOFError) as e:
+            raise PrepareError(f"{path}: {e} (a truncated or damaged .xz: copy it again); nothing written") from None
     return path.read_bytes()
 
 
@@ -192,6 +197,7 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
                            f"see data/enwiki/README.md)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_outputs(out_dir)  # temp files of an earlier prepare that was killed
     sources = {s: find_source(src_dir, s) for s in SPLITS}
     try:
         get_gpt2_encoding(ranks_file)  # fail fast (missing ranks file, offline) before the heavy work
@@ -210,8 +216,15 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
             t0 = time.time()
             raw = read_text(sources[split])
             text_sha = hashlib.sha256(raw).hexdigest()
-            articles = split_articles(raw.decode("utf-8"))
+            try:
+                articles = split_articles(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise PrepareError(f"{sources[split]}: not UTF-8 text ({e.reason} at byte {e.start:,}); nothing "
+                                   f"written") from None
             del raw
+            if not articles:  # an empty split: a val.bin (or train.bin) that train.py would refuse
+                raise PrepareError(f"{sources[split]} holds no article: a train and a val split both need text; "
+                                   f"nothing written")
             tmps[split] = out_dir / f"{split}.bin.tmp.{os.getpid()}"
             n_tok, bin_sha = tokenize_to_file(articles, tmps[split], pool, split,
                                               max_inflight=4 * max(1, num_proc), quiet=quiet)
@@ -242,18 +255,15 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
         if not ok:  # leave no partial output: both splits are renamed into place, or neither
             for t in tmps.values():
                 t.unlink(missing_ok=True)
-    (out_dir / "meta.json").unlink(missing_ok=True)  # absent while the pair is replaced: the files are in flux
-    for split, tmp in tmps.items():
-        os.replace(tmp, out_dir / f"{split}.bin")
     meta["seconds"] = round(time.time() - t_all, 2)
-    _write_json_atomic(out_dir / "meta.json", meta)  # last: the .bin files are complete
+    # meta.json with the new lengths first, then both renames: evaluate.check_token_file refuses a pair that an
+    # interrupt left half replaced
+    try:
+        replace_together(out_dir, {f"{split}.bin": tmp for split, tmp in tmps.items()}, meta)
+    finally:
+        for t in tmps.values():
+            t.unlink(missing_ok=True)
     return meta
-
-
-def _write_json_atomic(path: Path, obj):
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 # -----------------------------------------------------------------------------
@@ -308,7 +318,7 @@ def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
         manifest["files"][split]["xz_bytes"] = size
     manifest["total_xz_bytes"] = sum(sizes)
     manifest["seconds"] = round(time.time() - t0, 1)
-    _write_json_atomic(archive_dir / "manifest.json", manifest)
+    write_json_atomic(archive_dir / "manifest.json", manifest)
     if not quiet:
         print(f"packed into {archive_dir}: " + ", ".join(
             f"{s}.bin.xz {manifest['files'][s]['xz_bytes'] / 2**20:.2f} MiB" for s in SPLITS)
@@ -348,6 +358,7 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
         raise PrepareError(f"{mpath} not found (make the archive with `python -m data.enwiki.prepare --pack DIR`)")
     manifest = json.loads(mpath.read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_outputs(out_dir)  # temp files of an earlier unpack or prepare that was killed
     t0 = time.time()
     jobs, targets, skipped = [], [], []
     for split in SPLITS:
@@ -361,16 +372,6 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
             raise PrepareError(f"{src} not found: the archive in {archive_dir} is incomplete; nothing written")
         jobs.append((src, dst.with_name(f"{dst.name}.tmp.{os.getpid()}"), info["sha256"]))
         targets.append(dst)
-    if jobs:
-        try:  # every split decompressed and checked first; then they replace the old ones together
-            with mp.Pool(len(jobs)) as pool:
-                pool.map(_unpack_one, jobs)
-            (out_dir / "meta.json").unlink(missing_ok=True)  # absent while the files are in flux
-            for (_, tmp, _), dst in zip(jobs, targets):
-                os.replace(tmp, dst)
-        finally:
-            for _, tmp, _ in jobs:
-                tmp.unlink(missing_ok=True)
     meta = {"dataset": "enwiki", "tokenizer": "gpt2", "vocab_size": VOCAB_SIZE, "dtype": "uint16", "eot_token": EOT,
             "unpacked_from": str(archive_dir.resolve())}
     for split in SPLITS:
@@ -378,8 +379,16 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
         meta[f"{split}_tokens"] = info["tokens"]
         meta[f"{split}_bin_sha256"] = info["sha256"]
         meta[f"{split}_checked_against_readme"] = info["sha256"] == EXPECTED[split]["bin_sha256"]
-    if jobs or not (out_dir / "meta.json").is_file():  # keep a meta.json that prepare() wrote
-        _write_json_atomic(out_dir / "meta.json", meta)
+    if jobs:
+        try:  # every split decompressed and checked first; then meta.json, then the renames (replace_together)
+            with mp.Pool(len(jobs)) as pool:
+                pool.map(_unpack_one, jobs)
+            replace_together(out_dir, {dst.name: tmp for (_, tmp, _), dst in zip(jobs, targets)}, meta)
+        finally:
+            for _, tmp, _ in jobs:
+                tmp.unlink(missing_ok=True)
+    elif not (out_dir / "meta.json").is_file():  # keep a meta.json that prepare() wrote
+        write_json_atomic(out_dir / "meta.json", meta)
     if not quiet:
         print(f"unpacked {archive_dir} -> {out_dir}: " + ", ".join(
             f"{s} {meta[f'{s}_tokens']:,} tokens{' (= README)' if meta[f'{s}_checked_against_readme'] else ''}"
@@ -397,6 +406,11 @@ def main(argv=None):
     g.add_argument("--pack", metavar="DIR", default=None, help="compress out_dir's .bin files into DIR and exit")
     g.add_argument("--unpack", metavar="DIR", default=None, help="decompress DIR's archive into out_dir and exit")
     args = p.parse_args(argv)
+    with interrupt_on_sigterm():
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         if args.pack:
             pack(args.pack, args.out_dir)

@@ -30,6 +30,7 @@ import numpy as np
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.openwebtext.prepare ...")
+from atomic_files import interrupt_on_sigterm, remove_stale_outputs, replace_together  # noqa: E402
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -119,25 +120,40 @@ def write_tokens(docs, tmp, pool, desc, total=None, chunk_docs=256, max_inflight
 
 
 def iter_local_documents(files):
-    """Yield documents from local files: .txt (whole file), .jsonl (line["text"]), .json (list)."""
+    """Yield documents from local files: .txt (whole file), .jsonl (line["text"]), .json (list). A file that is
+    not UTF-8, or a line or file that is not JSON, is a ValueError naming the file (and the line)."""
     for fn in files:
         fn = Path(fn)
-        if fn.suffix == ".txt":
-            yield fn.read_text(encoding="utf-8")
-        elif fn.suffix == ".jsonl":
-            with open(fn, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if line.strip():
-                        yield _text_field(json.loads(line), f"{fn}:{lineno}")
-        elif fn.suffix == ".json":
-            with open(fn, encoding="utf-8") as f:
+        try:
+            yield from _file_documents(fn)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{fn}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _file_documents(fn: Path):
+    if fn.suffix == ".txt":
+        yield fn.read_text(encoding="utf-8")
+    elif fn.suffix == ".jsonl":
+        with open(fn, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{fn}:{lineno}: not a JSON object ({e.msg} at column {e.colno})") from None
+                    yield _text_field(rec, f"{fn}:{lineno}")
+    elif fn.suffix == ".json":
+        with open(fn, encoding="utf-8") as f:
+            try:
                 records = json.load(f)
-            if not isinstance(records, list):
-                raise ValueError(f"{fn}: expected a JSON list of {{'text': ...}} objects")
-            for i, rec in enumerate(records):
-                yield _text_field(rec, f"{fn}[{i}]")
-        else:
-            raise ValueError(f"{fn}: unsupported file type {fn.suffix!r} (use .txt, .jsonl or .json)")
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{fn}: not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        if not isinstance(records, list):
+            raise ValueError(f"{fn}: expected a JSON list of {{'text': ...}} objects")
+        for i, rec in enumerate(records):
+            yield _text_field(rec, f"{fn}[{i}]")
+    else:
+        raise ValueError(f"{fn}: unsupported file type {fn.suffix!r} (use .txt, .jsonl or .json)")
 
 
 def _text_field(rec, where):
@@ -170,8 +186,12 @@ def _hf_documents(dset, batch_size=1000):
 def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.0005, seed=2357,
             ranks_file=None, chunk_docs=256) -> dict:
     """Tokenize OpenWebText (or local `files`) into out_dir/{train,val}.bin; return the meta dict."""
+    if not 0 < val_fraction < 1:  # also refuses nan
+        raise ValueError(f"--val_fraction={val_fraction}: the fraction of documents held out for val, between 0 and 1 "
+                         f"(exclusive)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_outputs(out_dir)  # temp files of an earlier prepare that was killed
     get_gpt2_encoding(ranks_file)  # fail fast (missing ranks file) before any heavy work
 
     if files:
@@ -191,9 +211,15 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
                   "val": (lambda: local_docs(True), int(is_val.sum()))}
         sources = files
     else:
-        from datasets import load_dataset  # lazy: only this path needs HF datasets
-
-        dataset = load_dataset(HF_DATASET, num_proc=num_proc)
+        try:
+            from datasets import load_dataset  # lazy: only this path needs HF datasets
+        except ImportError:
+            raise RuntimeError("the Hugging Face download needs `pip install datasets`; or give local text with "
+                               "--files a.txt b.jsonl") from None
+        try:
+            dataset = load_dataset(HF_DATASET, num_proc=num_proc)
+        except (OSError, ConnectionError) as e:  # offline, or the Hub unreachable
+            raise OSError(f"{e} (offline? give local text with --files a.txt b.jsonl)") from None
         split_dataset = dataset["train"].train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
         split_dataset["val"] = split_dataset.pop("test")  # rename the test split to val
         splits = {"train": (lambda: _hf_documents(split_dataset["train"]), len(split_dataset["train"])),
@@ -213,10 +239,10 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
     pool = mp.Pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
     if pool is None:
         init_worker(ranks_file)
-    tmps = {name: out_dir / f"{name}.bin.tmp.{os.getpid()}" for name in splits}
+    tmps = {f"{name}.bin": out_dir / f"{name}.bin.tmp.{os.getpid()}" for name in splits}
     try:
         for name, (make_docs, total) in splits.items():
-            n_tok, n_doc = write_tokens(make_docs(), tmps[name], pool, desc=name,
+            n_tok, n_doc = write_tokens(make_docs(), tmps[f"{name}.bin"], pool, desc=name,
                                         total=total, chunk_docs=chunk_docs, max_inflight=4 * num_proc)
             if n_doc != total:
                 raise RuntimeError(f"{name}: wrote {n_doc} documents, expected {total}")
@@ -226,11 +252,9 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
             meta[f"{name}_documents"] = n_doc
             meta["documents"] = meta.get("documents", 0) + n_doc
             print(f"{name}: {n_doc:,} documents, {n_tok:,} tokens")
-        # every split complete: the pair replaces the old one together (an interrupted run leaves the old
-        # train.bin, val.bin and meta.json as they were, never a new train.bin beside an old val.bin)
-        (out_dir / "meta.json").unlink(missing_ok=True)  # absent between the renames: the files are in flux
-        for name, tmp in tmps.items():
-            os.replace(tmp, out_dir / f"{name}.bin")
+        # every split complete: meta.json with the new lengths, then the renames (an interrupted run leaves the
+        # old pair, or a pair that evaluate.check_token_file refuses against meta.json: never one read mixed)
+        replace_together(out_dir, tmps, meta)
     except BaseException:
         if pool is not None:
             pool.terminate()  # an interrupt must not wait on workers that will never report
@@ -241,11 +265,6 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
         if pool is not None:
             pool.close()
             pool.join()
-
-    # meta.json last and atomically: its presence means the .bin files are complete
-    tmp = out_dir / f"meta.json.tmp.{os.getpid()}"
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, out_dir / "meta.json")
     return meta
 
 
@@ -261,8 +280,9 @@ if __name__ == "__main__":
     if Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
         sys.exit(f"error: --out_dir {args.out_dir} is a file, not a folder")
     try:
-        prepare(out_dir=args.out_dir, files=args.files, num_proc=args.num_proc, val_fraction=args.val_fraction,
-                seed=args.seed, ranks_file=args.tokenizer)
+        with interrupt_on_sigterm():  # a kill runs the clean-up of the temp files, as Ctrl-C does
+            prepare(out_dir=args.out_dir, files=args.files, num_proc=args.num_proc, val_fraction=args.val_fraction,
+                    seed=args.seed, ranks_file=args.tokenizer)
     except (ValueError, OSError, RuntimeError) as e:  # a file missing, unreadable, not JSON or UTF-8; no tokenizer
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:

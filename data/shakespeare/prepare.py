@@ -14,7 +14,6 @@ Writes train.bin (301,966 tokens), val.bin (36,059 tokens) and meta.json into --
 """
 import argparse
 import hashlib
-import json
 import os
 import sys
 import urllib.error
@@ -25,6 +24,7 @@ import numpy as np
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.shakespeare.prepare ...")
+from atomic_files import interrupt_on_sigterm, remove_stale_outputs, replace_together  # noqa: E402
 from tokenizer import VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
 
 DATA_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -53,9 +53,14 @@ def prepare(input_path=None, out_dir=HERE, ranks_file=None) -> dict:
     """Tokenize tiny Shakespeare into out_dir/{train,val}.bin and return the meta dict."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_outputs(out_dir)  # temp files of an earlier prepare that was killed
+    from_env = not input_path and bool(os.environ.get("TUCKER_SHAKESPEARE_TXT"))
     input_path = input_path or os.environ.get("TUCKER_SHAKESPEARE_TXT") or None
     downloaded = input_path is None
     input_path = download(out_dir) if downloaded else Path(input_path)
+    if from_env and not input_path.is_file():
+        raise FileNotFoundError(f"TUCKER_SHAKESPEARE_TXT={str(input_path)!r}: no such file (unset it to download "
+                                f"the text, or give --input)")
 
     raw = input_path.read_bytes()
     try:
@@ -76,9 +81,6 @@ def prepare(input_path=None, out_dir=HERE, ranks_file=None) -> dict:
     print(f"train has {len(train_ids):,} tokens")
     print(f"val has {len(val_ids):,} tokens")
 
-    (out_dir / "meta.json").unlink(missing_ok=True)  # absent while the pair is replaced: the files are in flux
-    _atomic_write_bytes(out_dir / "train.bin", train_ids.tobytes())
-    _atomic_write_bytes(out_dir / "val.bin", val_ids.tobytes())
     meta = {
         "dataset": "shakespeare",
         "tokenizer": enc.name,
@@ -92,8 +94,15 @@ def prepare(input_path=None, out_dir=HERE, ranks_file=None) -> dict:
         "source_url": DATA_URL if downloaded else None,  # None: a local copy was given
         "source_sha256": hashlib.sha256(raw).hexdigest(),
     }
-    # meta.json last: its presence means the .bin files next to it are complete
-    _atomic_write_bytes(out_dir / "meta.json", (json.dumps(meta, indent=2) + "\n").encode())
+    temps = {name: out_dir / f"{name}.tmp.{os.getpid()}" for name in ("train.bin", "val.bin")}
+    try:
+        for (name, tmp), ids in zip(temps.items(), (train_ids, val_ids)):
+            tmp.write_bytes(ids.tobytes())
+        # meta.json (with the new lengths) first, then both renames: a reader refuses a pair half replaced
+        replace_together(out_dir, temps, meta)
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
     return meta
 
 
@@ -104,10 +113,13 @@ if __name__ == "__main__":
     p.add_argument("--tokenizer", default=None, help="GPT-2 ranks file (gpt2.tiktoken) for offline use")
     args = p.parse_args()
     try:
-        prepare(input_path=args.input, out_dir=args.out_dir, ranks_file=args.tokenizer)
+        with interrupt_on_sigterm():  # a kill runs the clean-up of the temp files, as Ctrl-C does
+            prepare(input_path=args.input, out_dir=args.out_dir, ranks_file=args.tokenizer)
     except OSError as e:  # a missing or unreadable input or ranks file, a folder given as one; no network
         hint = (" (offline: give the text with --input or TUCKER_SHAKESPEARE_TXT)"
                 if isinstance(e, urllib.error.URLError) else "")
         sys.exit(f"error: {e}{hint}")
     except (ValueError, RuntimeError) as e:  # not UTF-8 text, too short; a ranks file that is not one
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted: train.bin, val.bin and meta.json are as they were (or absent, as before)")

@@ -1,0 +1,88 @@
+"""
+Files written so that an interruption never leaves a half state behind, without torch (the data preparation uses
+them too): a writer's temp files carry its pid, and those of dead writers are removed (a kill -9 runs no clean-up);
+the token files a prepare writes are replaced together behind the meta.json that records their lengths, which
+evaluate.check_token_file compares, so a pair half replaced by an interrupted prepare is refused, never read.
+"""
+import contextlib
+import glob
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+
+def pid_alive(pid: int) -> bool:
+    """A process `pid` exists and has not exited (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, someone else's
+        pass
+    try:  # Linux: state Z = exited
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove_stale_temps(path) -> list:
+    """Remove `path`.tmp.[<thread>.]<pid> files whose process is gone (left by a kill during a write)."""
+    removed = []
+    for tmp in glob.glob(glob.escape(os.fspath(path)) + ".tmp.*"):
+        pid = tmp.rsplit(".", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            try:
+                os.remove(tmp)
+                removed.append(tmp)
+            except OSError:
+                pass
+    return removed
+
+
+def write_json_atomic(path, obj) -> None:
+    """obj as indented JSON into `path` through a temp file and a rename: the old file or the new, never half."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(obj, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def replace_together(out_dir, temps: dict, meta: dict) -> None:
+    """Rename each finished temp file onto out_dir/<name> ({'train.bin': tmp, ...}), after meta.json (written
+    atomically) records the lengths the new files have (meta['train_tokens'], ...): until the last rename a reader
+    that compares a file with meta.json (evaluate.check_token_file) sees the mismatch of an interrupted replacement
+    and says to re-run the prepare, instead of training on a new train.bin beside an old val.bin."""
+    out_dir = Path(out_dir)
+    write_json_atomic(out_dir / "meta.json", meta)
+    for name, tmp in temps.items():
+        os.replace(tmp, out_dir / name)
+
+
+def remove_stale_outputs(out_dir, names=("train.bin", "val.bin", "meta.json")) -> list:
+    """remove_stale_temps for each of a prepare's outputs in out_dir (a killed earlier prepare's temp files)."""
+    return [t for name in names for t in remove_stale_temps(Path(out_dir) / name)]
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm():
+    """Inside: a SIGTERM (kill, a scheduler's stop) raises KeyboardInterrupt as Ctrl-C does, so a prepare's
+    clean-up of its temp files runs; the previous handler comes back after. (A pool's workers put the default
+    back: tokenizer.init_worker.) Only the main thread can set handlers: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
