@@ -12,8 +12,9 @@ for GPT-2 BPE training: every article is encoded with encode_ordinary and follow
 The text format: UTF-8, articles one after another, each followed by a line holding only
 <|endoftext|>; an article is everything up to and including the newline before that line.
 Tokenization runs over chunks of articles in a multiprocessing pool (--num_proc), tokens are
-written in order to a temp file that is renamed only after the checks below, and meta.json is
-written last (its presence means the .bin files next to it are complete).
+written in order to a temp file that is renamed only after the checks below, just after meta.json,
+which records the new files' lengths (evaluate.check_token_file refuses a .bin that disagrees with it:
+a pair that an interrupt left half replaced is never read).
 
 Checks: when a file is the README's (sha256 of its uncompressed text), its article and token
 counts and the sha256 of the written .bin must equal the README's (train 56,526 articles,
@@ -422,7 +423,8 @@ def _run(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted: train.bin, val.bin and meta.json are as they were (or absent, as before)", file=sys.stderr)
+        print("interrupted: the earlier train.bin, val.bin and meta.json are as they were (or absent, as before; "
+              "a pair that the last renames left half replaced, training refuses: re-run)", file=sys.stderr)
         return 1
     return 0
 

@@ -286,4 +286,5 @@ if __name__ == "__main__":
     except (ValueError, OSError, RuntimeError) as e:  # a file missing, unreadable, not JSON or UTF-8; no tokenizer
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
-        sys.exit("interrupted: the earlier train.bin, val.bin and meta.json (if any) are as they were")
+        sys.exit("interrupted: the earlier train.bin, val.bin and meta.json are as they were (or absent, as before; "
+                 "a pair that the last renames left half replaced, training refuses: re-run)")

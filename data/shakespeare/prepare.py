@@ -122,4 +122,5 @@ if __name__ == "__main__":
     except (ValueError, RuntimeError) as e:  # not UTF-8 text, too short; a ranks file that is not one
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
-        sys.exit("interrupted: train.bin, val.bin and meta.json are as they were (or absent, as before)")
+        sys.exit("interrupted: the earlier train.bin, val.bin and meta.json are as they were (or absent, as before; "
+                 "a pair that the last renames left half replaced, training refuses: re-run)")
