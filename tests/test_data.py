@@ -364,3 +364,35 @@ def test_batches_draw_every_window_start_and_none_past_the_end(tmp_path):
     assert offsets.min() == 0 and offsets.max() == n - block - 2 and set(offsets.tolist()) == set(range(n - block - 1))
     x, y = batches.get(torch.tensor([n - block - 2]), torch.device("cpu"))
     assert x.tolist() == [list(range(n - block - 2, n - 2))] and y.tolist() == [list(range(n - block - 1, n - 1))]
+
+
+def test_a_rerun_with_the_same_inputs_does_nothing(tmp_path, gpt2_ranks_file, monkeypatch, capsys):
+    """openwebtext (hours of tokenizing): a re-run whose inputs (the files by path, size and modification time; the
+    split's fraction and seed) are those meta.json records, beside token files of the lengths it records, returns
+    that meta.json and tokenizes nothing; --force, another seed, or a source file changed since: tokenized again."""
+    import os
+    files, _ = _write_docs(tmp_path)
+    kw = dict(files=files, num_proc=1, val_fraction=0.1, seed=3, ranks_file=str(gpt2_ranks_file))
+    out = tmp_path / "out"
+    meta = owt.prepare(out_dir=out, **kw)
+    real, runs = owt.write_tokens, []
+
+    def counted(*a, **k):
+        runs.append(k.get("desc"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(owt, "write_tokens", counted)
+    capsys.readouterr()
+    assert owt.prepare(out_dir=out, **kw) == meta and runs == []
+    assert "already prepared from these inputs" in capsys.readouterr().out
+    owt.prepare(out_dir=out, **kw, force=True)
+    assert runs == ["train", "val"]
+    owt.prepare(out_dir=out, **{**kw, "seed": 4})
+    assert runs == ["train", "val"] * 2
+    st = os.stat(files[0])
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))  # edited since
+    owt.prepare(out_dir=out, **{**kw, "seed": 4})
+    assert runs == ["train", "val"] * 3
+    (out / "val.bin").write_bytes(b"\0\0")  # not the length meta.json records: prepared again
+    owt.prepare(out_dir=out, **{**kw, "seed": 4})
+    assert runs == ["train", "val"] * 4

@@ -13,7 +13,10 @@ from local files instead (.txt: one document per file; .jsonl: one {"text": ...}
 Every document is encoded with encode_ordinary and followed by <|endoftext|> (50256).
 Tokenization runs in a multiprocessing pool; tokens are streamed to disk in document
 order, so memory stays bounded whatever the dataset size. Outputs in --out_dir:
-train.bin, val.bin (flat uint16 tokens, read with np.memmap) and meta.json.
+train.bin, val.bin (flat uint16 tokens, read with np.memmap) and meta.json. A re-run with the
+inputs meta.json records (the same files unchanged, fraction and seed) finds the output complete
+and does nothing (--force tokenizes again); an interrupted one (Ctrl-C, kill) leaves the earlier
+output as it was.
 """
 import argparse
 import collections
@@ -183,15 +186,52 @@ def _hf_documents(dset, batch_size=1000):
 # -----------------------------------------------------------------------------
 
 
+def _inputs(files, val_fraction, seed) -> dict:
+    """What decides a prepare's output: the sources (a local file by path, size and modification time), the split's
+    fraction and seed. A re-run with the same inputs finds them in meta.json and does nothing."""
+    if files:
+        sources = [dict(path=str(Path(f).resolve()), bytes=Path(f).stat().st_size, mtime_ns=Path(f).stat().st_mtime_ns)
+                   for f in files]
+    else:
+        sources = [f"hf:{HF_DATASET}"]
+    return dict(sources=sources, val_fraction=val_fraction, seed=seed, tokenizer="gpt2", dtype="uint16")
+
+
+def already_prepared(out_dir: Path, inputs: dict):
+    """The meta.json of a complete earlier prepare from the same inputs (its train.bin and val.bin of the lengths it
+    records), else None."""
+    try:
+        meta = json.loads((out_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("inputs") != inputs:
+        return None
+    for split in ("train", "val"):
+        path = out_dir / f"{split}.bin"
+        if not path.is_file() or path.stat().st_size != 2 * meta.get(f"{split}_tokens", -1):
+            return None
+    return meta
+
+
 def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.0005, seed=2357,
-            ranks_file=None, chunk_docs=256) -> dict:
-    """Tokenize OpenWebText (or local `files`) into out_dir/{train,val}.bin; return the meta dict."""
+            ranks_file=None, chunk_docs=256, force=False) -> dict:
+    """Tokenize OpenWebText (or local `files`) into out_dir/{train,val}.bin; return the meta dict. A complete
+    earlier output of the same inputs (already_prepared) is kept as it is, unless `force`."""
     if not 0 < val_fraction < 1:  # also refuses nan
         raise ValueError(f"--val_fraction={val_fraction}: the fraction of documents held out for val, between 0 and 1 "
                          f"(exclusive)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_outputs(out_dir)  # temp files of an earlier prepare that was killed
+    for f in files or ():
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"--files: {f} not found")
+    inputs = _inputs(files, val_fraction, seed)
+    done = None if force else already_prepared(out_dir, inputs)
+    if done is not None:
+        print(f"{out_dir}: already prepared from these inputs (train {done['train_tokens']:,} tokens, val "
+              f"{done['val_tokens']:,}): nothing to do (--force to tokenize again)")
+        return done
     get_gpt2_encoding(ranks_file)  # fail fast (missing ranks file) before any heavy work
 
     if files:
@@ -235,6 +275,7 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
         "val_fraction": val_fraction,
         "seed": seed,
         "sources": sources,
+        "inputs": inputs,  # what a re-run compares (already_prepared)
     }
     pool = mp.Pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
     if pool is None:
@@ -276,13 +317,14 @@ if __name__ == "__main__":
     p.add_argument("--val_fraction", type=float, default=0.0005, help="fraction of documents held out for val")
     p.add_argument("--seed", type=int, default=2357, help="seed of the train/val split")
     p.add_argument("--tokenizer", default=None, help="GPT-2 ranks file (gpt2.tiktoken) for offline use")
+    p.add_argument("--force", action="store_true", help="tokenize again even if out_dir holds this prepare's output")
     args = p.parse_args()
     if Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
         sys.exit(f"error: --out_dir {args.out_dir} is a file, not a folder")
     try:
         with interrupt_on_sigterm():  # a kill runs the clean-up of the temp files, as Ctrl-C does
             prepare(out_dir=args.out_dir, files=args.files, num_proc=args.num_proc, val_fraction=args.val_fraction,
-                    seed=args.seed, ranks_file=args.tokenizer)
+                    seed=args.seed, ranks_file=args.tokenizer, force=args.force)
     except (ValueError, OSError, RuntimeError) as e:  # a file missing, unreadable, not JSON or UTF-8; no tokenizer
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
