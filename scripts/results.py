@@ -69,9 +69,10 @@ FAMILY_STYLE = {
 # collecting
 
 
-def load_summaries(runs_dir: Path, include_unfinished=False):
-    """{(row_id, rope): [summary, ...]} of the runs found under runs_dir."""
-    found = {}
+def load_summaries(runs_dir: Path, include_unfinished=False, quiet=False):
+    """{(row_id, rope): [summary, ...]} of the runs found under runs_dir. The unfinished runs left out (without
+    include_unfinished) are named on stderr, not dropped silently."""
+    found, left_out = {}, []
     if not runs_dir.is_dir():
         return found
     for d in sorted(runs_dir.iterdir()):
@@ -84,6 +85,8 @@ def load_summaries(runs_dir: Path, include_unfinished=False):
             # read its best val loss from log.jsonl and its config from config.json
             s = _summary_from_log(d) if include_unfinished else None
             if s is None:
+                if not include_unfinished:
+                    left_out.append(d.name)
                 continue
         else:
             try:
@@ -92,6 +95,7 @@ def load_summaries(runs_dir: Path, include_unfinished=False):
                 print(f"warning: unreadable {f}", file=sys.stderr)
                 continue
         if not (s.get("finished") or include_unfinished):
+            left_out.append(d.name)
             continue
         s["_run"] = d.name
         z = d / "zeroshot.json"  # scripts/eval_zeroshot.py, run after training (owt)
@@ -107,7 +111,55 @@ def load_summaries(runs_dir: Path, include_unfinished=False):
                 s["_zeroshot"] = zeroshot.get("row") or {}
         s["_seed"] = int(m["seed"])
         found.setdefault((m["row"], m["rope"]), []).append(s)
+    if left_out and not quiet:
+        print(f"note: {len(left_out)} unfinished run(s) not in the table (--include-unfinished counts them): "
+              f"{', '.join(left_out)}", file=sys.stderr)
     return found
+
+
+# the keys a run's config may differ in without being another experiment: where and how it ran (sweep's
+# NOT_SETTINGS), and the run's own name and seed
+NOT_COMPARED = {"seed", "out_dir", "wandb_run_name"}
+
+
+def mixed_settings(table_name, runs_dir: Path, include_unfinished=False) -> dict:
+    """(mixed, overrides): mixed {key: {value: [run, ...]}} for each training setting the table's runs disagree on,
+    beyond the keys its rows
+    vary by design (those that differ between the rows' own resolved configs: attn, ranks, pos_emb, ...) and
+    NOT_COMPARED / sweep.NOT_SETTINGS: a mean over seeds, a gap to MHA or a Pareto plot across such runs compares
+    different experiments (e.g. a smoke run's 4 iterations beside 10,000), {} when they agree; overrides {key:
+    value} for the settings all the runs share that differ from the rows' config files."""
+    import configurator
+    from scripts.paper_tables import all_runs, default_train_keys, format_override, run_overrides
+    from scripts.sweep import NOT_SETTINGS
+    designed = [configurator.parse_config([str(REPO / row.config)] + [format_override(k, v) for k, v in
+                                          run_overrides(row, rope).items()], default_train_keys())
+                for row, rope in all_runs(table_name)]
+    by_design = {k for k in designed[0] if len({json.dumps(c.get(k), sort_keys=True) for c in designed}) > 1}
+    skip = by_design | NOT_COMPARED | NOT_SETTINGS
+    values = {}  # key -> {value as JSON: [run, ...]}
+    for ss in load_summaries(runs_dir, include_unfinished, quiet=True).values():
+        for s in ss:
+            for k, v in (s.get("config") or {}).items():
+                if k not in skip:
+                    values.setdefault(k, {}).setdefault(json.dumps(v, sort_keys=True), []).append(s["_run"])
+    mixed = {k: v for k, v in sorted(values.items()) if len(v) > 1}
+    # settings every run shares but the rows' config files do not give (the command's overrides, e.g. a smoke
+    # sweep's --max_iters=4, or the committed tables' --eval_interval=50 --patience=6)
+    overrides = {k: json.loads(next(iter(v))) for k, v in sorted(values.items())
+                 if len(v) == 1 and k in designed[0] and json.loads(next(iter(v))) != json.loads(
+                     json.dumps(designed[0][k]))}
+    return mixed, overrides
+
+
+def describe_mixed(mixed: dict, limit=3) -> list:
+    """One line a key of mixed_settings: its values, each with its number of runs and (a few of) their names."""
+    lines = []
+    for k, by_value in mixed.items():
+        parts = [f"{v}: {len(runs)} run(s) ({', '.join(runs[:limit])}{', ...' if len(runs) > limit else ''})"
+                 for v, runs in sorted(by_value.items(), key=lambda kv: -len(kv[1]))]
+        lines.append(f"{k} = " + "; ".join(parts))
+    return lines
 
 
 def _summary_from_log(d: Path):
@@ -228,7 +280,7 @@ def _diff(ours, paper):
     return None if ours is None or paper is None else ours - paper
 
 
-def markdown(table_name, recs, runs_dir) -> str:
+def markdown(table_name, recs, runs_dir, mixed=None, overrides=None) -> str:
     t = TABLES[table_name]
     u = t.kv_unit
     lines = [
@@ -241,6 +293,13 @@ def markdown(table_name, recs, runs_dir) -> str:
         f"{DASH} = no finished run.",
         "",
     ]
+    if overrides:
+        lines += ["Trained with, beside the rows' config files (every run): "
+                  + ", ".join(f"`{k}={v!r}`" for k, v in overrides.items()) + ".", ""]
+    if mixed:
+        lines += ["**The runs were not all trained with the same settings** (beyond what the rows vary by design); "
+                  "means, gaps and plots across them may compare different experiments (check each key):", ""]
+        lines += [f"- {line}" for line in describe_mixed(mixed)] + [""]
     header = ("| Method | Attn params [MB] ours / paper | KV cache [" + u + "] ours / paper "
               "| Val loss ours | paper | Δ | Loss×params ours | paper | Δ | Loss×KV ours | paper | Δ "
               "| Gap to MHA ours | paper | best_iter | n |")
@@ -711,9 +770,13 @@ def main(argv=None):
     if out.exists() and not out.is_dir():
         raise SystemExit(f"error: --out {out} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
+    mixed, overrides = mixed_settings(args.table, runs_dir, args.include_unfinished)
+    if mixed:
+        print("warning: the runs were not all trained with the same settings (beyond what the rows vary by "
+              "design):\n  " + "\n  ".join(describe_mixed(mixed)), file=sys.stderr)
     if args.table == "enwiki":
         return enwiki_report(recs, runs_dir, out)
-    write_text(out / "table.md", markdown(args.table, recs, runs_dir))
+    write_text(out / "table.md", markdown(args.table, recs, runs_dir, mixed, overrides))
     write_text(out / "table.json", json.dumps(recs, indent=1))
     unit = TABLES[args.table].kv_unit
     plot_pareto(args.table, recs, "attn_params_mb", "attention params [MB, bf16]", out / "pareto_attn_params.png")

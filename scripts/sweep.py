@@ -14,7 +14,9 @@ same list the table printers use.
 Resumable: a run whose <out_dir>/summary.json says finished=true is skipped, so the same
 command can be re-issued after an interruption (unfinished runs restart from scratch). A finished
 run trained with other settings than the command gives (its config file and overrides, resolved;
-where and how it ran aside: NOT_SETTINGS) stops the sweep with a list of them, before anything runs.
+where and how it ran aside: NOT_SETTINGS; a key the command leaves out is compared at its default) stops the
+sweep with a list of them, before anything runs, as do overrides that do not parse and a data folder without its
+token files. Ctrl-C or a kill (SIGTERM) of the sweep stops the runs it started, which restart on the next sweep.
 With --jobs N, N runs go at once; --gpus 0,1,... pins job slot i to GPU i % len(gpus)
 (several Shakespeare runs fit on one H200). Exits non-zero listing the failed runs.
 """
@@ -34,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 if not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.sweep ...")
 
+from atomic_files import interrupt_on_sigterm  # noqa: E402
 from scripts.paper_tables import ROPE_SETTINGS, TABLES, all_runs, format_override, run_overrides  # noqa: E402
 from train_config import RUN_KEYS, TRAIN_DEFAULTS  # noqa: E402
 
@@ -59,12 +62,45 @@ NOT_SETTINGS = (set(TRAIN_DEFAULTS) - set(RUN_KEYS)) | {"data_dir", "log_interva
                                                        "always_save_checkpoint"}
 
 
-def settings_differ(cmd, out_dir: Path) -> list:
-    """['key=finished run's value (this command: value)'] where the finished run in out_dir was trained with other
-    settings than `cmd` gives (its config file and overrides, resolved as train.py resolves them); [] when they
-    agree or the summary holds no config to compare."""
+def resolved(cmd, given=None) -> dict:
+    """The config a run's command gives train.py (its config file and overrides over train.py's defaults, as
+    train.py resolves them); `given` collects the keys the command sets. SystemExit with one line where it does
+    not parse (an unknown key, a bad value): before any run starts."""
     from configurator import parse_config
     from scripts.paper_tables import default_train_keys
+    args = cmd[cmd.index("train.py") + 1:]
+    try:
+        return parse_config([a if a.startswith("--") else str(REPO / a) for a in args], default_train_keys(),
+                            set() if given is None else given)
+    except (ValueError, FileNotFoundError) as e:  # the command itself is wrong: say so before any run
+        raise SystemExit(f"error: the command for {Path(_out_dir_of(cmd)).name} does not parse: {e}")
+
+
+def _out_dir_of(cmd) -> str:
+    return next((a.split("=", 1)[1] for a in cmd if a.startswith("--out_dir=")), "?")
+
+
+def missing_data(cmd):
+    """The token file a run would not find (its data_dir's train.bin or val.bin), with the command that makes it;
+    None when both are there."""
+    cfg = resolved(cmd)
+    data_dir = Path(cfg["data_dir"]) if cfg["data_dir"] else REPO / "data" / cfg["dataset"]
+    if not data_dir.is_absolute():
+        data_dir = REPO / data_dir
+    for split in ("train", "val"):
+        if not (data_dir / f"{split}.bin").is_file():
+            prepare = f"python -m data.{cfg['dataset']}.prepare" if (REPO / "data" / cfg["dataset"]).is_dir() else \
+                "its prepare script"
+            return f"{data_dir / f'{split}.bin'} not found: make it first ({prepare}), or give -- --data_dir=FOLDER"
+    return None
+
+
+def settings_differ(cmd, out_dir: Path) -> list:
+    """['key=finished run's value (this command: value)'] where the finished run in out_dir was trained with other
+    settings than `cmd` gives (its config file and overrides, resolved as train.py resolves them, defaults
+    included: a key the command leaves out is its default, which the run must have had too); [] when they agree or
+    the summary holds no config to compare. A key the saved config lacks (one added to train.py since) is not
+    compared."""
     try:
         with open(out_dir / "summary.json") as f:
             saved = json.load(f).get("config")
@@ -72,15 +108,10 @@ def settings_differ(cmd, out_dir: Path) -> list:
         return []
     if not saved:
         return []
-    args = cmd[cmd.index("train.py") + 1:]
-    given = set()
-    try:
-        asked = parse_config([a if a.startswith("--") else str(REPO / a) for a in args], default_train_keys(), given)
-    except (ValueError, FileNotFoundError) as e:  # the command itself is wrong: say so before any run
-        raise SystemExit(f"error: the command for {out_dir.name} does not parse: {e}")
+    asked = resolved(cmd)
     same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731  tuples as lists
-    return [f"{k}={saved.get(k)!r} (this command: {asked[k]!r})" for k in sorted(given - NOT_SETTINGS)
-            if not same(saved.get(k), asked[k])]
+    return [f"{k}={saved[k]!r} (this command: {asked[k]!r})" for k in sorted(set(asked) - NOT_SETTINGS)
+            if k in saved and not same(saved[k], asked[k])]
 
 
 def _show_path(p: Path) -> str:
@@ -160,6 +191,8 @@ def main(argv=None):
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers")
     runs = plan(args.table, rows, ropes, seeds, args.results_dir, args.patience, extra, args.nproc,
                 args.save_checkpoints)
+    for _, _, cmd in runs:  # every command parses (the overrides after `--` included): one line now, not a
+        resolved(cmd)       # failed run per row later
     todo = [r for r in runs if not is_finished(r[1])]
     skipped = len(runs) - len(todo)
     # a finished run is skipped only if it is the run this command asks for: a smoke sweep's 30-iteration runs
@@ -181,6 +214,10 @@ def main(argv=None):
             print(f"({skipped} finished run(s) skipped)", file=sys.stderr)
         return 0
 
+    missing = next((m for m in map(missing_data, dict.fromkeys(tuple(c) for _, _, c in todo)) if m), None)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     print(f"{args.table}: {len(runs)} runs, {skipped} already finished, {len(todo)} to do, {args.jobs} at once",
           flush=True)
     gpus = [g for g in args.gpus.split(",") if g]
@@ -190,10 +227,14 @@ def main(argv=None):
     lock = threading.Lock()
     t0 = time.time()
     done, failed, not_started = [0], [], []
+    children, stopping = set(), threading.Event()  # the running train.py processes; set when the sweep is stopped
 
     def work(item):
         name, out_dir, cmd = item
         slot = slots.get()
+        if stopping.is_set():
+            slots.put(slot)
+            return
         if args.time_budget and time.time() - t0 > args.time_budget:
             with lock:
                 not_started.append(name)
@@ -208,7 +249,16 @@ def main(argv=None):
             with open(out_dir / "train.log", "w") as log:
                 log.write("$ " + shlex.join(cmd) + "\n")
                 log.flush()
-                rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+                with lock:
+                    if stopping.is_set():
+                        return
+                    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+                    children.add(proc)
+                rc = proc.wait()
+                with lock:
+                    children.discard(proc)
+            if stopping.is_set():  # stopped with the sweep: not a failure, it restarts on a re-run
+                return
             # a zero exit without a finished summary is a failure too (e.g. crashed writer)
             ok = rc == 0 and is_finished(out_dir)
             with lock:
@@ -221,8 +271,28 @@ def main(argv=None):
         finally:
             slots.put(slot)
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
-        list(ex.map(work, todo))
+    ex = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    try:
+        with interrupt_on_sigterm():  # kill / a scheduler's stop: as Ctrl-C, the running train.py stopped too
+            for future in [ex.submit(work, item) for item in todo]:
+                future.result()
+    except KeyboardInterrupt:
+        stopping.set()
+        with lock:
+            running = list(children)
+        for proc in running:
+            proc.terminate()
+        for proc in running:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        ex.shutdown(wait=True, cancel_futures=True)
+        print(f"interrupted: {len(running)} running run(s) stopped (they start over on a re-run), {done[0]} finished "
+              f"here kept; re-run the same command to continue", file=sys.stderr)
+        return 130
+    ex.shutdown()
 
     print(f"{len(todo) - len(failed) - len(not_started)}/{len(todo)} runs finished in {time.time() - t0:.0f}s", flush=True)
     if not_started:

@@ -270,11 +270,66 @@ def test_sweep_refuses_finished_runs_of_other_settings(tmp_path, capsys):
     rc, cmds, err = dry("--rows", "mha", "--rope", "off", "--", "--max_iters=5000")
     assert rc == 2 and "mha-rope_off-s1337: max_iters=30 (this command: 5000)" in err and cmds == [], err
     assert dry("--rows", "mha", "--rope", "off", "--", "--max_iters=30")[:2] == (0, [])  # the same run: skipped
+    # a key the new command leaves out is its default, which the finished run must have had too (it was compared
+    # only where the command set it: a run trained with early stopping stood in for one without)
+    (done / "summary.json").write_text(json.dumps({"finished": True, "config": {**cfg, "patience": 1}}))
+    rc, cmds, err = dry("--rows", "mha", "--rope", "off", "--", "--max_iters=30")
+    assert rc == 2 and "mha-rope_off-s1337: patience=1 (this command: 0)" in err, err
+    (done / "summary.json").write_text(json.dumps({"finished": True, "config": {
+        k: v for k, v in cfg.items() if k != "patience"}}))  # a key added to train.py since the run: not compared
+    assert dry("--rows", "mha", "--rope", "off", "--", "--max_iters=30")[:2] == (0, [])
     with pytest.raises(SystemExit, match="command for mha-rope_off-s1337 does not parse: unknown config key 'mx'"):
         dry("--rows", "mha", "--rope", "off", "--", "--mx=30")
     rc, cmds, _ = dry("--rows", "gqa2", "--rope", "off", "--seeds", "1,2,1")
     assert [c[-1] for c in cmds] == ["--save_checkpoint=False"] * 2
     assert sorted(dict(a[2:].split("=", 1) for a in c[3:])["seed"] for c in cmds) == ["1", "2"]
+
+
+def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp_path):
+    """Before any run: an override that does not parse is one line (every run would fail on it), and so is a
+    data folder without its token files. A kill of the sweep (SIGTERM) stops the train.py it started (before: left
+    running, and a re-run started a second one in the same folder), says so on one line, exit 130."""
+    import os
+    import signal
+    import subprocess
+    import time
+    import numpy as np
+    data = tmp_path / "data"
+    tiny = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--device=cpu",
+            "--compile=False", "--max_iters=1000000", "--eval_interval=1000000", "--eval_iters=1",
+            "--eval_full_val=False", "--log_interval=1000000", f"--data_dir={data}"]
+    base = [sys.executable, "-m", "scripts.sweep", "shakespeare", "--rows", "mha", "--rope", "off",
+            "--results_dir", str(tmp_path / "runs")]
+    bad = subprocess.run(base + ["--", *tiny, "--max_iter=3"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert bad.returncode != 0 and "unknown config key 'max_iter'" in bad.stderr, bad.stderr
+    assert not (tmp_path / "runs").exists()
+    nodata = subprocess.run(base + ["--", *tiny], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert nodata.returncode == 2 and nodata.stderr.strip() == f"error: {data / 'train.bin'} not found: make it " \
+        f"first (python -m data.shakespeare.prepare), or give -- --data_dir=FOLDER", nodata.stderr
+    data.mkdir()
+    for split in ("train", "val"):
+        np.random.default_rng(0).integers(0, 50257, 4000).astype(np.uint16).tofile(data / f"{split}.bin")
+    sweep = subprocess.Popen(base + ["--", *tiny], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    out_dir = str(tmp_path / "runs" / "mha-rope_off-s1337")
+
+    def trainers():  # the processes training into out_dir (their command lines name it)
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if "train.py" in cmdline and out_dir in cmdline:
+                pids.append(int(pid))
+        return pids
+    deadline = time.time() + 120
+    while not (trainers() and (Path(out_dir) / "log.jsonl").exists()) and time.time() < deadline:
+        time.sleep(0.2)
+    assert trainers(), "the sweep's run never started"
+    os.kill(sweep.pid, signal.SIGTERM)
+    _, err = sweep.communicate(timeout=90)
+    assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted: 1 running run(s) stopped")
+    assert trainers() == []
 
 
 def _summary(row, rope, seed, loss, best_iter=500):
@@ -323,6 +378,47 @@ def test_results_tables_and_plots(tmp_path):
     assert by[("mha", "off")]["attn_params_mb"] == pytest.approx(56.623104)
     for png in ("pareto_attn_params.png", "pareto_kv_cache.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_name_mixed_settings_overrides_and_runs_left_out(tmp_path, capsys):
+    """scripts.results compares the runs' whole training configs: a setting the runs disagree on beyond what the rows
+    vary by design (one seed of MHA with 2 layers, the other with 12) is a warning and a note in table.md naming the
+    values and runs (before: averaged silently, 10.745 ± 0.110 over a 1-layer and a 2-layer model); settings that
+    every run shares beside the config files are listed (the committed tables: eval_interval=50, patience=6); an
+    unfinished run left out is named on stderr."""
+    from configurator import parse_config
+    from scripts import results
+    from scripts.paper_tables import default_train_keys, format_override, run_overrides
+    t = TABLES["shakespeare"]
+    runs = tmp_path / "runs"
+
+    def write(rid, rope, seed, loss, finished=True, **keys):
+        row = t.row(rid)
+        cfg = parse_config([str(REPO / row.config)] + [format_override(k, v) for k, v in run_overrides(row, rope).items()]
+                           + [f"--{k}={v}" for k, v in {"seed": seed, "patience": 6, **keys}.items()],
+                           default_train_keys())
+        d = runs / f"{rid}-rope_{rope}-s{seed}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({**_summary(row, rope, seed, loss), "config": cfg,
+                                                    "finished": finished}))
+    write("mha", "off", 1337, 3.8)
+    write("mha", "off", 1, 3.9, n_layer=2)
+    write("tucker_8_64_64", "off", 1337, 3.9)
+    write("gqa4", "off", 1337, 3.7, finished=False)
+    out = tmp_path / "out"
+    results.main(["shakespeare", "--runs", str(runs), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert "note: 1 unfinished run(s) not in the table (--include-unfinished counts them): gqa4-rope_off-s1337" in err
+    assert "warning: the runs were not all trained with the same settings" in err
+    assert "n_layer = 12: 2 run(s) (mha-rope_off-s1337, tucker_8_64_64-rope_off-s1337); 2: 1 run(s) " \
+           "(mha-rope_off-s1)" in err
+    md = (out / "table.md").read_text()
+    assert "Trained with, beside the rows' config files (every run): `patience=6`." in md
+    assert "**The runs were not all trained with the same settings**" in md and "- n_layer = 12: 2 run(s)" in md
+    (runs / "mha-rope_off-s1").rename(tmp_path / "gone")  # the runs agree now: no note
+    results.main(["shakespeare", "--runs", str(runs), "--out", str(out)])
+    assert "not all trained with the same settings" not in (out / "table.md").read_text()
+    assert "not all trained" not in capsys.readouterr().err
 
 
 def test_results_count_only_runs_with_a_loss(tmp_path, capsys):
