@@ -167,10 +167,11 @@ if _HAVE_TRITON:
                 tl.store(SCORE + row, top)
 
     @triton.jit
-    def _argmax_kernel(L, stride_l, S, stride_s, OUT, V, PROGRAMS, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr):
+    def _argmax_kernel(L, stride_l, S, stride_s, OUT, FINITE, V, PROGRAMS, KEY_BITS: tl.constexpr,
+                       BLOCK: tl.constexpr):
         """Greedy decoding's token, one block of a row a program: the block's largest logit and its first id packed
         (order key, then the smaller id) into one int64 and maxed into S[0]; the row's last program to arrive (S[1]
-        counts them) writes the row's token."""
+        counts them) writes the row's token, and clears FINITE (int8) where the logit it chose is nan or +-inf."""
         row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
         offs = block * BLOCK + tl.arange(0, BLOCK)
         valid = offs < V
@@ -181,7 +182,11 @@ if _HAVE_TRITON:
         tl.atomic_max(srow, tl.max(packed, axis=0))
         if tl.atomic_add(srow + 1, 1) == PROGRAMS - 1:  # the row's last program (acq_rel atomics)
             won = tl.atomic_max(srow, 0)  # read after every program's max
-            tl.store(OUT + row, 0xFFFFFF - (won & 0xFFFFFF))
+            tok = 0xFFFFFF - (won & 0xFFFFFF)
+            tl.store(OUT + row, tok)
+            best = tl.load(L + row * stride_l + tok).to(tl.float32)
+            bad = (best != best) | (tl.abs(best) == float("inf"))  # nan (argmax's pick if any), or +-inf
+            tl.store(FINITE, tl.zeros([], tl.int8), mask=bad)
 
 
 def unsupported(logits: torch.Tensor) -> Optional[str]:
@@ -214,17 +219,23 @@ def _blocks(B: int, V: int, caller: str):
     return block, programs
 
 
-def argmax(logits: torch.Tensor) -> torch.Tensor:
+def argmax(logits: torch.Tensor, finite: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Greedy decoding's token (B,) long from logits (B, V) (a view with unit column stride is fine): torch.argmax
     along the ids, ties and nans included (the first id of the maximum; -0 and +0 equal; the first nan, if any).
-    Call unsupported(logits) first."""
+    `finite` (a bool scalar on the same device), if given, is set False where a row's chosen logit is nan or +-inf
+    (the sampled draw's flag: garbage logits are not decoded silently). Call unsupported(logits) first."""
     B, V = logits.shape
     block, programs = _blocks(B, V, "argmax")
     out = torch.empty(B, dtype=torch.long, device=logits.device)
     if B == 0:
         return out
+    if finite is None:
+        finite = torch.ones((), dtype=torch.bool, device=logits.device)
+    elif finite.dtype != torch.bool or finite.numel() != 1:
+        raise ValueError("fused_sample.argmax: finite must be a one-element bool tensor")
     scratch = torch.zeros(B, 2, dtype=torch.int64, device=logits.device)  # per row: the packed best, the arrivals
-    _argmax_kernel[(B, programs)](logits, logits.stride(0), scratch, scratch.stride(0), out, V, programs,
+    _argmax_kernel[(B, programs)](logits, logits.stride(0), scratch, scratch.stride(0), out, finite.view(torch.int8),
+                                  V, programs,
                                   KEY_BITS=32 if logits.dtype == torch.float32 else 16, BLOCK=block,
                                   num_warps=NUM_WARPS)
     return out

@@ -1519,11 +1519,20 @@ def activation_dtype(weight: torch.Tensor) -> torch.dtype:
 SAMPLE_BACKENDS = ("auto", "triton", "torch")
 
 
+class NonFiniteLogits(RuntimeError):
+    """generate's error when a step's logits held nan or inf (a broken model or checkpoint): its tokens are garbage."""
+
+
+GREEDY_BELOW = float(torch.finfo(torch.float32).tiny)  # a temperature below float32's smallest normal number decodes
+#   greedily: (logits - max) / temperature in float32 would divide by a rounded 0 (nan), and the softmax of logits
+#   scaled by >= 1e38 is the argmax anyway
+
+
 def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
                 generator: Optional[torch.Generator] = None, vocab_limit: Optional[int] = None,
                 finite: Optional[torch.Tensor] = None, backend: str = "auto") -> torch.Tensor:
-    """The next token (B,) from logits (B, vocab): argmax at temperature 0, else a draw from the
-    softmax of logits / temperature over the top_k most likely tokens. vocab_limit: only ids below it
+    """The next token (B,) from logits (B, vocab): argmax at temperature 0 (or below GREEDY_BELOW), else a draw
+    from the softmax of logits / temperature over the top_k most likely tokens. vocab_limit: only ids below it
     (a tokenizer's size under the model's padded vocab_size: GPT-2's 50,257 of 50,304, whose padding
     ids decode to nothing).
 
@@ -1534,7 +1543,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     never waits on the CPU: multinomial read two validity checks back to the host every call; here
     `finite`, a bool scalar on the logits' device, is and-ed in place with "the winning score is finite"
     (false for a row with a nan or +inf logit, or nothing left to draw), for the caller to read once at the
-    end (GPT.generate does). The top_k threshold comes from an unsorted top-k of the logits in their own
+    end (GPT.generate does; greedy decoding's flag: the chosen logit is finite). The top_k threshold comes from an unsorted top-k of the logits in their own
     dtype: for bf16 logits the set float(x) / temperature would give (division keeps distinct bf16 values
     apart); for fp32 logits that the division rounds together, ties at the k-th value can differ. On an H200
     at batch 1 with GPT-2's vocabulary the draw took 127 us of GPU time a token with softmax, a sorted fp32
@@ -1553,8 +1562,13 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     if vocab_limit is not None:
         logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
     kernels = sample_kernels(logits, backend)  # fused_sample, or None for the torch ops
-    if temperature == 0:  # bf16 or fp32 as they come: the float conversion is exact
-        return kernels.argmax(logits) if kernels else logits.argmax(dim=-1)  # (B,)
+    if temperature < GREEDY_BELOW:  # argmax (bf16 or fp32 as they come: the float conversion is exact)
+        if kernels:
+            return kernels.argmax(logits, finite)  # (B,), `finite` cleared where a chosen logit is nan or +-inf
+        token = logits.argmax(dim=-1)  # (B,)
+        if finite is not None:
+            finite &= logits.gather(1, token[:, None]).isfinite().all()
+        return token
     # the noise of the draw, the same for both forms: (B, V) float32 ~ Exp(1) from `generator`
     q = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(1, generator=generator)
     if kernels:
@@ -1705,7 +1719,7 @@ class StaticDecoder:
         each replay (a CUDA test checks tokens and state). Returns the static (B,) token tensor (copy it before
         the next replay), or None where a torch without CUDAGraph.register_generator_state cannot draw from a
         given generator in a graph (then sample eagerly)."""
-        if temperature == 0:
+        if temperature < GREEDY_BELOW:
             top_k, generator = None, None  # argmax: no draw
         key = (temperature, top_k, vocab_limit, generator)
         if key not in self.samplers:
@@ -1904,9 +1918,9 @@ class GPT(nn.Module):
                 out[:, n] = token if token is not None else sample_next(logits, temperature, top_k, generator,
                                                                         vocab_limit, finite)
                 n += 1
-            if temperature != 0 and not finite.item():  # read once, after the loop (multinomial read it every token)
-                raise RuntimeError("generate: the model's next-token probabilities contained inf or nan at some step "
-                                   "(non-finite logits), so the sampled tokens are meaningless")
+            if not finite.item():  # read once, after the loop (multinomial read it every token)
+                raise NonFiniteLogits("generate: the model's next-token logits or probabilities contained inf or nan "
+                                      "at some step (non-finite logits), so the decoded tokens are meaningless")
             if decoder is not None and decoder.mega is not None:
                 decoder.mega.check()  # a grid barrier that gave up would have left garbage: say so
             return out

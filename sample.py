@@ -19,7 +19,7 @@ import torch
 
 from checkpoint import load_model
 from configurator import check_device, help_requested, make_current, parse_config
-from model import check_compile_mode, check_decode
+from model import NonFiniteLogits, check_compile_mode, check_decode
 from tokenizer import get_gpt2_encoding
 
 DEFAULTS = dict(
@@ -150,10 +150,13 @@ def main(argv):
         while len(samples) < cfg["num_samples"]:
             sync()
             t0 = time.perf_counter()
-            y = model.generate(x.expand(rows, -1), cfg["max_new_tokens"], temperature=cfg["temperature"],
-                               top_k=cfg["top_k"] or None, use_cache=cfg["use_cache"], generator=gen,
-                               decode=cfg["decode"], compile=cfg["compile"], compile_mode=cfg["compile_mode"],
-                               vocab_limit=min(enc.n_vocab, model.config.vocab_size))  # no padding ids: not text
+            try:
+                y = model.generate(x.expand(rows, -1), cfg["max_new_tokens"], temperature=cfg["temperature"],
+                                   top_k=cfg["top_k"] or None, use_cache=cfg["use_cache"], generator=gen,
+                                   decode=cfg["decode"], compile=cfg["compile"], compile_mode=cfg["compile_mode"],
+                                   vocab_limit=min(enc.n_vocab, model.config.vocab_size))  # no padding ids: not text
+            except NonFiniteLogits as e:  # a broken checkpoint (nan weights): one line, not a traceback
+                fail(f"{e} (checkpoint {os.path.join(cfg['out_dir'], cfg['ckpt'])})")
             sync()
             times.append(time.perf_counter() - t0)
             for row in y[:cfg["num_samples"] - len(samples)]:  # (rows, prompt + max_new_tokens); the last call's extras dropped
@@ -161,12 +164,15 @@ def main(argv):
                 samples.append(text)
                 print(text)
                 print("---------------")
-    n, seconds = cfg["num_samples"] * cfg["max_new_tokens"], sum(times)
+    # every decoded row counts, the last call's extra rows too (decoded and timed, not printed)
+    n, seconds = len(times) * rows * cfg["max_new_tokens"], sum(times)
     compiled = f", compiled ({cfg['compile_mode']})" if cfg["compile"] else ""
     mode = f"decode={cfg['decode']}{compiled}" if cfg["use_cache"] else "uncached"
-    batch = f", batch_size {cfg['batch_size']}" if cfg["batch_size"] > 1 else ""
+    batch = f", batch_size {rows}" if rows > 1 else ""  # the batch decoded: at most num_samples
+    extra = len(times) * rows - cfg["num_samples"]
+    extra = f"; {extra} extra row(s) of the last batch decoded, not printed" if extra else ""
     print(f"sampled {n} tokens in {seconds:.2f} s: {n / max(seconds, 1e-9):,.1f} tokens/s ({mode}, {device} {dtype}"
-          f"{batch})", file=sys.stderr)
+          f"{batch}{extra})", file=sys.stderr)
     if len(times) > 1:  # the first call also pays the one-time kernel compile and graph capture
         first = "sample" if rows == 1 else f"batch of {rows}"
         rest_tokens, rest = n - rows * cfg["max_new_tokens"], sum(times[1:])

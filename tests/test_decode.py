@@ -169,17 +169,23 @@ def test_sample_next_flags_non_finite_and_generate_raises():
     cases = {(1.0, -float("inf"), 0.0): True, (1.0, float("inf"), 0.0): False,
                                 (-float("inf"),) * 3: False, (float("nan"), 1.0, 0.0): False}
     for row, ok in cases.items():
-        for top_k in (None, 2):
+        for temperature, top_k in ((0.8, None), (0.8, 2), (0.0, None)):  # greedy: the chosen logit's finiteness
             finite = torch.ones((), dtype=torch.bool)
-            sample_next(torch.tensor([row]), 0.8, top_k, finite=finite)
-            assert finite.item() == ok, (row, top_k)
+            sample_next(torch.tensor([row]), temperature, top_k, finite=finite)
+            assert finite.item() == ok, (row, temperature, top_k)
+    # a temperature below float32's smallest normal number is greedy (before: (logits - max) / t divided by a
+    # rounded 0, nan scores, and generate blamed the model)
+    tiny = torch.tensor([[0.0, -1.0, 3.0, 2.5]])
+    for t in (1e-50, 1e-300, 1e-39):
+        finite = torch.ones((), dtype=torch.bool)
+        assert sample_next(tiny, t, None, finite=finite).tolist() == [2] and finite.item(), t
     model = build("tucker", "learned", None)
     with torch.no_grad():
         model.lm_head.weight[3, 0] = float("nan")  # tied to wte: the logits go non-finite from the first step
     idx = torch.zeros(1, 2, dtype=torch.long)
-    with pytest.raises(RuntimeError, match="inf or nan"):
-        model.generate(idx, 3, temperature=0.8, decode="eager")
-    assert model.generate(idx, 3, temperature=0, decode="eager").shape == (1, 5)  # greedy: argmax, as before
+    for temperature in (0.8, 0.0):  # greedy too (before: token 0 every step, printed as text without a word)
+        with pytest.raises(RuntimeError, match="inf or nan"):
+            model.generate(idx, 3, temperature=temperature, decode="eager")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

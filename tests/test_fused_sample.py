@@ -135,11 +135,22 @@ def argmax_rows(V: int, dtype, device) -> torch.Tensor:
 
 
 def check_argmax(logits):
-    """fused_sample.argmax's token is torch.argmax's, row by row, and through sample_next(temperature 0)."""
+    """fused_sample.argmax's token is torch.argmax's, row by row, and through sample_next(temperature 0); its
+    finite flag is the torch form's (sample_next's torch ops): cleared exactly where a row's chosen logit is nan or
+    +-inf, for each row alone and for all the rows at once."""
     token = fs.argmax(logits)
     assert token.dtype == torch.long and torch.equal(token, logits.argmax(dim=-1)), (token, logits.argmax(dim=-1))
     via = sample_next(logits, 0.0, None, backend="triton")
     assert torch.equal(via, token)
+    chosen_finite = logits.float().gather(1, token[:, None]).isfinite()[:, 0].cpu()
+    for i in range(logits.size(0)):
+        flag, torch_flag = (torch.ones((), dtype=torch.bool, device=logits.device) for _ in range(2))
+        fs.argmax(logits[i:i + 1], flag)
+        sample_next(logits[i:i + 1], 0.0, None, finite=torch_flag, backend="torch")
+        assert flag.item() == torch_flag.item() == bool(chosen_finite[i]), (i, logits[i])
+    flag = torch.ones((), dtype=torch.bool, device=logits.device)
+    sample_next(logits, 0.0, None, finite=flag, backend="triton")
+    assert flag.item() == bool(chosen_finite.all())
 
 
 def finite_cases():

@@ -66,6 +66,27 @@ def test_unreadable_checkpoint(damage, out_dir, gpt2_ranks_file, capsys):
         assert "train one first" in err
 
 
+@pytest.mark.parametrize("temperature", ["0", "0.8"])
+def test_a_checkpoint_with_nan_weights_is_one_line(temperature, tmp_path, gpt2_ranks_file, capsys):
+    """nan weights make every logit nan: one line naming the checkpoint, exit 2, at the sampled default and greedy
+    too (before: greedy printed token 0 at every step without a word, and the sampled draw was a traceback)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False))
+    with torch.no_grad():
+        model.transformer.ln_f.weight.fill_(float("nan"))
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(tmp_path / "ckpt.pt", make_checkpoint(model, opt, {}))
+    err = sample_error(sample_args(tmp_path, gpt2_ranks_file, f"--temperature={temperature}"), capsys)
+    assert "contained inf or nan" in err and str(tmp_path / "ckpt.pt") in err
+
+
+def test_a_vanishing_temperature_samples_greedily(out_dir, gpt2_ranks_file, capsys):
+    """A temperature below float32's smallest normal number (1e-50: valid, > 0) decodes greedily (before: the
+    scores' division by a float32 0 gave nan, and generate blamed the model)."""
+    greedy = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager"))
+    assert sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=1e-50", "--decode=eager")) == greedy
+
+
 def test_samples_and_speed_on_stderr(out_dir, gpt2_ranks_file, capsys):
     samples = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager"))
     captured = capsys.readouterr()
@@ -101,8 +122,10 @@ def test_batched_samples(out_dir, gpt2_ranks_file, capsys, monkeypatch):
     captured = capsys.readouterr()
     assert got == one * 5 and captured.out.count("---------------") == 5
     assert [s[0] for s in shapes] == [2, 2, 2]
-    assert "sampled 25 tokens in" in captured.err and "batch_size 2)" in captured.err
-    assert "after the first batch of 2: 15 tokens in" in captured.err
+    # every decoded row counts, the last batch's extra one too (it is decoded and timed), and says so
+    assert "sampled 30 tokens in" in captured.err
+    assert "batch_size 2; 1 extra row(s) of the last batch decoded, not printed)" in captured.err
+    assert "after the first batch of 2: 20 tokens in" in captured.err
     sampled = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=1.0", "--decode=eager", "--num_samples=4",
                                       "--batch_size=4", "--max_new_tokens=12"))
     assert len(sampled) == 4 and len(set(sampled)) > 1  # rows draw their own tokens
