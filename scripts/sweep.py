@@ -191,8 +191,6 @@ def main(argv=None):
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers")
     runs = plan(args.table, rows, ropes, seeds, args.results_dir, args.patience, extra, args.nproc,
                 args.save_checkpoints)
-    for _, _, cmd in runs:  # every command parses (the overrides after `--` included): one line now, not a
-        resolved(cmd)       # failed run per row later
     todo = [r for r in runs if not is_finished(r[1])]
     skipped = len(runs) - len(todo)
     # a finished run is skipped only if it is the run this command asks for: a smoke sweep's 30-iteration runs
@@ -214,6 +212,8 @@ def main(argv=None):
             print(f"({skipped} finished run(s) skipped)", file=sys.stderr)
         return 0
 
+    # every command parses (the overrides after `--` included) and finds its data: one line now, not a failed run a
+    # row later (not in a dry run: it imports torch for train.py's defaults, seconds a call)
     missing = next((m for m in map(missing_data, dict.fromkeys(tuple(c) for _, _, c in todo)) if m), None)
     if missing:
         print(f"error: {missing}", file=sys.stderr)
