@@ -7,6 +7,7 @@ evaluate.check_token_file compares, so a pair half replaced by an interrupted pr
 import contextlib
 import glob
 import json
+import math
 import os
 import signal
 import threading
@@ -41,16 +42,65 @@ def remove_stale_temps(path) -> list:
     return removed
 
 
-def write_json_atomic(path, obj) -> None:
-    """obj as indented JSON into `path` through a temp file and a rename: the old file or the new, never half."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+def atomic_write(path: str, write) -> None:
+    """write(tmp_path), fsync, then rename onto `path`: a crash or kill at any point leaves `path` as
+    it was or complete, never half-written. A failed write removes its temp file; temp files that
+    dead processes left beside `path` are removed after a successful one."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp.{threading.get_ident()}.{os.getpid()}"  # one a writer: threads of a process apart too
     try:
-        tmp.write_text(json.dumps(obj, indent=2) + "\n")
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if os.path.exists(tmp):
+            os.remove(tmp)
         raise
+    _fsync_dir(os.path.dirname(path) or ".")
+    remove_stale_temps(path)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:  # make the rename itself durable (best effort: not every OS lets a folder be opened)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _json_safe(obj):
+    """NaN and infinities become null: JSON has no such numbers (json.dump would write bare NaN)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def write_json(path: str, obj) -> None:
+    """Valid JSON (non-finite numbers as null), written atomically."""
+    text = json.dumps(_json_safe(obj), indent=2, allow_nan=False)
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+    atomic_write(path, write)
+
+
+def write_text(path, text: str) -> None:
+    """A text file (a table, a report), written atomically."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    atomic_write(path, write)
 
 
 def replace_together(out_dir, temps: dict, meta: dict) -> None:
@@ -59,7 +109,7 @@ def replace_together(out_dir, temps: dict, meta: dict) -> None:
     that compares a file with meta.json (evaluate.check_token_file) sees the mismatch of an interrupted replacement
     and says to re-run the prepare, instead of training on a new train.bin beside an old val.bin."""
     out_dir = Path(out_dir)
-    write_json_atomic(out_dir / "meta.json", meta)
+    write_json(out_dir / "meta.json", meta)
     for name, tmp in temps.items():
         os.replace(tmp, out_dir / name)
 

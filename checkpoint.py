@@ -28,13 +28,13 @@ import math
 import os
 import subprocess
 import sys
-import threading
 
 from typing import Optional
 
 import torch
 
-from atomic_files import pid_alive, remove_stale_temps  # noqa: F401 (re-exported: train.py, scripts)
+from atomic_files import (atomic_write, pid_alive, remove_stale_temps,  # noqa: F401 (re-exported: train.py and
+                          write_json, write_text)  # the scripts import them from here)
 from model import GPT, GPTConfig
 
 CKPT_NAME = "ckpt.pt"
@@ -73,73 +73,12 @@ def saved_rng_state(checkpoint: dict, rank: int):
 
 
 # ----------------------------------------------------------------------------------------
-# Writing: temp file in the same folder, fsync, rename
-
-
-def atomic_write(path: str, write) -> None:
-    """write(tmp_path), fsync, then rename onto `path`: a crash or kill at any point leaves `path` as
-    it was or complete, never half-written. A failed write removes its temp file; temp files that
-    dead processes left beside `path` are removed after a successful one."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp.{threading.get_ident()}.{os.getpid()}"  # one a writer: threads of a process apart too
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    _fsync_dir(os.path.dirname(path) or ".")
-    remove_stale_temps(path)
-
-
-def _fsync_dir(folder: str) -> None:
-    try:  # make the rename itself durable (best effort: not every OS lets a folder be opened)
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+# Writing: through atomic_files.atomic_write (temp file in the same folder, fsync, rename)
 
 
 def save_checkpoint(path: str, checkpoint: dict) -> None:
     """torch.save `checkpoint` to `path` atomically (see atomic_write)."""
     atomic_write(path, lambda tmp: torch.save(checkpoint, tmp))
-
-
-def _json_safe(obj):
-    """NaN and infinities become null: JSON has no such numbers (json.dump would write bare NaN)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
-def write_json(path: str, obj) -> None:
-    """Valid JSON (non-finite numbers as null), written atomically."""
-    text = json.dumps(_json_safe(obj), indent=2, allow_nan=False)
-
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text + "\n")
-    atomic_write(path, write)
-
-
-def write_text(path, text: str) -> None:
-    """A text file (a table, a report), written atomically."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-    atomic_write(path, write)
 
 
 def save_figure(fig, path, **kwargs) -> None:

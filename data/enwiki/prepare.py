@@ -42,7 +42,7 @@ from pathlib import Path
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.enwiki.prepare ...")
 from atomic_files import (interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
-                          write_json_atomic)
+                          write_json)
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -319,7 +319,7 @@ def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
         manifest["files"][split]["xz_bytes"] = size
     manifest["total_xz_bytes"] = sum(sizes)
     manifest["seconds"] = round(time.time() - t0, 1)
-    write_json_atomic(archive_dir / "manifest.json", manifest)
+    write_json(archive_dir / "manifest.json", manifest)
     if not quiet:
         print(f"packed into {archive_dir}: " + ", ".join(
             f"{s}.bin.xz {manifest['files'][s]['xz_bytes'] / 2**20:.2f} MiB" for s in SPLITS)
@@ -389,7 +389,7 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
             for _, tmp, _ in jobs:
                 tmp.unlink(missing_ok=True)
     elif not (out_dir / "meta.json").is_file():  # keep a meta.json that prepare() wrote
-        write_json_atomic(out_dir / "meta.json", meta)
+        write_json(out_dir / "meta.json", meta)
     if not quiet:
         print(f"unpacked {archive_dir} -> {out_dir}: " + ", ".join(
             f"{s} {meta[f'{s}_tokens']:,} tokens{' (= README)' if meta[f'{s}_checked_against_readme'] else ''}"
