@@ -24,19 +24,11 @@ import numpy as np
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.shakespeare.prepare ...")
-from atomic_files import interrupt_on_sigterm, remove_stale_outputs, replace_together  # noqa: E402
+from atomic_files import atomic_write, interrupt_on_sigterm, remove_stale_outputs, replace_together  # noqa: E402
 from tokenizer import VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
 
 DATA_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 HERE = Path(__file__).resolve().parent
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    # write next to the target and rename, so a crash never leaves a truncated file behind
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def download(out_dir: Path) -> Path:
@@ -45,7 +37,8 @@ def download(out_dir: Path) -> Path:
     if not path.exists():
         print(f"downloading {DATA_URL} -> {path}")
         with urllib.request.urlopen(DATA_URL, timeout=60) as r:
-            _atomic_write_bytes(path, r.read())
+            data = r.read()
+            atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
     return path
 
 
