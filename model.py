@@ -1543,9 +1543,9 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     never waits on the CPU: multinomial read two validity checks back to the host every call; here
     `finite`, a bool scalar on the logits' device, is and-ed in place with "the winning score is finite"
     (false for a row with a nan or +inf logit, or nothing left to draw), for the caller to read once at the
-    end (GPT.generate does; greedy decoding's flag: the chosen logit is finite). The top_k threshold comes from an unsorted top-k of the logits in their own
-    dtype: for bf16 logits the set float(x) / temperature would give (division keeps distinct bf16 values
-    apart); for fp32 logits that the division rounds together, ties at the k-th value can differ. On an H200
+    end (GPT.generate does; greedy decoding's flag: the chosen logit is finite). The top_k threshold comes from an
+    unsorted top-k of the logits in their own dtype: for bf16 logits the set float(x) / temperature would give
+    (division keeps distinct bf16 values apart); for fp32 logits that the division rounds together, ties at the k-th value can differ. On an H200
     at batch 1 with GPT-2's vocabulary the draw took 127 us of GPU time a token with softmax, a sorted fp32
     top-k and multinomial, 67-73 us in this form as torch ops (sessions 33-34), 16 us as fused_sample's kernels (session
     34; results/bench/README.md). backend 'auto' (default): on CUDA the

@@ -51,7 +51,7 @@ from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
 from master_adamw import check_supported as check_master_weights
 from model import GPT, GPTConfig, train_compile_options
-from train_config import RUN_KEYS, TRAIN_DEFAULTS, validate_train_config
+from train_config import RUN_KEYS, TRAIN_DEFAULTS, data_dir_of, validate_train_config
 
 MODEL_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 DEFAULTS = {**TRAIN_DEFAULTS, **MODEL_DEFAULTS}
@@ -297,10 +297,6 @@ def configure(argv):
         except ValueError as e:
             fail(str(e))
     return cfg, gptconf, checkpoint
-
-
-def data_dir_of(cfg: dict) -> str:
-    return cfg["data_dir"] or os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", cfg["dataset"])
 
 
 def resume_conflicts(cfg: dict, given: set, saved: dict) -> list:

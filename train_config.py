@@ -6,6 +6,8 @@ accepts both from a config file or as --key=value (configurator.py checks types 
 validate_train_config checks the values before anything is built or written, and raises a
 ValueError naming the key and the allowed range.
 """
+import os
+
 from configurator import check_device
 
 TRAIN_DEFAULTS = dict(
@@ -137,3 +139,9 @@ def validate_train_config(cfg: dict) -> None:
                              "(float16 needs a gradient scaler over sharded gradients)")
         if cfg["device"].startswith("mps"):
             raise ValueError(f"fsdp=True on device={cfg['device']!r} is not supported: allowed 'cuda' or 'cpu'")
+
+
+def data_dir_of(cfg: dict) -> str:
+    """The folder a run reads train.bin and val.bin from: data_dir, or the repository's data/<dataset> (a relative
+    data_dir is the working directory's, where train.py runs)."""
+    return cfg["data_dir"] or os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", cfg["dataset"])

@@ -393,13 +393,18 @@ def default_train_keys() -> dict:
     return {**TRAIN_DEFAULTS, **{f.name: f.default for f in dataclasses.fields(GPTConfig)}}
 
 
-def build_config(row: Row, rope: str) -> dict:
-    """The GPTConfig fields of one run, loaded through the configurator exactly as
+def run_config(row: Row, rope: str) -> dict:
+    """Every key of one run (training keys and GPTConfig fields), loaded through the configurator exactly as
     `python train.py <row.config> <run_overrides>` would resolve them."""
     import configurator
-    from model import GPTConfig
     argv = [str(REPO / row.config)] + [format_override(k, v) for k, v in run_overrides(row, rope).items()]
-    cfg = configurator.parse_config(argv, default_train_keys())
+    return configurator.parse_config(argv, default_train_keys())
+
+
+def build_config(row: Row, rope: str) -> dict:
+    """The GPTConfig fields of one run (run_config's)."""
+    from model import GPTConfig
+    cfg = run_config(row, rope)
     names = {f.name for f in dataclasses.fields(GPTConfig)}
     return {k: v for k, v in cfg.items() if k in names}
 

@@ -124,17 +124,13 @@ NOT_COMPARED = {"seed", "out_dir", "wandb_run_name"}
 
 def mixed_settings(table_name, runs_dir: Path, include_unfinished=False) -> dict:
     """(mixed, overrides): mixed {key: {value: [run, ...]}} for each training setting the table's runs disagree on,
-    beyond the keys its rows
-    vary by design (those that differ between the rows' own resolved configs: attn, ranks, pos_emb, ...) and
+    beyond the keys its rows vary by design (those that differ between the rows' own resolved configs: attn, ranks, pos_emb, ...) and
     NOT_COMPARED / sweep.NOT_SETTINGS: a mean over seeds, a gap to MHA or a Pareto plot across such runs compares
     different experiments (e.g. a smoke run's 4 iterations beside 10,000), {} when they agree; overrides {key:
     value} for the settings all the runs share that differ from the rows' config files."""
-    import configurator
-    from scripts.paper_tables import all_runs, default_train_keys, format_override, run_overrides
+    from scripts.paper_tables import all_runs, run_config
     from scripts.sweep import NOT_SETTINGS
-    designed = [configurator.parse_config([str(REPO / row.config)] + [format_override(k, v) for k, v in
-                                          run_overrides(row, rope).items()], default_train_keys())
-                for row, rope in all_runs(table_name)]
+    designed = [run_config(row, rope) for row, rope in all_runs(table_name)]
     by_design = {k for k in designed[0] if len({json.dumps(c.get(k), sort_keys=True) for c in designed}) > 1}
     skip = by_design | NOT_COMPARED | NOT_SETTINGS
     values = {}  # key -> {value as JSON: [run, ...]}

@@ -38,7 +38,7 @@ if not __package__:  # run as a file, the repository's modules are not importabl
 
 from atomic_files import interrupt_on_sigterm  # noqa: E402
 from scripts.paper_tables import ROPE_SETTINGS, TABLES, all_runs, format_override, run_overrides  # noqa: E402
-from train_config import RUN_KEYS, TRAIN_DEFAULTS  # noqa: E402
+from train_config import RUN_KEYS, TRAIN_DEFAULTS, data_dir_of  # noqa: E402
 
 DEFAULT_SEEDS = "1337"  # nanoGPT's seed; the paper fixes one seed for all methods
 
@@ -62,16 +62,15 @@ NOT_SETTINGS = (set(TRAIN_DEFAULTS) - set(RUN_KEYS)) | {"data_dir", "log_interva
                                                        "always_save_checkpoint"}
 
 
-def resolved(cmd, given=None) -> dict:
+def resolved(cmd) -> dict:
     """The config a run's command gives train.py (its config file and overrides over train.py's defaults, as
-    train.py resolves them); `given` collects the keys the command sets. SystemExit with one line where it does
-    not parse (an unknown key, a bad value): before any run starts."""
+    train.py resolves them). SystemExit with one line where it does not parse (an unknown key, a bad value):
+    before any run starts."""
     from configurator import parse_config
     from scripts.paper_tables import default_train_keys
     args = cmd[cmd.index("train.py") + 1:]
     try:
-        return parse_config([a if a.startswith("--") else str(REPO / a) for a in args], default_train_keys(),
-                            set() if given is None else given)
+        return parse_config([a if a.startswith("--") else str(REPO / a) for a in args], default_train_keys())
     except (ValueError, FileNotFoundError) as e:  # the command itself is wrong: say so before any run
         raise SystemExit(f"error: the command for {Path(_out_dir_of(cmd)).name} does not parse: {e}")
 
@@ -84,9 +83,7 @@ def missing_data(cmd):
     """The token file a run would not find (its data_dir's train.bin or val.bin), with the command that makes it;
     None when both are there."""
     cfg = resolved(cmd)
-    data_dir = Path(cfg["data_dir"]) if cfg["data_dir"] else REPO / "data" / cfg["dataset"]
-    if not data_dir.is_absolute():
-        data_dir = REPO / data_dir
+    data_dir = REPO / data_dir_of(cfg)  # runs start in REPO: a relative data_dir is REPO's
     for split in ("train", "val"):
         if not (data_dir / f"{split}.bin").is_file():
             prepare = f"python -m data.{cfg['dataset']}.prepare" if (REPO / "data" / cfg["dataset"]).is_dir() else \
