@@ -8,7 +8,10 @@ fast training path, torch.compile with CUDA graphs and the chunked loss head, ag
 Reads each run folder's log.jsonl (train.py's per-iteration "loss" records and its evaluations) and
 compares every run with the first: the largest and the mean absolute difference of the training
 loss over the iterations both logged, the same relative to the loss, and the final val losses.
-Writes <name>.json, <name>.md and <name>.png (the curves and their differences) into --out.
+Writes <name>.json, <name>.md and <name>.png (the curves and their differences) into --out. A run whose
+settings differ from the reference's beyond how it computes (the model, the data, the batch, the schedule or
+the seed: a different experiment, not a different computation of one) is named with those settings, on stderr
+and in the table.
 """
 
 import argparse
@@ -20,6 +23,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from checkpoint import log_losses, read_json, save_figure, write_text  # noqa: E402
 from scripts.bench_multigpu import fmt  # noqa: E402
+
+
+# the settings that may differ between runs that compute one experiment: the compute path (train.py's compile,
+# dtype, graph_step, master_weights, device and world size; the model's kernels and loss head) and bookkeeping.
+# Every other key of the model and of train_config.RUN_KEYS makes the curves another experiment's.
+MODEL_COMPUTE_KEYS = {"mla_rope_kernels", "gelu", "activation_checkpointing", "loss_head", "loss_chunk_tokens"}
+RUN_BOOKKEEPING_KEYS = {"log_interval", "always_save_checkpoint", "save_checkpoint", "data_dir"}
+
+
+def experiment_settings(run_dir) -> dict:
+    """{key: value} of the settings that define a run's experiment (see MODEL_COMPUTE_KEYS): its model_config but
+    the compute keys, and train_config.RUN_KEYS but the bookkeeping ones; from summary.json, else config.json (an
+    interrupted run); {} where neither is there."""
+    from train_config import RUN_KEYS
+    summary = read_json(os.path.join(run_dir, "summary.json")) or {}
+    config = summary.get("config") or read_json(os.path.join(run_dir, "config.json")) or {}
+    model = summary.get("model_config") or {}
+    out = {k: v for k, v in model.items() if k not in MODEL_COMPUTE_KEYS}
+    out.update({k: config[k] for k in RUN_KEYS if k in config and k not in RUN_BOOKKEEPING_KEYS})
+    return out
+
+
+def setting_differences(ref_dir, run_dir) -> dict:
+    """{key: [reference's value, run's value]} for each experiment setting both runs record and disagree on."""
+    a, b = experiment_settings(ref_dir), experiment_settings(run_dir)
+    return {k: [a[k], b[k]] for k in sorted(set(a) & set(b)) if a[k] != b[k]}
 
 
 def curves(run_dir) -> dict:
@@ -57,6 +86,7 @@ def compare(runs: list) -> dict:
             final_val_iter=max(c["val"]) if c["val"] else None,
             config={k: summary.get("config", {}).get(k) for k in ("compile", "compile_mode", "dtype", "seed")}
             | {"loss_chunk_tokens": summary.get("model_config", {}).get("loss_chunk_tokens")},
+            setting_differences=setting_differences(ref_name, name),
         ))
     return {"reference": ref_name, "rows": rows, "curves": {n: {k: {str(i): v for i, v in c[k].items()} for k in c}
                                                             for n, c in data.items()}}
@@ -76,7 +106,18 @@ def markdown(res: dict, title: str) -> str:
                      f"{fmt(r['max_abs_diff'], '.2e')} ({r['iter_of_max']}) | {fmt(r['mean_abs_diff'], '.2e')} | "
                      f"{fmt(r['max_rel_diff'], '.2e')} | {fmt(r['final_train_loss'], '.4f')} | "
                      f"{fmt(r['final_val_loss'], '.4f')} ({r.get('final_val_iter')}) | {fmt(r['final_val_diff'], '+.4f')} |")
+    notes = different_experiments(res)
+    if notes:
+        lines += ["", "**Not the same experiment as the reference** (settings beyond how the runs compute):", ""]
+        lines += [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def different_experiments(res: dict) -> list:
+    """One line a run whose experiment settings differ from the reference's: 'name: key ref -> value, ...'."""
+    return [f"{Path(r['run']).name}: " + ", ".join(f"{k} {json.dumps(a)} -> {json.dumps(b)}"
+                                                   for k, (a, b) in r["setting_differences"].items())
+            for r in res["rows"] if r.get("setting_differences")]
 
 
 def plot(res: dict, path: Path, title: str) -> bool:
@@ -127,6 +168,8 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     title = args.title or args.name
     res["command"] = "python -m scripts.compare_runs " + " ".join(argv if argv is not None else sys.argv[1:])
+    for note in different_experiments(res):
+        print(f"warning: not the reference's experiment: {note}", file=sys.stderr)
     write_text(out / f"{args.name}.json", json.dumps(res, indent=1))
     md = markdown(res, title)
     write_text(out / f"{args.name}.md", md + f"\n`{res['command']}`\n")

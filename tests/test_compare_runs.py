@@ -6,13 +6,14 @@ import pytest
 from scripts import compare_runs
 
 
-def write_run(folder, losses, vals, config=None):
+def write_run(folder, losses, vals, config=None, model=None):
     folder.mkdir(parents=True)
     lines = [json.dumps({"iter": i, "train_loss": v + 0.1, "val_loss": v}) for i, v in vals.items()]
     lines += [json.dumps({"iter": i, "loss": v, "lr": 1e-3}) for i, v in losses.items()]
     (folder / "log.jsonl").write_text("\n".join(lines) + "\n" + '{"iter": 99, "lo')  # a line cut by a kill
     if config:
-        (folder / "summary.json").write_text(json.dumps({"config": config, "model_config": {"loss_chunk_tokens": 64}}))
+        (folder / "summary.json").write_text(json.dumps({"config": config,
+                                                         "model_config": {"loss_chunk_tokens": 64, **(model or {})}}))
     return folder
 
 
@@ -64,3 +65,31 @@ def test_final_val_losses_name_their_iterations(tmp_path):
     res = compare_runs.main([str(ref), str(long), "--out", str(tmp_path / "o"), "--name", "t"])
     assert [r["final_val_iter"] for r in res["rows"]] == [2, 4]
     assert "| 1.0000 (4) | -0.6000 |" in (tmp_path / "o" / "t.md").read_text()
+
+
+def test_runs_of_another_experiment_are_named(tmp_path, capsys):
+    """Runs compared for how they compute may differ in compile, dtype or the loss head; a different seed, model
+    or batch makes the curves another experiment's: named on stderr and under the table, not a silent row."""
+    base = {"compile": False, "dtype": "float32", "seed": 1337, "batch_size": 12, "log_interval": 1}
+    model = {"n_layer": 2, "attn": "tucker", "loss_head": "fused"}
+    ref = write_run(tmp_path / "plain", {1: 2.0, 2: 1.5}, {2: 1.6}, config=base, model=model)
+    fast = write_run(tmp_path / "fast", {1: 2.0, 2: 1.5}, {2: 1.6}, config={**base, "compile": True, "dtype":
+                     "bfloat16", "log_interval": 10}, model={**model, "loss_head": "logits", "loss_chunk_tokens": 0})
+    other = write_run(tmp_path / "other", {1: 2.0, 2: 1.4}, {2: 1.5}, config={**base, "seed": 1, "batch_size": 8},
+                      model={**model, "n_layer": 3})
+    (tmp_path / "cut").mkdir()  # an interrupted run: config.json, no summary.json
+    (tmp_path / "cut" / "log.jsonl").write_text(json.dumps({"iter": 1, "loss": 2.0}) + "\n")
+    (tmp_path / "cut" / "config.json").write_text(json.dumps({**base, "seed": 7}))
+    capsys.readouterr()
+    res = compare_runs.main([str(ref), str(fast), str(other), str(tmp_path / "cut"), "--out", str(tmp_path / "o"),
+                             "--name", "t"])
+    diffs = {r["run"]: r["setting_differences"] for r in res["rows"]}
+    assert diffs[str(ref)] == {} and diffs[str(fast)] == {}  # compute and bookkeeping keys only
+    assert diffs[str(other)] == {"batch_size": [12, 8], "n_layer": [2, 3], "seed": [1337, 1]}
+    assert diffs[str(tmp_path / "cut")] == {"seed": [1337, 7]}
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["warning: not the reference's experiment: other: batch_size 12 -> 8, n_layer 2 -> 3, seed 1337 -> 1",
+                   "warning: not the reference's experiment: cut: seed 1337 -> 7"]
+    md = (tmp_path / "o" / "t.md").read_text()
+    assert "**Not the same experiment as the reference**" in md and "- other: batch_size 12 -> 8" in md
+    assert json.loads((tmp_path / "o" / "t.json").read_text())["rows"][2]["setting_differences"]["seed"] == [1337, 1]
