@@ -121,6 +121,15 @@ def _triton_available() -> bool:
     return True
 
 
+def triton_ops_wanted(interpret: bool) -> bool:
+    """Whether a module's Triton kernels are registered as torch.library ops now (fused_loss, fused_gelu,
+    fused_mla_rope: at import, and by the model that uses them as it is built): where triton is installed and a
+    device can run them (CUDA, or the CPU under the interpreter). interpret: the caller's _interpret(). A
+    registration (torch.library.triton_op) imports torch._inductor, ~2 s, which a CPU-only process, whose steps
+    never launch the kernels, need not pay."""
+    return _triton_available() and (interpret or torch.cuda.is_available())
+
+
 def _pow2(n: int, lo: int = 16) -> int:
     """Smallest power of two >= max(n, lo): tl.arange and tl.dot need power-of-two tiles >= 16."""
     return max(lo, 1 << max(0, int(n) - 1).bit_length())

@@ -30,7 +30,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from decode_attention import _interpret, _triton_available, device_problem
+from decode_attention import _interpret, _triton_available, device_problem, triton_ops_wanted
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BLOCK = 2048  # elements per program (H200, results/bench/session14/bench_gelu.md: 2,048 with 4 warps the fastest
@@ -45,6 +45,7 @@ ERFCX_COEFFS = (-0.05907525587343264, 0.2846016792286031, -0.4872469585297559, 0
                 -0.02664998473717463, 0.20269457136896138, 0.2431024351196083, 0.2823754130185321,
                 0.2820864157867591)
 _HAVE_TRITON = _triton_available()  # once, at import: not a cached call inside a traced step
+_FWD = _BWD = None  # the kernels' torch.library ops, once register_ops has made them
 
 
 def fit_erfcx(degree: int = 8, u_scale: float = ERFCX_U_SCALE, t_max: float = ERFCX_T_MAX, points: int = 200_001,
@@ -128,10 +129,19 @@ if _HAVE_TRITON:
                                                                                num_warps=NUM_WARPS)
         return dx
 
-    # Registered when this module is imported (model.py imports it with the model), never inside a traced step:
-    # Dynamo would break the graph around a registration (as for fused_loss's op)
-    _FWD = torch.library.triton_op(FWD_OP, _gelu_fwd_impl, mutates_args=())
-    _BWD = torch.library.triton_op(BWD_OP, _gelu_bwd_impl, mutates_args=())
+
+def register_ops() -> bool:
+    """Register the two kernels as torch.library ops (once) where a device can run them: at import, and by the
+    model's MLP as it is built, never inside a traced step (Dynamo would break the graph around a registration, as
+    for fused_loss.register_ops). Returns whether the ops are there."""
+    global _FWD, _BWD
+    if _FWD is None and _HAVE_TRITON and triton_ops_wanted(_interpret()):
+        _FWD = torch.library.triton_op(FWD_OP, _gelu_fwd_impl, mutates_args=())
+        _BWD = torch.library.triton_op(BWD_OP, _gelu_bwd_impl, mutates_args=())
+    return _FWD is not None
+
+
+register_ops()
 
 
 class _TritonGELU(torch.autograd.Function):
@@ -172,4 +182,6 @@ def gelu(x: torch.Tensor, backend: str = "auto") -> torch.Tensor:
         if backend == "triton":
             raise ValueError(f"fused_gelu.gelu: the Triton kernels cannot run: {why}")
         return F.gelu(x)
+    if not torch.compiler.is_compiling() and _FWD is None:  # the CPU counted as a Triton device after import (tests)
+        register_ops()
     return _TritonGELU.apply(x)

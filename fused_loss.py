@@ -27,7 +27,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from decode_attention import _interpret, _triton_available, device_problem
+from decode_attention import _interpret, _triton_available, device_problem, triton_ops_wanted
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BLOCK = 8192  # logits per step of a row's loop
@@ -41,6 +41,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BACKENDS = ("auto", "triton", "torch")
 OP_NAME = "tucker_attention::cross_entropy_rows"
 _HAVE_TRITON = _triton_available()  # once, at import: not a cached call inside a traced step
+_OP = None  # the kernel's torch.library op, once register_ops has made it
 
 if _HAVE_TRITON:
     import triton
@@ -100,10 +101,19 @@ if _HAVE_TRITON:
             BLOCK=BLOCK, WRITE_GRAD=want_grad, L2_HINTS=bool(L2_HINTS), num_warps=NUM_WARPS)
         return loss, grad
 
-    # Registered when this module is imported, never while torch.compile traces a step: Dynamo refuses to trace
-    # triton_op's registration and would break the graph around the loss head (GPT.__init__ imports this module
-    # for the fused head). Once registered, torch.compile sees one call and the kernel inside it.
-    _OP = torch.library.triton_op(OP_NAME, _cross_entropy_rows_impl, mutates_args=())
+
+def register_ops() -> bool:
+    """Register the kernel as a torch.library op (once) where a device can run it (triton_ops_wanted): at import,
+    and by GPT.__init__ with the fused head, never while torch.compile traces a step (Dynamo refuses to trace
+    triton_op's registration and would break the graph around the loss head). Once registered, torch.compile sees
+    one call and the kernel inside it. Returns whether the op is there."""
+    global _OP
+    if _OP is None and _HAVE_TRITON and triton_ops_wanted(_interpret()):
+        _OP = torch.library.triton_op(OP_NAME, _cross_entropy_rows_impl, mutates_args=())
+    return _OP is not None
+
+
+register_ops()
 
 
 def _torch_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: bool):
@@ -119,9 +129,11 @@ def _torch_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: bool):
     loss = torch.where(valid, lse - picked, torch.where(targets == -1, torch.zeros_like(lse), nan))
     if not want_grad:
         return loss, None
-    grad = torch.exp(x - lse[:, None])  # (M, V) softmax
-    grad = grad - (torch.arange(V, device=x.device)[None, :] == safe[:, None]).to(acc)
-    grad = torch.where(valid[:, None], grad, torch.zeros_like(grad))  # 0 for ignored rows, NaN-free
+    # (M, V) passes kept to three, in place (this is the CPU's loss head: no one-hot or masked copies of the
+    # logits): the softmax, its target entry minus 1 (-0.0 added to an ignored row), ignored rows zeroed
+    grad = torch.sub(x, lse[:, None]).exp_()  # (M, V) softmax
+    grad.scatter_add_(1, safe[:, None], -valid[:, None].to(acc))
+    grad.masked_fill_(~valid[:, None], 0.0)  # 0 for ignored rows, NaN-free
     return loss, grad.to(logits.dtype)
 
 
@@ -154,5 +166,7 @@ def cross_entropy_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: b
         if backend == "triton":
             raise ValueError(f"cross_entropy_rows: the Triton kernel cannot run: {why}")
         return _torch_rows(logits, targets, want_grad)
+    if not torch.compiler.is_compiling() and _OP is None:  # the CPU counted as a Triton device after import (tests)
+        register_ops()
     loss, grad = _OP(logits, targets, bool(want_grad))
     return loss, (grad if want_grad else None)

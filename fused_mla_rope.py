@@ -39,7 +39,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from decode_attention import _interpret, _triton_available, device_problem
+from decode_attention import _interpret, _triton_available, device_problem, triton_ops_wanted
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BACKEND = "auto"  # what decoupled_qk's backend='auto' means: 'auto' (the kernels where they can run), or 'torch'
@@ -68,6 +68,7 @@ _K_FWD_OP, _K_BWD_OP = "tucker_attention::mla_rope_k_fwd", "tucker_attention::ml
 _ROTATE_OP = "tucker_attention::mla_rope_rotate_tail_"
 _K_UP_OP = "tucker_attention::mla_rope_k_up_fwd"
 _HAVE_TRITON = _triton_available()  # once, at import: not a cached call inside a traced step
+_FWD = _BWD = _K_FWD = _K_BWD = _ROTATE = _K_UP = None  # the kernels' torch.library ops, once register_ops made them
 
 
 def decoupled_qk_torch(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,
@@ -342,16 +343,25 @@ if _HAVE_TRITON:
                 num_warps=NUM_WARPS)  # matmul may use TF32 there); the 16-bit types' products are exact in either
         return K
 
-    # Registered when this module is imported (model.py imports it with an MLA model), never inside a traced step:
-    # Dynamo would break the graph around a registration (as for fused_loss's op)
-    _FWD = torch.library.triton_op(_FWD_OP, _qk_fwd_impl, mutates_args=())
-    _BWD = torch.library.triton_op(_BWD_OP, _qk_bwd_impl, mutates_args=())
-    _K_FWD = torch.library.triton_op(_K_FWD_OP, _k_fwd_impl, mutates_args=())
-    _K_BWD = torch.library.triton_op(_K_BWD_OP, _k_bwd_impl, mutates_args=())
-    # mutates x: torch.compile functionalizes the call and inductor writes in place where x dies at it (the query's
-    # up-projection output, SDPA's gradient of Q); where it does not, inductor copies x first, as it must
-    _ROTATE = torch.library.triton_op(_ROTATE_OP, _rotate_tail_impl, mutates_args={"x"})
-    _K_UP = torch.library.triton_op(_K_UP_OP, _k_up_fwd_impl, mutates_args=())
+
+def register_ops() -> bool:
+    """Register the kernels as torch.library ops (once) where a device can run them: at import, and by an MLA
+    layer with decoupled RoPE as it is built, never inside a traced step (Dynamo would break the graph around a
+    registration, as for fused_loss.register_ops). Returns whether the ops are there."""
+    global _FWD, _BWD, _K_FWD, _K_BWD, _ROTATE, _K_UP
+    if _FWD is None and _HAVE_TRITON and triton_ops_wanted(_interpret()):
+        _FWD = torch.library.triton_op(_FWD_OP, _qk_fwd_impl, mutates_args=())
+        _BWD = torch.library.triton_op(_BWD_OP, _qk_bwd_impl, mutates_args=())
+        _K_FWD = torch.library.triton_op(_K_FWD_OP, _k_fwd_impl, mutates_args=())
+        _K_BWD = torch.library.triton_op(_K_BWD_OP, _k_bwd_impl, mutates_args=())
+        # mutates x: torch.compile functionalizes the call and inductor writes in place where x dies at it (the
+        # query's up-projection output, SDPA's gradient of Q); where it does not, inductor copies x first, as it must
+        _ROTATE = torch.library.triton_op(_ROTATE_OP, _rotate_tail_impl, mutates_args={"x"})
+        _K_UP = torch.library.triton_op(_K_UP_OP, _k_up_fwd_impl, mutates_args=())
+    return _FWD is not None
+
+
+register_ops()
 
 
 class _TritonDecoupledQK(torch.autograd.Function):
@@ -528,6 +538,8 @@ def decoupled_qk_from_latent(q: torch.Tensor, c_k: torch.Tensor, k_weight: torch
             raise ValueError(f"fused_mla_rope.decoupled_qk_from_latent: the Triton kernels cannot run: {why}")
         k = torch.nn.functional.linear(c_k, k_weight, k_bias).view(B, T, nH, dH)
         return decoupled_qk_torch(q, k, k_rope, cos, sin)
+    if not torch.compiler.is_compiling() and _FWD is None:  # the CPU counted as a Triton device after import (tests)
+        register_ops()
     return (_TritonRotateQInPlace.apply(q, cos, sin),
             _TritonKUp.apply(c_k, k_weight, k_bias, k_rope, cos, sin, nH))
 
@@ -553,6 +565,8 @@ def decoupled_qk(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: to
         if backend == "triton":
             raise ValueError(f"fused_mla_rope.decoupled_qk: the Triton kernels cannot run: {why}")
         return decoupled_qk_torch(q, k, k_rope, cos, sin)
+    if not torch.compiler.is_compiling() and _FWD is None:  # the CPU counted as a Triton device after import (tests)
+        register_ops()
     if q_in_place:
         return _TritonRotateQInPlace.apply(q, cos, sin), _TritonDecoupledK.apply(k, k_rope, cos, sin)
     return _TritonDecoupledQK.apply(q, k, k_rope, cos, sin)

@@ -29,6 +29,7 @@ Nothing happens at import time: no tensors are allocated until a module is built
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from contextlib import nullcontext
@@ -387,6 +388,24 @@ class LayerCache:
         return sum(buf.size(1) * buf.size(3) for buf in self.store.values())
 
 
+def not_traced(fn):
+    """torch.compiler.disable(fn), made on the first traced call: the decorator itself imports torch._dynamo (~1.5 s),
+    which every process that imports model would pay at import time though only a compile needs it (a CPU run,
+    sample.py's eager path, each test's train.py). Called eagerly it calls fn; traced, it makes the disabled
+    function on the first trace that reaches it and calls that (Dynamo skips it: a graph break, as the decorator's)."""
+    disabled = None
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        nonlocal disabled
+        if not torch.compiler.is_compiling():  # eager: the function itself
+            return fn(*args, **kwargs)
+        if disabled is None:
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args, **kwargs)
+    return call
+
+
 def exact_math(device: torch.device):
     """Autocast off on `device`: the inference forms (and their merged matrices) are products of the weights
     in the weights' own precision (float32 for bf16 ones), whatever context first asks for them; they are
@@ -407,7 +426,7 @@ class InferenceForm:
     weights and rebuilt when any of them changes (an optimizer step, load_state_dict, .to()):
     the key is every parameter's storage address and in-place version counter."""
 
-    @torch.compiler.disable  # host-side bookkeeping (storage addresses, versions): not traced
+    @not_traced  # host-side bookkeeping (storage addresses, versions): not traced
     def inference_form(self) -> Dict[str, torch.Tensor]:
         key = tuple((p.data_ptr(), p._version, p.dtype) for p in self.parameters())
         cached = self.__dict__.get("_inference_form")
@@ -419,7 +438,7 @@ class InferenceForm:
             self.__dict__["_inference_form"] = cached
         return cached[1]
 
-    @torch.compiler.disable  # host-side bookkeeping, as inference_form
+    @not_traced  # host-side bookkeeping, as inference_form
     def merged_form(self) -> Dict[str, torch.Tensor]:
         """The inference form with the merged matrices of merged_decode (build_merged_form) added on first
         use: they live as long as the form, rebuilt with it when a weight changes."""
@@ -471,7 +490,7 @@ def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.T
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, **gqa)
 
 
-@torch.compiler.disable  # an opaque call in a compiled decode step (a Triton launch, or SDPA)
+@not_traced  # an opaque call in a compiled decode step (a Triton launch, or SDPA)
 def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None):
     """One new token per sequence attends to its whole cache buffer (positions 0 .. length - 1):
     decode_attention.decode_attention, the one dispatch point (Triton flash-decoding on CUDA,
@@ -482,7 +501,7 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
     return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
 
 
-@torch.compiler.disable  # an opaque call in a compiled decode step: its kernel, not inductor's fusion of the ops
+@not_traced  # an opaque call in a compiled decode step: its kernel, not inductor's fusion of the ops
 def decode_linear(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None, residual=None):
     """[residual +] act(norm(a) @ weight^T + bias): decode_linear.decode_linear, one kernel on CUDA at batch <= 4 (the
     norm before a decode step's matmul, its bias, activation and residual add fused in), the torch ops elsewhere."""
@@ -500,7 +519,7 @@ def add_norm(x, delta, norm):
 Stream = Tuple[torch.Tensor, Optional[torch.Tensor]]  # the decode step's residual stream: (x, pending delta)
 
 
-@torch.compiler.disable  # decided and launched outside a compiled step's graph, as decode_linear
+@not_traced  # decided and launched outside a compiled step's graph, as decode_linear
 def _decode_residual(x, y, weight, bias) -> Stream:
     """The stream x + (y @ weight^T + bias): added in decode_linear's kernel where it serves, else left pending."""
     import decode_linear as module
@@ -549,7 +568,7 @@ class DecodeIO:
         return (self.x, y) if self.delta is None else (self.x + self.delta, y)
 
 
-@torch.compiler.disable
+@not_traced
 def tucker_decode_attention(q_lat, G, k, v, G_post, length, *, scale, rope=None, q_pos=None):
     """Tucker's decode attention with the per-head cores fused (decode_attention.tucker_decode_attention):
     q_lat (B, r2), G (nH, r2, r3), k (B, 1, L, r3), v (B, 1, L, r~3), G_post (nH, r~2, r~3) -> (B, r~2)."""
@@ -837,7 +856,8 @@ class LatentAttention(InferenceForm, nn.Module):
         if self.decoupled:
             self.q_rope = nn.Linear(q_in, nH * self.rope_head_dim, bias=config.bias)  # W_QR
             self.k_rope = nn.Linear(d, self.rope_head_dim, bias=config.bias)  # W_KR, one shared head
-            import fused_mla_rope  # noqa: F401  its query / key ops registered now, before torch.compile traces
+            import fused_mla_rope
+            fused_mla_rope.register_ops()  # its query / key ops now (where they can run), before torch.compile traces
         self.c_proj = nn.Linear(nH * dH, d, bias=config.bias)  # W_O
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -1386,7 +1406,8 @@ class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         if config.gelu == "auto":
-            import fused_gelu  # registers the GELU kernels' ops now, before torch.compile traces a step
+            import fused_gelu
+            fused_gelu.register_ops()  # the GELU kernels' ops now (where they can run), before torch.compile traces
             self.gelu = fused_gelu.gelu
         else:
             self.gelu = F.gelu
@@ -1749,7 +1770,8 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         if config.loss_head == "fused":
-            import fused_loss  # noqa: F401  registers the loss kernel's op now, before torch.compile traces a step
+            import fused_loss
+            fused_loss.register_ops()  # the loss kernel's op now (where it can run), before torch.compile traces a step
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd) if config.pos_emb == "learned" else None,

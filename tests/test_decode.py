@@ -217,6 +217,74 @@ def test_decode_mode_is_validated():
             model.generate(idx, 2, decode="mega", **kw)
 
 
+def test_a_cpu_process_leaves_dynamo_and_inductor_unimported():
+    """A process without CUDA that imports model, builds and trains models with the Triton paths chosen (the fused
+    loss head, the GELU kernels, MLA's decoupled-RoPE kernels) imports neither torch._dynamo nor torch._inductor,
+    ~2 s of every such process (each test's train.py): the opaque decode calls are marked by model.not_traced, not
+    torch.compiler.disable at import, and the kernels' torch.library ops are registered only where a device can run
+    them (decode_attention.triton_ops_wanted)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import sys, torch, model, train, sample\n"
+            "for kw in (dict(attn='tucker', tucker_ranks=(2, 8, 8)), dict(attn='mla', kv_rank=8, pos_emb='rope')):\n"
+            "    m = model.GPT(model.GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32, **kw))\n"
+            "    x = torch.randint(0, 32, (2, 8))\n"
+            "    m(x, x)[1].backward()\n"
+            "    m.generate(x[:, :2], 3, decode='eager')\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('torch._dynamo', 'torch._inductor'))))")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no CUDA device, as on the CI machine
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_not_traced_made_inside_a_compile_runs_eagerly():
+    """A not_traced function first reached inside torch.compile's trace (its torch.compiler.disable made there)
+    runs eagerly, with the eager result, then and on later calls; a data-dependent branch in it (traced, a graph
+    break or an error under fullgraph) shows it is not traced."""
+    from model import not_traced
+    seen = []
+
+    @not_traced
+    def opaque(x):
+        seen.append(torch.compiler.is_compiling())
+        return x.sin() if x.sum().item() > 0 else x.cos()
+
+    def f(x):
+        return opaque(x * 2) + 1
+
+    compiled = torch.compile(f, backend="eager")
+    for x in (torch.ones(5), -torch.ones(5), torch.ones(5)):
+        assert torch.equal(compiled(x), f(x))
+    assert seen == [False] * 6
+
+
+def test_compiled_decode_step_runs_the_opaque_calls_eagerly(monkeypatch):
+    """StaticDecoder's compiled step (here torch.compile's 'eager' backend: its Dynamo trace, no inductor) gives
+    the eager step's logits, and the decode attention and the inference form inside it run eagerly."""
+    import decode_attention
+    seen = []
+    for name in ("decode_attention", "tucker_decode_attention"):
+        real = getattr(decode_attention, name)
+
+        def spy(*args, _real=real, **kwargs):
+            seen.append(torch.compiler.is_compiling())
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(decode_attention, name, spy)
+    model = build("tucker", "rope", None)
+    idx = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(4))
+    eager = decode_logits(model, idx, prompt=4)
+    decoder = StaticDecoder(model, idx.size(0))
+    decoder.step_fn = torch.compile(model.decode_step, backend="eager", dynamic=False)
+    out = [decoder.prefill(idx[:, :4])]
+    out += [decoder.step(idx[:, t:t + 1]) for t in range(4, idx.size(1) - 1)]
+    assert torch.equal(torch.stack(out, dim=1), eager)
+    assert seen and not any(seen)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_cuda_graph_replays_the_eager_step(variant):

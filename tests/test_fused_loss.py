@@ -107,16 +107,18 @@ def call_targets(graph):
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch_path"])
 def test_compiled_model_keeps_the_kernel_in_its_graph(monkeypatch, kernel):
-    """The fused head's kernel op is registered when the model is built, so torch.compile traces the whole training
-    forward, loss head included, as ONE graph (registering it inside the trace broke the graph around the head):
-    torch._dynamo.export, which fails on any graph break, succeeds with the kernel path chosen, and the op
+    """The fused head's kernel op is registered at import or as the model is built, so torch.compile traces the whole
+    training forward, loss head included, as ONE graph (registering it inside the trace broke the graph around the
+    head): torch._dynamo.export, which fails on any graph break, succeeds with the kernel path chosen, and the op
     fl.OP_NAME is one of the graph's calls. Control: with the kernel path off (the torch ops) the op is absent, so
     the check tells the two paths apart."""
     from model import GPT, GPTConfig
-    # kernel: the CPU counts as a Triton device, so the op is traced; torch_path: the head takes the torch ops
-    monkeypatch.setattr(fl, "_interpret", lambda: kernel)
     if not fl._HAVE_TRITON:
         pytest.skip("triton is not installed")
+    monkeypatch.setattr(fl, "_interpret", lambda: True)
+    assert fl.register_ops()  # registered in both cases (a CPU-only process registers none at import)
+    # kernel: the CPU counts as a Triton device, so the op is traced; torch_path: the head takes the torch ops
+    monkeypatch.setattr(fl, "_interpret", lambda: kernel)
     ns, name = fl.OP_NAME.split("::")
     op = getattr(getattr(torch.ops, ns), name).default
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False))
