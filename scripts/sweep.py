@@ -21,14 +21,16 @@ With --jobs N, N runs go at once; --gpus 0,1,... pins job slot i to GPU i % len(
 (several Shakespeare runs fit on one H200). Exits non-zero listing the failed runs.
 """
 import argparse
+import faulthandler
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from queue import Queue
 
@@ -271,7 +273,12 @@ def main(argv=None):
     ex = ThreadPoolExecutor(max_workers=max(1, args.jobs))
     try:
         with interrupt_on_sigterm():  # kill / a scheduler's stop: as Ctrl-C, the running train.py stopped too
-            for future in [ex.submit(work, item) for item in todo]:
+            futures = [ex.submit(work, item) for item in todo]
+            # waits of half a second: Python runs a signal's handler in this thread, between two waits, whichever
+            # thread the signal was delivered to (a wait with no timeout can sleep through it)
+            while wait(futures, timeout=0.5).not_done:
+                pass
+            for future in futures:
                 future.result()
     except KeyboardInterrupt:
         stopping.set()
@@ -304,4 +311,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>` prints every thread's stack: where a hung sweep waits
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     sys.exit(main())

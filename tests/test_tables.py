@@ -328,8 +328,24 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     while not trainers() and time.time() < deadline:  # started (the sweep registers it as it starts it)
         time.sleep(0.1)
     assert trainers(), "the sweep's run never started"
-    os.kill(sweep.pid, signal.SIGTERM)
-    _, err = sweep.communicate(timeout=90)
+    # the SIGTERM delivered to a thread of the sweep other than its main thread (its runs' worker): Python runs the
+    # handler in the main thread, which must not sleep through it (a wait with no timeout did: the sweep went on)
+    tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
+    others = [int(t) for t in os.listdir(f"/proc/{sweep.pid}/task") if int(t) != sweep.pid]
+    if tgkill and others:
+        import ctypes
+        assert ctypes.CDLL(None, use_errno=True).syscall(tgkill, sweep.pid, others[-1], signal.SIGTERM) == 0
+    else:
+        os.kill(sweep.pid, signal.SIGTERM)
+    try:
+        _, err = sweep.communicate(timeout=90)
+    except subprocess.TimeoutExpired:  # say where it waits (the sweep prints its threads' stacks on SIGUSR1)
+        os.kill(sweep.pid, signal.SIGUSR1)
+        time.sleep(2)
+        for pid in trainers():
+            os.kill(pid, signal.SIGKILL)
+        sweep.kill()
+        raise AssertionError("the sweep did not stop on SIGTERM:\n" + sweep.communicate()[1][-4000:])
     assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted: 1 running run(s) stopped")
     assert trainers() == []
 
