@@ -118,13 +118,15 @@ def test_sigusr1_prints_where_the_job_is(data_dir, tmp_path):
 
 
 def test_kill_and_resume_continues_exactly(data_dir, tmp_path):
-    args = ["train.py", *TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", "--max_iters=40", "--lr_decay_iters=40",
+    """The killed run in its own process, the reference and the resume in this one (train.py's main)."""
+    import train
+    args = [*TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", "--max_iters=40", "--lr_decay_iters=40",
             "--eval_interval=5", "--always_save_checkpoint=True", "--dropout=0.1"]
     ref = tmp_path / "ref"
-    run([*args, f"--out_dir={ref}"])
+    train.main([*args, f"--out_dir={ref}"])
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, *args, f"--out_dir={killed}"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "train.py", *args, f"--out_dir={killed}"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline:  # kill it hard once it is past iteration 17
@@ -136,7 +138,7 @@ def test_kill_and_resume_continues_exactly(data_dir, tmp_path):
     proc.wait()
     resumed_from = torch.load(killed / "ckpt.pt", map_location="cpu", weights_only=False)["iter_num"]
     assert 15 <= resumed_from < 40
-    run([*args, f"--out_dir={killed}", "--init_from=resume"])
+    train.main([*args, f"--out_dir={killed}", "--init_from=resume"])
 
     a = torch.load(ref / "ckpt.pt", map_location="cpu", weights_only=False)
     b = torch.load(killed / "ckpt.pt", map_location="cpu", weights_only=False)
@@ -154,11 +156,13 @@ def test_torchrun_two_processes_match_single_process(data_dir, tmp_path):
     rotary tables are buffers. DDP broadcast buffers in the first forward after a synced step (and the
     very first), so rank 0 waited in that broadcast and the job hung at its first evaluation (LLaMA-1B
     on 4 GPUs, 2 evaluation batches); DDP no longer broadcasts buffers (the tables are constants)."""
-    common = ["train.py", *TINY, *FAMILIES["mla"], f"--data_dir={data_dir}", "--max_iters=12", "--lr_decay_iters=12",
+    import train
+    common = [*TINY, *FAMILIES["mla"], f"--data_dir={data_dir}", "--max_iters=12", "--lr_decay_iters=12",
               "--eval_interval=6", "--eval_iters=1", "--gradient_accumulation_steps=2", "--save_checkpoint=False"]
     single, double = tmp_path / "single", tmp_path / "ddp"
-    run([*common, f"--out_dir={single}"])
-    run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *common, f"--out_dir={double}"], timeout=240)
+    train.main([*common, f"--out_dir={single}"])  # the single process in this one
+    run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *common,
+         f"--out_dir={double}"], timeout=240)
     s1, s2 = (json.loads((d / "summary.json").read_text()) for d in (single, double))
     assert s2["config"]["world_size"] == 2
     c0, c1 = s2["rank_weight_checksums"]
@@ -195,15 +199,18 @@ def test_missing_data_says_how_to_prepare(tmp_path):
     assert proc.returncode == 2 and "python -m data.shakespeare.prepare" in proc.stderr
 
 
-def test_non_finite_loss_stops_and_keeps_checkpoint(data_dir, tmp_path):
+def test_non_finite_loss_stops_and_keeps_checkpoint(data_dir, tmp_path, capsys):
+    import train  # train.py's main in this process (its exit status as SystemExit): no interpreter starts
     out = tmp_path / "nan"
-    common = ["train.py", *TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=4"]
-    run([*common, "--max_iters=4"])  # a good checkpoint at iteration 4 ...
+    common = [*TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=4"]
+    train.main([*common, "--max_iters=4"])  # a good checkpoint at iteration 4 ...
     good = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)["model"]
     # ... then a learning rate that blows the weights up within a few steps
-    proc = run([*common, "--max_iters=200", "--init_from=resume", "--learning_rate=1e12", "--warmup_iters=0",
-                "--grad_clip=0.0"], check=False)
-    assert proc.returncode == 1 and "non-finite" in proc.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        train.main([*common, "--max_iters=200", "--init_from=resume", "--learning_rate=1e12", "--warmup_iters=0",
+                    "--grad_clip=0.0"])
+    assert stop.value.code == 1 and "non-finite" in capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     assert not summary["finished"] and "non-finite" in summary["stopped_reason"]
     kept = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)  # the last good one is kept
@@ -225,11 +232,12 @@ def test_wandb_offline_logging(data_dir, tmp_path):
 
 
 def test_eval_only_on_a_resumed_checkpoint_evaluates(data_dir, tmp_path):
+    import train
     out = tmp_path / "evalonly"
-    common = ["train.py", *TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=4"]
-    run([*common, "--max_iters=4"])
+    common = [*TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=4"]
+    train.main([*common, "--max_iters=4"])
     before = [r for r in read_log(out) if "val_loss" in r]
-    run([*common, "--init_from=resume", "--eval_only=True"])
+    train.main([*common, "--init_from=resume", "--eval_only=True"])
     after = [r for r in read_log(out) if "val_loss" in r]
     assert len(after) == len(before) + 1 and after[-1]["iter"] == 4
     assert after[-1]["val_loss"] == before[-1]["val_loss"]  # same weights, same evaluation batches
