@@ -54,10 +54,10 @@ def test_a_hung_test_fails_and_the_run_goes_on(tmp_path, processes_running):
 
 def test_a_test_that_cannot_be_interrupted_ends_the_run(tmp_path):
     """The alarm cannot raise in a test stuck in C (here: the signal blocked): faulthandler prints the
-    stacks to the run's own stderr and ends the run with exit code 1, TUCKER_TEST_TIMEOUT + 10 s on."""
+    stacks to the run's own stderr and ends the run with exit code 1, 2 x TUCKER_TEST_TIMEOUT on (2 + 2 s here)."""
     t0 = time.time()
     proc = run_pytest(tmp_path, STUCK)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Timeout" in proc.stderr and "in test_stuck" in proc.stderr, proc.stderr
     assert "passed" not in proc.stdout  # the run ended there
-    assert time.time() - t0 < 60
+    assert time.time() - t0 < 30
