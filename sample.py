@@ -110,7 +110,7 @@ def main(argv):
         if os.path.isdir(path):
             fail(f"prompt file {path} is a folder: give a text file (--start=FILE:path)")
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:  # a leading byte-order mark (some editors write one) dropped
                 start = f.read()
         except UnicodeDecodeError as e:
             fail(f"prompt file {path} is not UTF-8 text ({e.reason} at byte {e.start})")

@@ -251,6 +251,18 @@ def test_unreadable_prompt_file(what, says, out_dir, gpt2_ranks_file, tmp_path, 
     assert str(path) in err and says in err, err
 
 
+def test_a_prompt_file_with_a_byte_order_mark_is_the_same_prompt(out_dir, gpt2_ranks_file, tmp_path):
+    """A UTF-8 file that an editor began with a byte-order mark gives the prompt without it (the mark is not text:
+    tokenized, it is three bytes of noise before the prompt)."""
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_text("ROMEO:", encoding="utf-8")
+    marked.write_text("ROMEO:", encoding="utf-8-sig")
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    runs = [sample.main(sample_args(out_dir, gpt2_ranks_file, f"--start=FILE:{p}", "--decode=eager", "--temperature=0"))
+            for p in (plain, marked)]
+    assert runs[0] == runs[1] and runs[0][0].startswith("ROMEO:")
+
+
 def test_a_tokenizer_file_that_is_not_gpt2s_is_one_line(out_dir, tmp_path, capsys):
     bad = tmp_path / "input.txt"
     bad.write_text("First Citizen:\n")
