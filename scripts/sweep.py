@@ -18,7 +18,9 @@ where and how it ran aside: NOT_SETTINGS; a key the command leaves out is compar
 sweep with a list of them, before anything runs, as do overrides that do not parse and a data folder without its
 token files. Ctrl-C or a kill (SIGTERM) of the sweep stops the runs it started, which restart on the next sweep.
 With --jobs N, N runs go at once; --gpus 0,1,... pins job slot i to GPU i % len(gpus)
-(several Shakespeare runs fit on one H200). Exits non-zero listing the failed runs.
+(several Shakespeare runs fit on one H200). Every --progress seconds (default 600) a line for each running run
+says where it is (iteration, loss, last val loss, minutes); each finished run gets a line. Exits non-zero listing
+the failed runs.
 """
 import argparse
 import faulthandler
@@ -158,6 +160,43 @@ def plan(table, rows=None, ropes=ROPE_SETTINGS, seeds=(1337,), results_dir=None,
     return runs
 
 
+def last_record(log_path: Path, key: str, tail_bytes: int = 65536):
+    """The last complete JSON line of log_path that holds `key` (None if there is none): read from the file's end
+    (a run's log.jsonl grows by a line an iteration; a line being written is skipped)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and key in record:
+            return record
+    return None
+
+
+def progress_line(name: str, out_dir: Path, since: float) -> str:
+    """'name: iter 1200/5000, loss 3.412 (last val 3.508 at 1000), 12 min' from the run's config.json and log."""
+    try:
+        with open(out_dir / "config.json") as f:
+            config = json.load(f)
+    except (OSError, ValueError):  # not written yet
+        config = {}
+    last = last_record(out_dir / "log.jsonl", "loss")
+    val = last_record(out_dir / "log.jsonl", "val_loss")
+    minutes = f"{(time.time() - since) / 60:.0f} min"
+    if last is None:
+        return f"{name}: started, no iteration logged yet, {minutes}"
+    of = f"/{config['max_iters']}" if "max_iters" in config else ""
+    seen = f" (last val {val['val_loss']:.3f} at {val['iter']})" if val else ""
+    return f"{name}: iter {last['iter']}{of}, loss {last['loss']:.3f}{seen}, {minutes}"
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     # everything after a bare `--` goes to train.py untouched
@@ -179,6 +218,8 @@ def main(argv=None):
                     help="let train.py write ckpt.pt (default: --save_checkpoint=False, summaries only)")
     ap.add_argument("--time_budget", type=float, default=0,
                     help="seconds after which no new run is started (0 = none); the rest is left for a re-run")
+    ap.add_argument("--progress", type=float, default=600, metavar="S",
+                    help="every S seconds, a line for each running run: its last logged iteration and loss (0 = none)")
     ap.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the commands, run nothing")
     args = ap.parse_args(argv)
 
@@ -227,6 +268,7 @@ def main(argv=None):
     t0 = time.time()
     done, failed, not_started = [0], [], []
     children, stopping = set(), threading.Event()  # the running train.py processes; set when the sweep is stopped
+    running = {}  # name -> (out_dir, start time) of each run in progress, for the progress lines
 
     def work(item):
         name, out_dir, cmd = item
@@ -253,9 +295,11 @@ def main(argv=None):
                         return
                     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
                     children.add(proc)
+                    running[name] = (out_dir, t)
                 rc = proc.wait()
                 with lock:
                     children.discard(proc)
+                    running.pop(name, None)
             if stopping.is_set():  # stopped with the sweep: not a failure, it restarts on a re-run
                 return
             # a zero exit without a finished summary is a failure too (e.g. crashed writer)
@@ -276,8 +320,14 @@ def main(argv=None):
             futures = [ex.submit(work, item) for item in todo]
             # waits of half a second: Python runs a signal's handler in this thread, between two waits, whichever
             # thread the signal was delivered to (a wait with no timeout can sleep through it)
+            next_report = time.time() + args.progress
             while wait(futures, timeout=0.5).not_done:
-                pass
+                if args.progress > 0 and time.time() >= next_report:
+                    next_report = time.time() + args.progress
+                    with lock:
+                        now = sorted(running.items())
+                    for name, (out_dir, since) in now:
+                        print(f"  {progress_line(name, out_dir, since)}", flush=True)
             for future in futures:
                 future.result()
     except KeyboardInterrupt:

@@ -13,6 +13,7 @@ CPU only, no training: the whole file runs in a few seconds.
 import dataclasses
 import json
 import math
+import re
 import shlex
 import subprocess
 import sys
@@ -311,7 +312,9 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     data.mkdir()
     for split in ("train", "val"):
         np.random.default_rng(0).integers(0, 50257, 4000).astype(np.uint16).tofile(data / f"{split}.bin")
-    sweep = subprocess.Popen(base + ["--", *tiny], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    logged = [a if not a.startswith("--log_interval") else "--log_interval=1" for a in tiny]  # progress to report
+    sweep = subprocess.Popen(base + ["--progress", "1", "--", *logged], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=REPO)
     out_dir = str(tmp_path / "runs" / "mha-rope_off-s1337")
 
     def trainers():  # the processes training into out_dir (their command lines name it)
@@ -328,6 +331,10 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     while not trainers() and time.time() < deadline:  # started (the sweep registers it as it starts it)
         time.sleep(0.1)
     assert trainers(), "the sweep's run never started"
+    log = Path(out_dir) / "log.jsonl"
+    while not (log.exists() and '"loss"' in log.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)  # a progress line (every second here) with an iteration in it
     # the SIGTERM delivered to a thread of the sweep other than its main thread (its runs' worker): Python runs the
     # handler in the main thread, which must not sleep through it (a wait with no timeout did: the sweep went on)
     tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
@@ -338,7 +345,7 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     else:
         os.kill(sweep.pid, signal.SIGTERM)
     try:
-        _, err = sweep.communicate(timeout=90)
+        out, err = sweep.communicate(timeout=90)
     except subprocess.TimeoutExpired:  # say where it waits (the sweep prints its threads' stacks on SIGUSR1)
         os.kill(sweep.pid, signal.SIGUSR1)
         time.sleep(2)
@@ -348,6 +355,22 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
         raise AssertionError("the sweep did not stop on SIGTERM:\n" + sweep.communicate()[1][-4000:])
     assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted: 1 running run(s) stopped")
     assert trainers() == []
+    assert re.search(r"^  mha-rope_off-s1337: iter \d+/1000000, loss \d+\.\d{3} \(last val \d+\.\d{3} at 0\), \d+ min$", out, re.M), out
+
+
+def test_sweep_progress_line_reads_the_runs_log(tmp_path):
+    """The progress line: the last complete logged iteration (a line being written skipped), its loss, the last
+    evaluation, max_iters from the run's config.json; a run that logged nothing yet says so."""
+    import time
+    from scripts import sweep
+    run = tmp_path / "run"
+    run.mkdir()
+    assert sweep.progress_line("r", run, time.time() - 125) == "r: started, no iteration logged yet, 2 min"
+    (run / "config.json").write_text(json.dumps({"max_iters": 500}))
+    lines = [{"iter": 0, "val_loss": 10.9}, {"iter": 1, "loss": 10.5}, {"iter": 2, "loss": 9.25},
+             {"iter": 2, "val_loss": 9.5}, {"iter": 3, "loss": 8.75}]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"iter": 4, "lo')
+    assert sweep.progress_line("r", run, time.time()) == "r: iter 3/500, loss 8.750 (last val 9.500 at 2), 0 min"
 
 
 def _summary(row, rope, seed, loss, best_iter=500):
