@@ -389,21 +389,42 @@ class LayerCache:
 
 
 def not_traced(fn):
-    """torch.compiler.disable(fn), made on the first traced call: the decorator itself imports torch._dynamo (~1.5 s),
+    """torch.compiler.disable(fn), made when a compile needs it: the decorator itself imports torch._dynamo (~1.5 s),
     which every process that imports model would pay at import time though only a compile needs it (a CPU run,
-    sample.py's eager path, each test's train.py). Called eagerly it calls fn; traced, it makes the disabled
-    function on the first trace that reaches it and calls that (Dynamo skips it: a graph break, as the decorator's)."""
+    sample.py's eager path, each test's train.py). Called eagerly the wrapper calls fn. disable_opaque_calls, which
+    StaticDecoder calls before its compile, puts the disabled functions in the wrappers' places; a trace that
+    reaches a wrapper before that makes the disabled function there (correct, at the cost of a graph break and a
+    compiled frame of the wrapper)."""
     disabled = None
+
+    def make():
+        nonlocal disabled
+        if disabled is None:
+            disabled = torch.compiler.disable(fn)
+        return disabled
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        nonlocal disabled
         if not torch.compiler.is_compiling():  # eager: the function itself
             return fn(*args, **kwargs)
-        if disabled is None:
-            disabled = torch.compiler.disable(fn)
-        return disabled(*args, **kwargs)
+        return make()(*args, **kwargs)
+    call.make_disabled = make
     return call
+
+
+def disable_opaque_calls() -> None:
+    """Put each not_traced function's torch.compiler.disable'd version in its wrapper's place, this module's
+    functions and its classes' methods (imports Dynamo; what the decorator did at import before): call it before
+    torch.compile traces a decode step. Left as wrappers, every opaque call would also compile a frame of its wrapper,
+    whose one code object the six share (Dynamo's recompile limit of 8 warns)."""
+    namespace = globals()
+    for name, obj in list(namespace.items()):
+        if callable(getattr(obj, "make_disabled", None)):
+            namespace[name] = obj.make_disabled()
+        elif isinstance(obj, type) and obj.__module__ == __name__:
+            for attr, member in list(vars(obj).items()):
+                if callable(getattr(member, "make_disabled", None)):
+                    setattr(obj, attr, member.make_disabled())
 
 
 def exact_math(device: torch.device):
@@ -1654,6 +1675,8 @@ class StaticDecoder:
         # compile: torch.compile the step (fuses the norms, residual adds, RoPE and GELU into few
         # kernels; attention and the inference form stay opaque calls), then capture it as usual
         check_compile_mode(compile_mode)
+        if compile:
+            disable_opaque_calls()  # before the trace: the opaque calls skipped, not first made inside it
         self.step_fn = (torch.compile(model.decode_step, dynamic=False, mode=DECODE_COMPILE_MODES[compile_mode])
                         if compile else model.decode_step)
         # the cache holds what the layers compute: under autocast that is autocast's dtype (bf16), not the

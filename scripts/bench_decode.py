@@ -208,6 +208,8 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
 
     if mode.endswith("_compiled") or mode.endswith("_autotune"):
         compile_mode = DECODE_COMPILE_MODES["max-autotune" if mode.endswith("_autotune") else "default"]
+        from model import disable_opaque_calls
+        disable_opaque_calls()  # as StaticDecoder does before its compile
         step_fn = torch.compile(model.decode_step, dynamic=False, mode=compile_mode)  # graphs: captured below
     elif mode.startswith("graph_mega"):
         from decode_mega import step_decoder

@@ -160,23 +160,29 @@ def plan(table, rows=None, ropes=ROPE_SETTINGS, seeds=(1337,), results_dir=None,
     return runs
 
 
-def last_record(log_path: Path, key: str, tail_bytes: int = 65536):
-    """The last complete JSON line of log_path that holds `key` (None if there is none): read from the file's end
-    (a run's log.jsonl grows by a line an iteration; a line being written is skipped)."""
+def last_record(log_path: Path, key: str, block: int = 1 << 16, limit: int = 1 << 24):
+    """The last complete JSON line of log_path whose `key` and "iter" are numbers (None if there is none in its
+    last `limit` bytes): read backwards from the file's end in blocks (a run's log.jsonl grows by a line an
+    iteration, its evaluations thousands of lines apart; a line being written is skipped)."""
     try:
         with open(log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - tail_bytes))
-            lines = f.read().decode(errors="replace").splitlines()
+            end = pos = f.seek(0, os.SEEK_END)
+            carry = b""  # the start of a line that the block after this one began inside
+            while pos > 0 and end - pos < limit:
+                size = min(block, pos)
+                pos -= size
+                f.seek(pos)
+                lines = (f.read(size) + carry).split(b"\n")
+                carry = lines.pop(0) if pos > 0 else b""  # cut by the block's start: completed by the next block
+                for line in reversed(lines):
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(record, dict) and all(isinstance(record.get(k), (int, float)) for k in (key, "iter")):
+                        return record
     except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and key in record:
-            return record
+        pass
     return None
 
 
@@ -187,12 +193,13 @@ def progress_line(name: str, out_dir: Path, since: float) -> str:
             config = json.load(f)
     except (OSError, ValueError):  # not written yet
         config = {}
+    max_iters = config.get("max_iters") if isinstance(config, dict) else None
     last = last_record(out_dir / "log.jsonl", "loss")
     val = last_record(out_dir / "log.jsonl", "val_loss")
     minutes = f"{(time.time() - since) / 60:.0f} min"
     if last is None:
         return f"{name}: started, no iteration logged yet, {minutes}"
-    of = f"/{config['max_iters']}" if "max_iters" in config else ""
+    of = f"/{max_iters}" if isinstance(max_iters, int) else ""
     seen = f" (last val {val['val_loss']:.3f} at {val['iter']})" if val else ""
     return f"{name}: iter {last['iter']}{of}, loss {last['loss']:.3f}{seen}, {minutes}"
 
@@ -327,23 +334,27 @@ def main(argv=None):
                     with lock:
                         now = sorted(running.items())
                     for name, (out_dir, since) in now:
-                        print(f"  {progress_line(name, out_dir, since)}", flush=True)
+                        try:
+                            line = progress_line(name, out_dir, since)
+                        except Exception as e:  # a report, never a reason to stop the sweep
+                            line = f"{name}: progress unreadable ({type(e).__name__}: {e})"
+                        print(f"  {line}", flush=True)
             for future in futures:
                 future.result()
     except KeyboardInterrupt:
         stopping.set()
         with lock:
-            running = list(children)
-        for proc in running:
+            stopped = list(children)
+        for proc in stopped:
             proc.terminate()
-        for proc in running:
+        for proc in stopped:
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         ex.shutdown(wait=True, cancel_futures=True)
-        print(f"interrupted: {len(running)} running run(s) stopped (they start over on a re-run), {done[0]} finished "
+        print(f"interrupted: {len(stopped)} running run(s) stopped (they start over on a re-run), {done[0]} finished "
               f"here kept; re-run the same command to continue", file=sys.stderr)
         return 130
     ex.shutdown()

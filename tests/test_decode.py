@@ -234,7 +234,8 @@ def test_a_cpu_process_leaves_dynamo_and_inductor_unimported():
             "    m(x, x)[1].backward()\n"
             "    m.generate(x[:, :2], 3, decode='eager')\n"
             "print(sorted(m for m in sys.modules if m.startswith(('torch._dynamo', 'torch._inductor'))))")
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no CUDA device, as on the CI machine
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # nothing counts as a Triton device
+    env["CUDA_VISIBLE_DEVICES"] = ""  # no CUDA device, as on the CI machine
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
                          text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
@@ -264,8 +265,12 @@ def test_not_traced_made_inside_a_compile_runs_eagerly():
 
 def test_compiled_decode_step_runs_the_opaque_calls_eagerly(monkeypatch):
     """StaticDecoder's compiled step (here torch.compile's 'eager' backend: its Dynamo trace, no inductor) gives
-    the eager step's logits, and the decode attention and the inference form inside it run eagerly."""
+    the eager step's logits, and the decode attention and the inference form inside it run eagerly; after
+    model.disable_opaque_calls (StaticDecoder's, before its compile) Dynamo compiles no frame of a not_traced
+    wrapper (their shared code object would hit its recompile limit)."""
     import decode_attention
+    import model as model_module
+    wrapper_code = model_module.not_traced(lambda: None).__code__  # every wrapper's
     seen = []
     for name in ("decode_attention", "tucker_decode_attention"):
         real = getattr(decode_attention, name)
@@ -278,11 +283,14 @@ def test_compiled_decode_step_runs_the_opaque_calls_eagerly(monkeypatch):
     idx = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(4))
     eager = decode_logits(model, idx, prompt=4)
     decoder = StaticDecoder(model, idx.size(0))
+    model_module.disable_opaque_calls()
+    torch._dynamo.reset()  # no compiled frame of an earlier test's (test_not_traced_made_inside_a_compile_runs_eagerly)
     decoder.step_fn = torch.compile(model.decode_step, backend="eager", dynamic=False)
     out = [decoder.prefill(idx[:, :4])]
     out += [decoder.step(idx[:, t:t + 1]) for t in range(4, idx.size(1) - 1)]
     assert torch.equal(torch.stack(out, dim=1), eager)
     assert seen and not any(seen)
+    assert torch._C._dynamo.eval_frame._debug_get_cache_entry_list(wrapper_code) == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

@@ -313,7 +313,7 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     for split in ("train", "val"):
         np.random.default_rng(0).integers(0, 50257, 4000).astype(np.uint16).tofile(data / f"{split}.bin")
     logged = [a if not a.startswith("--log_interval") else "--log_interval=1" for a in tiny]  # progress to report
-    sweep = subprocess.Popen(base + ["--progress", "1", "--", *logged], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    sweep = subprocess.Popen(base + ["--progress", "0.5", "--", *logged], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=REPO)
     out_dir = str(tmp_path / "runs" / "mha-rope_off-s1337")
 
@@ -334,7 +334,7 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     log = Path(out_dir) / "log.jsonl"
     while not (log.exists() and '"loss"' in log.read_text()) and time.time() < deadline:
         time.sleep(0.1)
-    time.sleep(1.5)  # a progress line (every second here) with an iteration in it
+    time.sleep(2.0)  # a progress line (every half second here) with an iteration in it
     # the SIGTERM delivered to a thread of the sweep other than its main thread (its runs' worker): Python runs the
     # handler in the main thread, which must not sleep through it (a wait with no timeout did: the sweep went on)
     tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
@@ -371,6 +371,16 @@ def test_sweep_progress_line_reads_the_runs_log(tmp_path):
              {"iter": 2, "val_loss": 9.5}, {"iter": 3, "loss": 8.75}]
     (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"iter": 4, "lo')
     assert sweep.progress_line("r", run, time.time()) == "r: iter 3/500, loss 8.750 (last val 9.500 at 2), 0 min"
+    # the last evaluation thousands of lines back (train.py logs every iteration; evaluates every 2,000)
+    with open(run / "log.jsonl", "w") as f:
+        f.write(json.dumps({"iter": 0, "val_loss": 10.9}) + "\n")
+        f.writelines(json.dumps({"iter": i, "loss": 5.0, "lr": 6e-4, "ms": 123.4}) + "\n" for i in range(1, 3000))
+    assert sweep.progress_line("r", run, time.time()) == "r: iter 2999/500, loss 5.000 (last val 10.900 at 0), 0 min"
+    # records that are no numbers (a nan written as null, a string) and a config.json of another shape are skipped
+    (run / "log.jsonl").write_text(json.dumps({"iter": 1, "loss": 4.0}) + "\n" + json.dumps({"iter": 2, "loss": None})
+                                   + "\n" + json.dumps({"loss": 3.0}) + "\n" + json.dumps({"iter": 3, "loss": "x"}) + "\n")
+    (run / "config.json").write_text(json.dumps(["max_iters"]))
+    assert sweep.progress_line("r", run, time.time()) == "r: iter 1, loss 4.000, 0 min"
 
 
 def _summary(row, rope, seed, loss, best_iter=500):
