@@ -112,8 +112,10 @@ def main(argv):
         try:
             with open(path, encoding="utf-8-sig") as f:  # a leading byte-order mark (some editors write one) dropped
                 start = f.read()
-        except UnicodeDecodeError as e:
-            fail(f"prompt file {path} is not UTF-8 text ({e.reason} at byte {e.start})")
+        except UnicodeDecodeError as e:  # its offset counts from after a byte-order mark: from the file's start here
+            with open(path, "rb") as f:
+                mark = 3 if f.read(3) == b"\xef\xbb\xbf" else 0
+            fail(f"prompt file {path} is not UTF-8 text ({e.reason} at byte {e.start + mark})")
     try:
         model = load_model(cfg["out_dir"], cfg["ckpt"], device)
     except FileNotFoundError as e:

@@ -36,10 +36,17 @@ def experiment_settings(run_dir) -> dict:
     """{key: value} of the settings that define a run's experiment (see MODEL_COMPUTE_KEYS): its model_config but
     the compute keys, and train_config.RUN_KEYS but the bookkeeping ones; from summary.json, else config.json (an
     interrupted run); {} where neither is there."""
+    from dataclasses import fields
+
+    from model import GPTConfig
     from train_config import RUN_KEYS
-    summary = read_json(os.path.join(run_dir, "summary.json")) or {}
-    config = summary.get("config") or read_json(os.path.join(run_dir, "config.json")) or {}
-    model = summary.get("model_config") or {}
+
+    def as_dict(x):
+        return x if isinstance(x, dict) else {}
+    summary = as_dict(read_json(os.path.join(run_dir, "summary.json")))
+    config = as_dict(summary.get("config")) or as_dict(read_json(os.path.join(run_dir, "config.json")))
+    # the model's keys: summary.json's model_config, or (an interrupted run) config.json's, which holds them all
+    model = as_dict(summary.get("model_config")) or {f.name: config[f.name] for f in fields(GPTConfig) if f.name in config}
     out = {k: v for k, v in model.items() if k not in MODEL_COMPUTE_KEYS}
     out.update({k: config[k] for k in RUN_KEYS if k in config and k not in RUN_BOOKKEEPING_KEYS})
     return out

@@ -79,17 +79,19 @@ def test_runs_of_another_experiment_are_named(tmp_path, capsys):
                       model={**model, "n_layer": 3})
     (tmp_path / "cut").mkdir()  # an interrupted run: config.json, no summary.json
     (tmp_path / "cut" / "log.jsonl").write_text(json.dumps({"iter": 1, "loss": 2.0}) + "\n")
-    (tmp_path / "cut" / "config.json").write_text(json.dumps({**base, "seed": 7}))
+    (tmp_path / "cut" / "config.json").write_text(json.dumps({**base, "seed": 7, "n_layer": 2, "attn": "mha"}))
     capsys.readouterr()
     res = compare_runs.main([str(ref), str(fast), str(other), str(tmp_path / "cut"), "--out", str(tmp_path / "o"),
                              "--name", "t"])
     diffs = {r["run"]: r["setting_differences"] for r in res["rows"]}
     assert diffs[str(ref)] == {} and diffs[str(fast)] == {}  # compute and bookkeeping keys only
     assert diffs[str(other)] == {"batch_size": [12, 8], "n_layer": [2, 3], "seed": [1337, 1]}
-    assert diffs[str(tmp_path / "cut")] == {"seed": [1337, 7]}
+    assert diffs[str(tmp_path / "cut")] == {"attn": ["tucker", "mha"], "seed": [1337, 7]}  # its model from config.json
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["warning: not the reference's experiment: other: batch_size 12 -> 8, n_layer 2 -> 3, seed 1337 -> 1",
-                   "warning: not the reference's experiment: cut: seed 1337 -> 7"]
+                   "warning: not the reference's experiment: cut: attn \"tucker\" -> \"mha\", seed 1337 -> 7"]
     md = (tmp_path / "o" / "t.md").read_text()
     assert "**Not the same experiment as the reference**" in md and "- other: batch_size 12 -> 8" in md
     assert json.loads((tmp_path / "o" / "t.json").read_text())["rows"][2]["setting_differences"]["seed"] == [1337, 1]
+    (tmp_path / "cut" / "config.json").write_text("[1, 2]")  # not a dict: nothing to compare, no crash
+    assert compare_runs.setting_differences(ref, tmp_path / "cut") == {}

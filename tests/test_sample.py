@@ -263,6 +263,13 @@ def test_a_prompt_file_with_a_byte_order_mark_is_the_same_prompt(out_dir, gpt2_r
     assert runs[0] == runs[1] and runs[0][0].startswith("ROMEO:")
 
 
+def test_a_bad_byte_after_a_byte_order_mark_is_named_at_its_offset(out_dir, gpt2_ranks_file, tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\xef\xbb\xbfROM\xffEO")  # the 0xff at byte 6 of the file
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, f"--start=FILE:{bad}"), capsys)
+    assert "is not UTF-8 text (invalid start byte at byte 6)" in err, err
+
+
 def test_a_tokenizer_file_that_is_not_gpt2s_is_one_line(out_dir, tmp_path, capsys):
     bad = tmp_path / "input.txt"
     bad.write_text("First Citizen:\n")
