@@ -182,6 +182,4 @@ def gelu(x: torch.Tensor, backend: str = "auto") -> torch.Tensor:
         if backend == "triton":
             raise ValueError(f"fused_gelu.gelu: the Triton kernels cannot run: {why}")
         return F.gelu(x)
-    if not torch.compiler.is_compiling() and _FWD is None:  # the CPU counted as a Triton device after import (tests)
-        register_ops()
     return _TritonGELU.apply(x)

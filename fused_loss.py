@@ -166,7 +166,5 @@ def cross_entropy_rows(logits: torch.Tensor, targets: torch.Tensor, want_grad: b
         if backend == "triton":
             raise ValueError(f"cross_entropy_rows: the Triton kernel cannot run: {why}")
         return _torch_rows(logits, targets, want_grad)
-    if not torch.compiler.is_compiling() and _OP is None:  # the CPU counted as a Triton device after import (tests)
-        register_ops()
     loss, grad = _OP(logits, targets, bool(want_grad))
     return loss, (grad if want_grad else None)

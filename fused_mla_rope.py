@@ -538,8 +538,6 @@ def decoupled_qk_from_latent(q: torch.Tensor, c_k: torch.Tensor, k_weight: torch
             raise ValueError(f"fused_mla_rope.decoupled_qk_from_latent: the Triton kernels cannot run: {why}")
         k = torch.nn.functional.linear(c_k, k_weight, k_bias).view(B, T, nH, dH)
         return decoupled_qk_torch(q, k, k_rope, cos, sin)
-    if not torch.compiler.is_compiling() and _FWD is None:  # the CPU counted as a Triton device after import (tests)
-        register_ops()
     return (_TritonRotateQInPlace.apply(q, cos, sin),
             _TritonKUp.apply(c_k, k_weight, k_bias, k_rope, cos, sin, nH))
 
@@ -565,8 +563,6 @@ def decoupled_qk(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: to
         if backend == "triton":
             raise ValueError(f"fused_mla_rope.decoupled_qk: the Triton kernels cannot run: {why}")
         return decoupled_qk_torch(q, k, k_rope, cos, sin)
-    if not torch.compiler.is_compiling() and _FWD is None:  # the CPU counted as a Triton device after import (tests)
-        register_ops()
     if q_in_place:
         return _TritonRotateQInPlace.apply(q, cos, sin), _TritonDecoupledK.apply(k, k_rope, cos, sin)
     return _TritonDecoupledQK.apply(q, k, k_rope, cos, sin)
