@@ -105,6 +105,32 @@ def call_targets(graph):
     return out
 
 
+def test_the_model_registers_the_op_before_a_trace():
+    """In a fresh process without CUDA, where import registers nothing, GPT.__init__ registers the kernel's op once the
+    CPU counts as a Triton device, so that a trace of the model finds it (none registered: the kernel path would call
+    nothing). A subprocess: in this one an earlier test may have registered the op already."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    if not fl._HAVE_TRITON:
+        pytest.skip("triton is not installed")
+    code = ("import torch, fused_loss as fl\n"
+            "assert fl._OP is None  # a CPU-only process: nothing registered at import\n"
+            "fl._interpret = lambda: True  # the CPU counts as a Triton device from now on\n"
+            "from model import GPT, GPTConfig\n"
+            "model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False))\n"
+            "assert fl._OP is not None\n"
+            "x = torch.randint(0, 200, (2, 16))\n"
+            "graph, _ = torch._dynamo.export(model)(x, x)\n"
+            "print('traced')")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, timeout=180, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "traced", out.stderr[-3000:]
+
+
 @pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch_path"])
 def test_compiled_model_keeps_the_kernel_in_its_graph(monkeypatch, kernel):
     """The fused head's kernel op is registered at import or as the model is built, so torch.compile traces the whole
