@@ -389,9 +389,9 @@ class LayerCache:
 
 
 def not_traced(fn):
-    """torch.compiler.disable(fn), made when a compile needs it: the decorator itself imports torch._dynamo (~1.5 s),
-    which every process that imports model would pay at import time though only a compile needs it (a CPU run,
-    sample.py's eager path, each test's train.py). Called eagerly the wrapper calls fn. disable_opaque_calls, which
+    """torch.compiler.disable(fn), made only when a compile needs it: the decorator itself imports torch._dynamo
+    (~1.5 s), which every process that imports model would pay at import time (a CPU run, sample.py's eager path,
+    each test's train.py). Called eagerly the wrapper calls fn. disable_opaque_calls, which
     StaticDecoder calls before its compile, puts the disabled functions in the wrappers' places; a trace that
     reaches a wrapper before that makes the disabled function there (correct, at the cost of a graph break and a
     compiled frame of the wrapper)."""
