@@ -105,30 +105,38 @@ def call_targets(graph):
     return out
 
 
-def test_the_model_registers_the_op_before_a_trace():
-    """In a fresh process without CUDA, where import registers nothing, GPT.__init__ registers the kernel's op once the
-    CPU counts as a Triton device, so that a trace of the model finds it (none registered: the kernel path would call
-    nothing). A subprocess: in this one an earlier test may have registered the op already."""
+def test_the_model_registers_its_kernel_ops_before_a_trace():
+    """In a fresh process without CUDA, where import registers nothing, GPT.__init__ registers the ops of the loss,
+    GELU and MLA RoPE kernels once the CPU counts as a Triton device, so that a trace of the model finds them (none
+    registered: the kernel path would call nothing); each op is then one of the traced graph's calls. A subprocess:
+    in this one an earlier test may have registered the ops already. Fails with any of the three constructor calls
+    to register_ops removed."""
     import os
     import subprocess
     import sys
     from pathlib import Path
     if not fl._HAVE_TRITON:
         pytest.skip("triton is not installed")
-    code = ("import torch, fused_loss as fl\n"
-            "assert fl._OP is None  # a CPU-only process: nothing registered at import\n"
-            "fl._interpret = lambda: True  # the CPU counts as a Triton device from now on\n"
+    code = ("import torch, fused_loss, fused_gelu, fused_mla_rope\n"
+            "mods = (fused_loss, fused_gelu, fused_mla_rope)\n"
+            "assert fused_loss._OP is fused_gelu._FWD is fused_mla_rope._FWD is None  # nothing at import on a CPU\n"
+            "for m in mods:\n"
+            "    m._interpret = lambda: True  # the CPU counts as a Triton device from now on\n"
             "from model import GPT, GPTConfig\n"
-            "model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False))\n"
-            "assert fl._OP is not None\n"
+            "model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=200, bias=False,\n"
+            "                      attn='mla', kv_rank=8, q_rank=8, pos_emb='rope', mla_rope='decoupled'))\n"
+            "assert None not in (fused_loss._OP, fused_gelu._FWD, fused_mla_rope._FWD)\n"
             "x = torch.randint(0, 200, (2, 16))\n"
             "graph, _ = torch._dynamo.export(model)(x, x)\n"
-            "print('traced')")
+            "calls = {str(n.target) for _, m in graph.named_modules() if isinstance(getattr(m, 'graph', None),\n"
+            "         torch.fx.Graph) for n in m.graph.nodes if n.op == 'call_function'}  # as call_targets\n"
+            "names = (fused_loss.OP_NAME, fused_gelu.FWD_OP, 'tucker_attention::mla_rope_')  # MLA's: any of its ops\n"
+            "print(*[any(c.startswith(name.replace('::', '.')) for c in calls) for name in names])")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
                          text=True, timeout=180, env=env)
-    assert out.returncode == 0 and out.stdout.strip() == "traced", out.stderr[-3000:]
+    assert out.returncode == 0 and out.stdout.split() == ["True"] * 3, (out.stdout, out.stderr[-3000:])
 
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch_path"])
