@@ -33,6 +33,9 @@ DEFAULTS = dict(
     # The rows draw from one generator, so a sample's text depends on batch_size
     batch_size=1,
     max_new_tokens=200,  # tokens generated per sample (>= 1)
+    # print each sample up to its first generated <|endoftext|>, GPT-2's separator between documents (an OpenWebText
+    # model goes on with an unrelated document after it); decoding still runs max_new_tokens (one captured graph)
+    stop_at_eot=False,
     temperature=0.8,  # >= 0: 1.0 = the model's distribution, < 1 sharper, 0 = greedy
     top_k=200,  # keep only the top_k most likely tokens (0 = all)
     seed=1337,
@@ -162,7 +165,10 @@ def main(argv):
             sync()
             times.append(time.perf_counter() - t0)
             for row in y[:cfg["num_samples"] - len(samples)]:  # (rows, prompt + max_new_tokens); the last call's extras dropped
-                text = enc.decode(row.tolist())
+                tokens = row.tolist()
+                if cfg["stop_at_eot"] and enc.eot_token in tokens[len(prompt):]:  # a prompt's own EOTs stay
+                    tokens = tokens[:tokens.index(enc.eot_token, len(prompt))]
+                text = enc.decode(tokens)
                 samples.append(text)
                 print(text)
                 print("---------------")

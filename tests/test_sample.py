@@ -318,3 +318,25 @@ def test_generate_vocab_limit_cached_equals_uncached():
     for bad in (0, 65):
         with pytest.raises(ValueError, match=f"vocab_limit={bad} is out of range"):
             model.generate(x, 1, vocab_limit=bad, decode="eager")
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_stop_at_eot_cuts_each_sample_at_its_first_generated_eot(stop, out_dir, gpt2_ranks_file, monkeypatch):
+    """stop_at_eot=True prints each sample up to its first generated <|endoftext|> (50256): a row with one is cut
+    before it, a row without one is whole, and the prompt's own EOT is kept. Off, every token is printed."""
+    from tokenizer import get_gpt2_encoding
+    enc = get_gpt2_encoding(str(gpt2_ranks_file))
+    eot, a, b = enc.eot_token, enc.encode(" to")[0], enc.encode(" be")[0]
+    made = [[a, eot, b, a, eot], [b, b, a, a, b]]  # row 0: an EOT as its second token (and a later one)
+
+    def fake_generate(self, idx, max_new_tokens, **kwargs):
+        assert max_new_tokens == 5
+        return torch.cat([idx, torch.tensor(made[:len(idx)])], dim=1)
+
+    monkeypatch.setattr(GPT, "generate", fake_generate)
+    start = "<|endoftext|>ROMEO:"
+    prompt = enc.encode(start, allowed_special={"<|endoftext|>"})
+    samples = sample.main(sample_args(out_dir, gpt2_ranks_file, f"--start={start}", "--batch_size=2",
+                                      f"--stop_at_eot={stop}"))
+    cut = [made[0][:1], made[1]] if stop else made
+    assert samples == [enc.decode(prompt + row) for row in cut]
