@@ -445,7 +445,9 @@ def _fence(device: torch.device) -> None:
 class InferenceForm:
     """Mixin: an attention's inference form (fused/absorbed weights), built once from the current
     weights and rebuilt when any of them changes (an optimizer step, load_state_dict, .to()):
-    the key is every parameter's storage address and in-place version counter."""
+    the key is every parameter's storage address and in-place version counter. Writes that leave the
+    counter as it was (torch's fused AdamW, edits through p.data) are caught by GPT.generate, which bumps
+    every counter when the weights' fingerprint changed since its last call (GPT.note_weight_changes)."""
 
     @not_traced  # host-side bookkeeping (storage addresses, versions): not traced
     def inference_form(self) -> Dict[str, torch.Tensor]:
@@ -1857,12 +1859,12 @@ class GPT(nn.Module):
             return self.lm_head(x[:, -1:, :]), None
         fused = self.config.loss_head == "fused" and (torch.is_grad_enabled() or self.config.loss_chunk_tokens > 0)
         if targets is not None and fused:  # the loss's gradients computed now: no (B, T, vocab) logits kept
-            return None, linear_cross_entropy(x.view(-1, x.size(-1)), self.lm_head.weight, targets.view(-1),
+            return None, linear_cross_entropy(x.view(-1, x.size(-1)), self.lm_head.weight, targets.reshape(-1),
                                               self.config.loss_chunk_tokens)
         logits = self.lm_head(x)  # (B, T, vocab)
         loss = None
         if targets is not None:
-            loss = cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+            loss = cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
     # --- KV cache and generation ----------------------------------------------------------
@@ -1888,6 +1890,28 @@ class GPT(nn.Module):
         for block, cache in zip(self.transformer.h, caches):
             stream = block.decode(stream, at, cache)
         return DecodeIO(stream, self.transformer.ln_f).project(self.lm_head.weight, self.lm_head.bias)  # (B, vocab)
+
+    @torch.no_grad()
+    def note_weight_changes(self) -> bool:
+        """Bump every parameter's version counter when the weights changed since the last call without one: the
+        inference forms, the kept decoders and the one-launch step's stacked weights are keyed on the counters, and
+        torch's fused AdamW (train.py's on CUDA) and writes through p.data change weights in place without bumping
+        them, so decoding would go on with the weights of before (seen: cached tokens unlike uncached ones after a
+        fused step). The fingerprint is each parameter's sum and L2 norm in float64 (two reads of the weights, one
+        sync: once a generate call, not a step). True when the counters were bumped."""
+        params = list(self.parameters())
+        if not params:
+            return False
+        fingerprint = torch.stack([torch.stack([torch.sum(p, dtype=torch.float64),
+                                                torch.linalg.vector_norm(p, dtype=torch.float64)]) for p in params])
+        seen = self.__dict__.get("_weights_fingerprint")  # plain attribute: not a module or buffer
+        self.__dict__["_weights_fingerprint"] = fingerprint
+        changed = seen is not None and (seen.shape != fingerprint.shape or seen.device != fingerprint.device
+                                        or not torch.equal(seen, fingerprint))
+        if changed:
+            for p in params:
+                torch.autograd.graph.increment_version(p)
+        return changed
 
     def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False,
                        compile_mode: str = "default", mega: bool = False) -> "StaticDecoder":
@@ -1933,6 +1957,8 @@ class GPT(nn.Module):
         RuntimeError then says they were not (the tokens are not returned)."""
         check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
+        if use_cache:
+            self.note_weight_changes()  # weights written in place without a version bump: forms rebuilt below
         if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:
             raise ValueError(f"vocab_limit={vocab_limit} is out of range: allowed 1 .. vocab_size="
                              f"{self.config.vocab_size} (or None: every id)")

@@ -442,6 +442,48 @@ def test_generate_reuses_its_decoder_until_the_weights_change():
                        other.generate(idx, 10, temperature=0, decode="eager"))
 
 
+@pytest.mark.parametrize("write", ["fused_adamw", "data"])
+@pytest.mark.parametrize("variant", ["mla_q", "tucker", "mha"])
+def test_generate_sees_weights_written_without_a_version_bump(variant, write):
+    """torch's fused AdamW (train.py's on CUDA) and writes through p.data change weights in place without bumping
+    their version counters, on which the inference forms and the kept decoders are keyed: generate's fingerprint
+    of the weights sees the change, so the cached tokens after the write are the uncached ones (before the mend,
+    MLA and Tucker decoded with their forms of before the write)."""
+    model = build(variant, "rope", None).float()
+    idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(5))
+    before = model.generate(idx, 12, temperature=0, decode="eager")  # forms and decoder built
+    params = list(model.parameters())
+    versions = [p._version for p in params]
+    if write == "fused_adamw":
+        opt = torch.optim.AdamW(params, lr=0.2, fused=True)
+        y = torch.randint(0, 50, (2, 17), generator=torch.Generator().manual_seed(6))
+        model.train()
+        model(y[:, :-1], y[:, 1:])[1].backward()
+        opt.step()
+        model.eval()
+    else:
+        g = torch.Generator().manual_seed(6)
+        for p in params:
+            p.data.add_(0.5 * torch.randn(p.shape, generator=g))
+    assert [p._version for p in params] == versions  # the write bumped nothing: the case this guards
+    cached = model.generate(idx, 12, temperature=0, decode="eager")
+    assert torch.equal(cached, model.generate(idx, 12, temperature=0, use_cache=False))
+    assert not torch.equal(cached, before)  # the write did change the tokens
+
+
+def test_the_weight_fingerprint_bumps_only_on_a_change():
+    """note_weight_changes: False on its first call and while the weights stay; True, with every version counter
+    bumped, once a value changed without a bump."""
+    model = build("tucker", "learned", None)
+    assert not model.note_weight_changes() and not model.note_weight_changes()
+    versions = [p._version for p in model.parameters()]
+    with torch.no_grad():
+        model.transformer.h[1].attn.core.data[0, 0, 0] += 1e-3
+    assert model.note_weight_changes()
+    assert all(p._version > v for p, v in zip(model.parameters(), versions))
+    assert not model.note_weight_changes()
+
+
 def switched_decode_equals_forward(model: GPT, switch: str, seed: int, value: bool = True) -> torch.Tensor:
     """Set a TuckerAttention decode switch to `value` in every layer (from the other value): the model
     gets a new decoder (a captured graph holds the old path) and its decode logits equal the uncached

@@ -529,3 +529,16 @@ def test_cache_overflow_is_a_clear_error():
     cache.append(k=torch.zeros(1, 1, 3, 4))
     with pytest.raises(ValueError, match="full"):
         cache.append(k=torch.zeros(1, 1, 1, 4))
+
+
+@pytest.mark.parametrize("loss_head", ["fused", "logits"])
+def test_targets_that_are_a_strided_view_give_the_same_loss(loss_head):
+    """Targets sliced from one tensor (y[:, 1:], not contiguous) are taken as they are: the loss equals that of a
+    contiguous copy (a view(-1) of them raised a stride error inside forward)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64, bias=False,
+                          loss_head=loss_head))
+    y = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(1))
+    x, t = y[:, :-1], y[:, 1:]
+    assert not t.is_contiguous()
+    assert torch.equal(model(x, t)[1], model(x, t.contiguous())[1])
