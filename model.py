@@ -1897,13 +1897,14 @@ class GPT(nn.Module):
         inference forms, the kept decoders and the one-launch step's stacked weights are keyed on the counters, and
         torch's fused AdamW (train.py's on CUDA) and writes through p.data change weights in place without bumping
         them, so decoding would go on with the weights of before (seen: cached tokens unlike uncached ones after a
-        fused step). The fingerprint is each parameter's sum and L2 norm in float64 (two reads of the weights, one
-        sync: once a generate call, not a step). True when the counters were bumped."""
-        params = list(self.parameters())
+        fused step). The fingerprint is each parameter's L1 and L2 norm, in float64 but on MPS (two reads of the
+        weights in a few multi-tensor launches, as torch's clip_grad_norm_ takes norms, and one sync: once a
+        generate call, not a step). True when the counters were bumped."""
+        params = [p.detach() for p in self.parameters()]
         if not params:
             return False
-        fingerprint = torch.stack([torch.stack([torch.sum(p, dtype=torch.float64),
-                                                torch.linalg.vector_norm(p, dtype=torch.float64)]) for p in params])
+        acc = torch.float32 if params[0].device.type == "mps" else torch.float64  # MPS has no float64
+        fingerprint = torch.stack([torch.stack(torch._foreach_norm(params, order, dtype=acc)) for order in (1, 2)])
         seen = self.__dict__.get("_weights_fingerprint")  # plain attribute: not a module or buffer
         self.__dict__["_weights_fingerprint"] = fingerprint
         changed = seen is not None and (seen.shape != fingerprint.shape or seen.device != fingerprint.device
