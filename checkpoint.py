@@ -179,7 +179,8 @@ def read_checkpoint(path: str, keys=MODEL_KEYS) -> dict:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, foreign pickle, text, ...: torch raises many kinds
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        reason = f"{type(e).__name__}: {text}" if text else type(e).__name__  # a bare KeyError says only '101'
         raise ValueError(f"{path} is not a readable checkpoint (truncated or not written by train.py): "
                          f"{reason[:200]}") from None
     if not isinstance(checkpoint, dict):
@@ -187,6 +188,9 @@ def read_checkpoint(path: str, keys=MODEL_KEYS) -> dict:
     missing = [k for k in keys if k not in checkpoint]
     if missing:
         raise ValueError(f"{path} is not a train.py checkpoint: missing {', '.join(missing)}")
+    if "model" in keys and not isinstance(checkpoint["model"], dict):
+        raise ValueError(f"{path} is not a train.py checkpoint: its 'model' is a {type(checkpoint['model']).__name__}, "
+                         "not a dict of weights")
     try:
         GPTConfig.from_dict(checkpoint["model_config"])
     except (TypeError, ValueError, AttributeError) as e:
@@ -216,6 +220,7 @@ def load_checkpoint(path: str):
 
 
 def load_model(out_dir: str, ckpt: str = CKPT_NAME, device="cpu") -> GPT:
-    """The model of out_dir/ckpt on `device` (errors as read_checkpoint)."""
-    path = os.path.join(out_dir, ckpt)
+    """The model of out_dir/ckpt on `device`, or of out_dir itself where it is a checkpoint file (errors as
+    read_checkpoint)."""
+    path = os.fspath(out_dir) if os.path.isfile(out_dir) else os.path.join(out_dir, ckpt)
     return model_from_checkpoint(read_checkpoint(path), path).to(device)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -1960,6 +1961,8 @@ class GPT(nn.Module):
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
         if use_cache:
             self.note_weight_changes()  # weights written in place without a version bump: forms rebuilt below
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens!r} is out of range: allowed an int >= 0")
         if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:
             raise ValueError(f"vocab_limit={vocab_limit} is out of range: allowed 1 .. vocab_size="
                              f"{self.config.vocab_size} (or None: every id)")

@@ -77,9 +77,10 @@ def validate(cfg: dict) -> torch.device:
             raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= 1")
     if cfg["decode"] == "mega":
         from decode_wide import MAX_ROWS  # the most rows the one-launch step serves (decode_mega's step below it)
-        if cfg["batch_size"] > MAX_ROWS:
-            raise ValueError(f"batch_size={cfg['batch_size']} is out of range for decode='mega': allowed 1 .. "
-                             f"{MAX_ROWS} (the one-launch step's rows), or another decode mode")
+        if min(cfg["batch_size"], cfg["num_samples"]) > MAX_ROWS:  # the rows decoded at once
+            raise ValueError(f"batch_size={cfg['batch_size']} is out of range for decode='mega' with num_samples="
+                             f"{cfg['num_samples']}: allowed 1 .. {MAX_ROWS} (the one-launch step's rows), or "
+                             "another decode mode")
     if cfg["decode"] == "mega" and cfg["dtype"] == "float16":
         raise ValueError("decode='mega' computes in the weights' dtype, and dtype='float16' is autocast over float32 "
                          "weights: use dtype='bfloat16' (cast weights) or 'float32'")
@@ -107,7 +108,7 @@ def main(argv):
     dtype = cfg["dtype"] or ("bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
     start = cfg["start"]
     if start.startswith("FILE:"):
-        path = start[len("FILE:"):]
+        path = os.path.expanduser(start[len("FILE:"):])  # the shell leaves a ~ after FILE: as it is
         if not os.path.exists(path):
             fail(f"prompt file {path} not found")
         if os.path.isdir(path):
@@ -146,6 +147,7 @@ def main(argv):
         model = model.to(torch.bfloat16)
         ctx = nullcontext()
     else:
+        model = model.float()  # float32 weights (a checkpoint saved in bf16 too), autocast for float16
         ctx = torch.autocast(device_type=device.type, dtype=getattr(torch, dtype)) if dtype != "float32" else nullcontext()
     x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)  # time the GPU's work, not its queue

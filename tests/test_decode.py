@@ -471,6 +471,14 @@ def test_generate_sees_weights_written_without_a_version_bump(variant, write):
     assert not torch.equal(cached, before)  # the write did change the tokens
 
 
+@pytest.mark.parametrize("bad", [-1, 2.0, True])
+def test_generate_refuses_a_bad_max_new_tokens(bad):
+    model = build("tucker", "learned", None)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate(torch.zeros(1, 2, dtype=torch.long), bad)
+    assert model.generate(torch.zeros(1, 2, dtype=torch.long), 0).shape == (1, 2)  # nothing to add: the prompt
+
+
 def test_the_weight_fingerprint_bumps_only_on_a_change():
     """note_weight_changes: False on its first call and while the weights stay; True, with every version counter
     bumped, once a value changed without a bump."""

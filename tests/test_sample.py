@@ -43,12 +43,14 @@ def test_invalid_keys_fail_before_loading(arg, key, tmp_path, capsys):
 
 @pytest.mark.parametrize("arg,says", [("--compile=True", "compile=False"), ("--use_cache=False", "use_cache=True"),
                                       ("--dtype=float16", "use dtype='bfloat16'"),
-                                      ("--batch_size=33", "batch_size=33 is out of range")])
+                                      ("--batch_size=33 --num_samples=40", "batch_size=33 is out of range"),
+                                      ("--batch_size=64 --num_samples=4", "needs a CUDA")])
 def test_mega_decode_refuses_compile_no_cache_and_autocast(arg, says, tmp_path, capsys):
     """decode='mega' is the cached step as one kernel in the weights' dtype: torch.compile, the uncached path,
     float16 (autocast over float32 weights) and more rows than its step serves (32) are refused by name, before
-    anything is loaded."""
-    err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", "--decode=mega", arg], capsys)
+    anything is loaded. The rows are those decoded at once: 4 samples at batch_size 64 are 4 rows (here the CPU is
+    what is refused)."""
+    err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", "--decode=mega", *arg.split()], capsys)
     assert "decode='mega'" in err and says in err and "no checkpoint" not in err, err
 
 
@@ -64,6 +66,41 @@ def test_unreadable_checkpoint(damage, out_dir, gpt2_ranks_file, capsys):
     assert str(ckpt) in err
     if damage == "missing":
         assert "train one first" in err
+    if damage == "foreign":  # torch's KeyError says only '101': the error names its kind
+        assert "KeyError" in err, err
+
+
+def test_a_checkpoint_whose_model_is_not_weights_is_one_line(out_dir, gpt2_ranks_file, capsys):
+    ckpt = torch.load(out_dir / "ckpt.pt", weights_only=False)
+    ckpt["model"] = None
+    torch.save(ckpt, out_dir / "ckpt.pt")
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file), capsys)
+    assert "its 'model' is a NoneType" in err, err
+
+
+def test_out_dir_may_be_the_checkpoint_file(out_dir, gpt2_ranks_file):
+    """--out_dir=.../ckpt.pt samples from that file (as read_checkpoint takes a file), the same text as its folder."""
+    by_file = sample.main(sample_args(out_dir / "ckpt.pt", gpt2_ranks_file, "--temperature=0"))
+    assert by_file == sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_bf16_checkpoint_samples_in_float32_weights(dtype, out_dir, gpt2_ranks_file, monkeypatch):
+    """dtype float32 (or float16, autocast) over a checkpoint saved in bf16: the weights are cast to float32, as the
+    speed line says (they stayed bf16)."""
+    ckpt = torch.load(out_dir / "ckpt.pt", weights_only=False)
+    ckpt["model"] = {k: v.to(torch.bfloat16) for k, v in ckpt["model"].items()}
+    torch.save(ckpt, out_dir / "ckpt.pt")
+    seen = []
+    real = GPT.generate
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.lm_head.weight.dtype)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "generate", spy)
+    sample.main(sample_args(out_dir, gpt2_ranks_file, f"--dtype={dtype}"))
+    assert seen and set(seen) == {torch.float32}
 
 
 @pytest.mark.parametrize("temperature", ["0", "0.8"])
@@ -249,6 +286,14 @@ def test_unreadable_prompt_file(what, says, out_dir, gpt2_ranks_file, tmp_path, 
         path.write_bytes(b"\xff\xfe caf\xe9")
     err = sample_error(sample_args(out_dir, gpt2_ranks_file, f"--start=FILE:{path}"), capsys)
     assert str(path) in err and says in err, err
+
+
+def test_a_prompt_file_under_the_home_folder_is_found(out_dir, gpt2_ranks_file, tmp_path, monkeypatch):
+    """--start=FILE:~/p.txt: the ~ is the home folder (the shell does not expand it after FILE:)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "p.txt").write_text("ROMEO:", encoding="utf-8")
+    got = sample.main(sample_args(out_dir, gpt2_ranks_file, "--start=FILE:~/p.txt", "--temperature=0"))
+    assert got == sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0"))  # sample_args' ROMEO:
 
 
 def test_a_prompt_file_with_a_byte_order_mark_is_the_same_prompt(out_dir, gpt2_ranks_file, tmp_path):
