@@ -50,6 +50,10 @@ NORM_CHOICES = ("layernorm", "rmsnorm")
 MLP_CHOICES = ("gelu", "swiglu")
 GELU_CHOICES = ("auto", "torch")
 MLA_ROPE_KERNELS_CHOICES = ("auto", "torch")
+# GPTConfig's keys that say how the model is computed, not what it is: the same weights give the same function, to
+# rounding, whatever they are. A resumed run may change them (train.py: e.g. activation checkpointing for a run that
+# ran out of memory), and runs that differ only in them compute one experiment (scripts/compare_runs.py)
+COMPUTE_KEYS = ("mla_rope_kernels", "gelu", "activation_checkpointing", "loss_head", "loss_chunk_tokens")
 
 
 # ----------------------------------------------------------------------------------------

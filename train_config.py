@@ -119,6 +119,8 @@ def validate_train_config(cfg: dict) -> None:
         if cfg["min_lr"] > cfg["learning_rate"]:
             raise ValueError(f"min_lr={cfg['min_lr']} is out of range: allowed <= learning_rate={cfg['learning_rate']} "
                              "(the cosine decays from learning_rate to min_lr; or decay_lr=False)")
+    if not 0 <= cfg["seed"] < 2**63:  # torch.manual_seed's range (a larger one failed inside the data sampler)
+        raise ValueError(f"seed={cfg['seed']} is out of range: allowed 0 .. 2**63 - 1")
     if not cfg["peak_tflops"] > 0:
         raise ValueError(f"peak_tflops={cfg['peak_tflops']} is out of range: allowed > 0")
     if cfg["dtype"]:

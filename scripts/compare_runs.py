@@ -22,14 +22,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from checkpoint import log_losses, read_json, save_figure, write_text  # noqa: E402
+from model import COMPUTE_KEYS  # noqa: E402
 from scripts.bench_multigpu import fmt  # noqa: E402
 
 
 # the settings that may differ between runs that compute one experiment: the compute path (train.py's compile,
 # dtype, graph_step, master_weights, device and world size; the model's kernels and loss head) and bookkeeping.
 # Every other key of the model and of train_config.RUN_KEYS makes the curves another experiment's.
-MODEL_COMPUTE_KEYS = {"mla_rope_kernels", "gelu", "activation_checkpointing", "loss_head", "loss_chunk_tokens"}
+MODEL_COMPUTE_KEYS = set(COMPUTE_KEYS)
 RUN_BOOKKEEPING_KEYS = {"log_interval", "always_save_checkpoint", "save_checkpoint", "data_dir"}
+
+
+def filled_model_keys(keys: dict) -> dict:
+    """The model keys of `keys` as GPTConfig holds them, in JSON's types (defaults filled in: tucker_ranks_post=None
+    is tucker_ranks; tuples as lists), so that a run's raw config and a built model_config compare equal; {} where
+    they make no valid GPTConfig."""
+    from model import GPTConfig
+    try:
+        return json.loads(json.dumps(GPTConfig.from_dict(keys).to_dict()))
+    except (TypeError, ValueError):
+        return {}
 
 
 def experiment_settings(run_dir) -> dict:
@@ -47,6 +59,7 @@ def experiment_settings(run_dir) -> dict:
     config = as_dict(summary.get("config")) or as_dict(read_json(os.path.join(run_dir, "config.json")))
     # the model's keys: summary.json's model_config, or (an interrupted run) config.json's, which holds them all
     model = as_dict(summary.get("model_config")) or {f.name: config[f.name] for f in fields(GPTConfig) if f.name in config}
+    model = {**model, **{k: v for k, v in filled_model_keys(model).items() if k in model}}  # config.json's are raw
     out = {k: v for k, v in model.items() if k not in MODEL_COMPUTE_KEYS}
     out.update({k: config[k] for k in RUN_KEYS if k in config and k not in RUN_BOOKKEEPING_KEYS})
     return out

@@ -85,8 +85,16 @@ def _out_dir_of(cmd) -> str:
 
 def missing_data(cmd):
     """The token file a run would not find (its data_dir's train.bin or val.bin), with the command that makes it;
-    None when both are there."""
+    None when both are there. SystemExit with one line where a key is out of range or the model keys make no
+    model (train.py's own checks: every run would fail at its start)."""
+    from model import GPTConfig
+    from train_config import validate_train_config
     cfg = resolved(cmd)
+    try:
+        validate_train_config(cfg)
+        GPTConfig.from_dict(cfg)  # its model keys
+    except ValueError as e:
+        raise SystemExit(f"error: the command for {Path(_out_dir_of(cmd)).name}: {e}")
     data_dir = REPO / data_dir_of(cfg)  # runs start in REPO: a relative data_dir is REPO's
     for split in ("train", "val"):
         if not (data_dir / f"{split}.bin").is_file():
@@ -109,7 +117,11 @@ def settings_differ(cmd, out_dir: Path) -> list:
         return []
     if not saved:
         return []
+    from scripts.compare_runs import filled_model_keys
     asked = resolved(cmd)
+    # the model keys as GPTConfig fills them on both sides: a resumed run's summary holds them filled in
+    # (tucker_ranks_post=None as tucker_ranks), the command gives them raw
+    asked, saved = ({**d, **{k: v for k, v in filled_model_keys(d).items() if k in d}} for d in (asked, saved))
     same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731  tuples as lists
     return [f"{k}={saved[k]!r} (this command: {asked[k]!r})" for k in sorted(set(asked) - NOT_SETTINGS)
             if k in saved and not same(saved[k], asked[k])]
@@ -229,6 +241,8 @@ def main(argv=None):
                     help="every S seconds, a line for each running run: its last logged iteration and loss (0 = none)")
     ap.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the commands, run nothing")
     args = ap.parse_args(argv)
+    if args.nproc < 1:
+        ap.error(f"--nproc {args.nproc}: GPUs per run, allowed >= 1")
 
     rows = None if args.rows == "all" else [r for r in args.rows.split(",") if r]
     ropes = ROPE_SETTINGS if args.rope == "both" else (args.rope,)

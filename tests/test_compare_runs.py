@@ -95,3 +95,22 @@ def test_runs_of_another_experiment_are_named(tmp_path, capsys):
     assert json.loads((tmp_path / "o" / "t.json").read_text())["rows"][2]["setting_differences"]["seed"] == [1337, 1]
     (tmp_path / "cut" / "config.json").write_text("[1, 2]")  # not a dict: nothing to compare, no crash
     assert compare_runs.setting_differences(ref, tmp_path / "cut") == {}
+
+
+def test_an_interrupted_runs_raw_model_keys_are_compared_as_filled_in(tmp_path):
+    """A finished run's summary holds GPTConfig's model_config (tucker_ranks_post filled in as tucker_ranks), an
+    interrupted run's config.json the keys as given (tucker_ranks_post=None): the same experiment, no difference;
+    another tucker_ranks_post is one."""
+    from model import GPTConfig
+    given = dict(attn="tucker", tucker_ranks=[8, 64, 64], tucker_ranks_post=None, n_layer=2)
+    built = json.loads(json.dumps(GPTConfig.from_dict(given).to_dict()))
+    assert built["tucker_ranks_post"] == [8, 64, 64]
+    base = {"seed": 1337, "batch_size": 12}
+    ref = write_run(tmp_path / "done", {1: 2.0}, {1: 2.1}, config=base, model=built)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "log.jsonl").write_text(json.dumps({"iter": 1, "loss": 2.0}) + "\n")
+    (cut / "config.json").write_text(json.dumps({**base, **given}))
+    assert compare_runs.setting_differences(ref, cut) == {}
+    (cut / "config.json").write_text(json.dumps({**base, **given, "tucker_ranks_post": [4, 64, 64]}))
+    assert compare_runs.setting_differences(ref, cut) == {"tucker_ranks_post": [[8, 64, 64], [4, 64, 64]]}

@@ -279,6 +279,20 @@ def test_sweep_refuses_finished_runs_of_other_settings(tmp_path, capsys):
     (done / "summary.json").write_text(json.dumps({"finished": True, "config": {
         k: v for k, v in cfg.items() if k != "patience"}}))  # a key added to train.py since the run: not compared
     assert dry("--rows", "mha", "--rope", "off", "--", "--max_iters=30")[:2] == (0, [])
+    # a resumed run's summary holds the model keys as GPTConfig filled them (tucker_ranks_post=None as
+    # tucker_ranks): the same run as the command that leaves them to their default (it was refused as another)
+    trow = TABLES["shakespeare"].row("tucker_8_64_64")
+    tcfg = parse_config([str(REPO / trow.config), "--max_iters=30", "--pos_emb=learned", "--seed=1337"],
+                        default_train_keys())
+    assert tcfg["tucker_ranks_post"] is None
+    tdone = tmp_path / "tucker_8_64_64-rope_off-s1337"
+    tdone.mkdir()
+    (tdone / "summary.json").write_text(json.dumps({"finished": True, "config": {
+        **tcfg, "tucker_ranks_post": list(tcfg["tucker_ranks"])}}))
+    assert dry("--rows", "tucker_8_64_64", "--rope", "off", "--", "--max_iters=30")[:2] == (0, [])
+    (tdone / "summary.json").write_text(json.dumps({"finished": True, "config": {**tcfg, "tucker_ranks_post": [4, 64, 64]}}))
+    rc, cmds, err = dry("--rows", "tucker_8_64_64", "--rope", "off", "--", "--max_iters=30")
+    assert rc == 2 and "tucker_ranks_post=[4, 64, 64]" in err, err
     with pytest.raises(SystemExit, match="command for mha-rope_off-s1337 does not parse: unknown config key 'mx'"):
         dry("--rows", "mha", "--rope", "off", "--", "--mx=30")
     rc, cmds, _ = dry("--rows", "gqa2", "--rope", "off", "--seeds", "1,2,1")
@@ -303,6 +317,13 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     args = ["shakespeare", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path / "runs")]
     with pytest.raises(SystemExit, match="unknown config key 'max_iter'"):  # in process: a subprocess costs seconds
         sweep.main(args + ["--", *tiny, "--max_iter=3"])
+    with pytest.raises(SystemExit, match="command for mha-rope_off-s1337: patience=-3 is out of range"):
+        sweep.main(args + ["--", *tiny, "--patience=-3"])  # train.py's own range checks, before any run
+    with pytest.raises(SystemExit, match="command for mha-rope_off-s1337: .*n_head"):
+        sweep.main(args + ["--", *tiny, "--n_head=3"])  # a model GPTConfig refuses (32 is not a multiple of 3)
+    with pytest.raises(SystemExit):
+        sweep.main(args + ["--nproc", "0", "--", *tiny])
+    assert "--nproc 0: GPUs per run, allowed >= 1" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
     capsys.readouterr()
     assert sweep.main(args + ["--", *tiny]) == 2

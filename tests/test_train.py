@@ -299,6 +299,7 @@ def train_error(args, capsys) -> str:
     ("--eval_iters=0", "eval_iters"), ("--device=tpu", "device"), ("--device=cuda:x", "device"),
     ("--dtype=float8", "dtype"), ("--weight_decay=-0.1", "weight_decay"), ("--grad_clip=-1.0", "grad_clip"),
     ("--compile_mode=fast", "compile_mode"), ("--compile_mode=max-autotune", "compile=True"),
+    ("--seed=-1", "seed="), ("--seed=99999999999999999999", "seed="),
 ])
 def test_invalid_training_keys_fail_before_anything(arg, key, small_data, tmp_path, capsys):
     out = tmp_path / "never"
