@@ -50,7 +50,7 @@ from configurator import check_device, float64_device, format_config, help_reque
 from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
 from master_adamw import check_supported as check_master_weights
-from model import GPT, GPTConfig, train_compile_options
+from model import COMPUTE_KEYS, GPT, GPTConfig, train_compile_options
 from train_config import RUN_KEYS, TRAIN_DEFAULTS, data_dir_of, validate_train_config
 
 MODEL_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
@@ -180,6 +180,7 @@ class State:
     bad_evals: int = 0  # evaluations since the best one (early stopping)
     val_loss: Optional[float] = None  # val loss of the last evaluation
     wall_s: float = 0.0  # seconds of training up to the last evaluation, the runs this one resumes included
+    tokens: int = 0  # tokens trained on, the runs this one resumes included (their batch sizes may differ)
 
 
 @dataclass
@@ -235,7 +236,7 @@ def configure(argv):
         validate_train_config(cfg)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
-    checkpoint = None
+    checkpoint, notes = None, []
     if cfg["init_from"] == "scratch":
         try:
             gptconf = GPTConfig(**{k: cfg[k] for k in MODEL_DEFAULTS})
@@ -252,10 +253,10 @@ def configure(argv):
             if cfg["eval_only"]:  # it would evaluate a new random model and replace the run's log and summary
                 fail(f"eval_only=True with init_from='scratch' evaluates a new random model, and out_dir holds a trained "
                      f"one ({earlier}): --init_from=resume evaluates that, or give another out_dir")
-            if says:
-                print(f"note: {earlier} holds an earlier run; this one starts from scratch and replaces its log now, "
-                      f"its checkpoint and summary set aside as {EARLIER_CKPT} and {EARLIER_SUMMARY} (--init_from="
-                      "resume continues it instead)", file=sys.stderr)
+            if says:  # said once every check has passed (below): an error after it would have replaced nothing
+                notes.append(f"note: {earlier} holds an earlier run; this one starts from scratch and replaces its log "
+                             f"now, its checkpoint and summary set aside as {EARLIER_CKPT} and {EARLIER_SUMMARY} "
+                             "(--init_from=resume continues it instead)")
     else:
         ckpt_path = os.path.join(cfg["out_dir"], CKPT_NAME)
         try:
@@ -268,10 +269,18 @@ def configure(argv):
         except ValueError as e:
             fail(str(e))
         gptconf = GPTConfig.from_dict(checkpoint["model_config"])  # the model is what the checkpoint says
-        conflicts = resume_conflicts(cfg, given, gptconf.to_dict())
+        conflicts = resume_conflicts(cfg, given - set(COMPUTE_KEYS), gptconf.to_dict())
         if conflicts:
             fail(f"init_from='resume' continues the model of {ckpt_path}, but model keys given here differ from it: "
                  f"{'; '.join(conflicts)} (remove them, or train from scratch in another out_dir)")
+        # how the model is computed may change (activation checkpointing for a run that ran out of memory, the
+        # loss head in chunks, the plain torch kernels): the same weights, the same function
+        computed = {k: cfg[k] for k in COMPUTE_KEYS if k in given}
+        if computed:
+            try:
+                gptconf = GPTConfig.from_dict({**gptconf.to_dict(), **computed})
+            except ValueError as e:
+                fail(f"invalid model configuration: {e}")
         cfg.update(gptconf.to_dict())
         saved = checkpoint.get("config") or {}
         taken = {k: saved[k] for k in RUN_KEYS if k not in given and k in saved and saved[k] != cfg[k]}
@@ -284,6 +293,9 @@ def configure(argv):
             if int(os.environ.get("RANK", 0)) == 0:
                 print(f"note: resuming with the checkpoint's run keys that are not given here: "
                       f"{', '.join(f'{k}={v!r}' for k, v in taken.items())}", file=sys.stderr)
+        if checkpoint["iter_num"] > cfg["max_iters"] and int(os.environ.get("RANK", 0)) == 0:
+            notes.append(f"note: {ckpt_path} is at iteration {checkpoint['iter_num']}, past max_iters="
+                         f"{cfg['max_iters']}: nothing is trained")
     for split in ("train", "val"):
         path = os.path.join(data_dir_of(cfg), f"{split}.bin")
         try:
@@ -296,6 +308,8 @@ def configure(argv):
                  "--data_dir=FOLDER with train.bin and val.bin (the config file's comment says which data stands in)")
         except ValueError as e:
             fail(str(e))
+    for note in notes:
+        print(note, file=sys.stderr)
     return cfg, gptconf, checkpoint
 
 
@@ -371,11 +385,16 @@ def build(cfg: dict, gptconf: GPTConfig, checkpoint: Optional[dict], env: Env) -
     if checkpoint is None:
         model, state = GPT(gptconf), State()
     else:
-        model = model_from_checkpoint(checkpoint, os.path.join(cfg["out_dir"], CKPT_NAME)).float().train()
+        # gptconf: the checkpoint's model, with the compute keys this resume may have changed (configure)
+        model = model_from_checkpoint({**checkpoint, "model_config": gptconf.to_dict()},
+                                      os.path.join(cfg["out_dir"], CKPT_NAME)).float().train()
         iter_num = checkpoint["iter_num"]
         val_loss = checkpoint.get("val_loss", checkpoint["best_val_loss"] if checkpoint["best_iter"] == iter_num else None)
+        saved = checkpoint.get("config") or {}  # a checkpoint from before the count: its run's own batch a step
+        per_iter = math.prod(saved.get(k, cfg[k]) for k in ("gradient_accumulation_steps", "batch_size")) * \
+            gptconf.block_size
         state = State(iter_num, checkpoint["best_val_loss"], checkpoint["best_iter"], checkpoint.get("bad_evals", 0),
-                      val_loss, checkpoint.get("wall_s", 0.0))
+                      val_loss, checkpoint.get("wall_s", 0.0), checkpoint.get("tokens", iter_num * per_iter))
         if checkpoint.get("sampler_state") is not None:  # else: a fresh sampler from this run's seed
             batches.gen.set_state(checkpoint["sampler_state"])
     model.to(env.device)
@@ -543,6 +562,7 @@ def train_step(run: Run, timer: PhaseTimer, timed: bool, lr: float) -> torch.Ten
         loss = run.graph(batches, lr)
         timer.add([("step", t0, timer.mark())], timed)
         run.state.iter_num += 1
+        run.state.tokens += run.tokens_per_iter
         return loss
     marks = []
     loss_sum = torch.zeros((), device=env.device)
@@ -575,6 +595,7 @@ def train_step(run: Run, timer: PhaseTimer, timed: bool, lr: float) -> torch.Ten
     marks.append(("opt", t3, timer.mark()))
     timer.add(marks, timed)
     run.state.iter_num += 1
+    run.state.tokens += run.tokens_per_iter
     return loss_sum
 
 
@@ -592,7 +613,7 @@ def save(run: Run) -> None:
         s = run.state
         save_checkpoint(run.ckpt_path, make_checkpoint(
             run.raw_model, run.optimizer, run.cfg, iter_num=s.iter_num, best_val_loss=s.best_val,
-            best_iter=s.best_iter, bad_evals=s.bad_evals, val_loss=s.val_loss, wall_s=s.wall_s,
+            best_iter=s.best_iter, bad_evals=s.bad_evals, val_loss=s.val_loss, wall_s=s.wall_s, tokens=s.tokens,
             sampler_state=run.batches.gen.get_state(), rng_states=rng, scaler=run.scaler.state_dict(),
             model_state=model_state, optimizer_state=optimizer_state))
 
@@ -693,16 +714,12 @@ def write_summary(run: Run, finished: bool, reason: str, wall: float, timer: Pha
     cfg, env, s, m = run.cfg, run.env, run.state, run.raw_model
     path = os.path.join(env.out_dir, "summary.json")
     ms_per_iter = timer.medians()
-    if run.resumed and all(v is None for v in ms_per_iter.values()) and os.path.isfile(path):
-        try:  # a resume that timed no iteration (a finished run, eval_only): the run's own timing stays
-            with open(path) as f:
-                ms_per_iter = json.load(f).get("ms_per_iter") or ms_per_iter
-        except (OSError, ValueError):
-            pass
+    if all(v is None for v in ms_per_iter.values()):  # a resume that timed no iteration (a finished run, eval_only):
+        ms_per_iter = earlier_summary(run).get("ms_per_iter") or ms_per_iter  # the run's own timing stays
     write_json(path, {
         "config": {**cfg, "dtype": env.dtype, "world_size": env.world}, "model_config": m.config.to_dict(),
         "git_commit": git_commit(), "best_val_loss": s.best_val if s.best_iter >= 0 else None, "best_iter": s.best_iter,
-        "final_val_loss": s.val_loss, "iters": s.iter_num, "tokens": s.iter_num * run.tokens_per_iter,
+        "final_val_loss": s.val_loss, "iters": s.iter_num, "tokens": s.tokens,
         "wall_time_s": wall, "ms_per_iter": ms_per_iter, "attn_params": m.attn_params(),
         "kv_values_per_token_per_layer": m.kv_values_per_token_per_layer(),
         "device_name": torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else "cpu",
@@ -722,6 +739,16 @@ def open_outputs(run: Run) -> None:
           f"{m.kv_values_per_token_per_layer()} values/token/layer; {run.tokens_per_iter:,} tokens/iter; "
           f"device {env.device} {env.dtype}{' (bf16 matrices, float32 masters)' if cfg['master_weights'] else ''}; "
           f"{env.world} process(es){' (FSDP)' if env.fsdp else ''}")
+    if cfg["wandb_log"]:  # first: a wandb that cannot start (no API key, offline without WANDB_MODE) is one line
+        # before the folder is touched (it was raised after an earlier run's checkpoint had been set aside)
+        import wandb  # noqa: lazy, optional
+        try:
+            wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
+        except Exception as e:  # wandb raises its own kinds (UsageError, CommError, ...)
+            why = (str(e).strip().splitlines() or [""])[0]
+            fail(f"wandb_log=True, but wandb.init failed ({type(e).__name__}: {why}): log in (`wandb login`), set "
+                 "WANDB_MODE=offline, or give --wandb_log=False")
+        run.wandb = wandb
     write_json(os.path.join(env.out_dir, "config.json"), {**cfg, "device": str(env.device), "dtype": env.dtype,
                                                           "world_size": env.world})
     if not run.resumed:  # an earlier run's checkpoint and summary set aside with its log emptied, all at once: a
@@ -732,10 +759,6 @@ def open_outputs(run: Run) -> None:
                 os.replace(os.path.join(env.out_dir, name), os.path.join(env.out_dir, aside))
     trim_log(run.log_path, run.state.iter_num if run.resumed else -1)
     remove_stale_temps(run.ckpt_path)
-    if cfg["wandb_log"]:
-        import wandb  # noqa: lazy, optional
-        wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
-        run.wandb = wandb
 
 
 def log_progress(run: Run, loss: torch.Tensor, lr: float, n: int, seconds: float, mfu: SteadyMFU,
@@ -762,10 +785,27 @@ def log_progress(run: Run, loss: torch.Tensor, lr: float, n: int, seconds: float
     return None
 
 
+def earlier_summary(run: Run) -> dict:
+    """The summary.json a resumed run's folder holds (the run's own, from its last end), or {}."""
+    path = os.path.join(run.env.out_dir, "summary.json")
+    if not run.resumed or not os.path.isfile(path):
+        return {}
+    try:
+        with open(path) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
-    """summary.json, the last line, process group down; exit 1 unless the run finished."""
+    """summary.json, the last line, process group down; exit 1 unless the run finished (or only evaluated)."""
     env, s = run.env, run.state
-    finished = reason in ("max_iters", "eval_only") or reason.startswith("early stop")
+    finished = reason == "max_iters" or reason.startswith("early stop")
+    if reason == "eval_only":  # an evaluation trains nothing: the run is as finished as it was (a sweep reads this)
+        before = str(earlier_summary(run).get("stopped_reason") or "")
+        finished = s.iter_num >= run.cfg["max_iters"] or before.startswith("early stop")
+        reason = before if finished and before.startswith("early stop") else reason
     peak_gib = peak_memory(run)  # before the checksums' gathers add to it
     checksums = weight_checksums(run)
     if env.master:
@@ -785,7 +825,7 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
         run.model = None
         gc.collect()
         torch.distributed.destroy_process_group()
-    if not finished:
+    if not finished and reason != "eval_only":
         print(f"error: {reason}", file=sys.stderr)
         sys.exit(1)
 
@@ -818,7 +858,7 @@ def main(argv):
         if (s.iter_num % cfg["eval_interval"] == 0 or s.iter_num >= cfg["max_iters"] or cfg["eval_only"]) \
                 and not skip_eval:
             reason = after_eval(run, evaluate(run), lr, t_before + time.time() - t_start, start_iter)
-            if reason:
+            if reason and not (cfg["eval_only"] and reason.startswith("early stop")):  # patience counts training
                 break
             t_last, n_since = time.time(), 0  # evaluation time is not iteration time
         skip_eval = False

@@ -243,6 +243,104 @@ def test_eval_only_on_a_resumed_checkpoint_evaluates(data_dir, tmp_path):
     assert after[-1]["val_loss"] == before[-1]["val_loss"]  # same weights, same evaluation batches
 
 
+def test_eval_only_leaves_the_runs_end_as_it_was(data_dir, tmp_path, capsys):
+    """An evaluation trains nothing: over a run not at its max_iters the summary says not finished (a sweep reads
+    it; it said finished, and the sweep skipped the run), over a finished one finished; an early-stopped run keeps
+    its reason; the process exits 0 either way."""
+    import train
+    out = tmp_path / "e"
+    common = [*TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=2"]
+    summary = lambda: json.loads((out / "summary.json").read_text())  # noqa: E731
+    train.main([*common, "--max_iters=2"])
+    train.main([*common, "--init_from=resume", "--eval_only=True", "--max_iters=6"])  # 2 of 6 trained
+    assert (summary()["finished"], summary()["stopped_reason"], summary()["iters"]) == (False, "eval_only", 2)
+    train.main([*common, "--init_from=resume", "--max_iters=6"])  # continued to its end
+    assert summary()["finished"] and summary()["iters"] == 6
+    train.main([*common, "--init_from=resume", "--eval_only=True"])
+    assert (summary()["finished"], summary()["stopped_reason"]) == (True, "eval_only")
+    stop = tmp_path / "s"  # an early stop: patience 1 and a learning rate that makes val worse
+    bad = [*TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={stop}", "--eval_interval=2",
+           "--patience=1", "--learning_rate=3.0", "--min_lr=0.3", "--max_iters=40", "--always_save_checkpoint=True"]
+    train.main(bad)
+    first = json.loads((stop / "summary.json").read_text())
+    assert first["stopped_reason"].startswith("early stop") and first["finished"], first
+    train.main([*bad, "--init_from=resume", "--eval_only=True"])
+    again = json.loads((stop / "summary.json").read_text())
+    assert again["finished"] and again["stopped_reason"] == first["stopped_reason"]
+
+
+def test_tokens_count_each_iterations_own_batch_across_a_resume(data_dir, tmp_path, capsys):
+    """summary.json's tokens after a resume with another batch size: each iteration counted at its own batch (it
+    was iterations x today's batch). A resume past max_iters says it trains nothing."""
+    import train
+    out = tmp_path / "t"
+    common = [*TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=2"]
+    train.main([*common, "--max_iters=4"])  # batch_size 4, block 32
+    train.main([*common, "--init_from=resume", "--max_iters=6", "--batch_size=2"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["iters"] == 6 and summary["tokens"] == 4 * 4 * 32 + 2 * 2 * 32
+    capsys.readouterr()
+    train.main([*common, "--init_from=resume", "--max_iters=3"])
+    assert "is at iteration 6, past max_iters=3: nothing is trained" in capsys.readouterr().err
+
+
+def test_a_resume_may_change_how_the_model_is_computed(data_dir, tmp_path, capsys):
+    """Activation checkpointing, the chunked loss head and the plain GELU at a resume (a run out of memory goes
+    on that way): the same weights, so not refused as another model; a model key still is."""
+    import train
+    out = tmp_path / "c"
+    common = [*TINY, *FAMILIES["tucker"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=2"]
+    train.main([*common, "--max_iters=2"])
+    train.main([*common, "--init_from=resume", "--max_iters=4", "--activation_checkpointing=True",
+                "--loss_chunk_tokens=64", "--gelu=torch"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["iters"] == 4 and summary["finished"]
+    model = summary["model_config"]
+    assert (model["activation_checkpointing"], model["loss_chunk_tokens"], model["gelu"]) == (True, 64, "torch")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        train.main([*common, "--init_from=resume", "--max_iters=6", "--n_layer=3"])
+    assert "model keys given here differ from it: n_layer=3" in capsys.readouterr().err
+
+
+def test_errors_come_before_the_note_on_an_earlier_run(data_dir, tmp_path, capsys):
+    """A fresh run in a folder holding an earlier one notes that it replaces it, but only once every check passed:
+    a run refused (block_size past the data) replaced nothing, and says nothing of it."""
+    import train
+    out = tmp_path / "n"
+    common = [*TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={out}"]
+    train.main([*common, "--max_iters=1", "--eval_interval=1"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        train.main([*common, "--max_iters=1", "--block_size=10000000"])
+    err = capsys.readouterr().err
+    assert "error:" in err and "note:" not in err, err
+    assert (out / "ckpt.pt").exists()
+
+
+def test_a_wandb_that_cannot_start_touches_nothing(data_dir, tmp_path, capsys, monkeypatch):
+    """wandb.init failing (no API key, say) is one line, before an earlier run's checkpoint is set aside and its log
+    emptied (they were, and its resume then found no checkpoint)."""
+    wandb = pytest.importorskip("wandb")
+    import train
+    out = tmp_path / "w"
+    common = [*TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=1"]
+    train.main([*common, "--max_iters=1"])
+    log = (out / "log.jsonl").read_text()
+
+    def no_key(**kwargs):
+        raise wandb.errors.UsageError("api_key not configured (no-tty)")
+
+    monkeypatch.setattr(wandb, "init", no_key)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.main([*common, "--max_iters=2", "--wandb_log=True"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "wandb.init failed (UsageError: api_key not configured" in err, err
+    assert (out / "ckpt.pt").exists() and not (out / "ckpt.earlier.pt").exists()
+    assert (out / "log.jsonl").read_text() == log
+
+
 def test_sample_from_trained_checkpoint(data_dir, tmp_path, gpt2_ranks_file, capsys):
     """sample.py on what train.py wrote (both run in this process: no interpreter start per command)."""
     import sample
@@ -605,7 +703,7 @@ def test_resume_takes_the_runs_keys_from_its_checkpoint(small_data, tmp_path, ca
 
 def test_eval_only_resume_between_evaluations_evaluates(small_data, tmp_path):
     """eval_only=True on a checkpoint whose iteration is no multiple of eval_interval, with max_iters beyond it:
-    it evaluates there, once, and the summary holds that loss."""
+    it evaluates there, once, and the summary holds that loss (and says the run is not finished: 3 of 10)."""
     out = tmp_path / "run"
     args = [f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=2"]
     train_in_process([*args, "--max_iters=3"])
@@ -614,7 +712,7 @@ def test_eval_only_resume_between_evaluations_evaluates(small_data, tmp_path):
     after = [r for r in read_log(out) if "val_loss" in r]
     assert [r["iter"] for r in after] == [r["iter"] for r in before] + [3]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["finished"] and summary["final_val_loss"] == after[-1]["val_loss"]
+    assert not summary["finished"] and summary["final_val_loss"] == after[-1]["val_loss"]
 
 
 def test_resuming_a_finished_run_keeps_its_timing(small_data, tmp_path):
