@@ -50,6 +50,7 @@ NORM_CHOICES = ("layernorm", "rmsnorm")
 MLP_CHOICES = ("gelu", "swiglu")
 GELU_CHOICES = ("auto", "torch")
 MLA_ROPE_KERNELS_CHOICES = ("auto", "torch")
+FINGERPRINT_VALUES = 1 << 25  # weights a run of GPT.note_weight_changes's fingerprint at most (its flat copy: 64 MB in bf16)
 # GPTConfig's keys that say how the model is computed, not what it is: the same weights give the same function, to
 # rounding, whatever they are. A resumed run may change them (train.py: e.g. activation checkpointing for a run that
 # ran out of memory), and runs that differ only in them compute one experiment (scripts/compare_runs.py)
@@ -1902,14 +1903,26 @@ class GPT(nn.Module):
         inference forms, the kept decoders and the one-launch step's stacked weights are keyed on the counters, and
         torch's fused AdamW (train.py's on CUDA) and writes through p.data change weights in place without bumping
         them, so decoding would go on with the weights of before (seen: cached tokens unlike uncached ones after a
-        fused step). The fingerprint is each parameter's L1 and L2 norm, in float64 but on MPS (two reads of the
-        weights in a few multi-tensor launches, as torch's clip_grad_norm_ takes norms, and one sync: once a
-        generate call, not a step). True when the counters were bumped."""
+        fused step). The fingerprint is the float64 sum and L2 norm (float32 on MPS, which has no float64) of the
+        weights in runs of at most FINGERPRINT_VALUES values, each run one flat copy: a few launches and one sync a
+        generate call, not a step (a norm a parameter, even by torch's multi-tensor norm, took 1.0-1.5 ms of a GPT-2
+        generate call on an H200, launch-bound; results/bench/README.md, session 39). True when the counters were
+        bumped."""
         params = [p.detach() for p in self.parameters()]
         if not params:
             return False
-        acc = torch.float32 if params[0].device.type == "mps" else torch.float64  # MPS has no float64
-        fingerprint = torch.stack([torch.stack(torch._foreach_norm(params, order, dtype=acc)) for order in (1, 2)])
+        acc = torch.float32 if params[0].device.type == "mps" else torch.float64
+        runs, run, size = [], [], 0
+        for p in params:  # consecutive parameters of one dtype, up to FINGERPRINT_VALUES values a run
+            if run and (size + p.numel() > FINGERPRINT_VALUES or p.dtype != run[0].dtype):
+                runs.append(run)
+                run, size = [], 0
+            run.append(p)
+            size += p.numel()
+        runs.append(run)
+        flats = [run[0].reshape(-1) if len(run) == 1 else torch.cat([p.reshape(-1) for p in run]) for run in runs]
+        fingerprint = torch.stack([torch.stack([torch.sum(flat, dtype=acc), torch.linalg.vector_norm(flat, dtype=acc)])
+                                   for flat in flats])
         seen = self.__dict__.get("_weights_fingerprint")  # plain attribute: not a module or buffer
         self.__dict__["_weights_fingerprint"] = fingerprint
         changed = seen is not None and (seen.shape != fingerprint.shape or seen.device != fingerprint.device
