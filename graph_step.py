@@ -30,6 +30,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from model import weights_written
+
 GRAPH_COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")  # modes without CUDA graphs of their own
 WARMUP = 3  # plain iterations before the capture (GraphedTrainStep's default, train.py's)
 
@@ -131,6 +133,7 @@ class GraphedTrainStep:
         if self.graph is None:
             self._capture(lr)
         self.graph.replay()
+        weights_written()  # the replayed update bumped no version counter: a later generate rebuilds its forms
         return self.loss.clone()
 
     def _device_lr(self, lr: float) -> None:

@@ -50,7 +50,6 @@ NORM_CHOICES = ("layernorm", "rmsnorm")
 MLP_CHOICES = ("gelu", "swiglu")
 GELU_CHOICES = ("auto", "torch")
 MLA_ROPE_KERNELS_CHOICES = ("auto", "torch")
-FINGERPRINT_VALUES = 1 << 25  # weights a run of GPT.note_weight_changes's fingerprint at most (its flat copy: 64 MB in bf16)
 # GPTConfig's keys that say how the model is computed, not what it is: the same weights give the same function, to
 # rounding, whatever they are. A resumed run may change them (train.py: e.g. activation checkpointing for a run that
 # ran out of memory), and runs that differ only in them compute one experiment (scripts/compare_runs.py)
@@ -448,12 +447,39 @@ def _fence(device: torch.device) -> None:
         torch.empty(1, device=device).zero_()
 
 
+# Weight writes that bump no version counter, counted for the whole process: a fused torch optimizer's step (its
+# kernel writes through pointers; seen: torch's fused AdamW, train.py's on CUDA, left MLA and Tucker decoding with
+# their forms of before the step) and a graph_step replay. GPT.generate compares the count with the one it last
+# saw and, when it moved, rebuilds what it keeps from the weights (GPT.note_weight_changes)
+_UNTRACKED_WRITES = [0]
+_WATCHING_OPTIMIZERS = [False]
+
+
+def weights_written() -> None:
+    """Count a write of weights that bumped no version counter (see _UNTRACKED_WRITES)."""
+    _UNTRACKED_WRITES[0] += 1
+
+
+def _count_fused_step(optimizer, args, kwargs) -> None:
+    if any(group.get("fused") for group in optimizer.param_groups):  # foreach and for-loop steps bump the counters
+        weights_written()
+
+
+def watch_fused_optimizers() -> None:
+    """Count every fused torch optimizer's step from now on (a post-step hook for all optimizers, registered once
+    a process; GPT.__init__ calls it). Cost: a Python check a step."""
+    if not _WATCHING_OPTIMIZERS[0]:
+        from torch.optim.optimizer import register_optimizer_step_post_hook  # torch.optim does not export it
+        register_optimizer_step_post_hook(_count_fused_step)
+        _WATCHING_OPTIMIZERS[0] = True
+
+
 class InferenceForm:
     """Mixin: an attention's inference form (fused/absorbed weights), built once from the current
     weights and rebuilt when any of them changes (an optimizer step, load_state_dict, .to()):
     the key is every parameter's storage address and in-place version counter. Writes that leave the
-    counter as it was (torch's fused AdamW, edits through p.data) are caught by GPT.generate, which bumps
-    every counter when the weights' fingerprint changed since its last call (GPT.note_weight_changes)."""
+    counter as it was: a fused optimizer's step and a graph_step replay are counted (weights_written) and
+    GPT.generate then bumps every counter; after writes through p.data call GPT.note_weight_changes."""
 
     @not_traced  # host-side bookkeeping (storage addresses, versions): not traced
     def inference_form(self) -> Dict[str, torch.Tensor]:
@@ -1799,6 +1825,7 @@ class StaticDecoder:
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
+        watch_fused_optimizers()  # a fused optimizer's step bumps no version counter: generate must know of it
         self.config = config
         if config.loss_head == "fused":
             import fused_loss
@@ -1897,40 +1924,22 @@ class GPT(nn.Module):
             stream = block.decode(stream, at, cache)
         return DecodeIO(stream, self.transformer.ln_f).project(self.lm_head.weight, self.lm_head.bias)  # (B, vocab)
 
-    @torch.no_grad()
-    def note_weight_changes(self) -> bool:
-        """Bump every parameter's version counter when the weights changed since the last call without one: the
-        inference forms, the kept decoders and the one-launch step's stacked weights are keyed on the counters, and
-        torch's fused AdamW (train.py's on CUDA) and writes through p.data change weights in place without bumping
-        them, so decoding would go on with the weights of before (seen: cached tokens unlike uncached ones after a
-        fused step). The fingerprint is the float64 sum and L2 norm (float32 on MPS, which has no float64) of the
-        weights in runs of at most FINGERPRINT_VALUES values, each run one flat copy: a few launches and one sync a
-        generate call, not a step (a norm a parameter, even by torch's multi-tensor norm, took 1.0-1.5 ms of a GPT-2
-        generate call on an H200, launch-bound; results/bench/README.md, session 39). True when the counters were
-        bumped."""
-        params = [p.detach() for p in self.parameters()]
-        if not params:
-            return False
-        acc = torch.float32 if params[0].device.type == "mps" else torch.float64
-        runs, run, size = [], [], 0
-        for p in params:  # consecutive parameters of one dtype, up to FINGERPRINT_VALUES values a run
-            if run and (size + p.numel() > FINGERPRINT_VALUES or p.dtype != run[0].dtype):
-                runs.append(run)
-                run, size = [], 0
-            run.append(p)
-            size += p.numel()
-        runs.append(run)
-        flats = [run[0].reshape(-1) if len(run) == 1 else torch.cat([p.reshape(-1) for p in run]) for run in runs]
-        fingerprint = torch.stack([torch.stack([torch.sum(flat, dtype=acc), torch.linalg.vector_norm(flat, dtype=acc)])
-                                   for flat in flats])
-        seen = self.__dict__.get("_weights_fingerprint")  # plain attribute: not a module or buffer
-        self.__dict__["_weights_fingerprint"] = fingerprint
-        changed = seen is not None and (seen.shape != fingerprint.shape or seen.device != fingerprint.device
-                                        or not torch.equal(seen, fingerprint))
-        if changed:
-            for p in params:
-                torch.autograd.graph.increment_version(p)
-        return changed
+    def note_weight_changes(self) -> None:
+        """Bump every parameter's version counter: the inference forms, the kept decoders and the one-launch step's
+        stacked weights are keyed on the counters, so they are rebuilt from the weights as they are now. Call it
+        after writing weights in a way that bumps no counter, as writes through p.data do (a fused torch optimizer's
+        step and a graph_step replay are noted for you: weights_written)."""
+        for p in self.parameters():
+            torch.autograd.graph.increment_version(p)
+
+    def _catch_up_on_untracked_writes(self) -> None:
+        """note_weight_changes once any weights were written untracked (weights_written) since this model last
+        looked: a Python integer compared, nothing on the device. The weights written may have been another model's:
+        then this one's forms are rebuilt needlessly, once."""
+        seen = self.__dict__.get("_untracked_writes_seen", 0)  # plain attribute: not a module or buffer
+        if seen != _UNTRACKED_WRITES[0]:
+            self.note_weight_changes()
+            self.__dict__["_untracked_writes_seen"] = _UNTRACKED_WRITES[0]
 
     def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False,
                        compile_mode: str = "default", mega: bool = False) -> "StaticDecoder":
@@ -1977,7 +1986,7 @@ class GPT(nn.Module):
         check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
         if use_cache:
-            self.note_weight_changes()  # weights written in place without a version bump: forms rebuilt below
+            self._catch_up_on_untracked_writes()  # weights written with no version bump: forms rebuilt below
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens={max_new_tokens!r} is out of range: allowed an int >= 0")
         if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:

@@ -478,10 +478,10 @@ def test_generate_reuses_its_decoder_until_the_weights_change():
 @pytest.mark.parametrize("write", ["fused_adamw", "data"])
 @pytest.mark.parametrize("variant", ["mla_q", "tucker", "mha"])
 def test_generate_sees_weights_written_without_a_version_bump(variant, write):
-    """torch's fused AdamW (train.py's on CUDA) and writes through p.data change weights in place without bumping
-    their version counters, on which the inference forms and the kept decoders are keyed: generate's fingerprint
-    of the weights sees the change, so the cached tokens after the write are the uncached ones (before the mend,
-    MLA and Tucker decoded with their forms of before the write)."""
+    """torch's fused AdamW (train.py's on CUDA) changes weights in place without bumping their version counters, on
+    which the inference forms and the kept decoders are keyed: its steps are counted (a post-step hook) and generate
+    rebuilds, so the cached tokens after the step are the uncached ones (before the mend MLA and Tucker decoded with
+    their forms of before the step). Writes through p.data bump nothing either: model.note_weight_changes() says so."""
     model = build(variant, "rope", None).float()
     idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(5))
     before = model.generate(idx, 12, temperature=0, decode="eager")  # forms and decoder built
@@ -499,30 +499,35 @@ def test_generate_sees_weights_written_without_a_version_bump(variant, write):
         for p in params:
             p.data.add_(0.5 * torch.randn(p.shape, generator=g))
     assert [p._version for p in params] == versions  # the write bumped nothing: the case this guards
+    if write == "data":
+        model.note_weight_changes()
     cached = model.generate(idx, 12, temperature=0, decode="eager")
     assert torch.equal(cached, model.generate(idx, 12, temperature=0, use_cache=False))
     assert not torch.equal(cached, before)  # the write did change the tokens
 
 
-@pytest.mark.parametrize("bad", [-1, 2.0, True])
-def test_generate_refuses_a_bad_max_new_tokens(bad):
+def test_a_fused_step_anywhere_rebuilds_the_kept_decoder_once():
+    """A fused optimizer's step (any model's: the count is the process's) makes the next generate rebuild its decoder,
+    once; generate calls with no write between them keep it; a foreach step bumps the counters itself."""
+    import model as model_module
     model = build("tucker", "learned", None)
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        model.generate(torch.zeros(1, 2, dtype=torch.long), bad)
-    assert model.generate(torch.zeros(1, 2, dtype=torch.long), 0).shape == (1, 2)  # nothing to add: the prompt
-
-
-def test_the_weight_fingerprint_bumps_only_on_a_change():
-    """note_weight_changes: False on its first call and while the weights stay; True, with every version counter
-    bumped, once a value changed without a bump."""
-    model = build("tucker", "learned", None)
-    assert not model.note_weight_changes() and not model.note_weight_changes()
-    versions = [p._version for p in model.parameters()]
-    with torch.no_grad():
-        model.transformer.h[1].attn.core.data[0, 0, 0] += 1e-3
-    assert model.note_weight_changes()
-    assert all(p._version > v for p, v in zip(model.parameters(), versions))
-    assert not model.note_weight_changes()
+    idx = torch.randint(0, 50, (1, 3), generator=torch.Generator().manual_seed(1))
+    model.generate(idx, 4, temperature=0, decode="eager")
+    decoder = model.static_decoder(1, idx.device, use_graph=False)
+    model.generate(idx, 4, temperature=0, decode="eager")
+    assert model.static_decoder(1, idx.device, use_graph=False) is decoder
+    other = torch.nn.Linear(3, 3)
+    count = model_module._UNTRACKED_WRITES[0]
+    for fused, counted in ((False, 0), (True, 1)):
+        opt = torch.optim.AdamW(other.parameters(), fused=fused)
+        other(torch.ones(1, 3)).sum().backward()
+        opt.step()
+        assert model_module._UNTRACKED_WRITES[0] == count + counted
+    model.generate(idx, 4, temperature=0, decode="eager")
+    rebuilt = model.static_decoder(1, idx.device, use_graph=False)
+    assert rebuilt is not decoder
+    model.generate(idx, 4, temperature=0, decode="eager")
+    assert model.static_decoder(1, idx.device, use_graph=False) is rebuilt
 
 
 def switched_decode_equals_forward(model: GPT, switch: str, seed: int, value: bool = True) -> torch.Tensor:

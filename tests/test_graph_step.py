@@ -195,8 +195,13 @@ def test_cuda_graphed_iterations_match_plain(variant, compiled, dtype):
         else:
             step = GraphedTrainStep(net, optimizer, accum=accum, batch_size=4, seq_len=CFG["block_size"], device=GPU,
                                     dtype=dtype, grad_clip=clip, warmup=3)
+            import model as model_module
+            writes = model_module._UNTRACKED_WRITES[0]
             out = [step(micro, LRS[it]) for it, micro in enumerate(batches)]
             assert step.graph is not None  # five of the eight iterations were replays
+            # each replay counted as a write no version counter saw (a later generate rebuilds its forms); the
+            # plain iterations and the capture, if counted at all (a fused optimizer), are four
+            assert model_module._UNTRACKED_WRITES[0] >= writes + 5
             losses = [loss.item() for loss in out]  # each a tensor of its own: later replays left it alone
         results[mode] = (losses, [p.detach().clone() for p in model.parameters()])
     (plain_losses, plain_w), (graph_losses, graph_w) = results["plain"], results["graph"]
