@@ -112,6 +112,19 @@ def compare(runs: list) -> dict:
                                                             for n, c in data.items()}}
 
 
+def labels(runs) -> dict:
+    """{run: label}: the run folder's name, or as many of its path's last parts as tell it from the other runs
+    (a/mha and b/mha, not mha twice)."""
+    parts = {r: Path(os.path.abspath(r)).parts for r in runs}
+    out = {}
+    for r in runs:
+        for k in range(1, len(parts[r]) + 1):
+            out[r] = "/".join(parts[r][-k:])
+            if all("/".join(parts[o][-k:]) != out[r] for o in runs if o != r):
+                break
+    return out
+
+
 def markdown(res: dict, title: str) -> str:
     lines = [f"# {title}", "",
              f"Every run against `{res['reference']}`: training loss per iteration (train.py's log), final val loss "
@@ -119,9 +132,10 @@ def markdown(res: dict, title: str) -> str:
              "", "| run | compile | mode | loss chunk | iterations compared | max abs diff (iter) | mean abs diff "
              "| max rel diff | final train loss | final val loss | val diff |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    name = labels([r["run"] for r in res["rows"]])
     for r in res["rows"]:
         c = r["config"]
-        lines.append(f"| {Path(r['run']).name} | {c.get('compile')} | {c.get('compile_mode')} | "
+        lines.append(f"| {name[r['run']]} | {c.get('compile')} | {c.get('compile_mode')} | "
                      f"{c.get('loss_chunk_tokens')} | {r['iters_compared']} | "
                      f"{fmt(r['max_abs_diff'], '.2e')} ({r['iter_of_max']}) | {fmt(r['mean_abs_diff'], '.2e')} | "
                      f"{fmt(r['max_rel_diff'], '.2e')} | {fmt(r['final_train_loss'], '.4f')} | "
@@ -135,8 +149,9 @@ def markdown(res: dict, title: str) -> str:
 
 def different_experiments(res: dict) -> list:
     """One line a run whose experiment settings differ from the reference's: 'name: key ref -> value, ...'."""
-    return [f"{Path(r['run']).name}: " + ", ".join(f"{k} {json.dumps(a)} -> {json.dumps(b)}"
-                                                   for k, (a, b) in r["setting_differences"].items())
+    name = labels([r["run"] for r in res["rows"]])
+    return [f"{name[r['run']]}: " + ", ".join(f"{k} {json.dumps(a)} -> {json.dumps(b)}"
+                                              for k, (a, b) in r["setting_differences"].items())
             for r in res["rows"] if r.get("setting_differences")]
 
 
@@ -149,19 +164,20 @@ def plot(res: dict, path: Path, title: str) -> bool:
         return False
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     ref = {int(i): v for i, v in res["curves"][res["reference"]]["train"].items()}
+    label = labels(list(res["curves"]))
     for k, (name, c) in enumerate(res["curves"].items()):
         train = {int(i): v for i, v in c["train"].items()}
         its = sorted(train)
         color = f"C{k % 10}"  # a run's color in both panels (the lower one has no reference line)
-        top.plot(its, [train[i] for i in its], label=Path(name).name, lw=1, color=color)
+        top.plot(its, [train[i] for i in its], label=label[name], lw=1, color=color)
         if name != res["reference"]:
             common = [i for i in its if i in ref]
-            bottom.plot(common, [train[i] - ref[i] for i in common], label=Path(name).name, lw=1, color=color)
+            bottom.plot(common, [train[i] - ref[i] for i in common], label=label[name], lw=1, color=color)
     top.set_ylabel("training loss")
     top.set_title(title)
     top.legend()
     bottom.axhline(0.0, color="gray", lw=0.5)
-    bottom.set_ylabel(f"minus {Path(res['reference']).name}")
+    bottom.set_ylabel(f"minus {label[res['reference']]}")
     bottom.legend(fontsize="small")
     bottom.set_xlabel("iteration")
     fig.tight_layout()

@@ -114,3 +114,17 @@ def test_an_interrupted_runs_raw_model_keys_are_compared_as_filled_in(tmp_path):
     assert compare_runs.setting_differences(ref, cut) == {}
     (cut / "config.json").write_text(json.dumps({**base, **given, "tucker_ranks_post": [4, 64, 64]}))
     assert compare_runs.setting_differences(ref, cut) == {"tucker_ranks_post": [[8, 64, 64], [4, 64, 64]]}
+
+
+def test_runs_of_one_folder_name_are_told_apart(tmp_path):
+    """Two runs named alike in different folders (a sweep's seeds, two machines' copies) get labels that differ: the
+    fewest trailing path parts that tell them apart; a name of its own stays as it is."""
+    base = {"seed": 1337}
+    a = write_run(tmp_path / "a" / "mha", {1: 2.0, 2: 1.5}, {2: 1.6}, config=base)
+    b = write_run(tmp_path / "b" / "mha", {1: 2.0, 2: 1.4}, {2: 1.5}, config=base)
+    c = write_run(tmp_path / "b" / "tucker", {1: 2.0, 2: 1.3}, {2: 1.4}, config=base)
+    assert compare_runs.labels([str(a), str(b), str(c)]) == {str(a): "a/mha", str(b): "b/mha", str(c): "tucker"}
+    compare_runs.main([str(a), str(b), str(c), "--out", str(tmp_path / "o"), "--name", "t"])
+    rows = [line.split("|")[1].strip() for line in (tmp_path / "o" / "t.md").read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| run") and not line.startswith("| ---")]
+    assert rows == ["a/mha", "b/mha", "tucker"]
