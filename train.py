@@ -293,6 +293,15 @@ def configure(argv):
             if int(os.environ.get("RANK", 0)) == 0:
                 print(f"note: resuming with the checkpoint's run keys that are not given here: "
                       f"{', '.join(f'{k}={v!r}' for k, v in taken.items())}", file=sys.stderr)
+        ended = summary_of(cfg["out_dir"])
+        if str(ended.get("stopped_reason", "")).startswith("early stop") and not cfg["eval_only"] and \
+                cfg["patience"] == (ended.get("config") or {}).get("patience"):
+            # its checkpoint is its best iteration, before the evaluations that stopped it: training on from there
+            # would stop again after as many (a sweep skips such a run; a resume by hand redid them)
+            if int(os.environ.get("RANK", 0)) == 0:
+                print(f"done: the run in {cfg['out_dir']} stopped early ({ended['stopped_reason']}); nothing to "
+                      f"resume (a larger --patience, or 0, trains on from its best checkpoint)")
+            sys.exit(0)
         if checkpoint["iter_num"] > cfg["max_iters"] and int(os.environ.get("RANK", 0)) == 0:
             notes.append(f"note: {ckpt_path} is at iteration {checkpoint['iter_num']}, past max_iters="
                          f"{cfg['max_iters']}: nothing is trained")
@@ -787,8 +796,13 @@ def log_progress(run: Run, loss: torch.Tensor, lr: float, n: int, seconds: float
 
 def earlier_summary(run: Run) -> dict:
     """The summary.json a resumed run's folder holds (the run's own, from its last end), or {}."""
-    path = os.path.join(run.env.out_dir, "summary.json")
-    if not run.resumed or not os.path.isfile(path):
+    return summary_of(run.env.out_dir) if run.resumed else {}
+
+
+def summary_of(out_dir: str) -> dict:
+    """out_dir's summary.json (a run's, from its last end), or {} where there is none or it does not read."""
+    path = os.path.join(out_dir, "summary.json")
+    if not os.path.isfile(path):
         return {}
     try:
         with open(path) as f:

@@ -246,7 +246,8 @@ def test_eval_only_on_a_resumed_checkpoint_evaluates(data_dir, tmp_path):
 def test_eval_only_leaves_the_runs_end_as_it_was(data_dir, tmp_path, capsys):
     """An evaluation trains nothing: over a run not at its max_iters the summary says not finished (a sweep reads
     it; it said finished, and the sweep skipped the run), over a finished one finished; an early-stopped run keeps
-    its reason; the process exits 0 either way."""
+    its reason; the process exits 0 either way. Resuming the early-stopped run itself does nothing, unless given
+    another patience."""
     import train
     out = tmp_path / "e"
     common = [*TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={out}", "--eval_interval=2"]
@@ -267,6 +268,16 @@ def test_eval_only_leaves_the_runs_end_as_it_was(data_dir, tmp_path, capsys):
     train.main([*bad, "--init_from=resume", "--eval_only=True"])
     again = json.loads((stop / "summary.json").read_text())
     assert again["finished"] and again["stopped_reason"] == first["stopped_reason"]
+    # a resume of the early-stopped run: nothing to do (it trained on from its best checkpoint and stopped again),
+    # nothing touched; with another patience it trains on
+    log = (stop / "log.jsonl").read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.main([*bad, "--init_from=resume"])
+    assert e.value.code == 0 and "stopped early" in capsys.readouterr().out
+    assert (stop / "log.jsonl").read_text() == log
+    train.main([*bad, "--init_from=resume", "--patience=0", f"--max_iters={again['iters'] + 2}"])
+    assert json.loads((stop / "summary.json").read_text())["stopped_reason"] == "max_iters"
 
 
 def test_tokens_count_each_iterations_own_batch_across_a_resume(data_dir, tmp_path, capsys):
