@@ -28,7 +28,7 @@ import math
 import os
 import subprocess
 import sys
-
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -85,7 +85,7 @@ def save_figure(fig, path, **kwargs) -> None:
     """fig.savefig(path) atomically (the temp name hides the extension, so the format is given from path's), then
     the figure closed: every caller is done with it, and pyplot would otherwise keep it alive."""
     import matplotlib.pyplot as plt  # only the plotting paths import matplotlib
-    fmt = os.path.splitext(os.fspath(path))[1].lstrip(".") or None
+    fmt = os.path.splitext(os.fspath(path))[1].lstrip(".") or "png"  # None: matplotlib reads the temp name's suffix
     try:
         atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, **kwargs))
     finally:
@@ -105,7 +105,16 @@ def read_json_args(tool: str, paths, what: str = "JSON object") -> Optional[list
 
 def figure_cli(tool: str, draw, path) -> int:
     """A plotting script's last step: draw(path) (False without matplotlib), then where the figure went or why there
-    is none; the exit code."""
+    is none; the exit code. A path without an extension gets .png; a missing folder is made; a folder given as the
+    path is one line (exit 2)."""
+    path = Path(path)
+    if path.is_dir():
+        print(f"{tool}: --out {path} is a folder: give the figure's file name (e.g. {path / 'figure.png'})",
+              file=sys.stderr)
+        return 2
+    if not path.suffix:
+        path = path.with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
     if not draw(path):
         print(f"{tool}: matplotlib is not installed: no figure", file=sys.stderr)
         return 1

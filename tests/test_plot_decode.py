@@ -80,3 +80,17 @@ def test_save_figure_writes_and_closes_the_figure(tmp_path):
     ax.plot([0, 1], [1, 0])
     save_figure(fig, tmp_path / "f.png", dpi=50)
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG" and fig.number not in plt.get_fignums()
+
+
+def test_out_without_an_extension_in_a_new_folder_or_a_folder(tmp_path, capsys):
+    """--out with no extension writes a PNG there (.png added: the format came from the temp name's suffix, a
+    traceback), into a folder made for it; a folder as --out is one line, exit 2."""
+    pytest.importorskip("matplotlib")
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(dict(rows=ROWS, gpu="test GPU", torch="x")))
+    assert plot_decode.main([str(src), "--out", str(tmp_path / "new" / "deeper" / "fig")]) == 0
+    assert (tmp_path / "new" / "deeper" / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert plot_decode.main([str(src), "--out", str(tmp_path / "new")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a folder" in err
