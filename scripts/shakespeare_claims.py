@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a file too
+from atomic_files import write_text  # noqa: E402
 
 
 def main(argv=None):
@@ -22,14 +24,29 @@ def main(argv=None):
     ap.add_argument("--table", default=str(REPO / "results/shakespeare/table.json"))
     ap.add_argument("--out", default=str(REPO / "results/shakespeare/claims.md"))
     args = ap.parse_args(argv)
-    recs = json.loads(Path(args.table).read_text())
+    try:
+        recs = json.loads(Path(args.table).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: --table {args.table}: {getattr(e, 'strerror', None) or e} (python -m scripts.results "
+                         "shakespeare writes it)")
+    if not isinstance(recs, list) or not all(isinstance(r, dict) and "row" in r and "rope" in r for r in recs):
+        raise SystemExit(f"error: --table {args.table} is not scripts.results' table.json (a list of rows)")
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise SystemExit(f"error: --out {out}: its folder {out.parent} does not exist")
     by = {(r["row"], r["rope"]): r for r in recs if r.get("val_loss") is not None}
 
+    def record(row, rope):
+        if (row, rope) not in by:  # the claims need every row of the paper's table (with its paper value)
+            raise SystemExit(f"error: {args.table} has no loss for row {row!r} with RoPE {rope} (the claims need the "
+                             "whole table: python -m scripts.results shakespeare)")
+        return by[(row, rope)]
+
     def loss(row, rope):
-        return by[(row, rope)]["val_loss"]
+        return record(row, rope)["val_loss"]
 
     def paper(row, rope):
-        return by[(row, rope)]["paper"]["val_loss"]
+        return record(row, rope)["paper"]["val_loss"]
 
     stds = [r["val_loss_std"] for r in recs if r.get("n_seeds", 1) > 1 and r.get("val_loss_std") is not None]
     noise = statistics.mean(stds) if stds else float("nan")
@@ -112,7 +129,7 @@ def main(argv=None):
                      f"{verdict(spread) if monotone else 'does not hold (not monotone beyond noise)'}")
 
     text = "\n".join(lines) + "\n"
-    Path(args.out).write_text(text)
+    write_text(out, text)  # atomically: a kill leaves the old claims, not half of the new
     sys.stdout.write(text)
 
 

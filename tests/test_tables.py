@@ -571,3 +571,20 @@ def test_results_refuses_a_missing_or_empty_runs_folder(tmp_path):
         results.main(["shakespeare", "--runs", str(tmp_path / "runs"), "--out", str(out)])
     assert sorted(p.name for p in out.iterdir()) == ["table.md"]
     assert (out / "table.md").read_text() == "the table as it was\n"
+
+
+def test_shakespeare_claims_reproduce_and_refuse_a_partial_table(tmp_path, capsys):
+    """scripts.shakespeare_claims on the committed table.json writes the committed claims.md; a table lacking rows
+    the claims need (the long runs' table), a missing table and a missing --out folder are one line each, nothing
+    written (they were tracebacks, the last after all the work)."""
+    from scripts import shakespeare_claims
+    out = tmp_path / "claims.md"
+    shakespeare_claims.main(["--out", str(out)])
+    assert out.read_text() == (REPO / "results/shakespeare/claims.md").read_text()
+    for args, says in [(["--table", str(REPO / "results/shakespeare/long/table.json")], "has no loss for row"),
+                       (["--table", str(tmp_path / "none.json")], "--table"),
+                       (["--out", str(tmp_path / "no" / "c.md")], "does not exist")]:
+        with pytest.raises(SystemExit) as e:
+            shakespeare_claims.main([*args, "--out", str(tmp_path / "x.md")] if "--out" not in args else args)
+        assert says in str(e.value) and str(e.value).startswith("error:") and "\n" not in str(e.value)
+    assert not (tmp_path / "x.md").exists()
