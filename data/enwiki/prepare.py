@@ -33,6 +33,7 @@ import lzma
 import multiprocessing as mp
 import os
 import re
+import signal
 import sys
 import time
 from collections import deque
@@ -298,6 +299,13 @@ def _pack_one(args):
     return dst.stat().st_size
 
 
+def _plain_worker() -> None:
+    """Pool initializer of pack's and unpack's workers: SIGTERM back to its default (main turns it into
+    KeyboardInterrupt for its clean-up, and forked workers inherit that: the pool's terminate() on leaving its block
+    then printed a worker's KeyboardInterrupt traceback after a run that succeeded)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
     """bin_dir/{train,val}.bin -> archive_dir/{train,val}.bin.xz + manifest.json; returns the manifest."""
     archive_dir, bin_dir = Path(archive_dir), Path(bin_dir)
@@ -313,7 +321,7 @@ def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
         manifest["files"][split] = {"name": f"{split}.bin.xz", "bytes": b.stat().st_size,
                                     "tokens": b.stat().st_size // 2, "sha256": _sha256_file(b)}
         jobs.append((b, archive_dir / f"{split}.bin.xz", filters))
-    with mp.Pool(len(jobs)) as pool:  # one process per file (xz is single-threaded)
+    with mp.Pool(len(jobs), initializer=_plain_worker) as pool:  # one process per file (xz is single-threaded)
         sizes = pool.map(_pack_one, jobs)
     for split, size in zip(SPLITS, sizes):
         manifest["files"][split]["xz_bytes"] = size
@@ -357,7 +365,14 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
     mpath = archive_dir / "manifest.json"
     if not mpath.is_file():
         raise PrepareError(f"{mpath} not found (make the archive with `python -m data.enwiki.prepare --pack DIR`)")
-    manifest = json.loads(mpath.read_text())
+    try:  # every field unpack reads, before anything is written
+        manifest = json.loads(mpath.read_text())
+        for split in SPLITS:
+            info = manifest["files"][split]
+            str(info["name"]), int(info["bytes"]), int(info["tokens"]), str(info["sha256"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise PrepareError(f"{mpath} is not a --pack manifest ({type(e).__name__}: {e}); make the archive with "
+                           "`python -m data.enwiki.prepare --pack DIR`") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_outputs(out_dir)  # temp files of an earlier unpack or prepare that was killed
     t0 = time.time()
@@ -382,7 +397,7 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
         meta[f"{split}_checked_against_readme"] = info["sha256"] == EXPECTED[split]["bin_sha256"]
     if jobs:
         try:  # every split decompressed and checked first; then meta.json, then the renames (replace_together)
-            with mp.Pool(len(jobs)) as pool:
+            with mp.Pool(len(jobs), initializer=_plain_worker) as pool:
                 pool.map(_unpack_one, jobs)
             replace_together(out_dir, {dst.name: tmp for (_, tmp, _), dst in zip(jobs, targets)}, meta)
         finally:
