@@ -331,6 +331,22 @@ def test_openwebtext_bad_settings_and_files_say_where(tmp_path, gpt2_ranks_file,
         owt.prepare(out_dir=tmp_path / "o", **kw)
 
 
+def test_openwebtext_a_file_named_twice_is_read_once(tmp_path, gpt2_ranks_file, capsys):
+    """--files a.jsonl a.jsonl (overlapping globs): read once, so no document is in both splits (they were: the
+    second copy's documents split anew); a folder given as a file says so."""
+    files, _ = _write_docs(tmp_path)
+    kw = dict(num_proc=1, val_fraction=0.2, seed=2357, ranks_file=str(gpt2_ranks_file))
+    once = owt.prepare(out_dir=tmp_path / "once", files=files, **kw)
+    capsys.readouterr()
+    twice = owt.prepare(out_dir=tmp_path / "twice", files=files + [str(Path(files[0]).resolve())], **kw)
+    assert "names 1 file(s) more than once" in capsys.readouterr().out
+    for name in ("train.bin", "val.bin"):
+        assert (tmp_path / "once" / name).read_bytes() == (tmp_path / "twice" / name).read_bytes()
+    assert twice["documents"] == once["documents"]
+    with pytest.raises(FileNotFoundError, match="is a folder"):
+        owt.prepare(out_dir=tmp_path / "dir", files=[str(tmp_path)], **kw)
+
+
 def test_the_split_follows_the_seed_and_keeps_the_file_order(tmp_path, gpt2_ranks_file, enc):
     """Each split holds its documents in the files' order (train and val both), and the seed picks which are val:
     another seed, another val set (60 documents, 6 held out: the same set by chance has odds 1 in C(60, 6))."""

@@ -224,8 +224,15 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_outputs(out_dir)  # temp files of an earlier prepare that was killed
     for f in files or ():
+        if Path(f).is_dir():
+            raise FileNotFoundError(f"--files: {f} is a folder: give its files (e.g. {Path(f) / '*.jsonl'})")
         if not Path(f).is_file():
             raise FileNotFoundError(f"--files: {f} not found")
+    if files:  # a file named twice (overlapping globs) would put its documents in both splits: read once
+        unique = list(dict.fromkeys(str(Path(f).resolve()) for f in files))
+        if len(unique) < len(files):
+            print(f"note: --files names {len(files) - len(unique)} file(s) more than once: each is read once")
+        files = unique
     inputs = _inputs(files, val_fraction, seed)
     done = None if force else already_prepared(out_dir, inputs)
     if done is not None:
