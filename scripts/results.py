@@ -122,16 +122,36 @@ def load_summaries(runs_dir: Path, include_unfinished=False, quiet=False):
 NOT_COMPARED = {"seed", "out_dir", "wandb_run_name"}
 
 
+def designed_keys(table_name):
+    """(configs, keys): every run's resolved config of the table ([run_config(row, rope), ...]) and the keys its
+    rows vary by design (attn, ranks, pos_emb, ...: those that differ between them)."""
+    from scripts.paper_tables import all_runs, run_config
+    designed = [run_config(row, rope) for row, rope in all_runs(table_name)]
+    return designed, {k for k in designed[0] if len({json.dumps(c.get(k), sort_keys=True) for c in designed}) > 1}
+
+
+def not_its_row(summary: dict, row, rope: str, keys) -> list:
+    """['key=run's value (row: value)'] for each of `keys` (the table's by-design keys) in which a run's config
+    differs from the row and RoPE setting its folder names (the model keys as GPTConfig fills them on both sides):
+    e.g. a sweep's `--rope off -- --pos_emb=rope` trains RoPE runs into folders named rope_off."""
+    from scripts.compare_runs import filled_model_keys
+    from scripts.paper_tables import run_config
+    want = run_config(row, rope)
+    want = {**json.loads(json.dumps(want)), **filled_model_keys(want)}
+    have = summary.get("config") or {}
+    have = {**json.loads(json.dumps(have)), **filled_model_keys(have), **(summary.get("model_config") or {})}
+    return [f"{k}={json.dumps(have[k])} (row: {json.dumps(want[k])})" for k in sorted(keys)
+            if k in have and k in want and have[k] != want[k]]
+
+
 def mixed_settings(table_name, runs_dir: Path, include_unfinished=False) -> dict:
     """(mixed, overrides): mixed {key: {value: [run, ...]}} for each training setting the table's runs disagree on,
     beyond the keys its rows vary by design (those that differ between the rows' own resolved configs: attn, ranks, pos_emb, ...) and
     NOT_COMPARED / sweep.NOT_SETTINGS: a mean over seeds, a gap to MHA or a Pareto plot across such runs compares
     different experiments (e.g. a smoke run's 4 iterations beside 10,000), {} when they agree; overrides {key:
     value} for the settings all the runs share that differ from the rows' config files."""
-    from scripts.paper_tables import all_runs, run_config
     from scripts.sweep import NOT_SETTINGS
-    designed = [run_config(row, rope) for row, rope in all_runs(table_name)]
-    by_design = {k for k in designed[0] if len({json.dumps(c.get(k), sort_keys=True) for c in designed}) > 1}
+    designed, by_design = designed_keys(table_name)
     skip = by_design | NOT_COMPARED | NOT_SETTINGS
     values = {}  # key -> {value as JSON: [run, ...]}
     for ss in load_summaries(runs_dir, include_unfinished, quiet=True).values():
@@ -198,11 +218,19 @@ def collect(table_name, runs_dir: Path, include_unfinished=False):
     for key in sorted(set(runs) - known):
         print(f"warning: runs for {key} match no row of {table_name}; ignored", file=sys.stderr)
     accounting = _model_accounting(table_name)
+    from scripts.sweep import NOT_SETTINGS
+    _, by_design = designed_keys(table_name)
+    by_design -= NOT_COMPARED | NOT_SETTINGS  # out_dir, wandb_run_name: each row's file names its own
 
     out = []
     for row in t.rows:
         for rope in row.rope_settings:
             ss = sorted(runs.get((row.id, rope), []), key=lambda s: s["_seed"])
+            for s in [s for s in ss if not_its_row(s, row, rope, by_design)]:  # another row's run under this name
+                print(f"warning: {s['_run']} was not trained as its folder's row says: "
+                      f"{', '.join(not_its_row(s, row, rope, by_design))}; left out of {row.id} / {rope}",
+                      file=sys.stderr)
+                ss.remove(s)
             # a run without the table's loss (stopped before its first evaluation, or diverged: null) is no seed of
             # the mean: n, seeds, best_iter and the seed spread count only the runs that have one
             lossless = [s["_run"] for s in ss if s.get(t.reported_loss) is None]

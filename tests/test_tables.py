@@ -492,6 +492,30 @@ def test_results_name_mixed_settings_overrides_and_runs_left_out(tmp_path, capsy
     assert mixed == {} and overrides == {"patience": 6}
 
 
+def test_results_leave_out_a_run_not_trained_as_its_folder_says(tmp_path, capsys):
+    """A run in a folder named for one row and RoPE setting whose config says another (a sweep's `--rope off --
+    --pos_emb=rope`; ranks given by hand) is named and left out of that row: it was counted as the row silently."""
+    from scripts import results
+    t = TABLES["shakespeare"]
+    runs = tmp_path / "runs"
+    for name, row, rope, loss, edit in [("tucker_8_64_64-rope_off-s1337", "tucker_8_64_64", "off", 3.90, {}),
+                                        ("tucker_8_64_64-rope_off-s1", "tucker_8_64_64", "on", 3.50, {}),
+                                        ("tucker_8_64_64-rope_off-s2", "tucker_8_64_64", "off", 3.40,
+                                         {"tucker_ranks": [2, 16, 16]})]:
+        d = runs / name
+        d.mkdir(parents=True)
+        summary = _summary(t.row(row), rope, 1, loss)
+        summary["config"].update(edit)
+        (d / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "out"
+    results.main(["shakespeare", "--runs", str(runs), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert 'tucker_8_64_64-rope_off-s1 was not trained as its folder\'s row says: pos_emb="rope" (row: "learned")' in err
+    assert "tucker_8_64_64-rope_off-s2 was not trained as its folder's row says: tucker_ranks=[2, 16, 16]" in err
+    rec = next(r for r in json.loads((out / "table.json").read_text()) if (r["row"], r["rope"]) == ("tucker_8_64_64", "off"))
+    assert rec["n_seeds"] == 1 and rec["val_loss"] == pytest.approx(3.90)
+
+
 def test_results_count_only_runs_with_a_loss(tmp_path, capsys):
     """With --include-unfinished, a run that stopped before its first evaluation (no loss, best_iter -1) is no seed:
     n, the seeds, the mean best_iter and the spread count the runs with a loss; the table names the others."""
