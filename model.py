@@ -1987,6 +1987,8 @@ class GPT(nn.Module):
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
         if use_cache:
             self._catch_up_on_untracked_writes()  # weights written with no version bump: forms rebuilt below
+        if idx.dim() != 2 or idx.size(0) == 0 or idx.size(1) == 0:
+            raise ValueError(f"idx of shape {tuple(idx.shape)}: allowed (B, T), B >= 1 rows of T >= 1 prompt tokens")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens={max_new_tokens!r} is out of range: allowed an int >= 0")
         if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:

@@ -151,5 +151,7 @@ def to_tucker(model: GPT) -> GPT:
     """A Tucker GPT with the same function as `model` (MHA, GQA or MLA), at the exact ranks."""
     if model.config.attn == "tucker":
         raise ValueError("model is already Tucker")
+    _check_convertible(model.transformer.h[0].attn, model.config)  # the reason first (the Tucker config's own
+    # check named a rank: decoupled RoPE's odd kv_rank as an odd tucker_ranks[2])
     return with_attention(model, tucker_config_of(model.config),
                           [to_tucker_state(block.attn, model.config) for block in model.transformer.h])

@@ -347,12 +347,30 @@ def _split_heads(M: Tensor, n: int) -> Tensor:
     return M.reshape(M.size(0), n, -1).transpose(0, 1)
 
 
+def target_config(c: GPTConfig, to: str, *, ranks=None, ranks_post=None, n_kv_head=None, kv_rank=None, q_rank=None,
+                  shared_kv=False, allow_rope_change=False) -> GPTConfig:
+    """The converted model's GPTConfig for source config `c` (convert's keywords): a ValueError naming the key where
+    the target does not fit the source (ranks past the model's sizes, nH % nG), before any weight is touched."""
+    del allow_rope_change  # the sources' check (_check_source), not the target's
+    if to == "gqa":
+        return replace(c, attn="gqa", n_kv_head=n_kv_head)  # validates nH % nG
+    if to == "mla":
+        return replace(c, attn="mla", n_kv_head=None, kv_rank=kv_rank, q_rank=q_rank, shared_kv=shared_kv,
+                       mla_rope="latent" if c.pos_emb == "rope" else c.mla_rope)
+    if to == "tucker":
+        ranks = tuple(ranks)
+        return replace(c, attn="tucker", n_kv_head=None, tucker_ranks=ranks,
+                       tucker_ranks_post=tuple(ranks_post) if ranks_post is not None else ranks,
+                       shared_kv=shared_kv)  # validates the ranks (and shared r3)
+    raise ValueError(f"--to={to!r} is unknown: allowed 'gqa', 'mla', 'tucker'")
+
+
 @torch.no_grad()
 def mha_to_gqa(model: GPT, n_kv_head: int):
     """MHA -> GQA(nG): keep K/V heads 0, g, 2g, ... with g = nH / nG (the paper's choice)."""
     _check_source(model, "gqa", True)
     c = model.config
-    config = replace(c, attn="gqa", n_kv_head=n_kv_head)  # validates nH % nG
+    config = target_config(c, "gqa", n_kv_head=n_kv_head)
     keep = torch.arange(0, c.n_head, c.n_head // n_kv_head)  # (nG,) head indices
     attention, layers = [], []
     for block in model.transformer.h:
@@ -377,8 +395,7 @@ def mha_to_mla(model: GPT, kv_rank: int, q_rank: Optional[int] = None, shared_kv
     """MHA -> MLA by truncated SVD of W_Q (if q_rank), W_K, W_V; W_O kept (module docstring)."""
     _check_source(model, "mla", allow_rope_change)
     c = model.config
-    config = replace(c, attn="mla", n_kv_head=None, kv_rank=kv_rank, q_rank=q_rank, shared_kv=shared_kv,
-                     mla_rope="latent" if c.pos_emb == "rope" else c.mla_rope)
+    config = target_config(c, "mla", kv_rank=kv_rank, q_rank=q_rank, shared_kv=shared_kv)
     nH = c.n_head
     attention, layers = [], []
     for block in model.transformer.h:
@@ -418,10 +435,8 @@ def mha_to_tucker(model: GPT, ranks: Sequence[int], ranks_post: Optional[Sequenc
     Wt_rel_err_stored))."""
     _check_source(model, "tucker", allow_rope_change)
     c = model.config
-    ranks = tuple(ranks)
-    ranks_post = tuple(ranks_post) if ranks_post is not None else ranks
-    config = replace(c, attn="tucker", n_kv_head=None, tucker_ranks=ranks, tucker_ranks_post=ranks_post,
-                     shared_kv=shared_kv)  # validates the ranks (and shared r3)
+    config = target_config(c, "tucker", ranks=ranks, ranks_post=ranks_post, shared_kv=shared_kv)
+    ranks, ranks_post = config.tucker_ranks, config.tucker_ranks_post
     attention, layers, sources = [], [], []
     for block in model.transformer.h:
         attn = block.attn

@@ -186,9 +186,10 @@ class Study:
 
     # --- sources ----------------------------------------------------------------------------
 
-    def load_source(self, path: str) -> dict:
+    def load_source(self, path: str, targets=()) -> dict:
         """The source MHA (on the CPU, float32), its run's keys and summary; None (a warning) if its
-        run has not finished (a checkpoint of a run cut off mid-way is not the trained model)."""
+        run has not finished (a checkpoint of a run cut off mid-way is not the trained model). A ValueError naming
+        the target where one of `targets` is unknown or does not fit the source's sizes, before its evaluation."""
         summary = read_json(Path(path) / "summary.json") or {}
         if not summary.get("finished") and not self.args.allow_unfinished:
             print(f"warning: {path}: its summary.json does not say finished (run cut off?): skipped "
@@ -201,6 +202,11 @@ class Study:
         cfg = {**cfg, **(summary.get("config") or {})}  # the run's resolved training keys
         del ckpt
         tag = "rope" if model.config.pos_emb == "rope" else "learned"
+        for t in targets:
+            try:
+                cv.target_config(model.config, **target_kwargs(t, model.config))
+            except ValueError as e:
+                raise ValueError(f"target {t} does not fit the {tag} source {path}: {e}") from None
         dtype = self.args.dtype or (cfg.get("dtype") if self.device.type == "cuda" else "float32") or "float32"
         src = dict(path=str(path), tag=tag, rope=rope_tag(model.config), model=model, cfg=cfg, dtype=dtype, stamp=stamp,
                    summary={k: summary.get(k) for k in ("final_val_loss", "best_val_loss", "iters", "attn_params",
@@ -581,19 +587,16 @@ def main(argv=None):
         if not (Path(path) / "ckpt.pt").exists() and not Path(path).is_file():
             print(f"warning: no checkpoint in {path}: skipped", file=sys.stderr)
             continue
-        src = study.load_source(path)
+        try:  # an unknown target, or one that does not fit the source's sizes: before any evaluation or conversion
+            src = study.load_source(path, targets)
+        except ValueError as e:
+            sys.exit(f"error: {e}")
         if src is not None:
             sources.append(src)
     if not sources:
         sys.exit("error: no MHA checkpoint to convert")
     if len({s["tag"] for s in sources}) != len(sources):
         sys.exit("error: give at most one MHA source per positions setting (learned, RoPE)")
-    try:  # an unknown target fails here, before any work
-        for s in sources:
-            for t in targets:
-                target_kwargs(t, s["model"].config)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
 
     finetune = study.ft_iters > 0
     for src in sources:  # conversions here (CPU, float64), fine-tunes on the GPUs as each becomes ready

@@ -427,6 +427,15 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "finished": False}))
     with pytest.raises(SystemExit, match="no MHA checkpoint"):
         convert_study.main(["--mha", str(runs / "mha-rope_off"), *argv[3:]])
+    # a target larger than the source (a head rank past its heads): one line before any evaluation or conversion
+    # (it was a traceback from inside the conversion, after the source's evaluation and the earlier targets)
+    fresh = tmp_path / "work2"
+    bad = ["--mha", str(runs / "mha-rope_on"), f"--data_dir={data}", f"--work_dir={fresh}", "--targets", "gqa2",
+           f"tucker_{TINY['n_head'] + 1}_8_8", "--device=cpu", "--inprocess", "--no-full_rank_check", "--spectra_dir="]
+    with pytest.raises(SystemExit) as e:
+        convert_study.main(bad)
+    assert str(e.value).startswith(f"error: target tucker_{TINY['n_head'] + 1}_8_8 does not fit the rope source")
+    assert not (fresh / "rope").exists()  # nothing evaluated or converted
 
 
 def convert_error(argv, capsys) -> str:

@@ -506,6 +506,21 @@ def test_generate_sees_weights_written_without_a_version_bump(variant, write):
     assert not torch.equal(cached, before)  # the write did change the tokens
 
 
+@pytest.mark.parametrize("bad", [-1, 2.0, True])
+def test_generate_refuses_a_bad_max_new_tokens(bad):
+    model = build("tucker", "learned", None)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate(torch.zeros(1, 2, dtype=torch.long), bad)
+    assert model.generate(torch.zeros(1, 2, dtype=torch.long), 0).shape == (1, 2)  # nothing to add: the prompt
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (0, 3), (4,)])
+def test_generate_refuses_a_prompt_of_no_tokens_or_the_wrong_shape(shape):
+    """An empty prompt was an IndexError deep inside the loop."""
+    with pytest.raises(ValueError, match=r"allowed \(B, T\)"):
+        build("mha", "learned", None).generate(torch.zeros(shape, dtype=torch.long), 3)
+
+
 def test_a_fused_step_anywhere_rebuilds_the_kept_decoder_once():
     """A fused optimizer's step (any model's: the count is the process's) makes the next generate rebuild its decoder,
     once; generate calls with no write between them keep it; a foreach step bumps the counters itself."""

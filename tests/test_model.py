@@ -55,6 +55,18 @@ def change_head_bases(tucker, seed=0):
         assert not torch.allclose(w["U1"], w["U1_post"])
 
 
+@pytest.mark.parametrize("overrides,says", [
+    (dict(attn="mla", kv_rank=7, pos_emb="rope"), "keeps positions only"),  # decoupled RoPE, odd kv_rank
+    (dict(attn="mha", pos_emb="rope"), "keeps positions only"),
+    (dict(attn="mha", bias=True), "needs bias=False"),
+])
+def test_to_tucker_names_why_a_model_has_no_exact_form(overrides, says):
+    """The conversion's own reason, before the Tucker config's checks (an odd kv_rank under decoupled RoPE was
+    named as an odd tucker_ranks[2], which the user never gave)."""
+    with pytest.raises(ValueError, match=says):
+        to_tucker(make(overrides))
+
+
 @pytest.mark.parametrize("name,overrides", [
     ("mha", dict(attn="mha")),  # Lemma B.1 / Theorem B.2: ranks (nH, d, d)
     ("gqa2", dict(attn="gqa", n_kv_head=2)),  # Theorem B.3: (nH, d, nG dH)
