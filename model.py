@@ -1985,8 +1985,6 @@ class GPT(nn.Module):
         RuntimeError then says they were not (the tokens are not returned)."""
         check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
-        if use_cache:
-            self._catch_up_on_untracked_writes()  # weights written with no version bump: forms rebuilt below
         if idx.dim() != 2 or idx.size(0) == 0 or idx.size(1) == 0:
             raise ValueError(f"idx of shape {tuple(idx.shape)}: allowed (B, T), B >= 1 rows of T >= 1 prompt tokens")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
@@ -1994,6 +1992,8 @@ class GPT(nn.Module):
         if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:
             raise ValueError(f"vocab_limit={vocab_limit} is out of range: allowed 1 .. vocab_size="
                              f"{self.config.vocab_size} (or None: every id)")
+        if use_cache:
+            self._catch_up_on_untracked_writes()  # weights written with no version bump: forms rebuilt below
         # cuda:N: Triton launches its kernels on the current device, and graphs capture there
         with torch.cuda.device(idx.device) if idx.device.type == "cuda" else nullcontext():
             decoder = None
