@@ -1,10 +1,14 @@
 """
 Run the rows of a paper table: one training run per (row, RoPE setting, seed).
 
-    python -m scripts.sweep shakespeare                        # all 23 rows x 2 RoPE settings, seed 1337
-    python -m scripts.sweep shakespeare --rows mha,tucker_8_64_64 --rope on --seeds 1337,1,2 --jobs 4
-    python -m scripts.sweep shakespeare --dry-run -- --max_iters=3000 --compile=False
+    python -m scripts.sweep shakespeare --results_dir out-sweep   # all 23 rows x 2 RoPE settings, seed 1337
+    python -m scripts.sweep shakespeare --rows mha,tucker_8_64_64 --rope on --seeds 1337,1,2 --jobs 4 --results_dir out-sweep
+    python -m scripts.sweep shakespeare --results_dir out-sweep --dry-run -- --max_iters=3000 --compile=False
     python -m scripts.sweep owt --rows mha --nproc 8             # one run at a time over 8 GPUs (torchrun)
+
+Without --results_dir the runs go to results/<table>/runs, which for shakespeare and enwiki holds the committed
+runs (shakespeare's trained with --eval_interval=50 --patience=6): a command that would train one of them with other
+settings stops, naming them.
 
 Each run is `python train.py <row config> <RoPE override> --seed=S --out_dir=<results_dir>/<name>
 --save_checkpoint=False` (unless --save-checkpoints) plus whatever follows `--` on this command line, with name `<row_id>-rope_<off|on>-s<seed>`;
