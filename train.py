@@ -45,7 +45,8 @@ import numpy as np
 import torch
 
 from checkpoint import (CKPT_NAME, TRAINING_KEYS, git_commit, make_checkpoint, model_from_checkpoint,
-                        read_checkpoint, remove_stale_temps, rng_state, save_checkpoint, saved_rng_state, write_json)
+                        read_checkpoint, read_json, remove_stale_temps, rng_state, save_checkpoint, saved_rng_state,
+                        write_json)
 from configurator import check_device, float64_device, format_config, help_requested, make_current, parse_config
 from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
@@ -801,14 +802,7 @@ def earlier_summary(run: Run) -> dict:
 
 def summary_of(out_dir: str) -> dict:
     """out_dir's summary.json (a run's, from its last end), or {} where there is none or it does not read."""
-    path = os.path.join(out_dir, "summary.json")
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path) as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
-        return {}
+    summary = read_json(os.path.join(out_dir, "summary.json"))
     return summary if isinstance(summary, dict) else {}
 
 

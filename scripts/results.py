@@ -130,14 +130,19 @@ def designed_keys(table_name):
     return designed, {k for k in designed[0] if len({json.dumps(c.get(k), sort_keys=True) for c in designed}) > 1}
 
 
-def not_its_row(summary: dict, row, rope: str, keys) -> list:
-    """['key=run's value (row: value)'] for each of `keys` (the table's by-design keys) in which a run's config
-    differs from the row and RoPE setting its folder names (the model keys as GPTConfig fills them on both sides):
-    e.g. a sweep's `--rope off -- --pos_emb=rope` trains RoPE runs into folders named rope_off."""
+def row_settings(row, rope: str) -> dict:
+    """The run config of a row and RoPE setting in JSON's types, its model keys as GPTConfig fills them."""
     from scripts.compare_runs import filled_model_keys
     from scripts.paper_tables import run_config
     want = run_config(row, rope)
-    want = {**json.loads(json.dumps(want)), **filled_model_keys(want)}
+    return {**json.loads(json.dumps(want)), **filled_model_keys(want)}
+
+
+def not_its_row(summary: dict, want: dict, keys) -> list:
+    """['key=run's value (row: value)'] for each of `keys` (the table's by-design keys) in which a run's config
+    differs from `want`, the row_settings of the row and RoPE setting its folder names (the model keys filled in on
+    both sides): e.g. a sweep's `--rope off -- --pos_emb=rope` trains RoPE runs into folders named rope_off."""
+    from scripts.compare_runs import filled_model_keys
     have = summary.get("config") or {}
     have = {**json.loads(json.dumps(have)), **filled_model_keys(have), **(summary.get("model_config") or {})}
     return [f"{k}={json.dumps(have[k])} (row: {json.dumps(want[k])})" for k in sorted(keys)
@@ -226,11 +231,13 @@ def collect(table_name, runs_dir: Path, include_unfinished=False):
     for row in t.rows:
         for rope in row.rope_settings:
             ss = sorted(runs.get((row.id, rope), []), key=lambda s: s["_seed"])
-            for s in [s for s in ss if not_its_row(s, row, rope, by_design)]:  # another row's run under this name
-                print(f"warning: {s['_run']} was not trained as its folder's row says: "
-                      f"{', '.join(not_its_row(s, row, rope, by_design))}; left out of {row.id} / {rope}",
-                      file=sys.stderr)
-                ss.remove(s)
+            want = row_settings(row, rope) if ss else {}
+            for s in list(ss):
+                wrong = not_its_row(s, want, by_design)
+                if wrong:  # another row's run under this name
+                    print(f"warning: {s['_run']} was not trained as its folder's row says: {', '.join(wrong)}; "
+                          f"left out of {row.id} / {rope}", file=sys.stderr)
+                    ss.remove(s)
             # a run without the table's loss (stopped before its first evaluation, or diverged: null) is no seed of
             # the mean: n, seeds, best_iter and the seed spread count only the runs that have one
             lossless = [s["_run"] for s in ss if s.get(t.reported_loss) is None]
