@@ -95,7 +95,9 @@ def write_tokens(docs, tmp, pool, desc, total=None, chunk_docs=256, max_inflight
             def drain(res, ndocs):
                 nonlocal n_tokens, n_docs
                 arr = res.get() if pool is not None else res
-                arr.tofile(f)
+                # a Python write, as enwiki's: a SIGTERM (KeyboardInterrupt) inside numpy's tofile came out as a
+                # TypeError from its fallback, a traceback instead of the interrupted run's one line
+                f.write(arr.tobytes())
                 n_tokens += len(arr)
                 n_docs += ndocs
                 prog.update(ndocs, len(arr))
