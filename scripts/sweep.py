@@ -11,16 +11,20 @@ runs (shakespeare's trained with --eval_interval=50 --patience=6): a command tha
 settings stops, naming them.
 
 Each run is `python train.py <row config> <RoPE override> --seed=S --out_dir=<results_dir>/<name>
---save_checkpoint=False` (unless --save-checkpoints) plus whatever follows `--` on this command line, with name `<row_id>-rope_<off|on>-s<seed>`;
+--save_checkpoint=False` plus whatever follows `--` on this command line, with name `<row_id>-rope_<off|on>-s<seed>`;
 its stdout/stderr go to <out_dir>/train.log. The rows come from scripts/paper_tables.py, the
-same list the table printers use.
+same list the table printers use. --save-checkpoints (owt's default; --no-save-checkpoints turns it off) leaves out
+--save_checkpoint=False: train.py keeps its ckpt.pt, which the zero-shot evaluation reads.
 
 Resumable: a run whose <out_dir>/summary.json says finished=true is skipped, so the same
-command can be re-issued after an interruption (unfinished runs restart from scratch). A finished
+command can be re-issued after an interruption. An unfinished run starts over, or, with checkpoints kept, continues
+from its ckpt.pt (--init_from=resume) when it started with the settings the command gives (else it starts over and
+train.py sets its checkpoint aside as ckpt.earlier.pt). A finished
 run trained with other settings than the command gives (its config file and overrides, resolved;
 where and how it ran aside: NOT_SETTINGS; a key the command leaves out is compared at its default) stops the
 sweep with a list of them, before anything runs, as do overrides that do not parse and a data folder without its
-token files. Ctrl-C or a kill (SIGTERM) of the sweep stops the runs it started, which restart on the next sweep.
+token files. Ctrl-C or a kill (SIGTERM) of the sweep stops the runs it started, which restart (or continue from
+their checkpoints) on the next sweep.
 With --jobs N, N runs go at once; --gpus 0,1,... pins job slot i to GPU i % len(gpus)
 (several Shakespeare runs fit on one H200). Every --progress seconds (default 600) a line for each running run
 says where it is (iteration, loss, last val loss, minutes); each finished run gets a line. Exits non-zero listing
@@ -108,18 +112,20 @@ def missing_data(cmd):
     return None
 
 
-def settings_differ(cmd, out_dir: Path) -> list:
+def settings_differ(cmd, out_dir: Path, source: str = "summary.json") -> list:
     """['key=finished run's value (this command: value)'] where the finished run in out_dir was trained with other
     settings than `cmd` gives (its config file and overrides, resolved as train.py resolves them, defaults
     included: a key the command leaves out is its default, which the run must have had too); [] when they agree or
     the summary holds no config to compare. A key the saved config lacks (one added to train.py since) is not
-    compared."""
+    compared. source="config.json": the same against the config an unfinished run started with."""
     try:
-        with open(out_dir / "summary.json") as f:
-            saved = json.load(f).get("config")
+        with open(out_dir / source) as f:
+            saved = json.load(f)
     except (OSError, ValueError):
         return []
-    if not saved:
+    if isinstance(saved, dict) and source == "summary.json":
+        saved = saved.get("config")
+    if not saved or not isinstance(saved, dict):
         return []
     from scripts.compare_runs import filled_model_keys
     asked = resolved(cmd)
@@ -139,8 +145,14 @@ def _show_path(p: Path) -> str:
         return str(p.resolve())
 
 
-def build_command(row, rope, seed, out_dir: Path, patience=None, extra=(), nproc=1, save_checkpoints=False):
-    """The argv of one run (cwd = repo root)."""
+# tables whose runs keep their checkpoints unless --no-save-checkpoints: OpenWebText's (600,000 iterations a run, so
+# an interrupted one continues; scripts.eval_zeroshot reads the checkpoints for the table's zero-shot columns)
+CHECKPOINTED = {"owt"}
+
+
+def build_command(row, rope, seed, out_dir: Path, patience=None, extra=(), nproc=1, save_checkpoints=False,
+                  resume=False):
+    """The argv of one run (cwd = repo root); resume: it continues from the ckpt.pt in out_dir."""
     launcher = [sys.executable, "train.py"] if nproc == 1 else \
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
     cmd = launcher + [row.config]
@@ -153,6 +165,8 @@ def build_command(row, rope, seed, out_dir: Path, patience=None, extra=(), nproc
         # the tables only need summary.json; 46 checkpoints of GPT-2 124M with AdamW state
         # (~1.5 GB each) would not fit on the GPU machine's disk
         cmd.append("--save_checkpoint=False")
+    if resume:
+        cmd.append("--init_from=resume")
     cmd += list(extra)  # last, so the user's overrides win
     return cmd
 
@@ -171,9 +185,19 @@ def plan(table, rows=None, ropes=ROPE_SETTINGS, seeds=(1337,), results_dir=None,
         for seed in seeds:
             name = run_name(row.id, rope, seed)
             out_dir = results_dir / name
-            runs.append((name, out_dir, build_command(row, rope, seed, out_dir, patience, extra, nproc,
-                                                        save_checkpoints)))
+            cmd = build_command(row, rope, seed, out_dir, patience, extra, nproc, save_checkpoints)
+            if save_checkpoints and resumable(cmd, out_dir):
+                cmd = build_command(row, rope, seed, out_dir, patience, extra, nproc, save_checkpoints, resume=True)
+            runs.append((name, out_dir, cmd))
     return runs
+
+
+def resumable(cmd, out_dir: Path) -> bool:
+    """Whether the run of `cmd` in out_dir continues from its checkpoint: unfinished, with a ckpt.pt, started with
+    the settings `cmd` gives (its config.json; where they differ the run starts over, and train.py sets the old
+    checkpoint aside as ckpt.earlier.pt)."""
+    return (not is_finished(out_dir) and (out_dir / "ckpt.pt").is_file() and (out_dir / "config.json").is_file()
+            and not settings_differ(cmd, out_dir, "config.json"))
 
 
 def last_record(log_path: Path, key: str, block: int = 1 << 16, limit: int = 1 << 24):
@@ -237,8 +261,10 @@ def main(argv=None):
     ap.add_argument("--nproc", type=int, default=1, help="GPUs per run (torchrun DDP) when > 1")
     ap.add_argument("--patience", type=int, default=None, help="early stopping, passed to train.py")
     ap.add_argument("--results_dir", default=None, help="default: results/<table>/runs")
-    ap.add_argument("--save-checkpoints", dest="save_checkpoints", action="store_true",
-                    help="let train.py write ckpt.pt (default: --save_checkpoint=False, summaries only)")
+    ap.add_argument("--save-checkpoints", dest="save_checkpoints", action=argparse.BooleanOptionalAction,
+                    default=None, help="let train.py write ckpt.pt, and continue an unfinished run from it (default: "
+                    f"on for {', '.join(sorted(CHECKPOINTED))}, whose checkpoints the zero-shot columns evaluate; "
+                    "else --save_checkpoint=False, summaries only)")
     ap.add_argument("--time_budget", type=float, default=0,
                     help="seconds after which no new run is started (0 = none); the rest is left for a re-run")
     ap.add_argument("--progress", type=float, default=600, metavar="S",
@@ -254,8 +280,8 @@ def main(argv=None):
         seeds = list(dict.fromkeys(int(s) for s in args.seeds.split(",") if s))  # once each: one folder a seed
     except ValueError:
         ap.error(f"--seeds {args.seeds!r}: comma-separated integers")
-    runs = plan(args.table, rows, ropes, seeds, args.results_dir, args.patience, extra, args.nproc,
-                args.save_checkpoints)
+    save_checkpoints = args.table in CHECKPOINTED if args.save_checkpoints is None else args.save_checkpoints
+    runs = plan(args.table, rows, ropes, seeds, args.results_dir, args.patience, extra, args.nproc, save_checkpoints)
     todo = [r for r in runs if not is_finished(r[1])]
     skipped = len(runs) - len(todo)
     # a finished run is skipped only if it is the run this command asks for: a smoke sweep's 30-iteration runs
@@ -312,7 +338,7 @@ def main(argv=None):
             if gpus:
                 env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
             t = time.time()
-            with open(out_dir / "train.log", "w") as log:
+            with open(out_dir / "train.log", "a") as log:  # after an earlier attempt's output, if any
                 log.write("$ " + shlex.join(cmd) + "\n")
                 log.flush()
                 with lock:
@@ -372,7 +398,8 @@ def main(argv=None):
                 proc.kill()
                 proc.wait()
         ex.shutdown(wait=True, cancel_futures=True)
-        print(f"interrupted: {len(stopped)} running run(s) stopped (they start over on a re-run), {done[0]} finished "
+        again = "continue from their last checkpoints, if they wrote one," if save_checkpoints else "start over"
+        print(f"interrupted: {len(stopped)} running run(s) stopped (they {again} on a re-run), {done[0]} finished "
               f"here kept; re-run the same command to continue", file=sys.stderr)
         return 130
     ex.shutdown()

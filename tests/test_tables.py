@@ -379,6 +379,56 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     assert re.search(r"^  mha-rope_off-s1337: iter \d+/1000000, loss \d+\.\d{3} \(last val \d+\.\d{3} at 0\), \d+ min$", out, re.M), out
 
 
+def test_sweep_keeps_owts_checkpoints_and_continues_an_unfinished_run_from_its_checkpoint(tmp_path, capsys):
+    """owt's runs keep their checkpoints by default (the zero-shot columns evaluate them; before, every sweep run was
+    given --save_checkpoint=False), the others only with --save-checkpoints. With checkpoints kept, an unfinished
+    run with a ckpt.pt continues from it (--init_from=resume: before, a re-run started a 600,000-iteration run over)
+    if it started with the command's settings, and train.py takes that command; else it starts over."""
+    import subprocess
+    import numpy as np
+    from scripts import sweep
+
+    def dry(table, *extra):
+        rc = sweep.main([table, "--dry-run", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path / "runs"),
+                         *extra])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        return [shlex.split(line) for line in out.splitlines() if line.strip()]
+    assert "--save_checkpoint=False" not in dry("owt")[0]
+    assert "--save_checkpoint=False" in dry("owt", "--no-save-checkpoints")[0]
+    assert "--save_checkpoint=False" in dry("shakespeare")[0]
+    assert "--save_checkpoint=False" not in dry("shakespeare", "--save-checkpoints")[0]
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val"):
+        np.random.default_rng(0).integers(0, 50257, 4000).astype(np.uint16).tofile(data / f"{split}.bin")
+    tiny = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--device=cpu",
+            "--compile=False", "--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--eval_full_val=False",
+            f"--data_dir={data}"]
+    [cmd] = dry("shakespeare", "--save-checkpoints", "--", *tiny)
+    assert "--init_from=resume" not in cmd
+    out_dir = tmp_path / "runs" / "mha-rope_off-s1337"
+    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["finished"] and (out_dir / "ckpt.pt").is_file()
+    # as a run killed after its last checkpoint leaves it: a checkpoint, no finished summary
+    (out_dir / "summary.json").write_text(json.dumps({**summary, "finished": False}))
+    [again] = dry("shakespeare", "--save-checkpoints", "--", *tiny)
+    assert again == cmd[:-len(tiny)] + ["--init_from=resume"] + tiny
+    assert "--init_from=resume" not in dry("shakespeare", "--", *tiny)[0]  # no checkpoints kept: starts over
+    changed = [a if a != "--max_iters=4" else "--max_iters=6" for a in tiny]  # another run than the one started
+    assert "--init_from=resume" not in dry("shakespeare", "--save-checkpoints", "--", *changed)[0]
+    rc = sweep.main(["shakespeare", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path / "runs"),
+                     "--save-checkpoints", "--", *tiny])
+    out, err = capsys.readouterr()
+    assert rc == 0, err + (out_dir / "train.log").read_text()[-3000:]
+    log = (out_dir / "train.log").read_text()
+    assert log.count("$ ") == 1 and "--init_from=resume" in log  # the sweep's attempt (train.py was run directly)
+    assert json.loads((out_dir / "summary.json").read_text())["finished"]
+
+
 def test_sweep_progress_line_reads_the_runs_log(tmp_path):
     """The progress line: the last complete logged iteration (a line being written skipped), its loss, the last
     evaluation, max_iters from the run's config.json; a run that logged nothing yet says so."""
