@@ -43,7 +43,7 @@ import torch.utils.checkpoint
 from torch.nn import functional as F
 
 ATTN_CHOICES = ("mha", "gqa", "mla", "tucker")
-POS_CHOICES = ("learned", "rope")
+POS_CHOICES = ("learned", "sinusoidal", "rope")
 MLA_ROPE_CHOICES = ("decoupled", "latent")
 LOSS_HEAD_CHOICES = ("fused", "logits")
 NORM_CHOICES = ("layernorm", "rmsnorm")
@@ -85,7 +85,9 @@ class GPTConfig:
     # Tucker: post-softmax ranks (r~1, r~2, r~3) = (head, output, value); None = tucker_ranks
     tucker_ranks_post: Optional[Tuple[int, int, int]] = None
     # --- positions ---
-    pos_emb: str = "learned"  # 'learned' absolute embedding (the paper's "w/o RoPE") | 'rope'
+    # 'learned' absolute embedding (nanoGPT's, which the paper builds on: our "w/o RoPE" rows) | 'sinusoidal' (the
+    # fixed cosine table of Vaswani et al., added where the learned one is: the paper's wording for "w/o RoPE") | 'rope'
+    pos_emb: str = "learned"
     # MLA with RoPE: 'decoupled' (DeepSeek-V2: extra rotary query dims per head and one shared
     # rotary key) or 'latent' (rotation inside the dcK latent, the paper's eq. eq_mla_coupled_rope)
     mla_rope: str = "decoupled"
@@ -296,6 +298,17 @@ def rope_cache(dim: int, max_len: int, theta: float, device=None, dtype=torch.fl
     inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim))
     angles = torch.outer(torch.arange(max_len, device=device, dtype=torch.float64), inv_freq)
     return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def sinusoidal_table(n_pos: int, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Vaswani et al.'s fixed position table (n_pos, dim), float32: sin(pos * base ** (-2 i / dim)) in column 2 i,
+    the cos of the same angle in column 2 i + 1 (computed in float64)."""
+    angles = torch.outer(torch.arange(n_pos, dtype=torch.float64),
+                         base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim))  # (n_pos, ceil(dim / 2))
+    table = torch.empty(n_pos, dim, dtype=torch.float64)
+    table[:, 0::2] = angles.sin()
+    table[:, 1::2] = angles[:, :dim // 2].cos()
+    return table.float()
 
 
 def rope_at(rope: Tuple[torch.Tensor, torch.Tensor], start: int, length: int):
@@ -1832,7 +1845,7 @@ class GPT(nn.Module):
             fused_loss.register_ops()  # the loss kernel's op now (where it can run), before torch.compile traces a step
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd) if config.pos_emb == "learned" else None,
+            wpe=nn.Embedding(config.block_size, config.n_embd) if config.pos_emb != "rope" else None,
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
             ln_f=make_norm(config),
@@ -1840,6 +1853,9 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.transformer.wte.weight = self.lm_head.weight  # weight tying (GPT-2, LLaMA-3 1B)
+        if config.pos_emb == "sinusoidal":  # a fixed table where the learned one is: every path that adds wpe
+            # (training, the decode steps and their kernels, conversions) adds it; no gradient, so no optimizer state
+            self.transformer.wpe.weight.requires_grad_(False)
         if config.pos_emb == "rope":
             cos, sin = rope_cache(ATTENTION[config.attn].rope_dim(config), config.block_size, config.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)  # (block_size, rope_dim / 2)
@@ -1860,6 +1876,9 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             block.attn.init_weights(std, out_std)
             block.mlp.init_out_proj(out_std)
+        if self.config.pos_emb == "sinusoidal":
+            with torch.no_grad():
+                self.transformer.wpe.weight.copy_(sinusoidal_table(self.config.block_size, self.config.n_embd))
 
     # --- forward ---------------------------------------------------------------------------
 

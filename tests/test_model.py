@@ -126,6 +126,70 @@ def test_gqa_with_all_heads_is_mha_and_one_head_is_mqa():
 
 
 # ---------------------------------------------------------------------------------------
+# Sinusoidal positions (pos_emb='sinusoidal': the paper's "standard cosine position embedding")
+
+
+def test_sinusoidal_positions_are_a_fixed_cosine_table():
+    """The table is Vaswani et al.'s (sin in even, cos in odd columns, base 10000; an odd width too), made again by
+    init_weights and kept by a state_dict round trip; it takes no gradient and no optimizer state, so AdamW with
+    weight decay leaves it as it was while the learned weights move; a learned table is random and trained."""
+    from model import sinusoidal_table
+    for dim in (32, 7):
+        table = sinusoidal_table(50, dim)
+        pos, i = torch.arange(50, dtype=torch.float64)[:, None], torch.arange(dim, dtype=torch.float64)[None, :]
+        angle = pos * 10000.0 ** (-(i - i % 2) / dim)  # columns 2 j and 2 j + 1 share the angle of frequency j
+        ref = torch.where(i % 2 == 0, angle.sin(), angle.cos())
+        assert table.shape == (50, dim) and table.dtype == torch.float32 and (table - ref).abs().max() < 1e-6
+    model = make(dict(attn="tucker", tucker_ranks=(3, 12, 10), pos_emb="sinusoidal"), dtype=torch.float32)
+    wpe = model.transformer.wpe.weight
+    table = sinusoidal_table(model.config.block_size, model.config.n_embd)
+    assert torch.equal(wpe, table) and not wpe.requires_grad
+    wte_before = model.transformer.wte.weight.detach().clone()
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), "cpu")
+    assert all(p is not wpe for group in opt.param_groups for p in group["params"])
+    idx = torch.randint(0, model.config.vocab_size, (2, model.config.block_size))
+    for _ in range(2):
+        _, loss = model(idx, idx)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert wpe.grad is None and torch.equal(wpe, table)
+    assert not torch.equal(model.transformer.wte.weight, wte_before)
+    other = make(dict(attn="tucker", tucker_ranks=(3, 12, 10), pos_emb="sinusoidal"), dtype=torch.float32, seed=1)
+    other.load_state_dict(model.state_dict())
+    assert torch.equal(other.transformer.wpe.weight, table)
+    model.init_weights()
+    assert torch.equal(wpe, table)
+    learned = make(dict(attn="tucker", tucker_ranks=(3, 12, 10)), dtype=torch.float32).transformer.wpe.weight
+    assert learned.requires_grad and learned.abs().max() < 0.2  # N(0, 0.02)
+    with pytest.raises(ValueError, match=r"pos_emb='cosine' is unknown: allowed \('learned', 'sinusoidal', 'rope'\)"):
+        GPTConfig(pos_emb="cosine")
+
+
+def test_sinusoidal_positions_under_master_weights_and_in_decoding():
+    """MasterAdamW (bf16 matrices, float32 masters) leaves the fixed table float32 and unchanged, and a checkpoint of
+    its model_state_dict holds it; cached decoding equals the uncached forward (float64, to its rounding)."""
+    model = make(dict(attn="mha", pos_emb="sinusoidal"), dtype=torch.float32)
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), "cpu", master_weights=True)
+    wpe = model.transformer.wpe.weight
+    table = wpe.detach().clone()
+    idx = torch.randint(0, model.config.vocab_size, (2, model.config.block_size))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as train.py steps
+        _, loss = model(idx, idx)
+    loss.backward()
+    opt.step()
+    assert wpe.dtype == torch.float32 and torch.equal(wpe, table)
+    assert torch.equal(opt.model_state_dict(model)["transformer.wpe.weight"], table)
+    for overrides in (dict(attn="mha"), dict(attn="tucker", tucker_ranks=(3, 12, 10), shared_kv=True)):
+        model = make({**overrides, "pos_emb": "sinusoidal"}).eval()  # float64
+        idx = torch.randint(0, model.config.vocab_size, (2, 10), generator=torch.Generator().manual_seed(0))
+        full, _ = model(idx)
+        caches = model.new_caches(2, 10)
+        steps = [model(idx[:, :4], caches=caches)[0]] + [model(idx[:, t:t + 1], caches=caches)[0] for t in range(4, 10)]
+        assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-10 * full.abs().max()  # as test_decode's
+
+
+# ---------------------------------------------------------------------------------------
 # RoPE
 
 
