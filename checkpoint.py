@@ -28,6 +28,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Optional
 
@@ -204,6 +205,10 @@ def read_checkpoint(path: str, keys=MODEL_KEYS) -> dict:
         GPTConfig.from_dict(checkpoint["model_config"])
     except (TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{path} has an invalid model_config: {e}") from None
+    unknown = sorted(set(checkpoint["model_config"]) - {f.name for f in fields(GPTConfig)})
+    if unknown:  # from_dict would drop them: the model rebuilt would not be the one saved
+        raise ValueError(f"{path}'s model_config has keys this model.py does not know: {', '.join(map(str, unknown))} "
+                         "(a checkpoint of another version of the repository?)")
     return checkpoint
 
 

@@ -234,7 +234,8 @@ def configure(argv):
     given = set()
     try:
         cfg = parse_config(argv, DEFAULTS, given)
-        validate_train_config(cfg)
+        if cfg["init_from"] != "resume":  # a resume is checked once its run keys are in (below): the keys given
+            validate_train_config(cfg)    # here against the run's own (its warmup_iters), not train.py's defaults
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
     checkpoint, notes = None, []
@@ -249,6 +250,8 @@ def configure(argv):
                 fail(f"{what}: remove it, or set the keys it belongs with")
             if says:
                 print(f"note: {what}", file=sys.stderr)
+        cfg.update(gptconf.to_dict())  # the model keys as the model has them (tucker_ranks_post=None as tucker_ranks),
+        #                                as a resume's config holds them: config.json, the checkpoint, the summary
         earlier = os.path.join(cfg["out_dir"], CKPT_NAME)
         if os.path.isfile(earlier):
             if cfg["eval_only"]:  # it would evaluate a new random model and replace the run's log and summary
@@ -285,23 +288,25 @@ def configure(argv):
         cfg.update(gptconf.to_dict())
         saved = checkpoint.get("config") or {}
         taken = {k: saved[k] for k in RUN_KEYS if k not in given and k in saved and saved[k] != cfg[k]}
-        if taken:  # the run's own data, batch, schedule, ...: not the defaults
-            cfg.update(taken)
-            try:
-                validate_train_config(cfg)
-            except ValueError as e:
-                fail(f"{ckpt_path}'s run config: {e}")
+        cfg.update(taken)  # the run's own data, batch, schedule, ...: not the defaults
+        try:
+            validate_train_config(cfg)
+        except ValueError as e:
+            fail(f"{e}" + (f" (with {ckpt_path}'s run keys not given here: "
+                           f"{', '.join(f'{k}={v!r}' for k, v in taken.items())})" if taken else ""))
+        if taken:
             if int(os.environ.get("RANK", 0)) == 0:
                 print(f"note: resuming with the checkpoint's run keys that are not given here: "
                       f"{', '.join(f'{k}={v!r}' for k, v in taken.items())}", file=sys.stderr)
         ended = summary_of(cfg["out_dir"])
         if str(ended.get("stopped_reason", "")).startswith("early stop") and not cfg["eval_only"] and \
                 cfg["patience"] == (ended.get("config") or {}).get("patience"):
-            # its checkpoint is its best iteration, before the evaluations that stopped it: training on from there
-            # would stop again after as many (a sweep skips such a run; a resume by hand redid them)
+            # training on from its checkpoint (the last evaluation's, or the best one's with always_save_checkpoint=
+            # False) with the same patience would stop again (a sweep skips such a run; a resume by hand redid them)
             if int(os.environ.get("RANK", 0)) == 0:
                 print(f"done: the run in {cfg['out_dir']} stopped early ({ended['stopped_reason']}); nothing to "
-                      f"resume (a larger --patience, or 0, trains on from its best checkpoint)")
+                      f"resume (a larger --patience, or 0, trains on from its checkpoint at iteration "
+                      f"{checkpoint['iter_num']})")
             sys.exit(0)
         if checkpoint["iter_num"] > cfg["max_iters"] and int(os.environ.get("RANK", 0)) == 0:
             notes.append(f"note: {ckpt_path} is at iteration {checkpoint['iter_num']}, past max_iters="
@@ -341,6 +346,10 @@ def setup(cfg: dict, gptconf: GPTConfig) -> Env:
                                if ddp else (0, 0, 1))
     device_name = check_device(cfg["device"])
     if ddp and device_name.startswith("cuda"):
+        if local_rank >= torch.cuda.device_count():  # else an 'invalid device ordinal' traceback from this rank
+            fail(f"torchrun started process {local_rank} of this node on cuda:{local_rank}, but "
+                 f"{torch.cuda.device_count()} GPU(s) are visible: give --nproc_per_node at most "
+                 f"{torch.cuda.device_count()} (or make more visible: CUDA_VISIBLE_DEVICES)")
         device_name = f"cuda:{local_rank}"
     device = torch.device(device_name)
     make_current(device)  # cuda:N current, DDP or not: Triton launches its kernels (and graphs capture) there

@@ -6,6 +6,7 @@ accepts both from a config file or as --key=value (configurator.py checks types 
 validate_train_config checks the values before anything is built or written, and raises a
 ValueError naming the key and the allowed range.
 """
+import math
 import os
 
 from configurator import check_device
@@ -91,9 +92,11 @@ COMPILE_MODE_CHOICES = ("default", "reduce-overhead", "max-autotune", "max-autot
 
 def validate_train_config(cfg: dict) -> None:
     """Raise ValueError (naming the key and the allowed values) for the first invalid training key."""
-    def at_least(key, lo):
+    def at_least(key, lo, finite=False):
         if not cfg[key] >= lo:  # NaN too
             raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= {lo}")
+        if finite and not math.isfinite(cfg[key]):  # 1e999 parses as inf: a run of nan losses, not a run
+            raise ValueError(f"{key}={cfg[key]} is out of range: allowed a finite number >= {lo}")
 
     def in_unit_interval(key):
         if not 0.0 <= cfg[key] < 1.0:
@@ -109,7 +112,7 @@ def validate_train_config(cfg: dict) -> None:
     for key in ("max_iters", "warmup_iters", "lr_decay_iters", "patience"):
         at_least(key, 0)
     for key in ("learning_rate", "min_lr", "weight_decay", "grad_clip"):
-        at_least(key, 0.0)
+        at_least(key, 0.0, finite=True)
     for key in ("beta1", "beta2"):
         in_unit_interval(key)
     if cfg["decay_lr"]:  # warmup to learning_rate, then cosine down to min_lr at lr_decay_iters
@@ -121,8 +124,8 @@ def validate_train_config(cfg: dict) -> None:
                              "(the cosine decays from learning_rate to min_lr; or decay_lr=False)")
     if not 0 <= cfg["seed"] < 2**63:  # torch.manual_seed's range (a larger one failed inside the data sampler)
         raise ValueError(f"seed={cfg['seed']} is out of range: allowed 0 .. 2**63 - 1")
-    if not cfg["peak_tflops"] > 0:
-        raise ValueError(f"peak_tflops={cfg['peak_tflops']} is out of range: allowed > 0")
+    if not 0 < cfg["peak_tflops"] < math.inf:
+        raise ValueError(f"peak_tflops={cfg['peak_tflops']} is out of range: allowed a finite number > 0")
     if cfg["dtype"]:
         one_of("dtype", DTYPE_CHOICES)
     one_of("backend", BACKEND_CHOICES)

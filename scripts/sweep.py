@@ -25,7 +25,8 @@ where and how it ran aside: NOT_SETTINGS; a key the command leaves out is compar
 sweep with a list of them, before anything runs, as do overrides that do not parse and a data folder without its
 token files. Ctrl-C or a kill (SIGTERM) of the sweep stops the runs it started, which restart (or continue from
 their checkpoints) on the next sweep.
-With --jobs N, N runs go at once; --gpus 0,1,... pins job slot i to GPU i % len(gpus)
+With --jobs N, N runs go at once; --gpus 0,1,... pins job slot i to GPU i % len(gpus) (with --nproc P, to the i-th
+group of P GPUs)
 (several Shakespeare runs fit on one H200). Every --progress seconds (default 600) a line for each running run
 says where it is (iteration, loss, last val loss, minutes); each finished run gets a line. Exits non-zero listing
 the failed runs.
@@ -103,6 +104,11 @@ def missing_data(cmd):
         GPTConfig.from_dict(cfg)  # its model keys
     except ValueError as e:
         raise SystemExit(f"error: the command for {Path(_out_dir_of(cmd)).name}: {e}")
+    nproc = next((int(a.split("=", 1)[1]) for a in cmd if a.startswith("--nproc_per_node=")), 1)
+    if cfg["gradient_accumulation_steps"] % nproc:  # train.py's own check, made in every process of every run
+        raise SystemExit(f"error: the command for {Path(_out_dir_of(cmd)).name}: gradient_accumulation_steps="
+                         f"{cfg['gradient_accumulation_steps']} must be a multiple of --nproc {nproc} (each DDP "
+                         f"process takes its share of the micro-steps): give -- --gradient_accumulation_steps=N")
     data_dir = REPO / data_dir_of(cfg)  # runs start in REPO: a relative data_dir is REPO's
     for split in ("train", "val"):
         if not (data_dir / f"{split}.bin").is_file():
@@ -200,6 +206,17 @@ def resumable(cmd, out_dir: Path) -> bool:
             and not settings_differ(cmd, out_dir, "config.json"))
 
 
+def gpu_groups(gpus: str, nproc: int) -> list:
+    """--gpus as the CUDA_VISIBLE_DEVICES of each job slot: slot i takes group i % len (a run of nproc processes
+    takes nproc GPUs: '0,1,2,3' at nproc 2 is ['0,1', '2,3']); [] without --gpus. SystemExit with one line where
+    --gpus names fewer than nproc."""
+    ids = [g for g in gpus.split(",") if g]
+    groups = [",".join(ids[j:j + nproc]) for j in range(0, len(ids) - nproc + 1, nproc)]
+    if ids and not groups:
+        raise SystemExit(f"error: --gpus {gpus} names {len(ids)} GPU(s), fewer than the {nproc} a run takes (--nproc)")
+    return groups
+
+
 def last_record(log_path: Path, key: str, block: int = 1 << 16, limit: int = 1 << 24):
     """The last complete JSON line of log_path whose `key` and "iter" are numbers (None if there is none in its
     last `limit` bytes): read backwards from the file's end in blocks (a run's log.jsonl grows by a line an
@@ -257,7 +274,8 @@ def main(argv=None):
     ap.add_argument("--rope", default="both", choices=["off", "on", "both"])
     ap.add_argument("--seeds", default=DEFAULT_SEEDS, help="comma-separated seeds")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once")
-    ap.add_argument("--gpus", default="", help="comma-separated GPU ids; job slot i uses gpus[i %% len]")
+    ap.add_argument("--gpus", default="", help="comma-separated GPU ids; job slot i uses gpus[i %% len] (with --nproc "
+                    "N the i-th group of N of them)")
     ap.add_argument("--nproc", type=int, default=1, help="GPUs per run (torchrun DDP) when > 1")
     ap.add_argument("--patience", type=int, default=None, help="early stopping, passed to train.py")
     ap.add_argument("--results_dir", default=None, help="default: results/<table>/runs")
@@ -273,6 +291,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.nproc < 1:
         ap.error(f"--nproc {args.nproc}: GPUs per run, allowed >= 1")
+    groups = gpu_groups(args.gpus, args.nproc)
 
     rows = None if args.rows == "all" else [r for r in args.rows.split(",") if r]
     ropes = ROPE_SETTINGS if args.rope == "both" else (args.rope,)
@@ -311,7 +330,6 @@ def main(argv=None):
         return 2
     print(f"{args.table}: {len(runs)} runs, {skipped} already finished, {len(todo)} to do, {args.jobs} at once",
           flush=True)
-    gpus = [g for g in args.gpus.split(",") if g]
     slots = Queue()
     for i in range(max(1, args.jobs)):
         slots.put(i)
@@ -335,8 +353,8 @@ def main(argv=None):
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ)
-            if gpus:
-                env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+            if groups:
+                env["CUDA_VISIBLE_DEVICES"] = groups[slot % len(groups)]
             t = time.time()
             with open(out_dir / "train.log", "a") as log:  # after an earlier attempt's output, if any
                 log.write("$ " + shlex.join(cmd) + "\n")

@@ -109,7 +109,8 @@ def test_stale_temp_files_of_dead_processes_are_removed(tmp_path):
     assert not stale.exists() and live.exists() and other.exists()  # a live writer's file is left alone
 
 
-@pytest.mark.parametrize("kind", ["missing", "empty", "truncated", "text", "list", "no_model", "bad_config"])
+@pytest.mark.parametrize("kind", ["missing", "empty", "truncated", "text", "list", "no_model", "bad_config",
+                                  "unknown_key"])
 def test_unreadable_checkpoints_are_one_line_errors(kind, tmp_path):
     path = tmp_path / "ckpt.pt"
     if kind != "missing":
@@ -129,11 +130,17 @@ def test_unreadable_checkpoints_are_one_line_errors(kind, tmp_path):
         c = tiny_checkpoint()
         c["model_config"]["n_head"] = 5  # 32 is not a multiple of 5
         torch.save(c, path)
+    elif kind == "unknown_key":  # a key this model.py lacks (another version's): it was dropped, the model rebuilt
+        c = tiny_checkpoint()     # without it
+        c["model_config"]["qk_norm"] = True
+        torch.save(c, path)
     error = FileNotFoundError if kind == "missing" else ValueError
     with pytest.raises(error) as e:
         ck.load_checkpoint(str(path))
     message = str(e.value)
     assert str(path) in message and "\n" not in message, message
+    if kind == "unknown_key":
+        assert "model_config has keys this model.py does not know: qk_norm" in message, message
 
 
 def test_write_json_is_valid_json_without_nan(tmp_path):

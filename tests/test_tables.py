@@ -429,6 +429,23 @@ def test_sweep_keeps_owts_checkpoints_and_continues_an_unfinished_run_from_its_c
     assert json.loads((out_dir / "summary.json").read_text())["finished"]
 
 
+def test_sweep_gives_a_multi_process_run_its_gpus_and_checks_its_micro_steps(capsys, tmp_path):
+    """--nproc N: a job slot's CUDA_VISIBLE_DEVICES is a group of N GPUs (it was one GPU a slot whatever N, so every
+    run's second process found no device); the rows' gradient_accumulation_steps must divide by N, said before any
+    run (train.py refused it in every run, a failed run a row)."""
+    from scripts import sweep
+    assert sweep.gpu_groups("0,1,2,3", 2) == ["0,1", "2,3"] and sweep.gpu_groups("0,1,2", 2) == ["0,1"]
+    assert sweep.gpu_groups("0,1", 1) == ["0", "1"] and sweep.gpu_groups("", 4) == []
+    with pytest.raises(SystemExit, match="--gpus 0 names 1 GPU\\(s\\), fewer than the 2 a run takes"):
+        sweep.gpu_groups("0", 2)
+    args = ["shakespeare", "--rows", "mha", "--rope", "off", "--nproc", "2", "--results_dir", str(tmp_path)]
+    with pytest.raises(SystemExit, match="gradient_accumulation_steps=1 must be a multiple of --nproc 2"):
+        sweep.main(args)
+    with pytest.raises(SystemExit, match="fewer than the 2 a run takes"):
+        sweep.main(args + ["--gpus", "3"])
+    assert not any(tmp_path.iterdir())
+
+
 def test_sweep_progress_line_reads_the_runs_log(tmp_path):
     """The progress line: the last complete logged iteration (a line being written skipped), its loss, the last
     evaluation, max_iters from the run's config.json; a run that logged nothing yet says so."""

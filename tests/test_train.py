@@ -268,13 +268,17 @@ def test_eval_only_leaves_the_runs_end_as_it_was(data_dir, tmp_path, capsys):
     train.main([*bad, "--init_from=resume", "--eval_only=True"])
     again = json.loads((stop / "summary.json").read_text())
     assert again["finished"] and again["stopped_reason"] == first["stopped_reason"]
-    # a resume of the early-stopped run: nothing to do (it trained on from its best checkpoint and stopped again),
-    # nothing touched; with another patience it trains on
+    # a resume of the early-stopped run: nothing to do (it trained on from its checkpoint and stopped again),
+    # nothing touched; with another patience it trains on from that checkpoint, its last evaluation's (the message
+    # named the best one's)
     log = (stop / "log.jsonl").read_text()
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         train.main([*bad, "--init_from=resume"])
-    assert e.value.code == 0 and "stopped early" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    at = torch.load(stop / "ckpt.pt", map_location="cpu", weights_only=False)["iter_num"]
+    assert at == again["iters"] and at > again["best_iter"]
+    assert e.value.code == 0 and "stopped early" in out and f"from its checkpoint at iteration {at})" in out, out
     assert (stop / "log.jsonl").read_text() == log
     train.main([*bad, "--init_from=resume", "--patience=0", f"--max_iters={again['iters'] + 2}"])
     assert json.loads((stop / "summary.json").read_text())["stopped_reason"] == "max_iters"
@@ -409,6 +413,8 @@ def train_error(args, capsys) -> str:
     ("--dtype=float8", "dtype"), ("--weight_decay=-0.1", "weight_decay"), ("--grad_clip=-1.0", "grad_clip"),
     ("--compile_mode=fast", "compile_mode"), ("--compile_mode=max-autotune", "compile=True"),
     ("--seed=-1", "seed="), ("--seed=99999999999999999999", "seed="),
+    ("--learning_rate=1e999", "learning_rate=inf"), ("--weight_decay=1e999", "weight_decay=inf"),  # inf: was taken
+    ("--grad_clip=1e999", "grad_clip=inf"), ("--peak_tflops=1e999", "peak_tflops=inf"),
 ])
 def test_invalid_training_keys_fail_before_anything(arg, key, small_data, tmp_path, capsys):
     out = tmp_path / "never"
@@ -710,6 +716,48 @@ def test_resume_takes_the_runs_keys_from_its_checkpoint(small_data, tmp_path, ca
     train.main([f"--out_dir={out}", "--init_from=resume", "--device=cpu", "--compile=False", "--max_iters=8",
                 "--batch_size=2"])  # given: 2, not the checkpoint's 3
     assert json.loads((out / "config.json").read_text())["batch_size"] == 2
+    # the keys given are checked against the run's own: its warmup of 2 and learning rate of 2e-3 (they were checked
+    # against train.py's defaults, 2,000 and 6e-4, which refused extending the run's schedule)
+    train.main([f"--out_dir={out}", "--init_from=resume", "--device=cpu", "--compile=False", "--max_iters=9",
+                "--lr_decay_iters=9", "--min_lr=1.5e-3"])
+    config = json.loads((out / "config.json").read_text())
+    assert (config["warmup_iters"], config["lr_decay_iters"], config["learning_rate"], config["min_lr"]) == \
+        (2, 9, 2e-3, 1.5e-3)
+    from tiny import one_line_error
+    err = one_line_error(lambda: train.main([f"--out_dir={out}", "--init_from=resume", "--device=cpu", "--min_lr=5e-3"]),
+                         capsys)
+    assert "min_lr=0.005 is out of range: allowed <= learning_rate=0.002" in err and "run keys not given here" in err
+
+
+def test_a_fresh_runs_config_holds_the_model_keys_as_a_resumes_does(small_data, tmp_path):
+    """config.json, the checkpoint's config and the summary's hold the model keys as the model has them
+    (tucker_ranks_post=None as tucker_ranks): they held None on a fresh run and the filled value after a resume of
+    the same run."""
+    out = tmp_path / "run"
+    args = [f"--data_dir={small_data}", f"--out_dir={out}", "--attn=tucker", "--tucker_ranks=2,8,8", "--max_iters=2"]
+    train_in_process(args)
+    fresh = json.loads((out / "config.json").read_text())
+    assert fresh["tucker_ranks_post"] == [2, 8, 8]
+    assert json.loads((out / "summary.json").read_text())["config"]["tucker_ranks_post"] == [2, 8, 8]
+    train_in_process([*args, "--init_from=resume", "--max_iters=3"])
+    resumed = json.loads((out / "config.json").read_text())
+    assert {k: v for k, v in resumed.items() if k not in ("init_from", "max_iters")} == \
+        {k: v for k, v in fresh.items() if k not in ("init_from", "max_iters")}
+
+
+def test_more_processes_than_gpus_is_one_line(monkeypatch, capsys):
+    """torchrun's process 1 of a node with one visible GPU: one error line naming --nproc_per_node (it was CUDA's
+    'invalid device ordinal' traceback from that rank)."""
+    import train
+    from tiny import one_line_error
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(train, "check_device", lambda name: "cuda")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(train, "make_current", lambda device: pytest.fail("a device was made current"))
+    err = one_line_error(lambda: train.setup(dict(train.DEFAULTS, device="cuda"), None), capsys)
+    assert "process 1 of this node on cuda:1, but 1 GPU(s) are visible: give --nproc_per_node at most 1" in err
 
 
 def test_eval_only_resume_between_evaluations_evaluates(small_data, tmp_path):
