@@ -6,7 +6,9 @@
 # same for every row, as in the paper. The paper's baseline attention is GQA with nG=8.
 # Parameters: 1.28B with MHA, 1.18B with GQA-8 (embedding 100352 x 2048 = 205.5M of it). The paper's
 # hyperparameter table gives 1.23B for its baseline: what LLaMA-3's own 128,256-token vocabulary
-# would give (973M + 262.7M), not the cl100k_base its text names, which this config follows.
+# would give (973M + 262.7M), not the cl100k_base its text names, which this config follows. (The
+# paper's GPT-2 appendix says "We use the same tokenizer [gpt2] for OpenWebText2", its LLaMA setup
+# "Tokenization uses cl100k_base": we follow the LLaMA setup, the table's own.)
 #
 # DATA: dataset 'openwebtext2' has no data/openwebtext2/prepare.py in the repo yet. It must
 # tokenize OpenWebText2 with tiktoken's cl100k_base (100,277 tokens); those ids do not fit the
@@ -75,10 +77,12 @@ decay_lr = True
 # Schedule. The paper trains "100,000 iterations" with "cosine decay over 10,000 iterations and
 # 1% warmup", in GPT-NeoX. We read it as GPT-NeoX's own arguments: train_iters=100000,
 # lr_decay_iters=10000, warmup=0.01. GPT-NeoX takes the warmup fraction of lr_decay_iters
-# (warmup_iter = warmup * lr_decay_iters = 100) and holds min_lr after lr_decay_iters, as
-# train.py's get_lr does: warmup 100 iterations, cosine 3e-4 -> 3e-5 by iteration 10,000, then
-# 3e-5 for the remaining 90,000 (100k x 524,288 tokens = 52B tokens). The other reading (decay
-# over the whole run) is --lr_decay_iters=100000 --warmup_iters=1000.
+# (warmup_iter = warmup * lr_decay_iters = 100) and holds min_lr after lr_decay_iters. train.py's
+# get_lr (nanoGPT's): warmup 100 iterations, cosine 3e-4 -> 3e-5 by iteration 10,000, then 3e-5
+# for the remaining 90,000 (100k x 524,288 tokens = 52B tokens). GPT-NeoX's own cosine may differ
+# in its end (some versions decay toward 0 and clamp at min_lr, which reaches 3e-5 near iteration
+# 8,000): not the same curve, the same endpoints. The other reading (decay over the whole run) is
+# --lr_decay_iters=100000 --warmup_iters=1000.
 max_iters = 100000
 lr_decay_iters = 10000
 warmup_iters = 100

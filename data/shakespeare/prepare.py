@@ -1,7 +1,9 @@
 """
 Prepare tiny Shakespeare for GPT-2 BPE training, as nanoGPT's data/shakespeare does:
 the first 90% of the characters are train, the last 10% val, each encoded with the
-GPT-2 tokenizer and written as a flat uint16 token file.
+GPT-2 tokenizer and written as a flat uint16 token file. (The paper calls its Shakespeare runs
+"character-level language modeling" and then names the tokenizer, tiktoken's gpt2: we follow the
+tokenizer. It does not say how it splits the text: nanoGPT's 90/10 here.)
 
     python -m data.shakespeare.prepare                        # downloads input.txt
     python -m data.shakespeare.prepare --input path/to/input.txt --tokenizer gpt2.tiktoken
