@@ -234,8 +234,9 @@ def configure(argv):
     given = set()
     try:
         cfg = parse_config(argv, DEFAULTS, given)
-        if cfg["init_from"] != "resume":  # a resume is checked once its run keys are in (below): the keys given
-            validate_train_config(cfg)    # here against the run's own (its warmup_iters), not train.py's defaults
+        # every key now, before a checkpoint is read; a resume's keys against each other once the checkpoint's run
+        # keys are in (below): a given lr_decay_iters against the run's own warmup_iters, not train.py's default
+        validate_train_config(cfg, schedule=cfg["init_from"] != "resume")
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
     checkpoint, notes = None, []

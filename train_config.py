@@ -90,8 +90,10 @@ BACKEND_CHOICES = ("nccl", "gloo")
 COMPILE_MODE_CHOICES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def validate_train_config(cfg: dict) -> None:
-    """Raise ValueError (naming the key and the allowed values) for the first invalid training key."""
+def validate_train_config(cfg: dict, schedule: bool = True) -> None:
+    """Raise ValueError (naming the key and the allowed values) for the first invalid training key. schedule=False
+    leaves out the checks of one run key against another (warmup_iters against lr_decay_iters, min_lr against
+    learning_rate): a resume makes them once the checkpoint's run keys are in."""
     def at_least(key, lo, finite=False):
         if not cfg[key] >= lo:  # NaN too
             raise ValueError(f"{key}={cfg[key]} is out of range: allowed >= {lo}")
@@ -115,7 +117,7 @@ def validate_train_config(cfg: dict) -> None:
         at_least(key, 0.0, finite=True)
     for key in ("beta1", "beta2"):
         in_unit_interval(key)
-    if cfg["decay_lr"]:  # warmup to learning_rate, then cosine down to min_lr at lr_decay_iters
+    if schedule and cfg["decay_lr"]:  # warmup to learning_rate, then cosine down to min_lr at lr_decay_iters
         if cfg["lr_decay_iters"] < cfg["warmup_iters"]:
             raise ValueError(f"lr_decay_iters={cfg['lr_decay_iters']} is out of range: allowed >= warmup_iters="
                              f"{cfg['warmup_iters']} (the decay starts where the warmup ends; or decay_lr=False)")

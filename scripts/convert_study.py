@@ -201,6 +201,9 @@ class Study:
         cfg = dict(ckpt.get("config") or {})
         cfg = {**cfg, **(summary.get("config") or {})}  # the run's resolved training keys
         del ckpt
+        if model.config.pos_emb not in ("learned", "rope"):  # rope_tag / tag would call it 'learned' beside those rows
+            raise ValueError(f"{path} has pos_emb={model.config.pos_emb!r}: the study compares its conversions with the "
+                             "enwiki table's runs, trained with 'learned' positions or 'rope'")
         tag = "rope" if model.config.pos_emb == "rope" else "learned"
         for t in targets:
             try:

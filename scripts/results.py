@@ -123,10 +123,11 @@ NOT_COMPARED = {"seed", "out_dir", "wandb_run_name"}
 
 
 def designed_keys(table_name):
-    """(configs, keys): every run's resolved config of the table ([run_config(row, rope), ...]) and the keys its
-    rows vary by design (attn, ranks, pos_emb, ...: those that differ between them)."""
-    from scripts.paper_tables import all_runs, run_config
-    designed = [run_config(row, rope) for row, rope in all_runs(table_name)]
+    """(configs, keys): every run's resolved config of the table ([row_settings(row, rope), ...]: the model keys
+    filled in, as train.py writes them) and the keys its rows vary by design (attn, ranks, pos_emb, ...: those that
+    differ between them)."""
+    from scripts.paper_tables import all_runs
+    designed = [row_settings(row, rope) for row, rope in all_runs(table_name)]
     return designed, {k for k in designed[0] if len({json.dumps(c.get(k), sort_keys=True) for c in designed}) > 1}
 
 
@@ -143,8 +144,8 @@ def not_its_row(summary: dict, want: dict, keys) -> list:
     differs from `want`, the row_settings of the row and RoPE setting its folder names (the model keys filled in on
     both sides): e.g. a sweep's `--rope off -- --pos_emb=rope` trains RoPE runs into folders named rope_off."""
     from scripts.compare_runs import filled_model_keys
-    have = summary.get("config") or {}
-    have = {**json.loads(json.dumps(have)), **filled_model_keys(have), **(summary.get("model_config") or {})}
+    have = {**json.loads(json.dumps(summary.get("config") or {})), **(summary.get("model_config") or {})}
+    have = {**have, **filled_model_keys(have)}  # None where GPTConfig fills a default, in either file
     return [f"{k}={json.dumps(have[k])} (row: {json.dumps(want[k])})" for k in sorted(keys)
             if k in have and k in want and have[k] != want[k]]
 
@@ -155,13 +156,17 @@ def mixed_settings(table_name, runs_dir: Path, include_unfinished=False) -> dict
     NOT_COMPARED / sweep.NOT_SETTINGS: a mean over seeds, a gap to MHA or a Pareto plot across such runs compares
     different experiments (e.g. a smoke run's 4 iterations beside 10,000), {} when they agree; overrides {key:
     value} for the settings all the runs share that differ from the rows' config files."""
+    from scripts.compare_runs import filled_model_keys
     from scripts.sweep import NOT_SETTINGS
     designed, by_design = designed_keys(table_name)
     skip = by_design | NOT_COMPARED | NOT_SETTINGS
     values = {}  # key -> {value as JSON: [run, ...]}
     for ss in load_summaries(runs_dir, include_unfinished, quiet=True).values():
         for s in ss:
-            for k, v in (s.get("config") or {}).items():
+            config = s.get("config") or {}
+            # the model keys filled in (train.py writes them so since session 40; earlier runs hold tucker_ranks_post
+            # None for tucker_ranks): one setting, however a run wrote it
+            for k, v in {**config, **{k: v for k, v in filled_model_keys(config).items() if k in config}}.items():
                 if k not in skip:
                     values.setdefault(k, {}).setdefault(json.dumps(v, sort_keys=True), []).append(s["_run"])
     mixed = {k: v for k, v in sorted(values.items()) if len(v) > 1}

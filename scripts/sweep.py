@@ -18,8 +18,9 @@ same list the table printers use. --save-checkpoints (owt's default; --no-save-c
 
 Resumable: a run whose <out_dir>/summary.json says finished=true is skipped, so the same
 command can be re-issued after an interruption. An unfinished run starts over, or, with checkpoints kept, continues
-from its ckpt.pt (--init_from=resume) when it started with the settings the command gives (else it starts over and
-train.py sets its checkpoint aside as ckpt.earlier.pt). A finished
+from its ckpt.pt (--init_from=resume) when it started with the settings the command gives, how the model is computed
+aside (model.COMPUTE_KEYS, which a resume may change); one with a checkpoint of other settings stops the sweep,
+listed, before anything runs. A finished
 run trained with other settings than the command gives (its config file and overrides, resolved;
 where and how it ran aside: NOT_SETTINGS; a key the command leaves out is compared at its default) stops the
 sweep with a list of them, before anything runs, as do overrides that do not parse and a data folder without its
@@ -118,28 +119,30 @@ def missing_data(cmd):
     return None
 
 
-def settings_differ(cmd, out_dir: Path, source: str = "summary.json") -> list:
+def settings_differ(cmd, out_dir: Path, source: str = "summary.json", ignore=()) -> list:
     """['key=finished run's value (this command: value)'] where the finished run in out_dir was trained with other
     settings than `cmd` gives (its config file and overrides, resolved as train.py resolves them, defaults
     included: a key the command leaves out is its default, which the run must have had too); [] when they agree or
     the summary holds no config to compare. A key the saved config lacks (one added to train.py since) is not
-    compared. source="config.json": the same against the config an unfinished run started with."""
+    compared. source="config.json": the same against the config an unfinished run started with, where one that
+    cannot be read is a difference (a resume needs its settings known); `ignore`: keys not compared."""
+    strict = source == "config.json"
     try:
         with open(out_dir / source) as f:
             saved = json.load(f)
     except (OSError, ValueError):
-        return []
+        return [f"{source} unreadable"] if strict else []
     if isinstance(saved, dict) and source == "summary.json":
         saved = saved.get("config")
     if not saved or not isinstance(saved, dict):
-        return []
+        return [f"{source} holds no config"] if strict else []
     from scripts.compare_runs import filled_model_keys
     asked = resolved(cmd)
     # the model keys as GPTConfig fills them on both sides: a resumed run's summary holds them filled in
     # (tucker_ranks_post=None as tucker_ranks), the command gives them raw
     asked, saved = ({**d, **{k: v for k, v in filled_model_keys(d).items() if k in d}} for d in (asked, saved))
     same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731  tuples as lists
-    return [f"{k}={saved[k]!r} (this command: {asked[k]!r})" for k in sorted(set(asked) - NOT_SETTINGS)
+    return [f"{k}={saved[k]!r} (this command: {asked[k]!r})" for k in sorted(set(asked) - NOT_SETTINGS - set(ignore))
             if k in saved and not same(saved[k], asked[k])]
 
 
@@ -152,7 +155,8 @@ def _show_path(p: Path) -> str:
 
 
 # tables whose runs keep their checkpoints unless --no-save-checkpoints: OpenWebText's (600,000 iterations a run, so
-# an interrupted one continues; scripts.eval_zeroshot reads the checkpoints for the table's zero-shot columns)
+# an interrupted one continues; scripts.eval_zeroshot reads the checkpoints for the table's zero-shot columns). A
+# checkpoint is ~1.5 GB (GPT-2 124M with AdamW's state): the table's 15 runs need ~23 GB of disk
 CHECKPOINTED = {"owt"}
 
 
@@ -168,8 +172,8 @@ def build_command(row, rope, seed, out_dir: Path, patience=None, extra=(), nproc
     if patience is not None:
         cmd.append(f"--patience={patience}")
     if not save_checkpoints:
-        # the tables only need summary.json; 46 checkpoints of GPT-2 124M with AdamW state
-        # (~1.5 GB each) would not fit on the GPU machine's disk
+        # the Shakespeare and enwiki tables need only summary.json: 46 checkpoints of GPT-2 124M with AdamW state,
+        # ~1.5 GB each (~69 GB), would not fit a one-GPU machine's 64 GB disk (owt's runs keep theirs: CHECKPOINTED)
         cmd.append("--save_checkpoint=False")
     if resume:
         cmd.append("--init_from=resume")
@@ -198,12 +202,24 @@ def plan(table, rows=None, ropes=ROPE_SETTINGS, seeds=(1337,), results_dir=None,
     return runs
 
 
+def holds_checkpoint(out_dir: Path) -> bool:
+    """An unfinished run with a ckpt.pt: one a sweep that keeps checkpoints continues (resumable) or refuses."""
+    return not is_finished(out_dir) and (out_dir / "ckpt.pt").is_file()
+
+
+def checkpoint_differs(cmd, out_dir: Path) -> list:
+    """settings_differ against the config the unfinished run in out_dir started with (its config.json), but for how
+    the model is computed (model.COMPUTE_KEYS: a resume may change them, e.g. activation checkpointing after an
+    out-of-memory); a config.json that cannot be read differs."""
+    from model import COMPUTE_KEYS
+    return settings_differ(cmd, out_dir, "config.json", ignore=COMPUTE_KEYS)
+
+
 def resumable(cmd, out_dir: Path) -> bool:
     """Whether the run of `cmd` in out_dir continues from its checkpoint: unfinished, with a ckpt.pt, started with
-    the settings `cmd` gives (its config.json; where they differ the run starts over, and train.py sets the old
-    checkpoint aside as ckpt.earlier.pt)."""
-    return (not is_finished(out_dir) and (out_dir / "ckpt.pt").is_file() and (out_dir / "config.json").is_file()
-            and not settings_differ(cmd, out_dir, "config.json"))
+    the settings `cmd` gives (else the sweep refuses it: starting over would set its checkpoint aside, and a second
+    start over would replace that)."""
+    return holds_checkpoint(out_dir) and not checkpoint_differs(cmd, out_dir)
 
 
 def gpu_groups(gpus: str, nproc: int) -> list:
@@ -313,6 +329,15 @@ def main(argv=None):
         for name, diff in stale:
             print(f"  {name}: {'; '.join(diff)}", file=sys.stderr)
         print("give another --results_dir, or remove those runs' folders to train them again", file=sys.stderr)
+        return 2
+    held = [(name, diff) for name, out_dir, cmd in runs if save_checkpoints and holds_checkpoint(out_dir)
+            for diff in [checkpoint_differs(cmd, out_dir)] if diff]
+    if held:  # not started over silently: a long run's checkpoint would be set aside, and replaced the next time
+        print(f"error: {len(held)} unfinished run(s) hold a checkpoint of other settings than this command gives:",
+              file=sys.stderr)
+        for name, diff in held:
+            print(f"  {name}: {'; '.join(diff)}", file=sys.stderr)
+        print("give another --results_dir, or move their ckpt.pt away to start them over", file=sys.stderr)
         return 2
 
     if args.dry_run:

@@ -436,6 +436,11 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
         convert_study.main(bad)
     assert str(e.value).startswith(f"error: target tucker_{TINY['n_head'] + 1}_8_8 does not fit the rope source")
     assert not (fresh / "rope").exists()  # nothing evaluated or converted
+    # a source with the fixed cosine table: no enwiki rows to compare with (it was tagged 'learned' beside them)
+    train.main([*common, f"--out_dir={runs / 'mha-sinusoidal'}", "--attn=mha", "--pos_emb=sinusoidal"])
+    with pytest.raises(SystemExit) as e:
+        convert_study.main(["--mha", str(runs / "mha-sinusoidal"), *bad[2:]])
+    assert "has pos_emb='sinusoidal': the study compares its conversions with the enwiki table's runs" in str(e.value)
 
 
 def convert_error(argv, capsys) -> str:

@@ -418,8 +418,23 @@ def test_sweep_keeps_owts_checkpoints_and_continues_an_unfinished_run_from_its_c
     [again] = dry("shakespeare", "--save-checkpoints", "--", *tiny)
     assert again == cmd[:-len(tiny)] + ["--init_from=resume"] + tiny
     assert "--init_from=resume" not in dry("shakespeare", "--", *tiny)[0]  # no checkpoints kept: starts over
-    changed = [a if a != "--max_iters=4" else "--max_iters=6" for a in tiny]  # another run than the one started
-    assert "--init_from=resume" not in dry("shakespeare", "--save-checkpoints", "--", *changed)[0]
+    # how the model is computed may change on a resume (it started over, setting the checkpoint aside)
+    [computed] = dry("shakespeare", "--save-checkpoints", "--", *tiny, "--activation_checkpointing=True")
+    assert "--init_from=resume" in computed
+    # another run than the one started, or a config.json that cannot say: the sweep stops, naming it (it started over
+    # silently, and a second start over replaced the checkpoint set aside)
+    changed = [a if a != "--max_iters=4" else "--max_iters=6" for a in tiny]
+    rc = sweep.main(["shakespeare", "--dry-run", "--rows", "mha", "--rope", "off", "--results_dir",
+                     str(tmp_path / "runs"), "--save-checkpoints", "--", *changed])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and "unfinished run(s) hold a checkpoint of other settings" in err, err
+    assert "mha-rope_off-s1337: max_iters=4 (this command: 6)" in err
+    config = (out_dir / "config.json").read_text()
+    (out_dir / "config.json").write_text(config[:len(config) // 2])
+    assert sweep.main(["shakespeare", "--dry-run", "--rows", "mha", "--rope", "off", "--results_dir",
+                       str(tmp_path / "runs"), "--save-checkpoints", "--", *tiny]) == 2
+    assert "mha-rope_off-s1337: config.json unreadable" in capsys.readouterr().err
+    (out_dir / "config.json").write_text(config)
     rc = sweep.main(["shakespeare", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path / "runs"),
                      "--save-checkpoints", "--", *tiny])
     out, err = capsys.readouterr()
@@ -555,6 +570,17 @@ def test_results_name_mixed_settings_overrides_and_runs_left_out(tmp_path, capsy
     assert "Trained with, beside the rows' config files (every run): `patience=6`." in md
     assert "**The runs were not all trained with the same settings**" in md and "- n_layer = 12: 2 run(s)" in md
     (runs / "mha-rope_off-s1").rename(tmp_path / "gone")  # the runs agree now: no note
+    mixed, overrides = results.mixed_settings("shakespeare", runs)
+    assert mixed == {} and overrides == {"patience": 6}
+    # model keys as train.py writes them since session 40 (filled in: tucker_ranks_post = tucker_ranks, MLA's
+    # decoupled rope_head_dim) beside runs that hold None: one setting (they were reported as mixed), the MLA RoPE
+    # row's filled rope_head_dim not an override
+    write("mla_shared128", "on", 1337, 3.9)
+    for name, key, value in (("tucker_8_64_64-rope_off-s1337", "tucker_ranks_post", [8, 64, 64]),
+                             ("mla_shared128-rope_on-s1337", "rope_head_dim", 32)):
+        summary = json.loads((runs / name / "summary.json").read_text())
+        summary["config"][key] = value
+        (runs / name / "summary.json").write_text(json.dumps(summary))
     mixed, overrides = results.mixed_settings("shakespeare", runs)
     assert mixed == {} and overrides == {"patience": 6}
 

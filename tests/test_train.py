@@ -727,6 +727,10 @@ def test_resume_takes_the_runs_keys_from_its_checkpoint(small_data, tmp_path, ca
     err = one_line_error(lambda: train.main([f"--out_dir={out}", "--init_from=resume", "--device=cpu", "--min_lr=5e-3"]),
                          capsys)
     assert "min_lr=0.005 is out of range: allowed <= learning_rate=0.002" in err and "run keys not given here" in err
+    # a key that is wrong whatever the run's keys is named before any checkpoint is read (not 'no checkpoint')
+    err = one_line_error(lambda: train.main([f"--out_dir={tmp_path / 'none'}", "--init_from=resume", "--device=cpu",
+                                             "--compile_mode=fast"]), capsys)
+    assert "compile_mode='fast' is unknown" in err, err
 
 
 def test_a_fresh_runs_config_holds_the_model_keys_as_a_resumes_does(small_data, tmp_path):
