@@ -8,7 +8,7 @@
 # AdamW lr 6e-4 with 100 warmup iterations and cosine decay to 6e-5 at the last iteration, weight
 # decay 0.1, betas (0.9, 0.95), clip 1.0, bf16, torch.compile.
 # Evaluation every 250 iterations and at the last one: the train loss on 40 random batches, the val
-# loss on the whole val split in order (1,057 windows = 33 batches of 32, fewer than 40 random
+# loss on the whole val split in order (1,058 windows = 34 batches of 32, fewer than 40 random
 # batches and deterministic). The reported number is the final whole-split val loss
 # (summary.json's final_val_loss, scripts/paper_tables.py: Table.reported_loss).
 
