@@ -559,6 +559,9 @@ def main(argv=None):
     args.extra = extra
     args.run_timeout = args.run_timeout or None
     args.configs = [c for c in args.configs.split(",") if c]
+    missing = [c for c in args.configs if not (REPO / c).is_file()]  # the runs start in REPO (absolute paths too)
+    if missing:  # before any run (each would start torchrun, then fail on its file)
+        ap.error(f"--configs: {', '.join(missing)} not found")
     args.nprocs = [int(k) for k in args.nprocs.split(",") if k]
     args.modes = [m for m in args.modes.split(",") if m]
     for m in args.modes:

@@ -126,6 +126,17 @@ def test_bad_batch_split_is_one_line_error(setup):
     assert "do not divide over 4 processes" in str(e.value.code)
 
 
+def test_a_missing_config_is_one_line_before_any_run(setup, capsys):
+    """A config file that is not there (a README's list copied with '...' in it): refused before any run starts
+    (each run started torchrun, then failed on the file)."""
+    root, common, extra = setup
+    with pytest.raises(SystemExit) as e:
+        bm.main(["scaling", "--configs", f"{root / 'tiny.py'},...", "--nprocs", "1", "--out_dir", str(root / "none"),
+                 *extra])
+    assert e.value.code == 2 and "--configs: ... not found" in capsys.readouterr().err
+    assert not (root / "none").exists()
+
+
 def test_scaling_where_no_run_finishes_fails(setup, tmp_path):
     """A scaling sweep whose every run fails (here: no dataset) writes its table of NO rows, then exits non-zero."""
     root, common, _ = setup
