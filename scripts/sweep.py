@@ -323,22 +323,20 @@ def main(argv=None):
     # must not stand in for the real sweep's in the table
     stale = [(name, diff) for name, out_dir, cmd in runs if is_finished(out_dir)
              for diff in [settings_differ(cmd, out_dir)] if diff]
-    if stale:
-        print(f"error: {len(stale)} finished run(s) were trained with other settings than this command gives:",
-              file=sys.stderr)
-        for name, diff in stale:
-            print(f"  {name}: {'; '.join(diff)}", file=sys.stderr)
-        print("give another --results_dir, or remove those runs' folders to train them again", file=sys.stderr)
-        return 2
+    # an unfinished run is not started over silently either: a long run's checkpoint would be set aside, and replaced
+    # the next time
     held = [(name, diff) for name, out_dir, cmd in runs if save_checkpoints and holds_checkpoint(out_dir)
             for diff in [checkpoint_differs(cmd, out_dir)] if diff]
-    if held:  # not started over silently: a long run's checkpoint would be set aside, and replaced the next time
-        print(f"error: {len(held)} unfinished run(s) hold a checkpoint of other settings than this command gives:",
-              file=sys.stderr)
-        for name, diff in held:
-            print(f"  {name}: {'; '.join(diff)}", file=sys.stderr)
-        print("give another --results_dir, or move their ckpt.pt away to start them over", file=sys.stderr)
-        return 2
+    for found, what, advice in ((stale, "finished run(s) were trained with", "remove those runs' folders to train them "
+                                 "again"),
+                                (held, "unfinished run(s) hold a checkpoint of", "move their ckpt.pt away to start them "
+                                 "over")):
+        if found:
+            print(f"error: {len(found)} {what} other settings than this command gives:", file=sys.stderr)
+            for name, diff in found:
+                print(f"  {name}: {'; '.join(diff)}", file=sys.stderr)
+            print(f"give another --results_dir, or {advice}", file=sys.stderr)
+            return 2
 
     if args.dry_run:
         for _, _, cmd in todo:
