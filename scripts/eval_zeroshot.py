@@ -27,7 +27,7 @@ as scripts/paper_tables.OWT_COLUMNS), which scripts/results.py prints beside the
     mean_acc        mean of the 8 accuracies
 
 The paper says "accuracy" without saying which one; for the tasks where lm-eval reports both,
-acc_norm (log-likelihood per byte of the choice) is the default because GPT-2 124M's published
+acc_norm (log-likelihood per character of the choice) is the default because GPT-2 124M's published
 lm-eval numbers put the paper's MHA row near acc_norm on HellaSwag and ARC-Challenge; both
 variants are in `metrics`, and --mc_metric=acc builds the row from plain acc. Accuracies in
 the row are in percent, as the paper prints them; perplexities as they are.
@@ -60,8 +60,10 @@ if not __package__:  # run as a file, the repository's modules are not importabl
 
 from scripts.paper_tables import OWT_COLUMNS  # noqa: E402
 from checkpoint import load_model  # noqa: E402
-from configurator import make_current  # noqa: E402
+from configurator import check_device, make_current  # noqa: E402
 from tokenizer import EOT, VOCAB_SIZE, get_gpt2_encoding  # noqa: E402
+
+LM_EVAL_ARGS = {"max_batch_size"}  # what lm-eval passes a model beside its model_args that TuckerLM has no use for
 
 # Task definitions lm-eval does not ship (CBT-CN, CBT-NE); the folder is scanned recursively.
 EVAL_TASKS_DIR = REPO / "eval_tasks"
@@ -101,20 +103,26 @@ class TuckerLM(LM):
     `--model tucker-gpt --model_args out_dir=...` once this module is imported."""
 
     def __init__(self, model=None, out_dir=None, ckpt="ckpt.pt", tokenizer=None, batch_size=32,
-                 device=None, dtype="float32", **unused):
+                 device=None, dtype="float32", **others):
         super().__init__()
+        unknown = sorted(set(others) - LM_EVAL_ARGS)  # a misspelled --model_args key would be ignored
+        if unknown:
+            raise ValueError(f"model_args {', '.join(unknown)} unknown: allowed out_dir, ckpt, tokenizer, batch_size, "
+                             f"device, dtype")
+        if str(batch_size).startswith("auto"):
+            raise ValueError("batch_size='auto' is not supported: give a number")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size={batch_size} is out of range: allowed >= 1")
         if not device:  # a given model stays where it is
             device = (next(model.parameters()).device if model is not None
                       else "cuda" if torch.cuda.is_available() else "cpu")
-        device = torch.device(device)
+        device = torch.device(check_device(str(device)))
         make_current(device)  # cuda:N current: the model's Triton kernels launch on the current device
         self.model = (model if model is not None else load_model(out_dir, ckpt, device)).to(device).eval()
         self._device = device
         self.enc = get_gpt2_encoding(tokenizer or None)
         self.block_size = self.model.config.block_size
         self.n_vocab = min(VOCAB_SIZE, self.model.config.vocab_size)
-        if str(batch_size).startswith("auto"):
-            raise ValueError("batch_size='auto' is not supported: give a number")
         self.batch_size = int(batch_size)
         if dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={dtype!r} is unknown: allowed 'float32', 'bfloat16', 'float16'")
@@ -274,13 +282,16 @@ def _limit(text):
     if text is None:
         return None
     value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text}: examples per task (>= 1) or a fraction of them (0 .. 1)")
     return int(value) if value >= 1 and value == int(value) else value
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out_dir", required=True, help="run folder holding the checkpoint; zeroshot.json goes here")
-    ap.add_argument("--ckpt", default="ckpt.pt", help="checkpoint file name inside out_dir")
+    ap.add_argument("--ckpt", default="ckpt.pt", help="checkpoint file name inside out_dir (another than ckpt.pt: the "
+                    "result goes to zeroshot.partial.json)")
     ap.add_argument("--tasks", default=",".join(PAPER_TASKS), help="comma-separated lm-eval task names")
     ap.add_argument("--limit", type=_limit, default=None,
                     help="examples per task (N >= 1) or a fraction (< 1); for quick checks, not for the table")
@@ -294,15 +305,24 @@ def main(argv=None):
     ap.add_argument("--include_path", action="append", default=[], help="more folders of task YAMLs")
     ap.add_argument("--bootstrap_iters", type=int, default=100000, help="lm-eval's stderr bootstrap (0 = none)")
     ap.add_argument("--output", default="", help="default: <out_dir>/zeroshot.json (the paper's tasks in full, what "
-                    "scripts/results.py reads), <out_dir>/zeroshot.partial.json with --limit or other --tasks")
+                    "scripts/results.py reads), <out_dir>/zeroshot.partial.json with --limit, other --tasks or --ckpt")
     args = ap.parse_args(argv)
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks:
+        ap.error(f"--tasks {args.tasks!r} names no task")
+    # a quick check (--limit, other tasks than the paper's, another checkpoint than the run's) never replaces the
+    # table's full evaluation: it goes to zeroshot.partial.json, which scripts/results.py does not read
+    partial = args.limit is not None or tasks != list(PAPER_TASKS) or args.ckpt != "ckpt.pt"
+    path = Path(args.output) if args.output else Path(args.out_dir) / ("zeroshot.partial.json" if partial else
+                                                                        "zeroshot.json")
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):  # now, not after hours of evaluation
+        ap.error(f"--output {path}: its folder {path.parent} is not a writable folder")
     t0 = time.time()
-    try:  # checkpoint.load_model: a missing or unreadable checkpoint is one line
+    try:  # checkpoint.load_model: a missing or unreadable checkpoint is one line; so is the tokenizer and the device
         lm = TuckerLM(out_dir=args.out_dir, ckpt=args.ckpt, tokenizer=args.tokenizer or None,
                       batch_size=args.batch_size, device=args.device or None, dtype=args.dtype)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     include = [str(EVAL_TASKS_DIR)] + args.include_path
@@ -333,12 +353,7 @@ def main(argv=None):
         "units": "row: perplexities as they are, accuracies in percent (the paper's columns)",
         "metrics": metrics, "row": row,
     }
-    # a quick check (--limit, or other tasks than the paper's) never replaces the table's full evaluation: it goes
-    # to zeroshot.partial.json, which scripts/results.py does not read
-    partial = args.limit is not None or tasks != list(PAPER_TASKS)
-    path = Path(args.output) if args.output else Path(args.out_dir) / ("zeroshot.partial.json" if partial else
-                                                                        "zeroshot.json")
-    tmp = path.with_suffix(".json.tmp")
+    tmp = path.with_suffix(f".json.tmp.{os.getpid()}")  # one a process: two quick checks of a run do not collide
     tmp.write_text(json.dumps(summary, indent=1, default=str))
     os.replace(tmp, path)  # never a half-written file for results.py to read
     for task, m in metrics.items():

@@ -297,6 +297,45 @@ def test_a_dataset_out_of_reach_is_one_line(ez, tmp_path, gpt2_ranks_file, monke
     assert e.value.code == 2 and err.count("\n") == 1 and "Couldn't reach 'EleutherAI/cbt'" in err and "HF cache" in err
 
 
+def test_bad_options_are_one_line_before_the_evaluation(ez, tmp_path, gpt2_ranks_file, monkeypatch, capsys):
+    """Each was a traceback, some after the whole evaluation (an --output folder that is not there: hours lost):
+    one error line (argparse's usage before it for the options), exit 2, before lm-eval runs; a misspelled --model_args key is an error (it was ignored); another
+    checkpoint than the run's goes to the partial file (it replaced the table's zeroshot.json)."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    model = GPT(GPTConfig(**CONFIG))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    for name in ("ckpt.pt", "ckpt.earlier.pt"):
+        save_checkpoint(str(out_dir / name), make_checkpoint(model, optimizer, {}, best_val_loss=10.0))
+    evaluated = []
+    monkeypatch.setattr(ez.lm_eval, "simple_evaluate", lambda **kw: evaluated.append(kw) or {"results": {}})
+    base = ["--out_dir", str(out_dir), "--tokenizer", str(gpt2_ranks_file), "--device", "cpu"]
+    for extra, says, code in [(["--output", str(tmp_path / "nodir" / "x.json")], "is not a writable folder", 2),
+                              (["--batch_size", "0"], "batch_size=0 is out of range: allowed >= 1", 2),
+                              (["--device", "bogus"], "device='bogus' is unknown", 2),
+                              (["--limit", "0"], "--limit", 2), (["--limit", "-3"], "--limit", 2),
+                              (["--tasks", ","], "names no task", 2)]:
+        with pytest.raises(SystemExit) as e:
+            ez.main(base + extra)
+        err = capsys.readouterr().err
+        assert e.value.code == code and says in err.strip().splitlines()[-1] and "Traceback" not in err, err
+    with pytest.raises(ValueError, match="model_args dtpye unknown"):
+        ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file), dtpye="bfloat16")
+    ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file), max_batch_size=8)  # lm-eval's own: taken
+    monkeypatch.delenv("TUCKER_GPT2_TIKTOKEN", raising=False)  # offline without the ranks file: tiktoken's download
+    monkeypatch.setattr(ez, "get_gpt2_encoding", lambda path=None: (_ for _ in ()).throw(
+        RuntimeError("could not load tiktoken's 'gpt2' encoding (offline?)")))
+    with pytest.raises(SystemExit) as e:
+        ez.main(["--out_dir", str(out_dir), "--device", "cpu"])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: could not load tiktoken's")
+    assert evaluated == []
+    monkeypatch.setattr(ez, "get_gpt2_encoding", lambda path=None: None)
+    monkeypatch.setattr(ez, "flatten_results", lambda results: {})
+    monkeypatch.setattr(ez, "paper_row", lambda metrics, mc: {})
+    ez.main(base + ["--ckpt", "ckpt.earlier.pt"])  # the paper's tasks, another checkpoint
+    assert (out_dir / "zeroshot.partial.json").is_file() and not (out_dir / "zeroshot.json").exists()
+
+
 def test_results_owt_zeroshot_columns(tmp_path):
     from scripts import results
     runs, out = tmp_path / "runs", tmp_path / "out"
