@@ -8,7 +8,7 @@ columns of the paper's OpenWebText table (tab_gpt2).
 
 Any checkpoint of train.py works (every attention variant): the model is rebuilt from the
 checkpoint alone, as in sample.py. Writes <out_dir>/zeroshot.json (zeroshot.partial.json for a quick check with
---limit or other --tasks, so that it never replaces the full evaluation) with every metric lm-eval
+--limit, other --tasks or another --ckpt, so that it never replaces the full evaluation of the run's checkpoint) with every metric lm-eval
 reports per task, and `row`: the paper's zero-shot columns in the paper's order (the same keys
 as scripts/paper_tables.OWT_COLUMNS), which scripts/results.py prints beside the paper's numbers.
 
