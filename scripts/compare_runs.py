@@ -44,6 +44,12 @@ def filled_model_keys(keys: dict) -> dict:
         return {}
 
 
+def with_model_keys_filled(keys: dict) -> dict:
+    """`keys` with those of its model keys that GPTConfig fills (tucker_ranks_post=None as tucker_ranks) as it fills
+    them: a run's raw config and one written filled in compare equal; no key added."""
+    return {**keys, **{k: v for k, v in filled_model_keys(keys).items() if k in keys}}
+
+
 def experiment_settings(run_dir) -> dict:
     """{key: value} of the settings that define a run's experiment (see MODEL_COMPUTE_KEYS): its model_config but
     the compute keys, and train_config.RUN_KEYS but the bookkeeping ones; from summary.json, else config.json (an

@@ -156,17 +156,16 @@ def mixed_settings(table_name, runs_dir: Path, include_unfinished=False) -> dict
     NOT_COMPARED / sweep.NOT_SETTINGS: a mean over seeds, a gap to MHA or a Pareto plot across such runs compares
     different experiments (e.g. a smoke run's 4 iterations beside 10,000), {} when they agree; overrides {key:
     value} for the settings all the runs share that differ from the rows' config files."""
-    from scripts.compare_runs import filled_model_keys
+    from scripts.compare_runs import with_model_keys_filled
     from scripts.sweep import NOT_SETTINGS
     designed, by_design = designed_keys(table_name)
     skip = by_design | NOT_COMPARED | NOT_SETTINGS
     values = {}  # key -> {value as JSON: [run, ...]}
     for ss in load_summaries(runs_dir, include_unfinished, quiet=True).values():
         for s in ss:
-            config = s.get("config") or {}
             # the model keys filled in (train.py writes them so since session 40; earlier runs hold tucker_ranks_post
             # None for tucker_ranks): one setting, however a run wrote it
-            for k, v in {**config, **{k: v for k, v in filled_model_keys(config).items() if k in config}}.items():
+            for k, v in with_model_keys_filled(s.get("config") or {}).items():
                 if k not in skip:
                     values.setdefault(k, {}).setdefault(json.dumps(v, sort_keys=True), []).append(s["_run"])
     mixed = {k: v for k, v in sorted(values.items()) if len(v) > 1}

@@ -136,11 +136,11 @@ def settings_differ(cmd, out_dir: Path, source: str = "summary.json", ignore=())
         saved = saved.get("config")
     if not saved or not isinstance(saved, dict):
         return [f"{source} holds no config"] if strict else []
-    from scripts.compare_runs import filled_model_keys
+    from scripts.compare_runs import with_model_keys_filled
     asked = resolved(cmd)
     # the model keys as GPTConfig fills them on both sides: a resumed run's summary holds them filled in
     # (tucker_ranks_post=None as tucker_ranks), the command gives them raw
-    asked, saved = ({**d, **{k: v for k, v in filled_model_keys(d).items() if k in d}} for d in (asked, saved))
+    asked, saved = with_model_keys_filled(asked), with_model_keys_filled(saved)
     same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(b))  # noqa: E731  tuples as lists
     return [f"{k}={saved[k]!r} (this command: {asked[k]!r})" for k in sorted(set(asked) - NOT_SETTINGS - set(ignore))
             if k in saved and not same(saved[k], asked[k])]
