@@ -149,11 +149,17 @@ def main(argv):
     else:
         model = model.float()  # float32 weights (a checkpoint saved in bf16 too), autocast for float16
         ctx = torch.autocast(device_type=device.type, dtype=getattr(torch, dtype)) if dtype != "float32" else nullcontext()
+    rows = min(cfg["batch_size"], cfg["num_samples"])  # every call this many: one decoder, one captured graph
+    if cfg["decode"] == "mega":  # whether the one-launch step serves this checkpoint is known only now, from its model:
+        from decode_mega import unsupported  # ask here, not as a ValueError traceback from inside generate
+
+        why = unsupported(model, rows)
+        if why:
+            fail(f"decode='mega' cannot serve this checkpoint's model: {why}; use decode='auto' or 'eager'")
     x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)  # time the GPU's work, not its queue
     samples, times = [], []
     with torch.no_grad(), ctx:
-        rows = min(cfg["batch_size"], cfg["num_samples"])  # every call this many: one decoder, one captured graph
         while len(samples) < cfg["num_samples"]:
             sync()
             t0 = time.perf_counter()

@@ -54,6 +54,24 @@ def test_mega_decode_refuses_compile_no_cache_and_autocast(arg, says, tmp_path, 
     assert "decode='mega'" in err and says in err and "no checkpoint" not in err, err
 
 
+def test_mega_decode_of_a_model_it_cannot_serve_is_one_line(tmp_path, gpt2_ranks_file, capsys, monkeypatch):
+    """--decode=mega over a checkpoint the one-launch step does not serve (here a SwiGLU MLP) is one line naming
+    decode='mega' and why, exit 2, before any decoding (before: decode_mega's ValueError, a traceback from inside
+    generate). The step needs CUDA: check_decode is told the device is one, as on a GPU machine."""
+    import model as model_module
+
+    real = model_module.check_decode
+    on_cuda = lambda decode, device, compile, use_cache: real(decode, "cuda", compile, use_cache)  # noqa: E731
+    monkeypatch.setattr(model_module, "check_decode", on_cuda)  # generate's own check
+    monkeypatch.setattr(sample, "check_decode", on_cuda)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=32, bias=False, mlp="swiglu"))
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(tmp_path / "ckpt.pt", make_checkpoint(model, opt, {}))
+    err = sample_error(sample_args(tmp_path, gpt2_ranks_file, "--decode=mega"), capsys)
+    assert "decode='mega' cannot serve" in err and "SwiGLU" in err and "decode='auto' or 'eager'" in err, err
+
+
 @pytest.mark.parametrize("damage", ["missing", "empty", "truncated", "foreign"])
 def test_unreadable_checkpoint(damage, out_dir, gpt2_ranks_file, capsys):
     ckpt = out_dir / "ckpt.pt"
