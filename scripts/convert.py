@@ -590,8 +590,8 @@ def _ints(text: Optional[str], n: int, name: str):
 
 
 # the options of each target; any other target's given here would be ignored: refused instead
-TARGET_OPTIONS = {"gqa": ("n_kv_head",), "mla": ("kv_rank", "q_rank", "shared_kv"),
-                  "tucker": ("ranks", "ranks_post", "shared_kv")}
+TARGET_OPTIONS = {"gqa": ("n_kv_head",), "mla": ("kv_rank", "q_rank", "shared_kv", "allow_rope_change"),
+                  "tucker": ("ranks", "ranks_post", "shared_kv", "allow_rope_change")}  # GQA keeps head-dim RoPE
 
 
 def check_args(args) -> None:

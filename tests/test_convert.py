@@ -485,3 +485,17 @@ def test_convert_checks_every_option_before_converting(tmp_path, capsys, monkeyp
     before = (tmp_path / "new" / "ckpt.pt").read_bytes()
     err = convert_error([*base, "--to=tucker", "--ranks=3,16,16"], capsys)  # the first conversion is kept
     assert "holds a run (ckpt.pt)" in err and (tmp_path / "new" / "ckpt.pt").read_bytes() == before
+
+
+def test_allow_rope_change_is_an_option_of_the_targets_that_change_rope(tmp_path, capsys):
+    """--allow_rope_change is refused with --to gqa (GQA keeps the source's head-dim RoPE, exactly: the flag would be
+    ignored, and the tool then said the RoPE 'became latent RoPE: not exact at any rank'); Tucker still takes it and
+    says so."""
+    src = tmp_path / "mha_rope"
+    save_train_ckpt(make(pos_emb="rope").float(), src)
+    err = convert_error([f"--in_dir={src}", f"--out_dir={tmp_path / 'gqa'}", "--to=gqa", "--n_kv_head=2",
+                         "--allow_rope_change"], capsys)
+    assert "--allow_rope_change is an option of --to mla / tucker, not of --to gqa" in err, err
+    assert not (tmp_path / "gqa").exists()
+    cv.main([f"--in_dir={src}", f"--out_dir={tmp_path / 'tucker'}", "--to=tucker", "--ranks=2,8,8", "--allow_rope_change"])
+    assert "became latent RoPE" in capsys.readouterr().out
