@@ -138,7 +138,7 @@ def test_openwebtext_local_files(tmp_path, gpt2_ranks_file, enc):
 
 @pytest.mark.parametrize("num_proc", [1, 2])
 def test_openwebtext_interrupted_keeps_the_old_pair(num_proc, tmp_path, gpt2_ranks_file, monkeypatch):
-    """An interrupt after the train split was tokenized (Ctrl-C, a kill's SIGTERM as KeyboardInterrupt) leaves the
+    """An interrupt midway through the tokenizing pass (Ctrl-C, a kill's SIGTERM as KeyboardInterrupt) leaves the
     earlier train.bin, val.bin and meta.json as they were and no temp file: the splits replace the old ones
     together, never a new train.bin beside an old val.bin. The pool is terminated, not waited for."""
     files, _ = _write_docs(tmp_path)
@@ -148,12 +148,15 @@ def test_openwebtext_interrupted_keeps_the_old_pair(num_proc, tmp_path, gpt2_ran
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     real = owt.write_tokens
 
-    def interrupted_at_val(docs, tmp, pool, desc, **k):
-        if desc == "val":
-            raise KeyboardInterrupt
-        return real(docs, tmp, pool, desc, **k)
+    def interrupted_midway(docs, tmps, pool, **k):
+        def cut():
+            for i, item in enumerate(docs):
+                if i == 14:  # of 17 documents
+                    raise KeyboardInterrupt
+                yield item
+        return real(cut(), tmps, pool, **k)
 
-    monkeypatch.setattr(owt, "write_tokens", interrupted_at_val)
+    monkeypatch.setattr(owt, "write_tokens", interrupted_midway)
     with pytest.raises(KeyboardInterrupt):
         owt.prepare(out_dir=out, seed=2, **kw)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -310,14 +313,17 @@ def test_a_killed_openwebtext_prepare_leaves_the_old_pair_and_no_temp_file(tmp_p
 
 
 def test_openwebtext_bad_settings_and_files_say_where(tmp_path, gpt2_ranks_file, monkeypatch):
-    """--val_fraction outside (0, 1) (nan too), a .jsonl line or a .json file that is not JSON, a file that is not
-    UTF-8: a ValueError naming the flag or the file (and line); HF's path without `datasets` installed: one that
-    says to install it or to give --files."""
+    """--val_fraction outside (0, 1) (nan too), a negative --seed (before: numpy's bare "expected non-negative
+    integer", after the counting pass), a .jsonl line or a .json file that is not JSON, a file that is not UTF-8: a
+    ValueError naming the flag or the file (and line); HF's path without `datasets` installed: one that says to
+    install it or to give --files."""
     files, _ = _write_docs(tmp_path)
     kw = dict(num_proc=1, ranks_file=str(gpt2_ranks_file))
     for bad in (0.0, 1.0, 5.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match=r"--val_fraction=.*between 0 and 1"):
             owt.prepare(out_dir=tmp_path / "o", files=files, val_fraction=bad, **kw)
+    with pytest.raises(ValueError, match=r"--seed=-1: .*non-negative integer"):
+        owt.prepare(out_dir=tmp_path / "o", files=files, seed=-1, **kw)
     (tmp_path / "bad.jsonl").write_text(json.dumps({"text": "fine"}) + "\n{not json\n")
     (tmp_path / "bad.json").write_text("[{\"text\": \"a\"},")
     (tmp_path / "latin1.txt").write_bytes(b"caf\xe9")
@@ -329,6 +335,69 @@ def test_openwebtext_bad_settings_and_files_say_where(tmp_path, gpt2_ranks_file,
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
     with pytest.raises(RuntimeError, match="pip install datasets.*--files"):
         owt.prepare(out_dir=tmp_path / "o", **kw)
+
+
+def _write_corpus(d: Path):
+    """Three .jsonl files, two .txt files and a .json list: 41 documents of varied length and text."""
+    d.mkdir(parents=True, exist_ok=True)
+    files = []
+    for k in range(3):
+        with open(d / f"part{k}.jsonl", "w", encoding="utf-8") as f:
+            for i in range(11):
+                text = f"Part {k}, page {i}: café, ünïcode, 123 numbers. " * (1 + (i * 7 + k) % 5)
+                f.write(json.dumps({"text": text}) + "\n")
+        files.append(d / f"part{k}.jsonl")
+    for k in range(2):
+        (d / f"page{k}.txt").write_text(f"A whole file, document {k}.\nSecond line.\n" * (k + 2), encoding="utf-8")
+        files.append(d / f"page{k}.txt")
+    (d / "list.json").write_text(json.dumps([{"text": f"json list item {i}"} for i in range(6)]), encoding="utf-8")
+    files.append(d / "list.json")
+    return files
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_openwebtext_tokenizes_both_splits_in_one_pass_over_the_files(num_proc, tmp_path, gpt2_ranks_file, enc,
+                                                                      monkeypatch):
+    """--files are read twice, the counting pass and one tokenizing pass that sends each document to its split
+    (before: three times, every document parsed again for val's few), and train.bin and val.bin are byte for byte
+    what the three-pass code wrote from the same files (its sha256s below, recorded from it), and what encoding
+    each split's documents in file order gives."""
+    import hashlib
+    files = _write_corpus(tmp_path / "src")
+    real, reads = owt._file_documents, []
+
+    def counted(fn):
+        reads.append(fn.name)
+        return real(fn)
+
+    monkeypatch.setattr(owt, "_file_documents", counted)
+    out = tmp_path / "out"
+    meta = owt.prepare(out_dir=out, files=files, num_proc=num_proc, val_fraction=0.2, seed=7, chunk_docs=3,
+                       ranks_file=str(gpt2_ranks_file))
+    assert sorted(reads) == sorted([f.name for f in files] * 2)
+    sha = {s: hashlib.sha256((out / f"{s}.bin").read_bytes()).hexdigest() for s in ("train", "val")}
+    assert sha == {"train": "2e5cd1a18b5a1898bc1164ae1277ca1ba67e1baffbe7d94906c14f871aef5ef1",
+                   "val": "b025a018073c56e5ff262681bd358f89ad6cf04732e9246a1a79bb3168715e51"}
+    docs = list(owt.iter_local_documents(files))
+    is_val = owt.split_mask(len(docs), 0.2, 7)
+    for split, want in (("train", False), ("val", True)):
+        ids = [t for d, v in zip(docs, is_val) if v == want for t in enc.encode_ordinary(d) + [EOT]]
+        assert (out / f"{split}.bin").read_bytes() == np.array(ids, dtype="<u2").tobytes()
+        assert meta[f"{split}_tokens"] == len(ids) and meta[f"{split}_documents"] == int((is_val == want).sum())
+    assert (meta["train_documents"], meta["val_documents"]) == (32, 9) and not list(out.glob("*.tmp*"))
+
+
+def test_openwebtext_a_txt_file_is_its_bytes(tmp_path, gpt2_ranks_file, enc):
+    """A .txt document is the file's text as it is: Windows line ends (and a lone \r) stay (before: read_text's
+    newline translation made them \n, unlike the .jsonl documents and the other prepares' text)."""
+    text = "First line\r\nsecond line\r\n\r\nan old Mac line\rend\r\n"
+    (tmp_path / "crlf.txt").write_bytes(text.encode("utf-8"))
+    (tmp_path / "other.txt").write_text("another document\n", encoding="utf-8")
+    out = tmp_path / "out"
+    owt.prepare(out_dir=out, files=[tmp_path / "crlf.txt", tmp_path / "other.txt"], num_proc=1, val_fraction=0.5,
+                seed=0, ranks_file=str(gpt2_ranks_file))
+    got = [enc.decode(t) for s in ("train", "val") for t in _split_docs(np.fromfile(out / f"{s}.bin", dtype=np.uint16))]
+    assert text in got and "another document\n" in got
 
 
 def test_openwebtext_a_file_named_twice_is_read_once(tmp_path, gpt2_ranks_file, capsys):
@@ -394,7 +463,7 @@ def test_a_rerun_with_the_same_inputs_does_nothing(tmp_path, gpt2_ranks_file, mo
     real, runs = owt.write_tokens, []
 
     def counted(*a, **k):
-        runs.append(k.get("desc"))
+        runs.append("tokenized")
         return real(*a, **k)
 
     monkeypatch.setattr(owt, "write_tokens", counted)
@@ -402,13 +471,13 @@ def test_a_rerun_with_the_same_inputs_does_nothing(tmp_path, gpt2_ranks_file, mo
     assert owt.prepare(out_dir=out, **kw) == meta and runs == []
     assert "already prepared from these inputs" in capsys.readouterr().out
     owt.prepare(out_dir=out, **kw, force=True)
-    assert runs == ["train", "val"]
+    assert runs == ["tokenized"]
     owt.prepare(out_dir=out, **{**kw, "seed": 4})
-    assert runs == ["train", "val"] * 2
+    assert runs == ["tokenized"] * 2
     st = os.stat(files[0])
     os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))  # edited since
     owt.prepare(out_dir=out, **{**kw, "seed": 4})
-    assert runs == ["train", "val"] * 3
+    assert runs == ["tokenized"] * 3
     (out / "val.bin").write_bytes(b"\0\0")  # not the length meta.json records: prepared again
     owt.prepare(out_dir=out, **{**kw, "seed": 4})
-    assert runs == ["train", "val"] * 4
+    assert runs == ["tokenized"] * 4

@@ -191,6 +191,42 @@ def test_pack_and_unpack_through_main_print_no_worker_traceback(tmp_path, tiny_d
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
+def test_pack_refuses_a_pair_half_replaced_by_an_interrupted_prepare(tmp_path, tiny_data, gpt2_ranks_file,
+                                                                     monkeypatch, capsys):
+    """A prepare over earlier output, interrupted between the renames (a new train.bin beside the old val.bin, and
+    the meta.json that check_token_file compares them with): --pack refuses the pair, naming the fix, and writes
+    no archive (before: it packed the pair and --unpack wrote a meta.json from the manifest that agreed with both,
+    so the GPU machine trained on the mixed pair)."""
+    data, _ = tiny_data
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("train.bin", "val.bin", "meta.json"):
+        (out / name).write_bytes((data / name).read_bytes())
+    src = tmp_path / "src2"  # another slice: other lengths
+    src.mkdir()
+    for split, arts in (("train", ARTICLES[:2]), ("val", VAL_ARTICLES * 2)):
+        (src / f"{split}.txt").write_text(_text(arts), encoding="utf-8")
+    real = os.replace
+
+    def interrupted_before_val(src_path, dst):
+        if str(dst).endswith("val.bin"):
+            raise KeyboardInterrupt
+        real(src_path, dst)
+
+    monkeypatch.setattr(os, "replace", interrupted_before_val)
+    with pytest.raises(KeyboardInterrupt):
+        enwiki.prepare(src=str(src), out_dir=out, num_proc=1, ranks_file=str(gpt2_ranks_file), quiet=True)
+    monkeypatch.setattr(os, "replace", real)
+    assert (out / "val.bin").read_bytes() == (data / "val.bin").read_bytes()  # the old val.bin, a new train.bin
+    assert enwiki.main(["--pack", str(tmp_path / "carry"), "--out_dir", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and re.search(r"val.bin holds .* tokens but .*meta.json "
+                                                                       r"records .*re-run", err), err
+    assert not (tmp_path / "carry").exists()
+    enwiki.prepare(src=str(src), out_dir=out, num_proc=1, ranks_file=str(gpt2_ranks_file), quiet=True)  # re-run
+    assert enwiki.main(["--pack", str(tmp_path / "carry"), "--out_dir", str(out)]) == 0
+
+
 @pytest.mark.parametrize("manifest", ['{"format": "xz"}', "not json", '{"files": {"train": {"name": "t"}}}'])
 def test_unpack_of_a_manifest_that_is_not_one_is_one_line(manifest, tmp_path, capsys):
     (tmp_path / "carry").mkdir()

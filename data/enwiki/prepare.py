@@ -309,18 +309,29 @@ def _plain_worker() -> None:
 def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
     """bin_dir/{train,val}.bin -> archive_dir/{train,val}.bin.xz + manifest.json; returns the manifest."""
     archive_dir, bin_dir = Path(archive_dir), Path(bin_dir)
-    archive_dir.mkdir(parents=True, exist_ok=True)
     filters = filters or PACK_FILTERS
     manifest = {"format": "xz (LZMA2) of the uint16 little-endian token files", "files": {}}
     t0 = time.time()
+    try:  # the prepare's record of the lengths it wrote (absent for .bin files from elsewhere: then unchecked)
+        recorded = json.loads((bin_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        recorded = None
     jobs = []
     for split in SPLITS:
         b = bin_dir / f"{split}.bin"
         if not b.is_file():
             raise PrepareError(f"{b} not found: run `python -m data.enwiki.prepare --src DIR` first")
+        # as evaluate.check_token_file: a pair that an interrupted prepare left half replaced disagrees with
+        # meta.json; packed, it travelled as a consistent archive (unpack writes a meta.json from the manifest)
+        want = recorded.get(f"{split}_tokens") if isinstance(recorded, dict) else None
+        if isinstance(want, int) and b.stat().st_size != 2 * want:
+            raise PrepareError(f"{b} holds {b.stat().st_size // 2:,} tokens but {bin_dir / 'meta.json'} records "
+                               f"{want:,}: a prepare was interrupted while it replaced the files (or they come from "
+                               f"different prepares): re-run `python -m data.enwiki.prepare --src DIR`; nothing packed")
         manifest["files"][split] = {"name": f"{split}.bin.xz", "bytes": b.stat().st_size,
                                     "tokens": b.stat().st_size // 2, "sha256": _sha256_file(b)}
         jobs.append((b, archive_dir / f"{split}.bin.xz", filters))
+    archive_dir.mkdir(parents=True, exist_ok=True)  # after the checks: a refused pack leaves no folder
     with mp.Pool(len(jobs), initializer=_plain_worker) as pool:  # one process per file (xz is single-threaded)
         sizes = pool.map(_pack_one, jobs)
     for split, size in zip(SPLITS, sizes):

@@ -20,6 +20,7 @@ output as it was.
 """
 import argparse
 import collections
+import contextlib
 import itertools
 import json
 import math
@@ -72,52 +73,60 @@ class _Progress:
         self._print(end="\n")
 
 
-def _chunks(iterable, n):
-    it = iter(iterable)
-    while chunk := list(itertools.islice(it, n)):
-        yield chunk
+def write_tokens(docs, tmps, pool, total=None, chunk_docs=256, max_inflight=32):
+    """Tokenize the `docs` iterable of (split, document) pairs into the flat uint16 files tmps[split] (temp names:
+    prepare renames every split into place together at the end), each split's documents in the order they come;
+    return {split: (n_tokens, n_docs)}. A failure or an interrupt removes every file of `tmps`.
 
-
-def write_tokens(docs, tmp, pool, desc, total=None, chunk_docs=256, max_inflight=32):
-    """Tokenize the `docs` iterable into the flat uint16 file `tmp` (a temp name: prepare renames every split
-    into place together at the end); return (n_tokens, n_docs). A failure or an interrupt removes `tmp`.
-
-    Tokens are appended as chunks come back (in order), so there's one tokenization pass
-    and no size needs to be known ahead. At most `max_inflight` chunks are submitted but
-    not yet written: unlike Pool.imap, whose result queue grows without bound when the
-    writer falls behind, this keeps memory at O(max_inflight * chunk) for any dataset size.
+    One pass over the documents for all splits (not one a split: local files were read and parsed again for val's
+    few documents): each split gathers its own chunks of `chunk_docs` documents, and chunks are written in the order
+    they were submitted, so a split's file holds its documents in order, whatever the chunking. At most
+    `max_inflight` chunks are submitted but not yet written (and one gathering per split): unlike Pool.imap, whose
+    result queue grows without bound when the writer falls behind, this keeps memory at O(max_inflight * chunk) for
+    any dataset size.
     """
-    tmp = Path(tmp)
-    prog = _Progress(desc, total)
-    n_tokens = n_docs = 0
+    prog = _Progress("tokenizing", total)
+    counts = {split: [0, 0] for split in tmps}  # tokens, documents
     try:
-        with open(tmp, "wb") as f:
-            def drain(res, ndocs):
-                nonlocal n_tokens, n_docs
+        with contextlib.ExitStack() as stack:
+            files = {split: stack.enter_context(open(tmp, "wb")) for split, tmp in tmps.items()}
+
+            def drain(split, res, ndocs):
                 arr = res.get() if pool is not None else res
                 # a Python write, as enwiki's: a SIGTERM (KeyboardInterrupt) inside numpy's tofile came out as a
                 # TypeError from its fallback, a traceback instead of the interrupted run's one line
-                f.write(arr.tobytes())
-                n_tokens += len(arr)
-                n_docs += ndocs
+                files[split].write(arr.tobytes())
+                counts[split][0] += len(arr)
+                counts[split][1] += ndocs
                 prog.update(ndocs, len(arr))
 
-            pending = collections.deque()  # (AsyncResult, n_docs), in submission order
-            for chunk in _chunks(docs, chunk_docs):
+            pending = collections.deque()  # (split, AsyncResult, n_docs), in submission order
+
+            def submit(split, chunk):
                 if pool is None:  # num_proc=1: tokenize in-process (easy to debug)
-                    drain(encode_documents(chunk), len(chunk))
-                    continue
-                pending.append((pool.apply_async(encode_documents, (chunk,)), len(chunk)))
+                    drain(split, encode_documents(chunk), len(chunk))
+                    return
+                pending.append((split, pool.apply_async(encode_documents, (chunk,)), len(chunk)))
                 if len(pending) >= max_inflight:
                     drain(*pending.popleft())
+
+            chunks = {split: [] for split in tmps}
+            for split, doc in docs:
+                chunks[split].append(doc)
+                if len(chunks[split]) >= chunk_docs:
+                    submit(split, chunks[split])
+                    chunks[split] = []
+            for split, chunk in chunks.items():
+                if chunk:
+                    submit(split, chunk)
             while pending:
                 drain(*pending.popleft())
     except BaseException:
-        if tmp.exists():
-            tmp.unlink()
+        for tmp in tmps.values():
+            Path(tmp).unlink(missing_ok=True)
         raise
     prog.close()
-    return n_tokens, n_docs
+    return {split: tuple(c) for split, c in counts.items()}
 
 
 # -----------------------------------------------------------------------------
@@ -136,8 +145,8 @@ def iter_local_documents(files):
 
 
 def _file_documents(fn: Path):
-    if fn.suffix == ".txt":
-        yield fn.read_text(encoding="utf-8")
+    if fn.suffix == ".txt":  # the bytes as they are: read_text's newline translation turned \r\n (and \r) into \n
+        yield fn.read_bytes().decode("utf-8")
     elif fn.suffix == ".jsonl":
         with open(fn, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
@@ -222,6 +231,9 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
     if not 0 < val_fraction < 1:  # also refuses nan
         raise ValueError(f"--val_fraction={val_fraction}: the fraction of documents held out for val, between 0 and 1 "
                          f"(exclusive)")
+    if seed < 0:  # numpy's generators take no negative seed: its bare "expected non-negative integer" came only after
+        # the counting pass over every file (or HF's whole download)
+        raise ValueError(f"--seed={seed}: the seed of the train/val split, a non-negative integer")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_outputs(out_dir)  # temp files of an earlier prepare that was killed
@@ -244,20 +256,17 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
     get_gpt2_encoding(ranks_file)  # fail fast (missing ranks file) before any heavy work
 
     if files:
-        # local documents: a cheap counting pass first, so the split is fixed before
-        # tokenizing; then each split streams the files again, keeping its own documents
+        # local documents: a cheap counting pass first (it also finds a file that is not UTF-8 or JSON before any
+        # tokenizing), so the split is fixed before the one tokenizing pass, which streams the files again and
+        # sends each document to its split. (One pass in all cannot be: which documents are val depends on how
+        # many there are, split_mask's draw of ceil(n * val_fraction) of n.)
         files = [str(Path(f).resolve()) for f in files]
         n_docs = sum(1 for _ in iter_local_documents(files))
         if n_docs < 2:  # a split without a document is a file train.py refuses: say so now
             raise ValueError(f"--files hold {n_docs} document(s): a train and a val split need at least 2")
         is_val = split_mask(n_docs, val_fraction, seed)
-
-        def local_docs(want_val):
-            return (d for d, v in zip(iter_local_documents(files), is_val) if v == want_val)
-
-        # split name -> (function making the document stream, number of documents)
-        splits = {"train": (lambda: local_docs(False), int((~is_val).sum())),
-                  "val": (lambda: local_docs(True), int(is_val.sum()))}
+        docs = (("val" if v else "train", d) for d, v in zip(iter_local_documents(files), is_val))
+        totals = {"train": int((~is_val).sum()), "val": int(is_val.sum())}  # documents of each split
         sources = files
     else:
         try:
@@ -271,8 +280,9 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
             raise OSError(f"{e} (offline? give local text with --files a.txt b.jsonl)") from None
         split_dataset = dataset["train"].train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
         split_dataset["val"] = split_dataset.pop("test")  # rename the test split to val
-        splits = {"train": (lambda: _hf_documents(split_dataset["train"]), len(split_dataset["train"])),
-                  "val": (lambda: _hf_documents(split_dataset["val"]), len(split_dataset["val"]))}
+        docs = itertools.chain(*(zip(itertools.repeat(name), _hf_documents(split_dataset[name]))
+                                 for name in ("train", "val")))  # (split, document): train's, then val's
+        totals = {name: len(split_dataset[name]) for name in ("train", "val")}
         sources = [f"hf:{HF_DATASET}"]
 
     meta = {
@@ -289,11 +299,12 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
     pool = mp.Pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
     if pool is None:
         init_worker(ranks_file)
-    tmps = {f"{name}.bin": out_dir / f"{name}.bin.tmp.{os.getpid()}" for name in splits}
+    tmps = {f"{name}.bin": out_dir / f"{name}.bin.tmp.{os.getpid()}" for name in totals}
     try:
-        for name, (make_docs, total) in splits.items():
-            n_tok, n_doc = write_tokens(make_docs(), tmps[f"{name}.bin"], pool, desc=name,
-                                        total=total, chunk_docs=chunk_docs, max_inflight=4 * num_proc)
+        counts = write_tokens(docs, {name: tmps[f"{name}.bin"] for name in totals}, pool,
+                              total=sum(totals.values()), chunk_docs=chunk_docs, max_inflight=4 * num_proc)
+        for name, total in totals.items():
+            n_tok, n_doc = counts[name]
             if n_doc != total:
                 raise RuntimeError(f"{name}: wrote {n_doc} documents, expected {total}")
             if n_tok == 0:
