@@ -685,8 +685,11 @@ def after_eval(run: Run, losses: dict, lr: float, elapsed: float, start_iter: in
     # in between leaves the previous checkpoint and no record of this one)
     if cfg["save_checkpoint"] and s.iter_num > start_iter and (improved or cfg["always_save_checkpoint"]):
         save(run)
-    log(run, {"iter": s.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
-              "best_val_loss": s.best_val, "best_iter": s.best_iter, "elapsed_s": elapsed})
+    record = {"iter": s.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
+              "best_val_loss": s.best_val, "best_iter": s.best_iter, "elapsed_s": elapsed}
+    if cfg["eval_only"]:  # a second record at an iteration the log already holds: say which one this is (the
+        record["eval_only"] = True  # readers keep the last record an iteration has, as the summary does)
+    log(run, record)
     if cfg["patience"] and s.bad_evals >= cfg["patience"]:
         return f"early stop: no val improvement in {cfg['patience']} evaluations"
     return None

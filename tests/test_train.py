@@ -241,6 +241,8 @@ def test_eval_only_on_a_resumed_checkpoint_evaluates(data_dir, tmp_path):
     after = [r for r in read_log(out) if "val_loss" in r]
     assert len(after) == len(before) + 1 and after[-1]["iter"] == 4
     assert after[-1]["val_loss"] == before[-1]["val_loss"]  # same weights, same evaluation batches
+    # the second record at iteration 4 says it is the evaluation's, not training's
+    assert after[-1].get("eval_only") is True and not any("eval_only" in r for r in before)
 
 
 def test_eval_only_leaves_the_runs_end_as_it_was(data_dir, tmp_path, capsys):
