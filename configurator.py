@@ -218,7 +218,11 @@ def _coerce(key: str, value, default, source: str):
         raise _type_error(key, value, "int", source)
     if isinstance(default, float):
         if _is_number(value):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an int beyond the largest float (400 digits): one line, not float()'s traceback
+                raise ValueError(f"config key {key!r} in {source}: got an int beyond the largest float (about "
+                                 "1.8e308), expected float") from None
         raise _type_error(key, value, "float", source)
     if isinstance(default, str):
         if isinstance(value, str):

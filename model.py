@@ -33,6 +33,7 @@ import functools
 import inspect
 import math
 import numbers
+import sys
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -170,8 +171,10 @@ class GPTConfig:
             raise ValueError(f"pos_emb={self.pos_emb!r} is unknown: allowed {POS_CHOICES}")
         if self.mla_rope not in MLA_ROPE_CHOICES:
             raise ValueError(f"mla_rope={self.mla_rope!r} is unknown: allowed {MLA_ROPE_CHOICES}")
+        # at most the largest float, not below inf: an int beyond it (10**400) compares below inf, yet no float holds it
+        # (rope_cache's table raised OverflowError in GPT(), past the config's check)
         if isinstance(self.rope_theta, bool) or not (isinstance(self.rope_theta, (int, float)) and
-                                                     0 < self.rope_theta < math.inf):
+                                                     0 < self.rope_theta <= sys.float_info.max):
             raise ValueError(f"rope_theta={self.rope_theta!r} must be a positive finite number")
         if self.norm not in NORM_CHOICES:
             raise ValueError(f"norm={self.norm!r} is unknown: allowed {NORM_CHOICES}")

@@ -168,6 +168,9 @@ def test_llama1b_mha_total_count():
     (dict(mlp_hidden=2.5), "mlp_hidden"),
     (dict(mlp="swiglu", mlp_multiple_of=0), "mlp_multiple_of"),
     (dict(tie_embeddings="yes"), "tie_embeddings"),
+    # an int beyond the largest float compares below inf, but no float holds it: it passed the check, then GPT()'s
+    # RoPE table raised OverflowError
+    (dict(pos_emb="rope", rope_theta=10**400), "rope_theta"),
 ])
 def test_invalid_values_name_the_key(overrides, key):
     with pytest.raises(ValueError, match=key):

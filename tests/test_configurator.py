@@ -69,6 +69,17 @@ def test_wrong_type_cli(arg):
         parse_config([arg], DEFAULTS)
 
 
+def test_an_int_too_large_for_a_float_key_is_a_value_error(tmp_path):
+    """An int beyond the largest float (a 400-digit override, or one in a file) for a float key is a ValueError naming
+    the key, as any wrong value is (train.py's one-line error), not float()'s OverflowError traceback."""
+    big = "1" + "0" * 400
+    with pytest.raises(ValueError, match="config key 'learning_rate'.*beyond the largest float"):
+        parse_config([f"--learning_rate={big}"], DEFAULTS)
+    with pytest.raises(ValueError, match="config key 'learning_rate'.*beyond the largest float"):
+        parse_config([write(tmp_path, f"learning_rate = {big}\n")], DEFAULTS)
+    assert parse_config(["--learning_rate=1e999"], DEFAULTS)["learning_rate"] == math.inf  # a float: the key's range
+
+
 def test_wrong_type_in_file(tmp_path):
     path = write(tmp_path, "compile = 0\n")
     with pytest.raises(ValueError, match="config key 'compile'.*expected bool"):
