@@ -287,6 +287,9 @@ def configure(argv):
             except ValueError as e:
                 fail(f"invalid model configuration: {e}")
         cfg.update(gptconf.to_dict())
+        if int(os.environ.get("RANK", 0)) == 0:  # as a fresh run notes them (any other key given differed, or is the
+            for _, what in inert_on_command_line(argv, cfg, gptconf):  # checkpoint's own: nothing to refuse)
+                print(f"note: {what}", file=sys.stderr)
         saved = checkpoint.get("config") or {}
         taken = {k: saved[k] for k in RUN_KEYS if k not in given and k in saved and saved[k] != cfg[k]}
         cfg.update(taken)  # the run's own data, batch, schedule, ...: not the defaults

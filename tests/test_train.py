@@ -855,6 +855,20 @@ def test_implementation_keys_this_model_never_reads_are_a_note(args, key, small_
     assert f"note: {key}=" in err and "has no effect on this model" in err, err
 
 
+def test_a_resume_notes_the_implementation_keys_its_model_never_reads(small_data, tmp_path, capsys):
+    """A resume may change how the model is computed (COMPUTE_KEYS); one of those keys that the model never reads is
+    a note there too (a resume said nothing), and one it reads is not."""
+    import train
+    args = [*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--attn=tucker", "--tucker_ranks=(2,4,4)"]
+    train_in_process([*args, "--max_iters=1"])
+    capsys.readouterr()
+    train.configure([*args, "--init_from=resume", "--max_iters=2", "--mla_rope_kernels=torch"])
+    err = capsys.readouterr().err
+    assert "note: mla_rope_kernels='torch' has no effect on this model" in err, err
+    train.configure([*args, "--init_from=resume", "--max_iters=2", "--gelu=torch"])  # Tucker's MLP is GELU's
+    assert "has no effect" not in capsys.readouterr().err
+
+
 def test_every_sweep_command_sets_only_keys_its_model_reads():
     """The tables' runs (scripts.sweep's commands, every table, both RoPE settings) give train.py no command-line key
     that their model never reads: the check refuses none of them (their files may set such keys: a latent-RoPE MLA
