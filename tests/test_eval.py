@@ -107,11 +107,18 @@ def test_loglikelihood_matches_forward_pass(lm, model, enc, shakespeare_txt):
     # a continuation the model itself would produce greedily: is_greedy must come out True
     prompt = enc.encode("Once upon a time")
     greedy = model.generate(torch.tensor([prompt]), 2, temperature=0)[0, len(prompt):].tolist()
+    # continuations greedy in one of their two tokens only: is_greedy is every token's (with no such case, a flag of
+    # any token, of the first or of the last alone passed)
+    the = enc.encode(" the")
+    after_the = model.generate(torch.tensor([prompt + the]), 1, temperature=0)[0, -1:].tolist()
+    assert the[0] not in greedy  # so " the" is the one token not greedy in each
+    mixed = [greedy[:1] + the, the + after_the]
     cases = [("The quick brown fox", " jumps over the lazy dog"),
              ("", "Hello world"),
              ("Hello ", "world, again"),  # the trailing space moves to the continuation
              ("A", " b"),
              (long_context, " and so the story ends here."),  # longer than block_size: truncated
+             *[("Once upon a time", enc.decode(m)) for m in mixed],
              ("Once upon a time", enc.decode(greedy))]
     got = lm.loglikelihood([_req("loglikelihood", c, x) for c, x in cases])
     for (c, x), (ll, is_greedy) in zip(cases, got):
@@ -123,6 +130,8 @@ def test_loglikelihood_matches_forward_pass(lm, model, enc, shakespeare_txt):
     # wrapper must call it greedy
     assert enc.encode("Once upon a time" + enc.decode(greedy)) == prompt + greedy
     assert got[-1][1] is True
+    assert all(enc.encode("Once upon a time" + enc.decode(m)) == prompt + m for m in mixed)
+    assert [is_greedy for _, is_greedy in got[-3:-1]] == [False, False]
     assert all(ll < 0 for ll, _ in got)
 
 
