@@ -9,9 +9,10 @@ import torch
 
 from test_train import SMALL, run, train_error, train_losses, read_log
 
-# two blocks (two FSDP groups besides the root), tied embeddings, gradient accumulation, clipping,
-# an odd eval_iters (ranks run different numbers of real evaluation batches)
-ARGS = [*SMALL, "--n_layer=2", "--gradient_accumulation_steps=2", "--eval_interval=3", "--eval_iters=3",
+# two blocks (two FSDP groups besides the root), tied embeddings, gradient accumulation (4 micro-steps: two a rank
+# under FSDP, so the gradient sync that waits for a rank's last micro-step is exercised; at one a rank a sync on the
+# wrong micro-step passed), clipping, an odd eval_iters (ranks run different numbers of real evaluation batches)
+ARGS = [*SMALL, "--n_layer=2", "--gradient_accumulation_steps=4", "--eval_interval=3", "--eval_iters=3",
         "--grad_clip=0.5", "--dtype=float32", "--dropout=0.0"]
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"]
 

@@ -36,10 +36,12 @@ def reference(logits, targets):
     return rows.detach(), grad
 
 
-def check(loss, grad, logits, targets, tol):
+def check(loss, grad, logits, targets, tol, loss_tol=None):
+    """loss_tol (default tol): the loss's, relative to the largest row loss; tol: the gradient's, absolute."""
     ref_loss, ref_grad = reference(logits, targets)
     assert loss.dtype == torch.float32 and loss.shape == targets.shape
-    assert (loss.double() - ref_loss).abs().max().item() <= tol * max(1.0, ref_loss.abs().max().item())
+    loss_tol = tol if loss_tol is None else loss_tol
+    assert (loss.double() - ref_loss).abs().max().item() <= loss_tol * max(1.0, ref_loss.abs().max().item())
     assert grad.dtype == logits.dtype and grad.shape == logits.shape
     assert (grad.double() - ref_grad).abs().max().item() <= tol
     ignored = targets == -1
@@ -201,7 +203,9 @@ CASES = [(5, 300), (3, 64), (6, 1000), (1, 7)]  # (M, V): 5, 1, 16 and 1 blocks 
 def test_interp_kernel_matches_float64(M, V, dtype, tol, monkeypatch):
     monkeypatch.setattr(fl, "BLOCK", 64)
     logits, targets = make(M, V, dtype)
-    check(*fl.cross_entropy_rows(logits, targets, True, backend="triton"), logits, targets, tol)
+    # the loss is float32 sums of the logits' exact values in either dtype (measured: <= 1e-7 of the largest row
+    # loss): 1e-6, not the gradient's fp16 rounding, so a kernel that rounds its scaled logits to fp16 fails
+    check(*fl.cross_entropy_rows(logits, targets, True, backend="triton"), logits, targets, tol, loss_tol=1e-6)
     loss, grad = fl.cross_entropy_rows(logits, targets, False, backend="triton")
     assert grad is None
     assert torch.equal(loss, fl.cross_entropy_rows(logits, targets, True, backend="triton")[0])
