@@ -95,7 +95,7 @@ def test_inference_form_follows_the_weights(variant):
 
 
 @pytest.mark.parametrize("variant", ["mha", "mla_shared", "tucker_shared"])
-def test_greedy_generation_same_with_and_without_cache(variant):
+def test_greedy_generation_same_with_and_without_cache(variant, monkeypatch):
     """Past block_size as well: the cached path refills from the last block_size // 2 tokens and
     the uncached one crops, so they agree until the first refill; below it they must be equal."""
     model = build(variant, "rope", None, block_size=16)
@@ -105,6 +105,23 @@ def test_greedy_generation_same_with_and_without_cache(variant):
     assert torch.equal(cached, plain)
     long = model.generate(idx, 40, temperature=0, decode="eager")  # crosses block_size twice
     assert long.shape == (2, 43) and torch.equal(long[:, :16], plain[:, :16])
+    # This tiny model's greedy tokens repeat one id after a step or two, and over a run of one id the window's
+    # length or a stale token changes nothing (a step fed the previous token, a refill of 9 rows, passed above).
+    # So a sampled run too (its tokens vary, though they follow the noise more than these flat logits), and the
+    # logits each token was drawn from against the uncached forward over the window the cache holds (refilled
+    # from the last 8 tokens when full).
+    import model as model_module
+    seen = []
+    monkeypatch.setattr(model_module, "sample_next",
+                        lambda logits, *a: seen.append(logits.clone()) or sample_next(logits, *a))
+    drawn = model.generate(idx, 40, temperature=1.0, decode="eager", generator=torch.Generator().manual_seed(4))
+    assert len(seen) == 40 and all(len(set(row)) >= 10 for row in drawn[:, 3:].tolist())
+    start = 0
+    for n in range(3, 43):
+        if n - start > 16:  # the cache is full (16 rows): refilled from the last 8 tokens
+            start = n - 8
+        ref = model(drawn[:, start:n])[0][:, -1]
+        assert (seen[n - 3] - ref).abs().max().item() < 1e-10 * ref.abs().max().item(), n
 
 
 def test_sample_next_top_k_and_greedy():
@@ -460,14 +477,18 @@ def test_activation_checkpointing_is_validated():
         GPTConfig(activation_checkpointing="yes")
 
 
-def test_generate_reuses_its_decoder_until_the_weights_change():
+def test_generate_reuses_its_decoder_until_the_weights_change(monkeypatch):
+    import model as model_module
+    seen = []  # the logits of each token: this model's greedy tokens repeat one id, equal tokens prove little
+    monkeypatch.setattr(model_module, "sample_next",
+                        lambda logits, *a: seen.append(logits.clone()) or sample_next(logits, *a))
     model = build("tucker_shared", "rope", None)
     idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(5))
     first = model.generate(idx, 10, temperature=0, decode="eager")
     decoder = model.static_decoder(2, idx.device, use_graph=False)
     second = model.generate(idx, 10, temperature=0, decode="eager")  # same decoder, prefilled anew
     assert model.static_decoder(2, idx.device, use_graph=False) is decoder
-    assert torch.equal(first, second)
+    assert torch.equal(first, second) and torch.equal(torch.stack(seen[:10]), torch.stack(seen[10:]))
     other = build("tucker_shared", "rope", None, seed=7)
     model.load_state_dict(other.state_dict())
     assert model.static_decoder(2, idx.device, use_graph=False) is not decoder
@@ -477,7 +498,7 @@ def test_generate_reuses_its_decoder_until_the_weights_change():
 
 @pytest.mark.parametrize("write", ["fused_adamw", "data"])
 @pytest.mark.parametrize("variant", ["mla_q", "tucker", "mha"])
-def test_generate_sees_weights_written_without_a_version_bump(variant, write):
+def test_generate_sees_weights_written_without_a_version_bump(variant, write, monkeypatch):
     """torch's fused AdamW (train.py's on CUDA) changes weights in place without bumping their version counters, on
     which the inference forms and the kept decoders are keyed: its steps are counted (a post-step hook) and generate
     rebuilds, so the cached tokens after the step are the uncached ones (before the mend MLA and Tucker decoded with
@@ -501,8 +522,14 @@ def test_generate_sees_weights_written_without_a_version_bump(variant, write):
     assert [p._version for p in params] == versions  # the write bumped nothing: the case this guards
     if write == "data":
         model.note_weight_changes()
+    import model as model_module
+    seen = []  # the logits of each token too: this model's greedy tokens repeat one id (a stale layer can agree)
+    monkeypatch.setattr(model_module, "sample_next",
+                        lambda logits, *a: seen.append(logits.clone()) or sample_next(logits, *a))
     cached = model.generate(idx, 12, temperature=0, decode="eager")
     assert torch.equal(cached, model.generate(idx, 12, temperature=0, use_cache=False))
+    got, ref = torch.stack(seen[:12]), torch.stack(seen[12:])
+    assert (got - ref).abs().max().item() < 1e-5 * ref.abs().max().item()
     assert not torch.equal(cached, before)  # the write did change the tokens
 
 

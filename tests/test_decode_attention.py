@@ -238,6 +238,10 @@ def test_rope_tables_match_model():
     torch.testing.assert_close(sin, mine[1])
     x = torch.randn(2, 1, 9, 20, dtype=torch.float64)
     torch.testing.assert_close(da._rotate(x, cos.double(), sin.double()), model.apply_rope(x, cos.double(), sin.double()))
+    # da._rotate is model.apply_rope itself: the pairs and signs against this file's rotation (ref_decode's), too
+    c, s, x1, x2 = mine[0].double(), mine[1].double(), x[..., :10], x[..., 10:]
+    torch.testing.assert_close(model.apply_rope(x, cos.double(), sin.double()),
+                               torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1))
 
 
 def test_tucker_composition_matches_float64():
