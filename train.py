@@ -240,12 +240,12 @@ def configure(argv):
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
     checkpoint, notes = None, []
+    says = int(os.environ.get("RANK", 0)) == 0  # notes from one process (under torchrun: rank 0)
     if cfg["init_from"] == "scratch":
         try:
             gptconf = GPTConfig(**{k: cfg[k] for k in MODEL_DEFAULTS})
         except ValueError as e:
             fail(f"invalid model configuration: {e}")
-        says = int(os.environ.get("RANK", 0)) == 0  # notes from one process (under torchrun: rank 0)
         for key, what in inert_on_command_line(argv, cfg, gptconf):
             if key not in IMPLEMENTATION_KEYS:
                 fail(f"{what}: remove it, or set the keys it belongs with")
@@ -287,7 +287,7 @@ def configure(argv):
             except ValueError as e:
                 fail(f"invalid model configuration: {e}")
         cfg.update(gptconf.to_dict())
-        if int(os.environ.get("RANK", 0)) == 0:  # as a fresh run notes them (any other key given differed, or is the
+        if says:  # as a fresh run notes them (any other key given differed, or is the
             for _, what in inert_on_command_line(argv, cfg, gptconf):  # checkpoint's own: nothing to refuse)
                 print(f"note: {what}", file=sys.stderr)
         saved = checkpoint.get("config") or {}
@@ -299,7 +299,7 @@ def configure(argv):
             fail(f"{e}" + (f" (with {ckpt_path}'s run keys not given here: "
                            f"{', '.join(f'{k}={v!r}' for k, v in taken.items())})" if taken else ""))
         if taken:
-            if int(os.environ.get("RANK", 0)) == 0:
+            if says:
                 print(f"note: resuming with the checkpoint's run keys that are not given here: "
                       f"{', '.join(f'{k}={v!r}' for k, v in taken.items())}", file=sys.stderr)
         ended = summary_of(cfg["out_dir"])
@@ -307,12 +307,12 @@ def configure(argv):
                 cfg["patience"] == (ended.get("config") or {}).get("patience"):
             # training on from its checkpoint (the last evaluation's, or the best one's with always_save_checkpoint=
             # False) with the same patience would stop again (a sweep skips such a run; a resume by hand redid them)
-            if int(os.environ.get("RANK", 0)) == 0:
+            if says:
                 print(f"done: the run in {cfg['out_dir']} stopped early ({ended['stopped_reason']}); nothing to "
                       f"resume (a larger --patience, or 0, trains on from its checkpoint at iteration "
                       f"{checkpoint['iter_num']})")
             sys.exit(0)
-        if checkpoint["iter_num"] > cfg["max_iters"] and int(os.environ.get("RANK", 0)) == 0:
+        if checkpoint["iter_num"] > cfg["max_iters"] and says:
             notes.append(f"note: {ckpt_path} is at iteration {checkpoint['iter_num']}, past max_iters="
                          f"{cfg['max_iters']}: nothing is trained")
     for split in ("train", "val"):
