@@ -122,6 +122,19 @@ def test_includes_after_a_nested_one_are_relative_to_their_own_file(tmp_path):
     assert cfg == {"batch_size": 8, "learning_rate": 1e-4}
 
 
+def test_include_cycle_and_a_file_that_is_not_python_are_named(tmp_path):
+    """A file that includes itself (through another) is a ValueError naming the cycle, not a RecursionError; a config
+    file must be a .py file; a file's helper classes (as its imports and functions) are not config keys."""
+    (tmp_path / "a.py").write_text('include("b.py")\n')
+    (tmp_path / "b.py").write_text('include("a.py")\n')
+    with pytest.raises(ValueError, match=r"config include cycle: .*a\.py -> .*b\.py -> .*a\.py$"):
+        parse_config([str(tmp_path / "a.py")], DEFAULTS)
+    with pytest.raises(ValueError, match=r"must be a \.py file"):
+        parse_config([write(tmp_path, "batch_size = 8\n", name="exp.txt")], DEFAULTS)
+    path = write(tmp_path, "class Schedule:\n    warmup = 2\nbatch_size = 8 * Schedule.warmup\n")
+    assert parse_config([path], DEFAULTS)["batch_size"] == 16
+
+
 @pytest.mark.parametrize("text,line,kind", [
     ("batch_size = 8\nlearning_rate = (1e-3\n", 2, "SyntaxError"),
     ("batch_size = 8\n  learning_rate = 1e-3\n", 2, "IndentationError"),

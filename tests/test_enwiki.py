@@ -399,6 +399,13 @@ def test_results_report(tmp_path):
     assert by[("mha", "off")]["attn_params_mb"] == pytest.approx(56.623104)
     assert by[("gqa4", "off")]["val_loss"] is None and by[("gqa4", "off")]["attn_params_mb"] == pytest.approx(37.748736)
     assert by[("mla_shared_latent128", "on")]["paper"]["val_loss"] is None  # the paper has no such cell
+    # KV cache by hand: values per token per layer x 12 layers x 1024 tokens x 2 bytes (bf16), in MB
+    kv_mb = lambda values: values * 12 * 1024 * 2 / 1e6  # noqa: E731
+    assert by[("mha", "off")]["kv_cache_mb"] == pytest.approx(kv_mb(2 * 768))
+    assert by[("gqa4", "off")]["kv_cache_mb"] == pytest.approx(kv_mb(2 * 4 * 64))
+    assert by[("mla_shared128", "off")]["kv_cache_mb"] == pytest.approx(kv_mb(128))  # one latent, key and value
+    assert by[("mla_shared128", "on")]["kv_cache_mb"] == pytest.approx(kv_mb(128 + 64 // 2))  # + rotary key, dH/2
+    assert by[("tucker_8_128_64", "off")]["kv_cache_mb"] == pytest.approx(kv_mb(64 + 64))  # r3 + r~3
     md = (out / "table.md").read_text()
     assert "not run" in md and "3.5000 ± 0.0200" in md and "+2.86% ± 0.57" in md
     claims = (out / "claims.md").read_text()

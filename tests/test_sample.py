@@ -186,6 +186,26 @@ def test_batched_samples(out_dir, gpt2_ranks_file, capsys, monkeypatch):
     assert len(sampled) == 4 and len(set(sampled)) > 1  # rows draw their own tokens
 
 
+def test_seed_fixes_the_sampled_text(out_dir, gpt2_ranks_file):
+    """--seed: the same seed draws the same sampled text (temperature 1.0), another seed other text."""
+    def run(seed):
+        return sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=1.0", "--decode=eager",
+                                       f"--seed={seed}", "--max_new_tokens=8"))
+
+    first = run(1)
+    assert run(1) == first and run(2) != first
+
+
+def test_top_k_one_is_greedy(out_dir, gpt2_ranks_file):
+    """--top_k reaches the draw: top_k=1 at temperature 1.0 keeps only the most likely token, the greedy text
+    (without the limit, 8 draws over 50,257 ids from this untrained model are not the greedy ones)."""
+    greedy = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager",
+                                     "--max_new_tokens=8"))
+    for seed in (1, 2):
+        assert sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=1.0", "--top_k=1", "--decode=eager",
+                                       f"--seed={seed}", "--max_new_tokens=8")) == greedy
+
+
 def test_decode_keys_reach_generate(out_dir, gpt2_ranks_file, monkeypatch):
     calls = []
     real = GPT.generate
@@ -245,15 +265,23 @@ def test_compiled_decode_step_same_tokens():
     assert torch.equal(compiled, model.generate(x, 6, temperature=0, decode="eager"))
 
 
-def test_greedy_text_same_with_and_without_the_cache(out_dir, gpt2_ranks_file):
+def test_greedy_text_same_with_and_without_the_cache(out_dir, gpt2_ranks_file, monkeypatch):
+    seen = []  # use_cache reaches generate (else both runs are the cached one and the equality proves nothing)
+    real = GPT.generate
+    monkeypatch.setattr(GPT, "generate", lambda self, *a, **kw: seen.append(kw["use_cache"]) or real(self, *a, **kw))
     cached = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager"))
     plain = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--use_cache=False"))
     assert cached == plain
+    assert seen == [True, True, False, False]
 
 
-def test_bfloat16_samples_with_bf16_weights(out_dir, gpt2_ranks_file, capsys):
+def test_bfloat16_samples_with_bf16_weights(out_dir, gpt2_ranks_file, capsys, monkeypatch):
+    seen = []  # the weights generate runs with (the speed line only repeats the dtype key)
+    real = GPT.generate
+    monkeypatch.setattr(GPT, "generate",
+                        lambda self, *a, **kw: seen.append(self.lm_head.weight.dtype) or real(self, *a, **kw))
     samples = sample.main(sample_args(out_dir, gpt2_ranks_file, "--dtype=bfloat16", "--num_samples=2"))
-    assert len(samples) == 2
+    assert len(samples) == 2 and seen and set(seen) == {torch.bfloat16}
     err = capsys.readouterr().err
     assert "cpu bfloat16" in err and "after the first sample" in err
 
