@@ -420,7 +420,9 @@ def test_decoupled_rope_counts():
     assert model.kv_values_per_token_per_layer() == 2 * 128 + dR
 
 
-@pytest.mark.parametrize("name,overrides", ALL)
+@pytest.mark.parametrize("name,overrides", ALL + [  # and MLA with the full d x d query (q_rank=None)
+    ("mla_full_q", dict(attn="mla", q_rank=None, kv_rank=10)),
+    ("mla_full_q_decoupled", dict(attn="mla", q_rank=None, kv_rank=10, pos_emb="rope", rope_head_dim=4))])
 def test_flops_per_token_match_torch_flop_counter(name, overrides):
     """Each attention's forward FLOP count equals what torch's FLOP counter sees for a sequence
     of ctx tokens (attention scores over the full ctx, as nanoGPT counts)."""
