@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from interpreted import needs_child
 from model import GPT, GPTConfig, GroupedQueryAttention, StaticDecoder, TuckerAttention, sample_next
+from tiny import record_drawn_logits
 
 VARIANTS = {
     "mha": dict(attn="mha"),
@@ -110,10 +111,7 @@ def test_greedy_generation_same_with_and_without_cache(variant, monkeypatch):
     # So a sampled run too (its tokens vary, though they follow the noise more than these flat logits), and the
     # logits each token was drawn from against the uncached forward over the window the cache holds (refilled
     # from the last 8 tokens when full).
-    import model as model_module
-    seen = []
-    monkeypatch.setattr(model_module, "sample_next",
-                        lambda logits, *a: seen.append(logits.clone()) or sample_next(logits, *a))
+    seen = record_drawn_logits(monkeypatch)
     drawn = model.generate(idx, 40, temperature=1.0, decode="eager", generator=torch.Generator().manual_seed(4))
     assert len(seen) == 40 and all(len(set(row)) >= 10 for row in drawn[:, 3:].tolist())
     start = 0
@@ -478,10 +476,7 @@ def test_activation_checkpointing_is_validated():
 
 
 def test_generate_reuses_its_decoder_until_the_weights_change(monkeypatch):
-    import model as model_module
-    seen = []  # the logits of each token: this model's greedy tokens repeat one id, equal tokens prove little
-    monkeypatch.setattr(model_module, "sample_next",
-                        lambda logits, *a: seen.append(logits.clone()) or sample_next(logits, *a))
+    seen = record_drawn_logits(monkeypatch)
     model = build("tucker_shared", "rope", None)
     idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(5))
     first = model.generate(idx, 10, temperature=0, decode="eager")
@@ -522,10 +517,7 @@ def test_generate_sees_weights_written_without_a_version_bump(variant, write, mo
     assert [p._version for p in params] == versions  # the write bumped nothing: the case this guards
     if write == "data":
         model.note_weight_changes()
-    import model as model_module
-    seen = []  # the logits of each token too: this model's greedy tokens repeat one id (a stale layer can agree)
-    monkeypatch.setattr(model_module, "sample_next",
-                        lambda logits, *a: seen.append(logits.clone()) or sample_next(logits, *a))
+    seen = record_drawn_logits(monkeypatch)  # a partly stale layer can give the same repeated token
     cached = model.generate(idx, 12, temperature=0, decode="eager")
     assert torch.equal(cached, model.generate(idx, 12, temperature=0, use_cache=False))
     got, ref = torch.stack(seen[:12]), torch.stack(seen[12:])

@@ -8,7 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from model import ATTENTION, GPT, GPTConfig, LayerCache, apply_rope, apply_rope_wide, rope_cache, wide_rope_rows
 from tensor_forms import attention_tensors, head_factors, to_tucker, tucker_config_of
-from tiny import TINY, make, rel_err, tokens  # noqa: E402
+from tiny import TINY, make, record_drawn_logits, rel_err, tokens  # noqa: E402
 
 
 # every family x position scheme (id, GPTConfig overrides)
@@ -243,20 +243,16 @@ def test_greedy_generation_same_with_and_without_cache(name, overrides, monkeypa
     """The same tokens, and the logits generate took each argmax of agree to float32 rounding (seen: <= 7e-7 of their
     largest): the tiny model's greedy text mostly repeats a token, so equal tokens alone passed a decode step with a
     30% wrong attention scale in 6 of these 16 variants (MHA, GQA, MQA, decoupled MLA)."""
-    import model as model_module
     model = make(overrides, dtype=torch.float32)
     prompt = tokens(B=2, T=5, seed=3)
-    sample_next, out, logits = model_module.sample_next, {}, {}
-    for use_cache in (True, False):
-        seen = []
-        monkeypatch.setattr(model_module, "sample_next",
-                            lambda x, *a, **kw: seen.append(x.clone()) or sample_next(x, *a, **kw))
-        out[use_cache] = model.generate(prompt, 30, temperature=0.0, use_cache=use_cache)  # runs past block_size=24
-        logits[use_cache] = torch.stack(seen[:TINY["block_size"] - 5], dim=1)  # the steps before the first refill
-    a, b = out[True], out[False]
+    seen = record_drawn_logits(monkeypatch)
+    a = model.generate(prompt, 30, temperature=0.0, use_cache=True)  # runs past block_size=24
+    b = model.generate(prompt, 30, temperature=0.0, use_cache=False)
     assert torch.equal(a[:, :TINY["block_size"]], b[:, :TINY["block_size"]])
-    assert a.shape == (2, 35)
-    assert (logits[True] - logits[False]).abs().max() < 1e-5 * logits[False].abs().max()
+    assert a.shape == (2, 35) and len(seen) == 60
+    steps = TINY["block_size"] - 5  # the steps before the cache's first refill
+    cached, plain = torch.stack(seen[:steps], dim=1), torch.stack(seen[30:30 + steps], dim=1)
+    assert (cached - plain).abs().max() < 1e-5 * plain.abs().max()
 
 
 @pytest.mark.parametrize("name,overrides", [v for v in ALL if v[1]["attn"] == "mla" and v[1].get("mla_rope") != "latent"])

@@ -7,7 +7,7 @@ import torch
 import sample
 from checkpoint import make_checkpoint, save_checkpoint
 from model import GPT, GPTConfig
-from tiny import one_line_error
+from tiny import one_line_error, record_generate_calls
 
 
 @pytest.fixture
@@ -109,14 +109,7 @@ def test_a_bf16_checkpoint_samples_in_float32_weights(dtype, out_dir, gpt2_ranks
     ckpt = torch.load(out_dir / "ckpt.pt", weights_only=False)
     ckpt["model"] = {k: v.to(torch.bfloat16) for k, v in ckpt["model"].items()}
     torch.save(ckpt, out_dir / "ckpt.pt")
-    seen = []
-    real = GPT.generate
-
-    def spy(self, *args, **kwargs):
-        seen.append(self.lm_head.weight.dtype)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(GPT, "generate", spy)
+    seen = record_generate_calls(monkeypatch, lambda model, args, kwargs: model.lm_head.weight.dtype)
     sample.main(sample_args(out_dir, gpt2_ranks_file, f"--dtype={dtype}"))
     assert seen and set(seen) == {torch.float32}
 
@@ -168,9 +161,7 @@ def test_batched_samples(out_dir, gpt2_ranks_file, capsys, monkeypatch):
     """--batch_size: the samples drawn as rows of one generate call each (the last call padded to the same rows,
     its extras dropped); greedy, every row is the one-at-a-time greedy text; the speed line names the batch."""
     one = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager", "--num_samples=1"))
-    shapes = []
-    real = GPT.generate
-    monkeypatch.setattr(GPT, "generate", lambda self, idx, *a, **kw: shapes.append(tuple(idx.shape)) or real(self, idx, *a, **kw))
+    shapes = record_generate_calls(monkeypatch, lambda model, args, kwargs: tuple(args[0].shape))
     capsys.readouterr()
     got = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager", "--num_samples=5",
                                   "--batch_size=2"))
@@ -266,9 +257,8 @@ def test_compiled_decode_step_same_tokens():
 
 
 def test_greedy_text_same_with_and_without_the_cache(out_dir, gpt2_ranks_file, monkeypatch):
-    seen = []  # use_cache reaches generate (else both runs are the cached one and the equality proves nothing)
-    real = GPT.generate
-    monkeypatch.setattr(GPT, "generate", lambda self, *a, **kw: seen.append(kw["use_cache"]) or real(self, *a, **kw))
+    # use_cache reaches generate (else both runs are the cached one and the equality proves nothing)
+    seen = record_generate_calls(monkeypatch, lambda model, args, kwargs: kwargs["use_cache"])
     cached = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager"))
     plain = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--use_cache=False"))
     assert cached == plain
@@ -276,10 +266,8 @@ def test_greedy_text_same_with_and_without_the_cache(out_dir, gpt2_ranks_file, m
 
 
 def test_bfloat16_samples_with_bf16_weights(out_dir, gpt2_ranks_file, capsys, monkeypatch):
-    seen = []  # the weights generate runs with (the speed line only repeats the dtype key)
-    real = GPT.generate
-    monkeypatch.setattr(GPT, "generate",
-                        lambda self, *a, **kw: seen.append(self.lm_head.weight.dtype) or real(self, *a, **kw))
+    # the weights generate runs with (the speed line only repeats the dtype key)
+    seen = record_generate_calls(monkeypatch, lambda model, args, kwargs: model.lm_head.weight.dtype)
     samples = sample.main(sample_args(out_dir, gpt2_ranks_file, "--dtype=bfloat16", "--num_samples=2"))
     assert len(samples) == 2 and seen and set(seen) == {torch.bfloat16}
     err = capsys.readouterr().err

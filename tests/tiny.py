@@ -1,6 +1,6 @@
 """Helpers shared by the model tests: a tiny GPT with attention weights scaled up (so attention is far
-from uniform and every term of an equivalence matters numerically), token batches, relative error; and the
-command lines' error contract (one line `error: ...` on stderr, exit 2)."""
+from uniform and every term of an equivalence matters numerically), token batches, relative error; spies on
+what generate draws from and is called with; and the command lines' error contract (one line `error: ...` on stderr, exit 2)."""
 import pytest
 import torch
 
@@ -78,3 +78,25 @@ def one_line_error(call, capsys, code: int = 2) -> str:
     assert e.value.code == code, err
     assert err.startswith("error: ") and len(err.splitlines()) == 1, err
     return err
+
+
+def record_drawn_logits(monkeypatch) -> list:
+    """A list that fills with the logits of every token model.generate draws (model.sample_next, spied on): these
+    tiny models' greedy tokens repeat one id, so equal tokens alone prove little; their logits show a wrong step."""
+    import model as model_module
+    seen, sample_next = [], model_module.sample_next
+    monkeypatch.setattr(model_module, "sample_next",
+                        lambda logits, *a, **kw: seen.append(logits.clone()) or sample_next(logits, *a, **kw))
+    return seen
+
+
+def record_generate_calls(monkeypatch, what) -> list:
+    """A list that fills with what(model, args, kwargs) for every GPT.generate call (the call itself goes on)."""
+    seen, real = [], GPT.generate
+
+    def spy(self, *args, **kwargs):
+        seen.append(what(self, args, kwargs))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "generate", spy)
+    return seen
