@@ -176,6 +176,12 @@ class GPTConfig:
         if isinstance(self.rope_theta, bool) or not (isinstance(self.rope_theta, (int, float)) and
                                                      0 < self.rope_theta <= sys.float_info.max):
             raise ValueError(f"rope_theta={self.rope_theta!r} must be a positive finite number")
+        # so small that 1 / rope_theta overflows (5e-324): rope_cache's frequencies (<= max(1, 1 / rope_theta)) times the
+        # positions (< block_size) would be inf, and its cos / sin tables nan
+        if not math.isfinite(self.block_size / self.rope_theta):
+            raise ValueError(f"rope_theta={self.rope_theta!r} is too small: block_size / rope_theta overflows, so RoPE's "
+                             f"angles would be inf and its tables nan; allowed a positive number with block_size="
+                             f"{self.block_size} / rope_theta finite (the usual bases are 1e4-5e5)")
         if self.norm not in NORM_CHOICES:
             raise ValueError(f"norm={self.norm!r} is unknown: allowed {NORM_CHOICES}")
         if isinstance(self.norm_eps, bool) or not (isinstance(self.norm_eps, (int, float)) and 0 < self.norm_eps < 1):

@@ -171,6 +171,9 @@ def test_llama1b_mha_total_count():
     # an int beyond the largest float compares below inf, but no float holds it: it passed the check, then GPT()'s
     # RoPE table raised OverflowError
     (dict(pos_emb="rope", rope_theta=10**400), "rope_theta"),
+    # positive and finite, but 1 / rope_theta overflows: RoPE's tables came out nan
+    (dict(pos_emb="rope", rope_theta=5e-324), "rope_theta=5e-324 is too small"),
+    (dict(pos_emb="rope", rope_theta=1e-307, block_size=10**4), "rope_theta=1e-307 is too small"),
 ])
 def test_invalid_values_name_the_key(overrides, key):
     with pytest.raises(ValueError, match=key):
