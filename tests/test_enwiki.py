@@ -170,6 +170,16 @@ def test_pack_unpack_roundtrip(tmp_path, tiny_data):
     before = (tmp_path / "out" / "train.bin").stat().st_mtime_ns
     enwiki.unpack(tmp_path / "carry", out_dir=tmp_path / "out", quiet=True)  # intact: not rewritten
     assert (tmp_path / "out" / "train.bin").stat().st_mtime_ns == before
+    # bins intact: a meta.json that records their lengths is kept (prepare's fields with it), one that records other
+    # lengths (another slice's prepare, or unreadable) is rewritten from the manifest (it had been kept unchecked)
+    kept = {**json.loads((tmp_path / "out" / "meta.json").read_text()), "articles": 7}
+    (tmp_path / "out" / "meta.json").write_text(json.dumps(kept))
+    enwiki.unpack(tmp_path / "carry", out_dir=tmp_path / "out", quiet=True)
+    assert json.loads((tmp_path / "out" / "meta.json").read_text()) == kept
+    for stale in (json.dumps({**kept, "val_tokens": meta["val_tokens"] + 1}), "{"):
+        (tmp_path / "out" / "meta.json").write_text(stale)
+        enwiki.unpack(tmp_path / "carry", out_dir=tmp_path / "out", quiet=True)
+        assert json.loads((tmp_path / "out" / "meta.json").read_text()) == got
     # a damaged archive is refused and leaves nothing behind
     m = json.loads((tmp_path / "carry" / "manifest.json").read_text())
     m["files"]["val"]["sha256"] = "0" * 64

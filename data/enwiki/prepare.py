@@ -369,6 +369,15 @@ def _unpack_one(args):
     return tmp.stat().st_size
 
 
+def _meta_agrees(path: Path, meta: dict) -> bool:
+    """Whether the meta.json at path records meta's token counts for every split (False: none, unreadable, other)."""
+    try:
+        old = json.loads(path.read_text())
+        return isinstance(old, dict) and all(old.get(f"{s}_tokens") == meta[f"{s}_tokens"] for s in SPLITS)
+    except (OSError, ValueError):
+        return False
+
+
 def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
     """archive_dir/{train,val}.bin.xz -> out_dir/{train,val}.bin, every sha256 checked (against
     the manifest and, for the full data, the README). Skips files already there and intact."""
@@ -414,8 +423,8 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
         finally:
             for _, tmp, _ in jobs:
                 tmp.unlink(missing_ok=True)
-    elif not (out_dir / "meta.json").is_file():  # keep a meta.json that prepare() wrote
-        write_json(out_dir / "meta.json", meta)
+    elif not _meta_agrees(out_dir / "meta.json", meta):  # keep a meta.json that prepare() wrote for these bins
+        write_json(out_dir / "meta.json", meta)  # none, or one recording other lengths (check_token_file would refuse)
     if not quiet:
         print(f"unpacked {archive_dir} -> {out_dir}: " + ", ".join(
             f"{s} {meta[f'{s}_tokens']:,} tokens{' (= README)' if meta[f'{s}_checked_against_readme'] else ''}"
