@@ -90,6 +90,18 @@ def record_drawn_logits(monkeypatch) -> list:
     return seen
 
 
+def record_step_logits(monkeypatch) -> list:
+    """A list that fills with the logits of every StaticDecoder.prefill and .step (copied: a graph's are one static
+    buffer). A graphed step draws its token from its own graph, which record_drawn_logits cannot see; these can."""
+    from model import StaticDecoder
+    seen = []
+    for name in ("prefill", "step"):
+        real = getattr(StaticDecoder, name)
+        monkeypatch.setattr(StaticDecoder, name,
+                            lambda self, *a, _real=real, **kw: seen.append(_real(self, *a, **kw).clone()) or seen[-1])
+    return seen
+
+
 def record_generate_calls(monkeypatch, what) -> list:
     """A list that fills with what(model, args, kwargs) for every GPT.generate call (the call itself goes on)."""
     seen, real = [], GPT.generate
