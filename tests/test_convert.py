@@ -167,6 +167,34 @@ def test_hosvd_error_is_monotone_in_each_rank_and_matches_explicit():
         assert b["W_rel_err"] <= a["W_rel_err"] + 1e-12 and b["Wt_rel_err"] <= a["Wt_rel_err"] + 1e-12
 
 
+def leading_projector(M, r):
+    """U_r U_r^T of the r leading left singular vectors of M."""
+    U = torch.linalg.svd(M, full_matrices=False)[0][:, :r]
+    return U @ U.t()
+
+
+@pytest.mark.parametrize("shared_kv", [False, True], ids=["separated", "shared"])
+def test_truncated_tucker_factors_span_the_leading_singular_subspaces(shared_kv):
+    """At truncated ranks (the post-softmax ones given apart) every U_j of W and U~_j of W~ spans the leading left
+    singular subspace of that tensor's Mat_j; shared KV: U3 = U~3 spans that of [Mat_3(W)/|W|, Mat_3(W~)/|W~|]."""
+    model = make()
+    ranks, ranks_post = (3, 12, 10), (2, 10, 10 if shared_kv else 6)
+    tucker, _ = cv.convert(model, "tucker", ranks=ranks, ranks_post=ranks_post, shared_kv=shared_kv)
+    assert tucker.config.tucker_ranks == ranks and tucker.config.tucker_ranks_post == ranks_post
+    for a, b in zip(model.transformer.h, tucker.transformer.h):
+        W, Wt = attention_tensors(a.attn)
+        w = b.attn.per_head_weights()
+        for T, suffix, rs in ((W, "", ranks), (Wt, "_post", ranks_post)):
+            for mode, r in zip((1, 2, 3), rs):
+                U = w[f"U{mode}{suffix}"]
+                assert U.shape == (NH if mode == 1 else D, r)
+                if not (shared_kv and mode == 3):
+                    assert torch.allclose(U @ U.t(), leading_projector(unfold(T, mode), r), atol=1e-10), (suffix, mode)
+        if shared_kv:
+            both = torch.cat([unfold(W, 3) / W.norm(), unfold(Wt, 3) / Wt.norm()], dim=1)
+            assert torch.allclose(w["U3"] @ w["U3"].t(), leading_projector(both, ranks[2]), atol=1e-10)
+
+
 @pytest.mark.parametrize("kwargs", [
     dict(to="gqa", n_kv_head=NH),
     dict(to="mla", kv_rank=D, q_rank=D),
@@ -188,21 +216,41 @@ def test_gqa_and_mla_at_full_rank_reproduce_mha(kwargs, bias):
 
 
 def test_low_rank_choices():
-    """GQA keeps heads 0, nH/nG, ...; MLA's down-projections are orthonormal U_r and the ups are
-    U_r^T W; shared KV fits W_UV through the key latent; W_O is kept."""
-    model = make()
+    """GQA keeps heads 0, nH/nG, ... (their key and value biases too); MLA's down-projections are orthonormal U_r
+    (the leading left singular subspace of [W_1 | ... | W_nH] of the query, key and value) and the ups are
+    U_r^T W; shared KV fits W_UV through the key latent; W_O is kept. The reported errors of W and W~ are the
+    explicit |T' - T| / |T| at these truncated ranks."""
+    model = make(bias=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.normal_(0.0, 0.3)
     w = model.transformer.h[0].attn.per_head_weights()  # W_Q, W_K, W_V (nH, d, dH), W_O (nH, dH, d)
-    gqa = cv.convert(model, "gqa", n_kv_head=2)[0].transformer.h[0].attn.per_head_weights()
-    for name in ("W_K", "W_V"):
+
+    def check_errors(out, layers):
+        for a, b, info in zip(model.transformer.h, out.transformer.h, layers):
+            for key, T_src, T_new in zip(("W_rel_err", "Wt_rel_err"), attention_tensors(a.attn), attention_tensors(b.attn)):
+                assert info[key] == pytest.approx(rel_err(T_new, T_src), rel=1e-8) and info[key] > 1e-3
+    out, layers = cv.convert(model, "gqa", n_kv_head=2)
+    check_errors(out, layers)
+    gqa = out.transformer.h[0].attn.per_head_weights()
+    for name in ("W_K", "W_V", "b_K", "b_V"):
         assert torch.equal(gqa[name], w[name][[0, 2]])  # nH = 4, nG = 2: heads 0 and 2
     assert torch.equal(gqa["W_Q"], w["W_Q"]) and torch.equal(gqa["W_O"], w["W_O"])
-    mla = cv.convert(model, "mla", kv_rank=8, q_rank=12, shared_kv=True)[0].transformer.h[0].attn.per_head_weights()
+    out, layers = cv.convert(model, "mla", kv_rank=8, q_rank=12, shared_kv=True)
+    check_errors(out, layers)
+    mla = out.transformer.h[0].attn.per_head_weights()
     Dq, Dk = mla["W_DQ"], mla["W_DK"]  # (d, r)
     for down in (Dq, Dk):
         assert torch.allclose(down.t() @ down, torch.eye(down.size(1), dtype=down.dtype), atol=1e-12)
     Wk = torch.cat(list(w["W_K"]), dim=1)  # [W_K,1 | ... | W_K,nH] (d, d)
     U, S, Vh = torch.linalg.svd(Wk)
     assert torch.allclose(Dk @ Dk.t(), U[:, :8] @ U[:, :8].t(), atol=1e-12)  # the leading key subspace
+    assert torch.allclose(Dq @ Dq.t(), leading_projector(torch.cat(list(w["W_Q"]), dim=1), 12), atol=1e-12)  # query's
+    out, layers = cv.convert(model, "mla", kv_rank=8, q_rank=12)  # separated: the value latent is W_V's own
+    check_errors(out, layers)
+    Dv = out.transformer.h[0].attn.per_head_weights()["W_DV"]
+    assert torch.allclose(Dv @ Dv.t(), leading_projector(torch.cat(list(w["W_V"]), dim=1), 8), atol=1e-12)
     for i in range(NH):
         assert torch.allclose(mla["W_UK"][i], Dk.t() @ w["W_K"][i], atol=1e-12)
         assert torch.allclose(mla["W_UV"][i], Dk.t() @ w["W_V"][i], atol=1e-12)
@@ -210,9 +258,11 @@ def test_low_rank_choices():
     assert torch.equal(mla["W_O"], w["W_O"])
 
 
-def test_tucker_biases_fold_or_drop():
-    """Value bias folds into the output bias and key bias drops, both exactly; query bias does not."""
-    model = make(bias=True)
+@pytest.mark.parametrize("source", [dict(attn="mha"), dict(attn="gqa", n_kv_head=2)], ids=["mha", "gqa2"])
+def test_tucker_biases_fold_or_drop(source):
+    """Value bias folds into the output bias (a GQA value head's bias into each query head it serves) and key bias
+    drops, both exactly; query bias does not."""
+    model = make(source, bias=True)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 1:
@@ -248,6 +298,8 @@ def test_errors_name_the_problem():
     assert cv.convert(rope, "gqa", n_kv_head=2)[0].config.pos_emb == "rope"  # exact for GQA: no flag needed
     with pytest.raises(ValueError, match="MHA"):
         cv.convert(make(TUCKER_SEP), "mla", kv_rank=8)
+    with pytest.raises(ValueError, match="shared_kv"):  # GQA has no shared K/V: refused, not ignored
+        cv.convert(make(), "gqa", n_kv_head=2, shared_kv=True)
     with pytest.raises(ValueError, match="tucker_ranks"):
         cv.convert(make(), "tucker", ranks=(5, 16, 16))  # r1 > n_head
 
@@ -262,18 +314,26 @@ def test_convert_cli_checkpoint_loads_in_sample_and_resumes_in_train(tmp_path):
     src, dst, data = tmp_path / "mha", tmp_path / "tucker", tmp_path / "data"
     save_train_ckpt(model, src)
     write_data(data)
-    info = cv.main([f"--in_dir={src}", "--to=tucker", "--ranks=3,16,16", "--shared_kv", f"--out_dir={dst}",
-                    f"--data_dir={data}", "--eval_batches=2", "--batch_size=2"])
+    info = cv.main([f"--in_dir={src}", "--to=tucker", "--ranks=3,16,16", "--ranks_post=2,12,16", "--shared_kv",
+                    f"--out_dir={dst}", f"--data_dir={data}", "--eval_batches=2", "--batch_size=2",
+                    "--weight_decay=0.05", "--beta1=0.8", "--beta2=0.99"])
     loaded = load_model(str(dst))
-    expected, _ = cv.convert(model, "tucker", ranks=(3, 16, 16), shared_kv=True)
+    expected, _ = cv.convert(model, "tucker", ranks=(3, 16, 16), ranks_post=(2, 12, 16), shared_kv=True)
     idx = tokens()
     with torch.no_grad():
         assert torch.allclose(loaded(idx)[0], expected.float()(idx)[0], rtol=1e-5, atol=1e-6)
     saved = json.loads((dst / "convert.json").read_text())
-    assert saved["val_loss_before"] == pytest.approx(info["val_loss_before"]) and saved["val_loss_after"] > 0
+    assert saved["val_loss_before"] == pytest.approx(info["val_loss_before"])
+    # the losses are of the source and of the converted model (the same seeded batches)
+    assert saved["val_loss_before"] == pytest.approx(cv.val_loss(model, str(data), 2, 2), rel=1e-6)
+    assert saved["val_loss_after"] == pytest.approx(cv.val_loss(loaded, str(data), 2, 2), rel=1e-6)
     assert len(saved["layers"]) == 2 and 0 < saved["layers"][0]["W_rel_err"] < 1
     ckpt = torch.load(dst / "ckpt.pt", map_location="cpu", weights_only=False)
     assert ckpt["iter_num"] == 0 and ckpt["best_val_loss"] == float("inf") and ckpt["model_config"]["shared_kv"]
+    assert tuple(ckpt["model_config"]["tucker_ranks_post"]) == (2, 12, 16)
+    # the fresh AdamW state carries the given hyperparameters (train.py's resume takes them from it)
+    assert ckpt["optimizer"]["param_groups"][0]["weight_decay"] == 0.05
+    assert all(tuple(g["betas"]) == (0.8, 0.99) for g in ckpt["optimizer"]["param_groups"])
     # train.py resumes from it unchanged (2 iterations, in this process) and keeps the converted architecture
     import train
     train.main(["--init_from=resume", f"--out_dir={dst}", f"--data_dir={data}", "--device=cpu", "--compile=False",
@@ -281,10 +341,10 @@ def test_convert_cli_checkpoint_loads_in_sample_and_resumes_in_train(tmp_path):
                 "--lr_decay_iters=2"])
     after = torch.load(dst / "ckpt.pt", map_location="cpu", weights_only=False)
     assert after["iter_num"] == 2 and after["model_config"] == ckpt["model_config"]
-    assert after["optimizer"]["param_groups"][0]["weight_decay"] == 0.1
+    assert after["optimizer"]["param_groups"][0]["weight_decay"] == 0.05  # the converted checkpoint's
 
 
-def test_spectrum_cli_writes_plots_and_json(tmp_path):
+def test_spectrum_cli_writes_plots_and_json(tmp_path, capsys):
     save_train_ckpt(make().float(), tmp_path / "mha")
     save_train_ckpt(make(TUCKER_SEP).float(), tmp_path / "tucker")
     out = tmp_path / "spectra"
@@ -300,6 +360,30 @@ def test_spectrum_cli_writes_plots_and_json(tmp_path):
     (tmp_path / "a_file").write_text("")
     with pytest.raises(SystemExit):
         spectrum.main([str(tmp_path / "mha"), "--out", str(tmp_path / "a_file")])  # one line, exit 2
+    err = one_line_error(lambda: spectrum.main([str(tmp_path / "mha"), str(tmp_path / "tucker"), "--out", str(out),
+                                                "--labels", "MHA"]), capsys)  # not one label per checkpoint
+    assert "1 labels for 2 checkpoints" in err
+
+
+def test_energy_is_the_share_a_rank_truncation_keeps(tmp_path):
+    """energy(s, r) is |M_r|^2 / |M|^2 of the best rank-r approximation M_r of a matrix with singular values s
+    (Eckart-Young); write_energy takes each mode's ranks from that mode of the targets, and a Tucker model keeps
+    all of its energy exactly at its own ranks, not one rank below."""
+    M = torch.randn(6, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    U, S, Vh = torch.linalg.svd(M, full_matrices=False)
+    for r in range(7):
+        kept = (U[:, :r] * S[:r]) @ Vh[:r]
+        assert spectrum.energy(S.numpy(), r) == pytest.approx(((kept.norm() / M.norm()) ** 2).item(), rel=1e-12, abs=1e-15)
+    c = make(TUCKER_SEP).config  # pre (3, 12, 10), post (2, 10, 6)
+    results = [dict(label="tucker", path="-", model_config=c.to_dict(), spectra=spectrum.attention_spectra(make(TUCKER_SEP)))]
+    data = spectrum.write_energy(results, [list(c.tucker_ranks), list(c.tucker_ranks_post)], str(tmp_path))
+    assert data["ranks"] == {"mode1": [3, 2], "mode2": [12, 10], "mode3": [10, 6]}
+    energy = data["checkpoints"][0]["energy"]
+    for name, ranks in (("pre", c.tucker_ranks), ("post", c.tucker_ranks_post)):
+        for mode, r in zip((1, 2, 3), ranks):
+            assert energy[name][f"mode{mode}"][str(r)] == pytest.approx([1.0] * TINY["n_layer"], abs=1e-12)
+    for mode, r in ((1, 2), (2, 10), (3, 6)):  # below W's ranks: less than all of it
+        assert all(e < 1 - 1e-6 for e in energy["pre"][f"mode{mode}"][str(r)]), (mode, r)
 
 
 # ---------------------------------------------------------------------------------------
@@ -384,6 +468,14 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
         assert r["finetuned_val_loss"]["2"] == r["finetune_curve"]["2"] != r["converted_val_loss"]
         log = (tmp_path / "work" / pos / target / "finetune" / "log.jsonl").read_text()
         assert all(json.loads(line)["lr"] == pytest.approx(1e-3) for line in log.splitlines())
+    # the rows' W / W~ errors are the conversion's own, per layer, and their means
+    from checkpoint import load_checkpoint
+    source = load_checkpoint(str(runs / "mha-rope_off"))[0].float()
+    _, layers = cv.convert(source, **convert_study.target_kwargs("tucker_2_16_16", source.config))
+    r = rows[("learned", "tucker_2_16_16")]
+    for key in ("W_rel_err", "Wt_rel_err"):
+        assert r[f"{key}_layers"] == pytest.approx([info[key] for info in layers], rel=1e-9)
+        assert r[f"{key}_mean"] == pytest.approx(sum(r[f"{key}_layers"]) / TINY["n_layer"], rel=1e-12)
     learned, rope = rows[("learned", "tucker_full")], rows[("rope", "tucker_full")]
     assert learned["converted_val_loss"] == pytest.approx(learned["source_val_loss_reevaluated"], abs=1e-5)
     assert learned["logit_rel_err"] < 1e-5 and max(learned["attn_out_rel_err_layers"]) < 1e-5
@@ -445,6 +537,106 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
     assert "has pos_emb='sinusoidal': the study compares its conversions with the enwiki table's runs" in str(e.value)
 
 
+def test_study_targets_convert_into_the_rows_they_are_compared_with():
+    """A study target's converted attention is that of the table row of the same id, the from-scratch run it is
+    compared with (every default target, in the enwiki table; a shared-KV Tucker row, in tab_shake's)."""
+    from model import GPTConfig
+    from scripts import convert_study, paper_tables as pt
+    keys = ("attn", "n_kv_head", "kv_rank", "q_rank", "shared_kv", "tucker_ranks", "tucker_ranks_post")
+
+    def attention(config: dict):
+        return {**{k: config[k] for k in keys}, "tucker_ranks_post": config["tucker_ranks_post"] or config["tucker_ranks"]}
+    for table, ids in (("enwiki", convert_study.TARGETS), ("shakespeare", ["tucker_shared_4_32_32"])):
+        rows = pt.TABLES[table]
+        source = GPTConfig(**pt.build_config(rows.row("mha"), "off"))
+        for row_id in ids:
+            kwargs = convert_study.target_kwargs(row_id, source)
+            converted = cv.target_config(source, **kwargs).to_dict()
+            assert attention(converted) == attention(pt.build_config(rows.row(row_id), "off")), row_id
+
+
+def test_output_errors_feed_each_layer_the_source_residual_stream():
+    """The study's attention-output error of layer l is that of the converted layer against the source's, both fed
+    ln_1 of the residual stream the source itself computes there; the logit error is the whole models'."""
+    from scripts.convert_study import output_errors
+    source = make()
+    converted = cv.convert(source, "tucker", ranks=(2, 8, 8))[0]
+    seen = []  # the input of every source attention layer in the source's own forward
+    hooks = [b.attn.register_forward_hook(lambda m, args, out: seen.append(args[0].clone())) for b in source.transformer.h]
+    idx = tokens()
+    with torch.no_grad():
+        logits = source(idx)[0]
+        for h in hooks:
+            h.remove()
+        errors = output_errors(source, converted, idx)
+        expected = [rel_err(bc.attn(h, None), bs.attn(h, None))
+                    for h, bs, bc in zip(seen, source.transformer.h, converted.transformer.h)]
+        assert errors["logit_rel_err"] == pytest.approx(rel_err(converted(idx)[0], logits), rel=1e-9)
+    assert len(expected) == TINY["n_layer"] and min(expected) > 1e-3
+    assert errors["attn_out_rel_err_layers"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_study_scratch_column_takes_the_latent_rope_mla_row_first(tmp_path):
+    """RoPE MLA targets are compared with the latent-RoPE row where it ran (the conversion gives latent RoPE), the
+    decoupled-RoPE row only without it; learned positions: the row itself."""
+    from scripts.convert_study import scratch_of
+    for row, rope, loss in (("mla_shared8", "on", 3.75), ("mla_shared_latent8", "on", 3.5), ("mla_shared8", "off", 3.25)):
+        (tmp_path / f"{row}-rope_{rope}-s7").mkdir()
+        (tmp_path / f"{row}-rope_{rope}-s7" / "summary.json").write_text(json.dumps({"final_val_loss": loss, "iters": 9}))
+    assert scratch_of("mla_shared8", "on", tmp_path, 7)["row"] == "mla_shared_latent8"
+    assert scratch_of("mla_shared8", "off", tmp_path, 7)["final_val_loss"] == 3.25
+    (tmp_path / "mla_shared_latent8-rope_on-s7" / "summary.json").unlink()
+    assert scratch_of("mla_shared8", "on", tmp_path, 7)["row"] == "mla_shared8"
+
+
+def study_args(tmp_path, **overrides):
+    """Study's arguments (the command line's defaults where a test does not care), on the CPU."""
+    from types import SimpleNamespace
+    return SimpleNamespace(**{**dict(work_dir=str(tmp_path / "work"), device="cpu", gpus="", finetune_iters=[0, 4, 8],
+                                     finetune_lr=None, finetune_eval_iters=1, batch_size=None, compile=False,
+                                     data_dir=str(tmp_path / "data"), allow_unfinished=False, dtype="", eval_batch_size=8,
+                                     time_budget=0, inprocess=True), **overrides})
+
+
+def test_study_finetune_runs_at_a_constant_rate(tmp_path):
+    """The fine-tune's learning rate, as train.py resolves it on resume (the source run's own keys where the
+    command does not give them), is the source's min_lr at every iteration: no warmup, no decay."""
+    import configurator
+    import train
+    from scripts.convert_study import Study
+    from train_config import RUN_KEYS
+    source_cfg = dict(learning_rate=6e-4, min_lr=6e-5, warmup_iters=100, lr_decay_iters=5000, decay_lr=True)
+    study = Study(study_args(tmp_path))
+    argv = study.finetune_argv(dict(cfg=source_cfg, dtype="float32"), tmp_path / "ft", "cpu")
+    given = set()
+    cfg = configurator.parse_config(argv, train.DEFAULTS, given)
+    cfg.update({k: v for k, v in source_cfg.items() if k in RUN_KEYS and k not in given})
+    assert cfg["max_iters"] == 8 and cfg["eval_interval"] == 4
+    assert [train.get_lr(it, cfg) for it in range(cfg["max_iters"] + 1)] == [6e-5] * 9
+
+
+def test_study_redoes_a_source_whose_checkpoint_changed(tmp_path):
+    """A source re-evaluates, and its earlier conversions go, when its ckpt.pt is newer than the work made from it;
+    an unchanged one reuses its evaluation."""
+    from scripts.convert_study import Study
+    src = tmp_path / "mha"
+    save_train_ckpt(make().float(), src)
+    (src / "summary.json").write_text(json.dumps({"finished": True, "final_val_loss": 4.0}))
+    write_data(tmp_path / "data", n=400)
+    study = Study(study_args(tmp_path))
+    first = study.load_source(str(src))["val_loss_reevaluated"]
+    stale = tmp_path / "work" / "learned" / "gqa2" / "convert"
+    stale.mkdir(parents=True)
+    assert study.load_source(str(src))["val_loss_reevaluated"] == first and stale.exists()  # unchanged: reused
+    save_train_ckpt(make(seed=1).float(), src)  # a new checkpoint (newer mtime)
+    os.utime(src / "ckpt.pt", (os.path.getmtime(src / "ckpt.pt") + 10,) * 2)
+    again = study.load_source(str(src))["val_loss_reevaluated"]
+    assert not stale.exists() and again != first
+    # the checkpoint file itself given: its run's summary.json is the one beside it (it had been looked for under
+    # the file, so a finished run was skipped as unfinished)
+    assert study.load_source(str(src / "ckpt.pt"))["val_loss_reevaluated"] == again
+
+
 def convert_error(argv, capsys) -> str:
     return one_line_error(lambda: cv.main(argv), capsys)
 
@@ -483,6 +675,7 @@ def test_convert_checks_every_option_before_converting(tmp_path, capsys, monkeyp
     gqa = ["--to=gqa", "--n_kv_head=2"]
     assert "is a file" in convert_error([f"--in_dir={src}", f"--out_dir={tmp_path / 'a_file'}", *gqa], capsys)
     assert "the source's own folder" in convert_error([f"--in_dir={src}", f"--out_dir={src}", *gqa], capsys)
+    assert "the source's own folder" in convert_error([f"--in_dir={src / 'ckpt.pt'}", f"--out_dir={src}", *gqa], capsys)
     cv.main([*base, *gqa])
     before = (tmp_path / "new" / "ckpt.pt").read_bytes()
     err = convert_error([*base, "--to=tucker", "--ranks=3,16,16"], capsys)  # the first conversion is kept
