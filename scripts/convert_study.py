@@ -190,7 +190,8 @@ class Study:
         """The source MHA (on the CPU, float32), its run's keys and summary; None (a warning) if its
         run has not finished (a checkpoint of a run cut off mid-way is not the trained model). A ValueError naming
         the target where one of `targets` is unknown or does not fit the source's sizes, before its evaluation."""
-        summary = read_json(Path(path) / "summary.json") or {}
+        run_dir = Path(path) if os.path.isdir(path) else Path(path).parent  # --mha takes a run folder or its ckpt.pt
+        summary = read_json(run_dir / "summary.json") or {}
         if not summary.get("finished") and not self.args.allow_unfinished:
             print(f"warning: {path}: its summary.json does not say finished (run cut off?): skipped "
                   "(--allow_unfinished converts it anyway)", file=sys.stderr)
