@@ -2056,7 +2056,7 @@ class GPT(nn.Module):
                 decoder.mega.check()  # a grid barrier that gave up would have left garbage: say so
             return out
 
-    # --- accounting    # --- accounting (from the instantiated modules, never re-derived from the config) --------
+    # --- accounting (from the instantiated modules, never re-derived from the config) --------
 
     def attn_params_per_layer(self) -> int:
         return sum(p.numel() for p in self.transformer.h[0].attn.parameters())

@@ -62,7 +62,7 @@ def main(argv=None):
 
     # 1. Tucker [8,64,64] separated within ~1.5% of MHA with ~11% of its attention parameters
     lines.append("## 1. Tucker [8,64,64] separated vs MHA")
-    share = by[("tucker_8_64_64", "off")]["attn_params_mb"] / by[("mha", "off")]["attn_params_mb"]
+    share = record("tucker_8_64_64", "off")["attn_params_mb"] / record("mha", "off")["attn_params_mb"]
     for rope in ("off", "on"):
         gap = 100 * (loss("tucker_8_64_64", rope) / loss("mha", rope) - 1)
         pgap = 100 * (paper("tucker_8_64_64", rope) / paper("mha", rope) - 1)

@@ -80,6 +80,7 @@ def test_gpt2_124m_exact_count(bias):
     mlp = 8 * d * d + (4 * d + d if bias else 0)
     total = V * d + N * d + L * (attn + mlp + 2 * ln) + ln
     model = meta_model(bias=bias)
+    assert model.attn_params_per_layer() == attn and model.attn_params() == L * attn  # biases are attention params
     assert model.get_num_params(non_embedding=False) == total
     assert model.get_num_params() == total - N * d  # position embedding dropped, tied wte kept
     if not bias:
@@ -341,3 +342,10 @@ def test_attn_table_llama1b_json(monkeypatch, capsys):
     assert by["mha"]["paper_kv_cache_mb_bf16"] == pytest.approx(mha_kv_mb, rel=2e-3)
     assert by["mla_sep128"]["kv_cache_mb"] == pytest.approx(2 * 128 * 16 * 4096 * 2 / 1e6)  # separated: 2 dc
     assert {r["row"] for r in rows if r["note"]} == {"mla_sep128", "mla_sep64"}  # the paper's own outliers
+    # the text table of these rows: ours, the paper as printed (M params / values), the same in bf16 MB, ours - that
+    from scripts.paper_tables import TABLES
+    attn_table.print_rescaled(TABLES["llama1b"], rows)
+    mha = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("mha "))
+    want = [f"{mha_params_mb:.2f}", "268", f"{2 * 268:.2f}", f"{mha_params_mb - 2 * 268:+.2f}"]
+    assert [cell.split() for cell in mha.split("|")[1:3]] == [want, [f"{mha_kv_mb:.2f}", *want[1:3],
+                                                                      f"{mha_kv_mb - 2 * 268:+.2f}"]]

@@ -418,6 +418,7 @@ def test_results_report(tmp_path):
     assert by[("tucker_8_128_64", "off")]["kv_cache_mb"] == pytest.approx(kv_mb(64 + 64))  # r3 + r~3
     md = (out / "table.md").read_text()
     assert "not run" in md and "3.5000 ± 0.0200" in md and "+2.86% ± 0.57" in md
+    assert f"| MHA | {4 * 768**2 * 12 * 2 / 1e6:.2f} / 56.62 | {kv_mb(2 * 768):.3f} / 37.74 | 3.5000 ± 0.0200 | 3 |" in md
     claims = (out / "claims.md").read_text()
     assert "pooled sample std 0.0200" in claims
     assert "gap +2.86% ± 0.93%" in claims  # 100 * 2 * 0.02 * sqrt(2/3) / 3.50

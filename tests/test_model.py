@@ -446,6 +446,11 @@ def test_mfu_flops_equal_nanogpt_formula_for_mha():
     T = cfg.block_size
     assert model.flops_per_token() == 6 * n_matmul + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
     assert 0 < model.estimate_mfu(tokens_per_iter=12 * 1024, dt=0.026, peak_flops=790e12) < 1
+    # a context other than block_size (bench_train's shorter sequences): the score term follows ctx, and so does MFU
+    short = 6 * n_matmul + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * 256
+    assert model.flops_per_token(256) == short
+    assert model.estimate_mfu(tokens_per_iter=64 * 256, dt=0.01, peak_flops=790e12, ctx=256) == \
+        pytest.approx(short * 64 * 256 / 0.01 / 790e12)
 
 
 # ---------------------------------------------------------------------------------------

@@ -88,6 +88,90 @@ def test_transcription_self_consistent():
         assert abs(math.log(p["ppl"]) - p["val_loss"]) < tol, r.id
 
 
+PAPER_TEX = REPO.parent / "shared" / "paper" / "tucker-attention.tex"
+
+
+def tex_table_numbers(label: str) -> list:
+    r"""The numbers of each data line of the paper's LaTeX table `label`, in order (\twocol{x}: x for both RoPE
+    settings; the method cell holds no plain number)."""
+    text = PAPER_TEX.read_text()
+    body = text[text.index(r"\label{%s}" % label):]
+    body = body[:body.index(r"\end{tabular}")]
+    rows = []
+    for line in body.splitlines():
+        if r"\\" not in line:
+            continue
+        line = re.sub(r"\\twocol\{([^}]*)\}", r"\1 & \1", line.split(r"\\")[0])
+        nums = []
+        for cell in line.split("&"):
+            cell = re.sub(r"\\textbf|[{}\s]", "", cell)
+            try:
+                nums.append(float(cell))
+            except ValueError:
+                pass
+        if nums:
+            rows.append(nums)
+    return rows
+
+
+def test_transcription_matches_the_papers_tex():
+    """Every transcribed number, row by row in the paper's order, is the one in the paper's LaTeX source (a typo or
+    two rows swapped in paper_tables.py are caught here, not only where a derived column happens to recompute)."""
+    if not PAPER_TEX.is_file():
+        pytest.skip(f"the paper's source is not beside the checkout ({PAPER_TEX})")
+    shake_cols = ("attn_params_mb", "kv_cache_mb", "val_loss", "loss_x_attn_params", "loss_x_kv_cache")
+    assert tex_table_numbers("tab_shake") == [[r.paper[rope][c] for c in shake_cols for rope in ("off", "on")]
+                                              for r in SHAKESPEARE_ROWS]
+    assert tex_table_numbers("tab_gpt2") == [[r.paper[rope][c] for c in OWT_COLUMNS]
+                                             for rope in ("off", "on") for r in OWT_ROWS if rope in r.rope_settings]
+    assert tex_table_numbers("tab:owt2_llama1b_timing") == [[r.paper["on"][c] for c in LLAMA_COLUMNS]
+                                                            for r in LLAMA_ROWS]
+
+
+def label_settings(label: str, dH: int) -> dict:
+    """The model keys a row's label (the method as the paper prints it) fixes, read from the label alone."""
+    ranks = [int(x) for x in re.findall(r"\d+", label[label.index("["):])] if "[" in label else []
+    latent = {"mla_rope": "latent"} if "latent RoPE" in label else {}
+    if label == "MHA":
+        return {"attn": "mha"}
+    if label.startswith(("GQA", "MQA")):
+        return {"attn": "gqa", "n_kv_head": ranks[0]}
+    if label.startswith("MLA [GQA"):  # full query, the latent of nG key/value heads
+        return {"attn": "mla", "q_rank": None, "kv_rank": ranks[0] * dH, "shared_kv": False, **latent}
+    if label.startswith("MLA"):
+        keys = {"attn": "mla", "kv_rank": ranks[-1], "shared_kv": "shared" in label, **latent}
+        return {**keys, "q_rank": ranks[-1]} if "dcQ" in label else keys
+    assert label.startswith("Tucker"), label
+    return {"attn": "tucker", "tucker_ranks": tuple(ranks), "shared_kv": "shared" in label}
+
+
+def label_family(label: str) -> str:
+    """The method family a row's label names (results.py styles and groups by it)."""
+    latent = ", latent RoPE" if "latent RoPE" in label else ""
+    if label == "MHA":
+        return "MHA"
+    if label.startswith(("GQA", "MQA")):
+        return "GQA"
+    if label.startswith("MLA [GQA"):
+        return "MLA full query" + latent
+    if label.startswith("MLA shared"):
+        return "MLA shared" + latent
+    if label.startswith("MLA"):
+        return "MLA separated"
+    return "Tucker shared" if label.startswith("Tucker shared") else "Tucker separated"
+
+
+def test_paper_remarks_of_enwiki_are_owts():
+    """enwiki shows tab_gpt2's numbers beside its runs, so attn_table notes tab_gpt2's remarks on them."""
+    from scripts.paper_tables import paper_remarks
+    for row in TABLES["enwiki"].rows:
+        for rope in row.rope_settings:
+            owt = {r.id: r for r in OWT_ROWS}.get(row.id)
+            want = paper_remarks(owt, rope) if owt is not None and rope in owt.rope_settings else []
+            assert paper_remarks(row, rope) == want, (row.id, rope)
+    assert paper_remarks(TABLES["enwiki"].row("gqa4"), "off") and paper_remarks(TABLES["enwiki"].row("mla_shared128"), "on")
+
+
 def test_run_overrides():
     mha = TABLES["shakespeare"].row("mha")
     assert run_overrides(mha, "off")["pos_emb"] == "learned"
@@ -145,6 +229,11 @@ def test_row_instantiates_and_matches_table1(table, row, rope):
     assert c.block_size == TABLES[table].seq_len
     if row.family == "MLA shared, latent RoPE" or (table == "llama1b" and c.attn == "mla"):
         assert c.mla_rope == "latent"
+    # the config file is the row's method: what its label says (a row pointing at another row's file counted and
+    # trained that one, and its numbers matched Table 1 all the same)
+    want = label_settings(row.label, c.head_dim)
+    assert {k: getattr(c, k) for k in want} == want, (row.label, row.config)
+    assert row.family == label_family(row.label)
     with torch.device("meta"):
         model = GPT(c)
     p, kv = table1_expected(c)
@@ -200,14 +289,29 @@ def test_attn_table_json():
     assert by[("mha", "off")]["note"] == ""
     # the paper's own inconsistency is reported, not hidden
     assert "0.1875" in by[("tucker_shared_6_32_32", "off")]["note"]
+    # and our model always agrees with attn_table's Table 1 (+ decoupled RoPE's extras), a count it makes apart from
+    # the model's: a slip in either is a note on the rows it touches
+    assert [r["row"] for r in rows if "MODEL DIFFERS" in r["note"]] == []
 
 
-def test_attn_table_owt_text():
+def test_attn_table_owt_text(monkeypatch, capsys):
     from scripts import attn_table
     rows = attn_table.compute("owt")
     assert len(rows) == 15
     assert all(r["kv_unit"] == "MB" for r in rows)
     assert "12.58" in next(r for r in rows if r["row"] == "gqa4")["note"]
+    assert [r["row"] for r in rows if "MODEL DIFFERS" in r["note"]] == []
+    # the text table (the same rows, not counted twice): ours, the paper's, ours - paper, by hand for Tucker [8,64,64]
+    monkeypatch.setattr(attn_table, "compute", lambda name: rows)
+    monkeypatch.setattr(sys, "argv", ["attn_table.py", "owt"])
+    attn_table.main()
+    lines = {tuple(line.split("|")[0].split()): line.split("|")[1:3] for line in capsys.readouterr().out.splitlines()
+             if line.count("|") == 3}
+    d, L, N = 768, 12, 1024
+    params_mb = 2 * (12 * 8 + 2 * d * 64 + 8 * 64 * 64) * L * 2 / 1e6  # pre + post softmax factors, bf16
+    kv_mb = (64 + 64) * L * N * 2 / 1e6  # r3 + r~3 values per token per layer
+    assert [cell.split() for cell in lines[("tucker_8_64_64", "off")]] == [
+        [f"{params_mb:.2f}", "6.31", f"{params_mb - 6.31:+.2f}"], [f"{kv_mb:.3f}", "3.14", f"{kv_mb - 3.14:+.3f}"]]
 
 
 def _dry_run(results_dir, *extra):
@@ -508,7 +612,8 @@ def test_results_tables_and_plots(tmp_path):
     for rid, rope, seed, loss in synth:
         d = runs / f"{rid}-rope_{rope}-s{seed}"
         d.mkdir(parents=True)
-        (d / "summary.json").write_text(json.dumps(_summary(t.row(rid), rope, seed, loss)))
+        best_iter = 700 if (rid, seed) == ("tucker_8_64_64", 1) else 500  # the mean over seeds: 600
+        (d / "summary.json").write_text(json.dumps(_summary(t.row(rid), rope, seed, loss, best_iter)))
     # an unfinished run is ignored
     d = runs / "gqa4-rope_off-s1337"
     d.mkdir()
@@ -530,6 +635,21 @@ def test_results_tables_and_plots(tmp_path):
     assert by[("tucker_8_64_64", "off")]["gap_to_mha_pct"] == pytest.approx(100 * (3.91 / 3.80 - 1))
     assert by[("mha", "on")]["paper_gap_to_mha_pct"] == pytest.approx(0.0)
     assert by[("mha", "off")]["attn_params_mb"] == pytest.approx(56.623104)
+    assert by[("tucker_8_64_64", "off")]["best_iter"] == pytest.approx(600)
+    # by hand: MHA's attention 4 d^2 L, its KV cache 2 d L N values, bf16; the table's KV unit is MiB
+    d, L, N = 768, 12, 256
+    params, kv = 4 * d * d * L * 2 / 1e6, 2 * d * L * N * 2 / 2**20
+    mha, paper = by[("mha", "off")], t.row("mha").paper["off"]
+    assert mha["kv_cache_mb"] == pytest.approx(kv) and mha["diff_val_loss"] == pytest.approx(3.80 - paper["val_loss"])
+    assert (mha["loss_x_attn_params"], mha["loss_x_kv_cache"]) == (pytest.approx(3.80 * params), pytest.approx(3.80 * kv))
+    # table.md: the MHA row w/o RoPE, every cell, under its heading; a row without runs shows dashes, not numbers
+    row = (f"| MHA | {params:.2f} / 56.62 | {kv:.4f} / 9.000 | 3.800 | 3.855 | {3.80 - 3.855:+.3f} "
+           f"| {3.80 * params:.2f} | 218.27 | {3.80 * params - 218.27:+.2f} | {3.80 * kv:.2f} | 34.70 "
+           f"| {3.80 * kv - 34.70:+.2f} | +0.00% | +0.00% | 500 | 1 |")
+    assert md.index("## w/o RoPE") < md.index(row + "\n") < md.index("## w/ RoPE")
+    gqa4 = 2 * (d * d + 4 * 64 * d) * L * 2 / 1e6, 2 * 4 * 64 * L * N * 2 / 2**20  # 2 d^2 + 2 nG dH d; 2 nG dH
+    assert (f"| GQA [nG=4] | {gqa4[0]:.2f} / 37.74 | {gqa4[1]:.4f} / 3.000 | — | 3.859 | — | — | 145.64 | — | — "
+            f"| 11.58 | — | — | {100 * (3.859 / 3.855 - 1):+.2f}% | — | 0 |\n") in md
     for png in ("pareto_attn_params.png", "pareto_kv_cache.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -640,11 +760,15 @@ def test_enwiki_table_counts_runs_without_a_wall_time(tmp_path):
     d = runs / "mha-rope_off-s1337"
     d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(build_config(t.row("mha"), "off")))
-    (d / "log.jsonl").write_text(json.dumps({"iter": 250, "val_loss": 3.9, "train_loss": 3.95}) + "\n")
+    evals = [(250, 3.9), (500, 3.7), (750, 3.8)]  # the best (500) is neither the first nor the last
+    (d / "log.jsonl").write_text("".join(json.dumps({"iter": i, "val_loss": v, "train_loss": v + 0.05}) + "\n"
+                                         for i, v in evals))
     out = tmp_path / "out"
     results.main(["enwiki", "--runs", str(runs), "--out", str(out), "--include-unfinished"])
     md = (out / "table.md").read_text()
     assert "none yet" not in md and "(row, RoPE) entries, 1 runs" in md and "wall time per run" not in md
+    rec = next(r for r in json.loads((out / "table.json").read_text()) if (r["row"], r["rope"]) == ("mha", "off"))
+    assert rec["val_loss"] == pytest.approx(3.8) and rec["best_iter"] == 500  # enwiki's loss: the last evaluation
 
 
 def test_results_llama1b_compares_in_bf16_megabytes(tmp_path):
@@ -698,7 +822,11 @@ def test_shakespeare_claims_reproduce_and_refuse_a_partial_table(tmp_path, capsy
     out = tmp_path / "claims.md"
     shakespeare_claims.main(["--out", str(out)])
     assert out.read_text() == (REPO / "results/shakespeare/claims.md").read_text()
+    partial = tmp_path / "partial.json"  # Tucker [8,64,64] without RoPE left out: read first (a KeyError traceback)
+    partial.write_text(json.dumps([r for r in json.loads((REPO / "results/shakespeare/table.json").read_text())
+                                   if (r["row"], r["rope"]) != ("tucker_8_64_64", "off")]))
     for args, says in [(["--table", str(REPO / "results/shakespeare/long/table.json")], "has no loss for row"),
+                       (["--table", str(partial)], "has no loss for row 'tucker_8_64_64' with RoPE off"),
                        (["--table", str(tmp_path / "none.json")], "--table"),
                        (["--out", str(tmp_path / "no" / "c.md")], "does not exist")]:
         with pytest.raises(SystemExit) as e:
