@@ -92,8 +92,13 @@ def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
     Y = val[1:n * 64 + 1].view(n, 64)
     with torch.no_grad():
         expected = torch.cat([model(x, y)[1].view(1) * y.numel() for x, y in zip(X.split(16), Y.split(16))]).sum() / Y.numel()
-    logged = [r["val_loss"] for r in read_log(out) if r.get("iter") == 2 and "val_loss" in r][0]
-    assert logged == pytest.approx(expected.item(), rel=1e-6)
+    logged = [r for r in read_log(out) if r.get("iter") == 2 and "val_loss" in r][0]
+    assert logged["val_loss"] == pytest.approx(expected.item(), rel=1e-6)
+    # the train loss stays the estimate of eval_iters random batches (drawn from seed + 1), not the whole split
+    from evaluate import split_loss
+    train_loss = split_loss(model, str(small / "train.bin"), 64, 16, 1, False, torch.device("cpu"),
+                            seed=ckpt["config"]["seed"] + 1)
+    assert logged["train_loss"] == pytest.approx(train_loss, rel=1e-6)
 
 
 def test_sigusr1_prints_where_the_job_is(data_dir, tmp_path):
@@ -267,6 +272,7 @@ def test_eval_only_leaves_the_runs_end_as_it_was(data_dir, tmp_path, capsys):
     train.main(bad)
     first = json.loads((stop / "summary.json").read_text())
     assert first["stopped_reason"].startswith("early stop") and first["finished"], first
+    assert first["iters"] == first["best_iter"] + 2  # at the first evaluation (patience 1) after the best one
     train.main([*bad, "--init_from=resume", "--eval_only=True"])
     again = json.loads((stop / "summary.json").read_text())
     assert again["finished"] and again["stopped_reason"] == first["stopped_reason"]
@@ -521,6 +527,23 @@ def test_resume_from_an_unreadable_checkpoint(damage, small_run, capsys):
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing touched
 
 
+def test_non_finite_evaluation_stops_before_its_checkpoint(small_data, tmp_path, capsys):
+    """Weights that turn non-finite between log lines (no log line before the next evaluation) are caught by that
+    evaluation: the run stops there (exit 1) and does not checkpoint them; the last good checkpoint is kept."""
+    import train
+    out = tmp_path / "run"
+    args = [f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=2"]
+    train_in_process([*args, "--max_iters=2"])
+    good = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)["model"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:  # one step at this rate makes the loss of the next one NaN
+        train.main([*SMALL, *args, "--init_from=resume", "--max_iters=6", "--log_interval=100", "--learning_rate=1e12",
+                    "--decay_lr=False", "--grad_clip=0.0"])
+    assert stop.value.code == 1 and "non-finite eval loss at iter 4" in capsys.readouterr().err
+    kept = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)
+    assert kept["iter_num"] == 2 and all(torch.equal(kept["model"][k], good[k]) for k in good)
+
+
 def test_resume_refuses_model_keys_that_differ_from_the_checkpoint(small_run, capsys):
     args, out = small_run
     err = train_error([*args, "--init_from=resume", "--n_embd=32", "--max_iters=8"], capsys)
@@ -536,7 +559,8 @@ def test_resume_drops_log_records_of_redone_iterations(small_run):
         f.write("".join(json.dumps(r) + "\n" for r in ghost) + '{"iter": 7, "lo')  # and a line cut short
     stale = out / "ckpt.pt.tmp.999999999"  # a temp file a killed save left behind
     stale.write_bytes(b"partial")
-    train_in_process([*args, "--init_from=resume", "--max_iters=8", "--eval_interval=4"])
+    # removed as the run starts, not only by a save's clean-up (this one saves none)
+    train_in_process([*args, "--init_from=resume", "--max_iters=8", "--eval_interval=4", "--save_checkpoint=False"])
     records = read_log(out)
     train_iters = [r["iter"] for r in records if "loss" in r]
     eval_iters = [r["iter"] for r in records if "val_loss" in r]
@@ -569,6 +593,75 @@ def test_each_rank_resumes_its_own_dropout_stream(small_run):
                     autocast=train.nullcontext(), data_dir=cfg["data_dir"], out_dir=str(out))
     train.build(cfg, gptconf, ckpt, env)
     assert torch.equal(torch.get_rng_state(), rank1)
+
+
+def test_each_rank_starts_its_own_dropout_stream_from_the_same_weights(small_data, tmp_path):
+    """A fresh run: every rank builds the same initial weights (FSDP shards them, DDP relies on them) and seeds a
+    dropout stream of its own (the same masks on every rank would correlate their noise)."""
+    import train
+    cfg, gptconf, _ = train.configure([*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--dropout=0.1"])
+    built = []
+    for rank in (0, 1):
+        env = train.Env(ddp=False, rank=rank, local_rank=rank, world=2, device=torch.device("cpu"), dtype="float32",
+                        autocast=train.nullcontext(), data_dir=cfg["data_dir"], out_dir=str(tmp_path / "o"))
+        run = train.build(cfg, gptconf, None, env)
+        built.append((run.raw_model.state_dict(), torch.get_rng_state()))
+    (w0, rng0), (w1, rng1) = built
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    assert not torch.equal(rng0, rng1)
+
+
+def record_adamw_steps(monkeypatch) -> list:
+    """A list that fills with (learning rate, global gradient norm) as each AdamW.step sees them."""
+    seen, step = [], torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.double()) for g in grads]))
+        seen.append((self.param_groups[0]["lr"], norm.item()))
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    return seen
+
+
+def test_each_step_takes_the_scheduled_learning_rate_and_clipped_gradients(small_data, tmp_path, monkeypatch):
+    """What AdamW steps with, seen from inside its step: the schedule's learning rate (a linear warmup that starts
+    above 0 and reaches learning_rate at warmup_iters, a cosine down to min_lr at lr_decay_iters, min_lr after), the
+    rate the iteration's log line reports; gradients clipped to norm grad_clip (this model's are larger than 0.01)."""
+    seen = record_adamw_steps(monkeypatch)
+    lr, min_lr, warmup, decay, iters = 1e-3, 1e-4, 3, 9, 11
+    out = tmp_path / "run"
+    train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", f"--max_iters={iters}", "--eval_interval=100",
+                      f"--warmup_iters={warmup}", f"--lr_decay_iters={decay}", f"--learning_rate={lr}",
+                      f"--min_lr={min_lr}", "--grad_clip=0.01", "--save_checkpoint=False"])
+    assert len(seen) == iters
+    lrs, norms = [s[0] for s in seen], [s[1] for s in seen]
+    logged = {r["iter"]: r["lr"] for r in read_log(out) if "loss" in r}
+    assert [logged[it + 1] for it in range(iters)] == lrs  # the line of iteration it + 1: the step from it
+    assert norms == pytest.approx([0.01] * iters, rel=1e-4)
+    rises = [b - a for a, b in zip(lrs[:warmup], lrs[1:warmup + 1])]
+    assert lrs[0] > 0 and rises[0] > 0 and rises == pytest.approx([rises[0]] * warmup)  # linear, from above 0
+    assert lrs[warmup] == pytest.approx(lr)
+    assert all(a > b for a, b in zip(lrs[warmup:decay], lrs[warmup + 1:decay + 1]))  # decays ...
+    assert lrs[(warmup + decay) // 2] == pytest.approx((lr + min_lr) / 2)  # ... as a cosine: half way at the middle
+    assert lrs[decay:] == pytest.approx([min_lr] * (iters - decay))
+
+
+def test_float16_clips_the_unscaled_gradients_and_resumes_its_loss_scale(small_data, tmp_path, monkeypatch):
+    """dtype float16 runs with a gradient scaler: the clip applies to the true gradients, unscaled first (clipping the
+    scaled ones leaves steps 65,536 times too small once the scaler unscales them); a resume continues the scaler's
+    state from the checkpoint, not a fresh scaler's."""
+    import train
+    seen = record_adamw_steps(monkeypatch)
+    args = [*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'run'}", "--eval_interval=2", "--eval_iters=1",
+            "--dtype=float16", "--grad_clip=0.01"]
+    train.main([*args, "--max_iters=2"])
+    assert [norm for _, norm in seen] == pytest.approx([0.01, 0.01], rel=1e-3)
+    cfg, gptconf, ckpt = train.configure([*args, "--init_from=resume", "--max_iters=4"])
+    saved = ckpt["scaler"]
+    assert saved and saved != torch.amp.GradScaler("cpu").state_dict()  # two steps moved it on
+    assert train.build(cfg, gptconf, ckpt, train.setup(cfg, gptconf)).scaler.state_dict() == saved
 
 
 def test_mfu_is_per_gpu_and_steady_state():
@@ -715,6 +808,9 @@ def test_resume_takes_the_runs_keys_from_its_checkpoint(small_data, tmp_path, ca
             config["data_dir"]) == (3, 2, 7, 7, 7, str(small_data))
     assert train_losses(out) == train_losses(ref) and len(train_losses(ref)) == 7
     assert [r["iter"] for r in read_log(out) if "val_loss" in r] == [0, 3, 4, 6, 7]  # 4: the first run's end
+    best = min((r for r in read_log(out) if "val_loss" in r), key=lambda r: r["val_loss"])  # over both parts
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["best_val_loss"], summary["best_iter"]) == (best["val_loss"], best["iter"])
     train.main([f"--out_dir={out}", "--init_from=resume", "--device=cpu", "--compile=False", "--max_iters=8",
                 "--batch_size=2"])  # given: 2, not the checkpoint's 3
     assert json.loads((out / "config.json").read_text())["batch_size"] == 2
@@ -768,25 +864,39 @@ def test_more_processes_than_gpus_is_one_line(monkeypatch, capsys):
 
 def test_eval_only_resume_between_evaluations_evaluates(small_data, tmp_path):
     """eval_only=True on a checkpoint whose iteration is no multiple of eval_interval, with max_iters beyond it:
-    it evaluates there, once, and the summary holds that loss (and says the run is not finished: 3 of 10)."""
+    it evaluates there, once, and the summary holds that loss (and says the run is not finished: 3 of 10); it writes
+    no checkpoint (whose config would hold this evaluation's keys). The training run logged its last iteration, no
+    multiple of log_interval, too."""
     out = tmp_path / "run"
     args = [f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=2"]
-    train_in_process([*args, "--max_iters=3"])
+    train_in_process([*args, "--max_iters=3", "--log_interval=2"])
+    assert [r["iter"] for r in read_log(out) if "loss" in r] == [2, 3]
     before = [r for r in read_log(out) if "val_loss" in r]
+    ckpt = (out / "ckpt.pt").read_bytes()
     train_in_process([*args, "--init_from=resume", "--eval_only=True", "--max_iters=10", "--eval_iters=5"])
+    assert (out / "ckpt.pt").read_bytes() == ckpt
     after = [r for r in read_log(out) if "val_loss" in r]
     assert [r["iter"] for r in after] == [r["iter"] for r in before] + [3]
     summary = json.loads((out / "summary.json").read_text())
     assert not summary["finished"] and summary["final_val_loss"] == after[-1]["val_loss"]
 
 
-def test_resuming_a_finished_run_keeps_its_timing(small_data, tmp_path):
+def test_resuming_a_finished_run_keeps_its_timing(small_data, tmp_path, monkeypatch):
     """A resume that trains no iteration (the run had finished) keeps the summary's ms_per_iter, which the run
     measured after its first UNTIMED_ITERS iterations."""
     import train
+    timers = []
+
+    class RecordedTimer(train.PhaseTimer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            timers.append(self)
+
+    monkeypatch.setattr(train, "PhaseTimer", RecordedTimer)
     out = tmp_path / "run"
     args = [f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=4", f"--max_iters={train.UNTIMED_ITERS + 3}"]
     train_in_process(args)
+    assert len(timers) == 1 and len(timers[0].samples["total"]) == 3  # the iterations after the untimed ones
     first = json.loads((out / "summary.json").read_text())["ms_per_iter"]
     assert first["total"] is not None
     train_in_process([*args, "--init_from=resume"])
@@ -796,11 +906,13 @@ def test_resuming_a_finished_run_keeps_its_timing(small_data, tmp_path):
 @pytest.mark.parametrize("args,key", [(["--warmup_iters=5", "--lr_decay_iters=3"], "lr_decay_iters=3"),
                                       (["--min_lr=1e-2"], "min_lr=0.01")])
 def test_a_schedule_that_cannot_be_followed_is_refused(args, key, small_data, tmp_path, capsys):
-    """Warmup past the decay's end, or a min_lr above learning_rate (1e-3 here): the schedule would jump or rise."""
+    """Warmup past the decay's end, or a min_lr above learning_rate (1e-3 here): the schedule would jump or rise.
+    decay_lr=False runs them: every iteration at learning_rate."""
     out = tmp_path / "never"
     err = train_error([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=2", *args], capsys)
     assert key in err and "allowed" in err, err
     train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=1", "--decay_lr=False", *args])
+    assert {r["lr"] for r in read_log(out)} == {1e-3}
 
 
 def test_scratch_into_a_trained_out_dir(small_data, tmp_path, capsys):
@@ -917,6 +1029,21 @@ def test_resumed_run_clock_goes_on_from_its_checkpoint(small_run):
     evals = {r["iter"]: r["elapsed_s"] for r in read_log(out) if "val_loss" in r}
     assert evals[4] < 1000.0 <= evals[8]  # the first part's record as it was, the resumed one counted on
     assert json.loads((out / "summary.json").read_text())["wall_time_s"] >= evals[8]
+
+
+def test_resumed_run_goes_on_counting_evaluations_without_improvement(small_data, tmp_path):
+    """Early stopping counts the evaluations since the best one across a resume (the checkpoint's bad_evals): with
+    patience 2 and one such evaluation before the checkpoint, the resumed run stops at its next one."""
+    from checkpoint import save_checkpoint
+    out = tmp_path / "run"
+    args = [f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=1", "--patience=2"]
+    train_in_process([*args, "--max_iters=1"])
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    ckpt["best_val_loss"], ckpt["bad_evals"] = 0.0, 1  # as if iteration 1's evaluation had not beaten a best of 0
+    save_checkpoint(out / "ckpt.pt", ckpt)
+    train_in_process([*args, "--init_from=resume", "--max_iters=4"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped_reason"].startswith("early stop") and summary["iters"] == 2, summary["stopped_reason"]
 
 
 def test_missing_data_names_the_way_to_make_it(tmp_path, capsys):
