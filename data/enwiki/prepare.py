@@ -306,16 +306,22 @@ def _plain_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _recorded_meta(bin_dir: Path):
+    """bin_dir/meta.json as a dict, or None where there is none or it is not a JSON object."""
+    try:
+        recorded = json.loads((bin_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
 def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
     """bin_dir/{train,val}.bin -> archive_dir/{train,val}.bin.xz + manifest.json; returns the manifest."""
     archive_dir, bin_dir = Path(archive_dir), Path(bin_dir)
     filters = filters or PACK_FILTERS
     manifest = {"format": "xz (LZMA2) of the uint16 little-endian token files", "files": {}}
     t0 = time.time()
-    try:  # the prepare's record of the lengths it wrote (absent for .bin files from elsewhere: then unchecked)
-        recorded = json.loads((bin_dir / "meta.json").read_text())
-    except (OSError, ValueError):
-        recorded = None
+    recorded = _recorded_meta(bin_dir)  # the prepare's record of the lengths (None for .bin files from elsewhere)
     jobs = []
     for split in SPLITS:
         b = bin_dir / f"{split}.bin"
@@ -323,7 +329,7 @@ def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
             raise PrepareError(f"{b} not found: run `python -m data.enwiki.prepare --src DIR` first")
         # as evaluate.check_token_file: a pair that an interrupted prepare left half replaced disagrees with
         # meta.json; packed, it travelled as a consistent archive (unpack writes a meta.json from the manifest)
-        want = recorded.get(f"{split}_tokens") if isinstance(recorded, dict) else None
+        want = recorded.get(f"{split}_tokens") if recorded is not None else None
         if isinstance(want, int) and b.stat().st_size != 2 * want:
             raise PrepareError(f"{b} holds {b.stat().st_size // 2:,} tokens but {bin_dir / 'meta.json'} records "
                                f"{want:,}: a prepare was interrupted while it replaced the files (or they come from "
@@ -367,15 +373,6 @@ def _unpack_one(args):
         tmp.unlink(missing_ok=True)
         raise
     return tmp.stat().st_size
-
-
-def _meta_agrees(path: Path, meta: dict) -> bool:
-    """Whether the meta.json at path records meta's token counts for every split (False: none, unreadable, other)."""
-    try:
-        old = json.loads(path.read_text())
-        return isinstance(old, dict) and all(old.get(f"{s}_tokens") == meta[f"{s}_tokens"] for s in SPLITS)
-    except (OSError, ValueError):
-        return False
 
 
 def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
@@ -423,8 +420,11 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
         finally:
             for _, tmp, _ in jobs:
                 tmp.unlink(missing_ok=True)
-    elif not _meta_agrees(out_dir / "meta.json", meta):  # keep a meta.json that prepare() wrote for these bins
-        write_json(out_dir / "meta.json", meta)  # none, or one recording other lengths (check_token_file would refuse)
+    else:  # a meta.json that prepare() wrote for these bins is kept; none, or one recording other lengths (which
+        # check_token_file would refuse), is written from the manifest
+        recorded = _recorded_meta(out_dir)
+        if recorded is None or any(recorded.get(f"{s}_tokens") != meta[f"{s}_tokens"] for s in SPLITS):
+            write_json(out_dir / "meta.json", meta)
     if not quiet:
         print(f"unpacked {archive_dir} -> {out_dir}: " + ", ".join(
             f"{s} {meta[f'{s}_tokens']:,} tokens{' (= README)' if meta[f'{s}_checked_against_readme'] else ''}"
