@@ -1869,12 +1869,23 @@ class GPT(nn.Module):
             cos, sin = rope_cache(ATTENTION[config.attn].rope_dim(config), config.block_size, config.rope_theta)
             self.register_buffer("rope_cos", cos, persistent=False)  # (block_size, rope_dim / 2)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.init_weights()
+        if not self.lm_head.weight.is_meta:  # a meta model holds shapes only (counts, tables): nothing to set, and
+            self.init_weights()              # initializing meta tensors one by one takes seconds; after to_empty(), call it
 
     def init_weights(self):
         """GPT-2 scheme: N(0, 0.02), residual output projections N(0, 0.02 / sqrt(2 n_layer)); each
-        attention sets its own parameters so that its effective per-head maps match MHA's."""
+        attention sets its own parameters so that its effective per-head maps match MHA's. Also fills the
+        fixed tables (RoPE's, the sinusoidal one), so a model built on the meta device and moved with to_empty()
+        is ready after this call."""
         std, out_std = 0.02, 0.02 / math.sqrt(2 * self.config.n_layer)
+        if self.config.tie_embeddings:  # again: to_empty() gives the two modules separate tensors
+            self.transformer.wte.weight = self.lm_head.weight
+        if self.config.pos_emb == "rope":
+            cos, sin = rope_cache(ATTENTION[self.config.attn].rope_dim(self.config), self.config.block_size,
+                                  self.config.rope_theta)
+            with torch.no_grad():
+                self.rope_cos.copy_(cos)  # (block_size, rope_dim / 2)
+                self.rope_sin.copy_(sin)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 _normal_(module.weight, std)
@@ -1882,6 +1893,10 @@ class GPT(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 _normal_(module.weight, std)
+            elif isinstance(module, (LayerNorm, RMSNorm)):  # as built; here for a model moved by to_empty()
+                nn.init.ones_(module.weight)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
         for block in self.transformer.h:
             block.attn.init_weights(std, out_std)
             block.mlp.init_out_proj(out_std)

@@ -505,6 +505,34 @@ def test_init_scales(overrides):
 # Invalid configurations: ValueError naming the key, at construction
 
 
+@pytest.mark.parametrize("name, overrides", ALL + [("mha_sinusoidal", dict(attn="mha", pos_emb="sinusoidal"))],
+                         ids=[n for n, _ in ALL] + ["mha_sinusoidal"])
+def test_meta_model_after_to_empty_and_init_weights_is_the_cpu_model(name, overrides, monkeypatch):
+    """A model built on the meta device is not initialized (shapes only: the tables count 46 of them); to_empty()
+    then init_weights() under a seed gives every parameter and buffer (RoPE's tables, the sinusoidal one) of a CPU
+    model whose init_weights() ran under that seed, so its logits are that model's."""
+    cfg = GPTConfig(**{**TINY, **overrides})
+    calls = []
+    real = GPT.init_weights
+    monkeypatch.setattr(GPT, "init_weights", lambda self: (calls.append(self.lm_head.weight.device.type), real(self)))
+    with torch.device("meta"):
+        meta = GPT(cfg)
+    cpu = GPT(cfg)
+    assert calls == ["cpu"]  # the meta model's constructor skipped it
+    meta.to_empty(device="cpu")
+    for model in (meta, cpu):
+        torch.manual_seed(7)
+        model.init_weights()
+    a, b = dict(meta.named_buffers()), dict(cpu.named_buffers())
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    if cfg.pos_emb == "rope":
+        assert {"rope_cos", "rope_sin"} <= a.keys()
+    a, b = meta.state_dict(), cpu.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    x = tokens()
+    assert torch.equal(meta.eval()(x, x)[1], cpu.eval()(x, x)[1])
+
+
 @pytest.mark.parametrize("overrides,key", [
     (dict(attn="flash"), "attn"),
     (dict(pos_emb="alibi"), "pos_emb"),
