@@ -157,9 +157,13 @@ def test_openwebtext_interrupted_keeps_the_old_pair(num_proc, tmp_path, gpt2_ran
         return real(cut(), tmps, pool, **k)
 
     monkeypatch.setattr(owt, "write_tokens", interrupted_midway)
+    import multiprocessing.pool
+    terminate, terminated = multiprocessing.pool.Pool.terminate, []
+    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", lambda pool: terminated.append(1) or terminate(pool))
     with pytest.raises(KeyboardInterrupt):
         owt.prepare(out_dir=out, seed=2, **kw)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert len(terminated) == (num_proc > 1)  # the pool's workers stopped, not waited for (close and join)
 
 
 @pytest.mark.parametrize("texts", [[], ["one document"], ["", ""]])
@@ -206,6 +210,7 @@ def test_openwebtext_hf_path(tmp_path, gpt2_ranks_file, enc, monkeypatch):
     val = np.fromfile(tmp_path / "val.bin", dtype=np.uint16)
     assert val.tolist() == enc.encode_ordinary(texts[0]) + [EOT]
     assert (meta["train_documents"], meta["val_documents"]) == (4, 1)
+    assert meta["dataset"] == "openwebtext" and meta["sources"] == ["hf:openwebtext"] and meta["eot_token"] == EOT
 
 
 @pytest.mark.parametrize("case,says", [("missing", "No such file"), ("folder", "Is a directory"),
@@ -481,3 +486,194 @@ def test_a_rerun_with_the_same_inputs_does_nothing(tmp_path, gpt2_ranks_file, mo
     (out / "val.bin").write_bytes(b"\0\0")  # not the length meta.json records: prepared again
     owt.prepare(out_dir=out, **{**kw, "seed": 4})
     assert runs == ["tokenized"] * 4
+
+
+# -----------------------------------------------------------------------------
+# shakespeare: the split, the meta.json, the input's sources
+
+
+def test_shakespeare_splits_are_the_texts_two_parts_encoded_as_plain_text(tmp_path, shakespeare_txt,
+                                                                          gpt2_ranks_file, enc):
+    """train.bin is encode_ordinary of the first int(0.9 n) characters, val.bin of the rest (together: the whole
+    text, no character lost or doubled at the cut); a literal "<|endoftext|>" in the text stays text (no EOT
+    token); meta.json's character counts are the parts' and its sha256 is the input file's bytes'."""
+    import hashlib
+    text = Path(shakespeare_txt).read_text(encoding="utf-8")[:3000] + "a literal <|endoftext|> is text.\n"
+    src = tmp_path / "input.txt"
+    src.write_text(text, encoding="utf-8")
+    meta = shakespeare.prepare(input_path=src, out_dir=tmp_path / "out", ranks_file=str(gpt2_ranks_file))
+    cut = int(len(text) * 0.9)
+    ids = {s: np.fromfile(tmp_path / "out" / f"{s}.bin", dtype=np.uint16).tolist() for s in ("train", "val")}
+    assert ids["train"] == enc.encode_ordinary(text[:cut]) and ids["val"] == enc.encode_ordinary(text[cut:])
+    assert EOT not in ids["train"] + ids["val"] and enc.decode(ids["train"]) + enc.decode(ids["val"]) == text
+    assert (meta["train_chars"], meta["val_chars"]) == (cut, len(text) - cut)
+    assert (meta["train_tokens"], meta["val_tokens"]) == (len(ids["train"]), len(ids["val"]))
+    assert meta["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert meta["source"] == str(src.resolve()) and meta["source_url"] is None  # a local copy: no URL
+
+
+def test_shakespeare_input_comes_before_the_environment(tmp_path, gpt2_ranks_file, enc, monkeypatch):
+    """--input wins over TUCKER_SHAKESPEARE_TXT; without --input the variable's file is the text; a variable naming
+    no file is a FileNotFoundError that names the variable (not a download, nor a bare errno)."""
+    given, from_env = tmp_path / "given.txt", tmp_path / "env.txt"
+    given.write_text("The text given with --input, long enough.\n" * 3)
+    from_env.write_text("Another text, from the environment variable.\n" * 3)
+    monkeypatch.setenv("TUCKER_SHAKESPEARE_TXT", str(from_env))
+    meta = shakespeare.prepare(input_path=given, out_dir=tmp_path / "a", ranks_file=str(gpt2_ranks_file))
+    assert meta["source"] == str(given.resolve())
+    assert enc.decode(np.fromfile(tmp_path / "a" / "train.bin", dtype=np.uint16).tolist()).startswith("The text given")
+    meta = shakespeare.prepare(out_dir=tmp_path / "b", ranks_file=str(gpt2_ranks_file))
+    assert meta["source"] == str(from_env.resolve()) and meta["source_url"] is None
+    monkeypatch.setenv("TUCKER_SHAKESPEARE_TXT", str(tmp_path / "nope.txt"))
+    with pytest.raises(FileNotFoundError, match="TUCKER_SHAKESPEARE_TXT=.*nope.txt"):
+        shakespeare.prepare(out_dir=tmp_path / "c", ranks_file=str(gpt2_ranks_file))
+    assert not (tmp_path / "c" / "train.bin").exists()
+
+
+def test_shakespeare_downloads_once_and_records_the_url(tmp_path, gpt2_ranks_file, monkeypatch):
+    """Without --input or the variable, the text is fetched from DATA_URL into out_dir/input.txt (a stand-in for the
+    network here), meta.json records the URL, and a second prepare reads the copy instead of fetching again."""
+    import io
+    text = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 5
+    fetched = []
+
+    def urlopen(url, timeout):
+        fetched.append(url)
+        return io.BytesIO(text)
+
+    monkeypatch.delenv("TUCKER_SHAKESPEARE_TXT", raising=False)
+    monkeypatch.setattr(shakespeare.urllib.request, "urlopen", urlopen)
+    for _ in range(2):
+        meta = shakespeare.prepare(out_dir=tmp_path, ranks_file=str(gpt2_ranks_file))
+        assert meta["source_url"] == shakespeare.DATA_URL and meta["source"] == str((tmp_path / "input.txt").resolve())
+    assert fetched == [shakespeare.DATA_URL] and (tmp_path / "input.txt").read_bytes() == text
+
+
+# -----------------------------------------------------------------------------
+# openwebtext: the split's bounds, what a re-run compares, local formats, the pool
+
+
+def test_split_mask_holds_out_ceil_n_fraction_and_leaves_train_a_document():
+    """split_mask draws ceil(n * fraction) val documents, at least 1 and at most n - 1 (train is never empty, even at
+    a fraction near 1), for every n >= 2; fewer than 2 documents: none."""
+    import math
+    for n in range(0, 40):
+        for fraction in (0.0005, 0.1, 0.5, 0.9, 0.99):
+            mask = owt.split_mask(n, fraction, seed=5)
+            assert mask.dtype == bool and len(mask) == n
+            want = 0 if n < 2 else min(max(1, math.ceil(n * fraction)), n - 1)
+            assert mask.sum() == want, (n, fraction)
+
+
+def test_a_rerun_compares_the_fraction_the_file_size_and_the_token_files(tmp_path, gpt2_ranks_file, monkeypatch):
+    """A re-run tokenizes again when the val fraction differs, when a source file changed size with its modification
+    time kept (a copy with -p), or when a token file is gone (not a FileNotFoundError), and then writes the new
+    split."""
+    import os
+    files, _ = _write_docs(tmp_path)
+    kw = dict(files=files, num_proc=1, seed=3, ranks_file=str(gpt2_ranks_file))
+    out = tmp_path / "out"
+    owt.prepare(out_dir=out, val_fraction=0.1, **kw)
+    real, runs = owt.write_tokens, []
+    monkeypatch.setattr(owt, "write_tokens", lambda *a, **k: runs.append(1) or real(*a, **k))
+    meta = owt.prepare(out_dir=out, val_fraction=0.3, **kw)
+    assert runs == [1] and meta["val_documents"] == 6  # ceil(17 * 0.3)
+    st = os.stat(files[0])
+    Path(files[0]).write_text("a different document, of another length", encoding="utf-8")
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    owt.prepare(out_dir=out, val_fraction=0.3, **kw)
+    assert runs == [1, 1]
+    (out / "val.bin").unlink()
+    meta = owt.prepare(out_dir=out, val_fraction=0.3, **kw)
+    assert runs == [1, 1, 1] and (out / "val.bin").stat().st_size == 2 * meta["val_tokens"]
+
+
+def test_openwebtext_fails_before_reading_documents_without_a_tokenizer_or_a_file(tmp_path, gpt2_ranks_file,
+                                                                                   monkeypatch):
+    """A missing ranks file, or a --files entry that does not exist, is a FileNotFoundError before any document is
+    read (the counting pass over a large corpus took minutes before the error), naming what is missing."""
+    files, _ = _write_docs(tmp_path)
+    real, reads = owt._file_documents, []
+    monkeypatch.setattr(owt, "_file_documents", lambda fn: reads.append(fn) or real(fn))
+    with pytest.raises(FileNotFoundError, match="nope.tiktoken"):
+        owt.prepare(out_dir=tmp_path / "o", files=files, num_proc=1, ranks_file=str(tmp_path / "nope.tiktoken"))
+    with pytest.raises(FileNotFoundError, match=r"--files: .*gone.jsonl not found"):
+        owt.prepare(out_dir=tmp_path / "o", files=files + [tmp_path / "gone.jsonl"], num_proc=1,
+                    ranks_file=str(gpt2_ranks_file))
+    assert reads == [] and not list((tmp_path / "o").glob("*.bin"))
+
+
+def test_openwebtext_local_formats_skip_blank_lines_and_refuse_what_is_not_a_document(tmp_path, gpt2_ranks_file,
+                                                                                      enc):
+    """Blank lines of a .jsonl are no documents; a record without a string "text", a .json that is not a list, and a
+    file of another type are each a ValueError naming the file (never skipped silently, nor a worker's TypeError)."""
+    src = tmp_path / "gaps.jsonl"
+    src.write_text("\n" + json.dumps({"text": "first"}) + "\n\n  \n" + json.dumps({"text": "second"}) + "\n\n")
+    assert list(owt.iter_local_documents([src])) == ["first", "second"]
+    owt.prepare(out_dir=tmp_path / "o", files=[src], num_proc=1, val_fraction=0.5, ranks_file=str(gpt2_ranks_file))
+    got = [enc.decode(t) for s in ("train", "val")
+           for t in _split_docs(np.fromfile(tmp_path / "o" / f"{s}.bin", dtype=np.uint16))]
+    assert sorted(got) == ["first", "second"]
+    bad = {"notext.jsonl": (json.dumps({"body": "x"}) + "\n", r"notext.jsonl:1: expected an object with a string"),
+           "number.jsonl": (json.dumps({"text": 5}) + "\n", r"number.jsonl:1: expected an object with a string"),
+           "object.json": (json.dumps({"text": "one"}), r"object.json: expected a JSON list"),
+           "notes.md": ("# a markdown file\n", r"notes.md: unsupported file type '.md'")}
+    for name, (content, says) in bad.items():
+        (tmp_path / name).write_text(content)
+        with pytest.raises(ValueError, match=says):
+            owt.prepare(out_dir=tmp_path / "bad", files=[src, tmp_path / name], num_proc=1,
+                        ranks_file=str(gpt2_ranks_file))
+    assert not list((tmp_path / "bad").glob("*.bin"))
+
+
+@pytest.mark.parametrize("change", ["grew", "shrank"])
+def test_a_file_changed_between_the_counting_and_the_tokenizing_pass_is_an_error(change, tmp_path, gpt2_ranks_file,
+                                                                                monkeypatch):
+    """The split is drawn over the documents the counting pass found; a file that gains documents before the
+    tokenizing pass (they were dropped silently) or loses some is a RuntimeError, and no token file is written."""
+    files, _ = _write_docs(tmp_path)
+    real, passes = owt._file_documents, {}
+
+    def changing(fn):
+        passes[fn.name] = passes.get(fn.name, 0) + 1
+        docs = list(real(fn))
+        if fn.name == "more.jsonl" and passes[fn.name] == 2:
+            docs = docs + ["written meanwhile"] if change == "grew" else docs[:-1]
+        yield from docs
+
+    monkeypatch.setattr(owt, "_file_documents", changing)
+    says = "changed during the prepare" if change == "grew" else r"wrote \d+ documents, expected \d+"
+    with pytest.raises(RuntimeError, match=says):
+        owt.prepare(out_dir=tmp_path / "o", files=files, num_proc=1, val_fraction=0.1, ranks_file=str(gpt2_ranks_file))
+    assert not list((tmp_path / "o").glob("*.bin*"))
+
+
+def test_write_tokens_keeps_at_most_max_inflight_chunks_unwritten(tmp_path, gpt2_ranks_file, enc):
+    """write_tokens never has more than max_inflight chunks submitted to the pool and not yet written (memory bounded
+    whatever the corpus), and still writes each split's documents in order, followed by EOT."""
+    import tokenizer
+    tokenizer.init_worker(str(gpt2_ranks_file))
+    state = {"pending": 0, "most": 0}
+
+    class Result:
+        def __init__(self, value):
+            self.value = value
+
+        def get(self):
+            state["pending"] -= 1
+            return self.value
+
+    class Pool:  # runs each chunk at once, counts what is submitted and not yet collected
+        def apply_async(self, fn, args):
+            state["pending"] += 1
+            state["most"] = max(state["most"], state["pending"])
+            return Result(fn(*args))
+
+    docs = [("val" if i % 5 == 0 else "train", f"document {i}.") for i in range(120)]
+    tmps = {s: tmp_path / f"{s}.bin.tmp" for s in ("train", "val")}
+    counts = owt.write_tokens(iter(docs), tmps, Pool(), chunk_docs=2, max_inflight=4)
+    assert 1 <= state["most"] <= 4 and state["pending"] == 0
+    for split in ("train", "val"):
+        want = [t for s, d in docs if s == split for t in enc.encode_ordinary(d) + [EOT]]
+        assert np.fromfile(tmps[split], dtype=np.uint16).tolist() == want
+        assert counts[split] == (len(want), sum(s == split for s, _ in docs))

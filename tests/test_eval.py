@@ -79,11 +79,11 @@ def _token_logprobs(model, inputs):
 
 def _direct_loglikelihood(model, enc, context, continuation):
     """The same request scored by hand: tokens split as lm-eval does, left-truncated input."""
-    if context == "":
-        ctx, cont = [EOT], enc.encode(continuation)
+    stripped = context.rstrip()
+    moved = context[len(stripped):]  # trailing whitespace goes to the continuation
+    if stripped == "":  # an empty context, or one of whitespace only: <|endoftext|> is the context
+        ctx, cont = [EOT], enc.encode(moved + continuation)
     else:
-        stripped = context.rstrip()
-        moved = context[len(stripped):]  # trailing spaces go to the continuation
         ctx = enc.encode(stripped)
         cont = enc.encode(stripped + moved + continuation)[len(ctx):]
     seq = (ctx + cont)[-(BLOCK + 1):]
@@ -116,6 +116,9 @@ def test_loglikelihood_matches_forward_pass(lm, model, enc, shakespeare_txt):
     cases = [("The quick brown fox", " jumps over the lazy dog"),
              ("", "Hello world"),
              ("Hello ", "world, again"),  # the trailing space moves to the continuation
+             ("Question one\n", "Answer"),  # so does a trailing newline (rstrip(), as lm-eval)
+             (" ", "Hello"),  # a context of whitespace only: <|endoftext|> is the context
+             ("The price is 1", "23 dollars"),  # " 123" is one token: the continuation is the whole's tail
              ("A", " b"),
              (long_context, " and so the story ends here."),  # longer than block_size: truncated
              *[("Once upon a time", enc.decode(m)) for m in mixed],
@@ -125,7 +128,7 @@ def test_loglikelihood_matches_forward_pass(lm, model, enc, shakespeare_txt):
         want_ll, want_greedy, n_tokens = _direct_loglikelihood(model, enc, c, x)
         assert ll == pytest.approx(want_ll, abs=1e-9, rel=1e-12), (c[:20], x)
         assert is_greedy == want_greedy, (c[:20], x)
-    assert _direct_loglikelihood(model, enc, long_context, cases[4][1])[2] > 3 * BLOCK
+    assert _direct_loglikelihood(model, enc, long_context, cases[7][1])[2] > 3 * BLOCK
     # the greedy continuation re-encodes to the same tokens (else pick another prompt), so the
     # wrapper must call it greedy
     assert enc.encode("Once upon a time" + enc.decode(greedy)) == prompt + greedy
@@ -186,6 +189,59 @@ def test_generate_until(lm, model, enc):
     assert got[1] == full
 
 
+
+def test_tokens_follow_lm_evals_gpt2_tokenizer(lm, enc):
+    """tok_encode turns a literal <|endoftext|> into the token (as HF's GPT-2 tokenizer, lm-eval's reference); an
+    empty context is <|endoftext|>, and a continuation that starts with it gives that token as the context (it is
+    not scored); tok_decode drops the padded vocabulary's ids (>= 50257), which have no text."""
+    assert lm.tok_encode("one<|endoftext|>two") == enc.encode("one<|endoftext|>two", allowed_special="all")
+    assert EOT in lm.tok_encode("one<|endoftext|>two")
+    assert lm.encode_pair("", "Hello there") == ([EOT], enc.encode("Hello there"))
+    assert lm.encode_pair("", "<|endoftext|>Hello there") == ([EOT], enc.encode("Hello there"))
+    ids = enc.encode("hi there")
+    assert lm.tok_decode(ids + [VOCAB_SIZE, CONFIG["vocab_size"] - 1]) == "hi there"
+    assert lm.tok_decode([VOCAB_SIZE - 1]) == "<|endoftext|>"  # the last real id is kept
+
+
+def test_score_tokens_refuses_what_it_cannot_score(lm, enc):
+    """A request needs a context and a continuation of 1..block_size tokens: an empty one, or one longer than the
+    window (its first tokens would be scored against the wrong positions), is a ValueError; block_size is taken."""
+    ctx = enc.encode("Once upon a time")
+    for pair in (([], ctx), (ctx, []), (ctx, [11] * (BLOCK + 1))):
+        with pytest.raises(ValueError, match=f"1..block_size={BLOCK}"):
+            lm.score_tokens([pair])
+    with pytest.raises(ValueError, match="block_size"):
+        lm.loglikelihood([_req("loglikelihood", "Once", " upon" * (BLOCK + 1))])
+    (ll, _), = lm.score_tokens([(ctx, [11] * BLOCK)])
+    assert math.isfinite(ll) and ll < 0
+
+
+def test_generate_until_prompt_and_stops(lm, model, enc, monkeypatch):
+    """What generate_until hands model.generate and what it keeps: the prompt is the context's last block_size -
+    max_gen_toks tokens, at least half a block (lm-eval's HF model leaves the same room), <|endoftext|> when the
+    context is empty; max_gen_toks defaults to lm-eval's 256; the text stops before <|endoftext|> and before each
+    stop string, one given as a bare string being one stop (not its characters)."""
+    calls = []
+    out = enc.encode("Hello world, how are you") + [EOT] + enc.encode(" after the end")
+
+    def generate(x, max_new_tokens, temperature, use_cache):
+        calls.append((x[0].tolist(), max_new_tokens, temperature))
+        return torch.cat([x, torch.tensor([out[:max_new_tokens]])], dim=1)
+
+    monkeypatch.setattr(model, "generate", generate)
+    long_context = enc.decode(list(range(1000, 1000 + 3 * BLOCK)))
+    ctx = enc.encode(long_context)
+    got = lm.generate_until([_req("generate_until", long_context, {"until": ["never"], "max_gen_toks": 12}),
+                             _req("generate_until", long_context, {"until": "never"}),
+                             _req("generate_until", "", {"until": [], "max_gen_toks": 12}),
+                             _req("generate_until", "ROMEO:", {"until": "ow", "max_gen_toks": 12}),
+                             _req("generate_until", "ROMEO:", {"until": ["are", ","], "max_gen_toks": 12})])
+    assert [c[0] for c in calls[:3]] == [ctx[-(BLOCK - 12):], ctx[-(BLOCK // 2):], [EOT]]
+    assert [c[1] for c in calls] == [12, 256, 12, 12, 12] and all(c[2] == 0 for c in calls)
+    assert got[:3] == ["Hello world, how are you"] * 3  # cut at <|endoftext|>
+    assert got[3] == "Hello world, h" and got[4] == "Hello world"
+
+
 def test_paper_row(ez):
     metrics = {"wikitext": {"word_perplexity": 40.0}, "lambada_openai": {"perplexity": 20.0, "acc": 0.3},
                "cbt_cn": {"acc": 0.8}, "cbt_ne": {"acc": 0.6}, "winogrande": {"acc": 0.5}}
@@ -199,6 +255,30 @@ def test_paper_row(ez):
     assert ez.paper_row(metrics, "acc")["arc_c_acc"] == pytest.approx(25.0)
     partial = ez.paper_row({"lambada_openai": {"perplexity": 20.0, "acc": 0.3}})
     assert partial["lambada_ppl"] == 20.0 and partial["mean_ppl"] is None and partial["mean_acc"] is None
+
+
+
+def test_flatten_results_drops_the_filter_and_the_alias(ez):
+    """lm-eval's 'metric,filter' keys become the metric's name, and the task's alias (a string) is dropped."""
+    res = {"piqa": {"alias": "piqa", "acc,none": 0.6, "acc_stderr,none": 0.01, "acc_norm,none": 0.62}}
+    assert ez.flatten_results(res) == {"piqa": {"acc": 0.6, "acc_stderr": 0.01, "acc_norm": 0.62}}
+
+
+def test_dtype_runs_the_model_under_autocast(ez, model, gpt2_ranks_file):
+    """dtype=bfloat16 runs the forward pass under autocast (its matmuls in bfloat16, the log-softmax in float32, so
+    the scores move only by bfloat16's rounding); float32 runs without it; an unknown dtype is a ValueError."""
+    import copy
+    m32 = copy.deepcopy(model).float()
+    seen = []
+    m32.lm_head.register_forward_hook(lambda mod, inp, out: seen.append(out.dtype))
+    scores = {}
+    for dtype in ("float32", "bfloat16"):
+        lm = ez.TuckerLM(model=m32, tokenizer=str(gpt2_ranks_file), dtype=dtype)
+        scores[dtype] = lm.loglikelihood([_req("loglikelihood", "Once upon a time", " there was")])[0][0]
+    assert seen == [torch.float32, torch.bfloat16]
+    assert scores["bfloat16"] != scores["float32"] and scores["bfloat16"] == pytest.approx(scores["float32"], rel=0.1)
+    with pytest.raises(ValueError, match="dtype='float64' is unknown"):
+        ez.TuckerLM(model=m32, tokenizer=str(gpt2_ranks_file), dtype="float64")
 
 
 def test_cbt_tasks_listed_and_parse(ez):
@@ -323,6 +403,7 @@ def test_bad_options_are_one_line_before_the_evaluation(ez, tmp_path, gpt2_ranks
                               (["--batch_size", "0"], "batch_size=0 is out of range: allowed >= 1", 2),
                               (["--device", "bogus"], "device='bogus' is unknown", 2),
                               (["--limit", "0"], "--limit", 2), (["--limit", "-3"], "--limit", 2),
+                              (["--limit", "inf"], "--limit", 2), (["--limit", "nan"], "--limit", 2),
                               (["--tasks", ","], "names no task", 2)]:
         with pytest.raises(SystemExit) as e:
             ez.main(base + extra)
@@ -348,6 +429,47 @@ def test_bad_options_are_one_line_before_the_evaluation(ez, tmp_path, gpt2_ranks
     monkeypatch.setattr(ez, "TaskManager", Tasks)
     ez.main(base + ["--ckpt", "ckpt.earlier.pt"])  # the paper's tasks, another checkpoint
     assert (out_dir / "zeroshot.partial.json").is_file() and not (out_dir / "zeroshot.json").exists()
+
+
+
+def test_main_routes_quick_checks_and_builds_the_row_with_mc_metric(ez, tmp_path, gpt2_ranks_file, monkeypatch,
+                                                                    capsys):
+    """The script around lm-eval (its evaluation a stand-in here): --limit on the paper's tasks is a quick check, so
+    zeroshot.partial.json, never zeroshot.json; the row takes --mc_metric's accuracy; an unknown task, or an --output
+    folder that cannot be written, is one error line (exit 2) before anything is evaluated."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    model = GPT(GPTConfig(**CONFIG))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(str(out_dir / "ckpt.pt"), make_checkpoint(model, optimizer, {}, best_val_loss=10.0))
+    results = {t: {"alias": t, "acc,none": 0.25, "acc_norm,none": 0.45} for t in ez.PAPER_TASKS}
+    evaluated = []
+    monkeypatch.setattr(ez.lm_eval, "simple_evaluate", lambda **kw: evaluated.append(kw) or {"results": results})
+
+    class Tasks:  # lm-eval's TaskManager indexes its ~15k task files: seconds of the suite
+        def __init__(self, **kwargs):
+            self.all_tasks = list(ez.PAPER_TASKS)
+    monkeypatch.setattr(ez, "TaskManager", Tasks)
+    base = ["--out_dir", str(out_dir), "--tokenizer", str(gpt2_ranks_file), "--device", "cpu"]
+    summary = ez.main(base + ["--limit", "5", "--mc_metric", "acc"])
+    assert evaluated[-1]["limit"] == 5 and evaluated[-1]["tasks"] == list(ez.PAPER_TASKS)
+    assert (out_dir / "zeroshot.partial.json").is_file() and not (out_dir / "zeroshot.json").exists()
+    assert summary["row"]["hellaswag_acc"] == pytest.approx(25.0) and summary["row"]["arc_c_acc"] == pytest.approx(25.0)
+    assert ez.main(base)["row"]["hellaswag_acc"] == pytest.approx(45.0)  # the paper's tasks in full: acc_norm
+    assert (out_dir / "zeroshot.json").is_file()
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    real_access = ez.os.access  # root may write anywhere: answer as for a user without write permission
+    monkeypatch.setattr(ez.os, "access", lambda path, mode: Path(path) != read_only and real_access(path, mode))
+    runs = len(evaluated)
+    for extra, says in ((["--tasks", "wikitext,no_such_task"], "unknown task(s) ['no_such_task']"),
+                        (["--output", str(read_only / "z.json")], "is not a writable folder")):
+        with pytest.raises(SystemExit) as e:
+            ez.main(base + extra)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and says in err.strip().splitlines()[-1] and "Traceback" not in err, err
+    assert len(evaluated) == runs
 
 
 def test_results_owt_zeroshot_columns(tmp_path):

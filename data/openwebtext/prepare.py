@@ -188,6 +188,18 @@ def split_mask(n_docs, val_fraction, seed):
     return mask
 
 
+def _assign_splits(documents, is_val):
+    """(split, document) pairs: the i-th document goes to val where is_val[i] (the counting pass's mask). More
+    documents than the mask counted (a file grew since that pass) is an error: zip alone dropped them silently.
+    Fewer, prepare's check of the documents written refuses."""
+    documents = iter(documents)
+    for v, d in zip(is_val, documents):  # the mask first: zip stops at its end without taking another document
+        yield ("val" if v else "train"), d
+    if next(documents, None) is not None:
+        raise RuntimeError("--files changed during the prepare (more documents than its counting pass found): "
+                           "run it again")
+
+
 def _hf_documents(dset, batch_size=1000):
     # batched iteration is much faster than row-by-row access on an Arrow-backed dataset
     for batch in dset.iter(batch_size=batch_size):
@@ -265,7 +277,7 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
         if n_docs < 2:  # a split without a document is a file train.py refuses: say so now
             raise ValueError(f"--files hold {n_docs} document(s): a train and a val split need at least 2")
         is_val = split_mask(n_docs, val_fraction, seed)
-        docs = (("val" if v else "train", d) for d, v in zip(iter_local_documents(files), is_val))
+        docs = _assign_splits(iter_local_documents(files), is_val)
         totals = {"train": int((~is_val).sum()), "val": int(is_val.sum())}  # documents of each split
         sources = files
     else:
