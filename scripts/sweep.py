@@ -7,8 +7,9 @@ Run the rows of a paper table: one training run per (row, RoPE setting, seed).
     python -m scripts.sweep owt --rows mha --nproc 8             # one run at a time over 8 GPUs (torchrun)
 
 Without --results_dir the runs go to results/<table>/runs, which for shakespeare and enwiki holds the committed
-runs (shakespeare's trained with --eval_interval=50 --patience=6): a command that would train one of them with other
-settings stops, naming them.
+runs (shakespeare's trained with --eval_interval=50 --patience=6 --eval_iters=10, but for six GQA runs at eval_iters
+200: results/shakespeare/table.md lists them): a command that would train one of them with other settings stops,
+naming them.
 
 Each run is `python train.py <row config> <RoPE override> --seed=S --out_dir=<results_dir>/<name>
 --save_checkpoint=False` plus whatever follows `--` on this command line, with name `<row_id>-rope_<off|on>-s<seed>`;
@@ -22,7 +23,8 @@ from its ckpt.pt (--init_from=resume) when it started with the settings the comm
 aside (model.COMPUTE_KEYS, which a resume may change); one with a checkpoint of other settings stops the sweep,
 listed, before anything runs. A finished
 run trained with other settings than the command gives (its config file and overrides, resolved;
-where and how it ran aside: NOT_SETTINGS; a key the command leaves out is compared at its default) stops the
+where and how it ran aside: NOT_SETTINGS and model.COMPUTE_KEYS; a key the command leaves out is compared at its
+default) stops the
 sweep with a list of them, before anything runs, as do overrides that do not parse and a data folder without its
 token files. Ctrl-C or a kill (SIGTERM) of the sweep stops the runs it started, which restart (or continue from
 their checkpoints) on the next sweep.
@@ -207,6 +209,14 @@ def holds_checkpoint(out_dir: Path) -> bool:
     return not is_finished(out_dir) and (out_dir / "ckpt.pt").is_file()
 
 
+def finished_differs(cmd, out_dir: Path) -> list:
+    """settings_differ against the finished run in out_dir (its summary.json), but for how the model is computed
+    (model.COMPUTE_KEYS): a resume may change them (checkpoint_differs), and the summary then holds the resumed
+    command's value; the same run, as NOT_SETTINGS' dtype and compile are."""
+    from model import COMPUTE_KEYS
+    return settings_differ(cmd, out_dir, ignore=COMPUTE_KEYS)
+
+
 def checkpoint_differs(cmd, out_dir: Path) -> list:
     """settings_differ against the config the unfinished run in out_dir started with (its config.json), but for how
     the model is computed (model.COMPUTE_KEYS: a resume may change them, e.g. activation checkpointing after an
@@ -322,7 +332,7 @@ def main(argv=None):
     # a finished run is skipped only if it is the run this command asks for: a smoke sweep's 30-iteration runs
     # must not stand in for the real sweep's in the table
     stale = [(name, diff) for name, out_dir, cmd in runs if is_finished(out_dir)
-             for diff in [settings_differ(cmd, out_dir)] if diff]
+             for diff in [finished_differs(cmd, out_dir)] if diff]
     # an unfinished run is not started over silently either: a long run's checkpoint would be set aside, and replaced
     # the next time
     held = [(name, diff) for name, out_dir, cmd in runs if save_checkpoints and holds_checkpoint(out_dir)

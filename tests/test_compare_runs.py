@@ -54,8 +54,9 @@ def test_bad_input_is_one_line(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(SystemExit, match="is a file, not a folder"):
         compare_runs.main([str(ref), str(other), "--out", str(tmp_path / "file")])
-    with pytest.raises(SystemExit, match="file name stem"):
-        compare_runs.main([str(ref), str(other), "--out", str(tmp_path / "o"), "--name", "sub/x"])
+    for stem in ("sub/x", "", ".."):  # a folder, or no name of its own (".json", "...json": hidden files)
+        with pytest.raises(SystemExit, match="file name stem"):
+            compare_runs.main([str(ref), str(other), "--out", str(tmp_path / "o"), "--name", stem])
     assert not (tmp_path / "o").exists()
 
 
@@ -68,13 +69,16 @@ def test_final_val_losses_name_their_iterations(tmp_path):
 
 
 def test_runs_of_another_experiment_are_named(tmp_path, capsys):
-    """Runs compared for how they compute may differ in compile, dtype or the loss head; a different seed, model
-    or batch makes the curves another experiment's: named on stderr and under the table, not a silent row."""
-    base = {"compile": False, "dtype": "float32", "seed": 1337, "batch_size": 12, "log_interval": 1}
+    """Runs compared for how they compute may differ in compile, dtype or the loss head, and in bookkeeping (how
+    often they log, where their data folder is); a different seed, model or batch makes the curves another
+    experiment's: named on stderr and under the table, not a silent row."""
+    base = {"compile": False, "dtype": "float32", "seed": 1337, "batch_size": 12, "log_interval": 1,
+            "data_dir": "data/shakespeare"}
     model = {"n_layer": 2, "attn": "tucker", "loss_head": "fused"}
     ref = write_run(tmp_path / "plain", {1: 2.0, 2: 1.5}, {2: 1.6}, config=base, model=model)
     fast = write_run(tmp_path / "fast", {1: 2.0, 2: 1.5}, {2: 1.6}, config={**base, "compile": True, "dtype":
-                     "bfloat16", "log_interval": 10}, model={**model, "loss_head": "logits", "loss_chunk_tokens": 0})
+                     "bfloat16", "log_interval": 10, "data_dir": "/other/machine/shakespeare"},
+                     model={**model, "loss_head": "logits", "loss_chunk_tokens": 0})
     other = write_run(tmp_path / "other", {1: 2.0, 2: 1.4}, {2: 1.5}, config={**base, "seed": 1, "batch_size": 8},
                       model={**model, "n_layer": 3})
     (tmp_path / "cut").mkdir()  # an interrupted run: config.json, no summary.json
@@ -100,11 +104,13 @@ def test_runs_of_another_experiment_are_named(tmp_path, capsys):
 def test_an_interrupted_runs_raw_model_keys_are_compared_as_filled_in(tmp_path):
     """A finished run's summary holds GPTConfig's model_config (tucker_ranks_post filled in as tucker_ranks), an
     interrupted run's config.json the keys as given (tucker_ranks_post=None): the same experiment, no difference;
-    another tucker_ranks_post is one."""
+    another tucker_ranks_post is one. Filling adds no key (scripts.sweep then compares only the keys a run saved)."""
     from model import GPTConfig
     given = dict(attn="tucker", tucker_ranks=[8, 64, 64], tucker_ranks_post=None, n_layer=2)
     built = json.loads(json.dumps(GPTConfig.from_dict(given).to_dict()))
     assert built["tucker_ranks_post"] == [8, 64, 64]
+    assert compare_runs.with_model_keys_filled({**given, "seed": 1}) == {**given, "tucker_ranks_post": [8, 64, 64],
+                                                                          "tucker_ranks": [8, 64, 64], "seed": 1}
     base = {"seed": 1337, "batch_size": 12}
     ref = write_run(tmp_path / "done", {1: 2.0}, {1: 2.1}, config=base, model=built)
     cut = tmp_path / "cut"
@@ -128,3 +134,29 @@ def test_runs_of_one_folder_name_are_told_apart(tmp_path):
     rows = [line.split("|")[1].strip() for line in (tmp_path / "o" / "t.md").read_text().splitlines()
             if line.startswith("| ") and not line.startswith("| run") and not line.startswith("| ---")]
     assert rows == ["a/mha", "b/mha", "tucker"]
+
+
+def test_the_largest_difference_names_its_iteration(tmp_path):
+    """iter_of_max is the iteration of the largest difference wherever it lies on the curve (not the last one both
+    logged); an iteration where the reference's loss is 0 has no relative difference (nothing to divide by)."""
+    ref = write_run(tmp_path / "ref", {1: 4.0, 2: 3.0, 3: 0.0, 4: 2.0}, {})
+    run = write_run(tmp_path / "run", {1: 4.5, 2: 3.1, 3: 0.2, 4: 2.05}, {})
+    _, row = compare_runs.compare([str(ref), str(run)])["rows"]
+    assert row["max_abs_diff"] == pytest.approx(0.5) and row["iter_of_max"] == 1
+    assert row["max_rel_diff"] == pytest.approx(0.5 / 4.0)  # of iterations 1, 2 and 4
+
+
+def test_the_lower_panel_plots_each_run_but_the_reference_against_it(tmp_path, monkeypatch):
+    """The plot: every run's curve above; below, each other run minus the reference (the reference against itself
+    would be a flat line over the zero line), a run in one color in both panels."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    figs = []
+    monkeypatch.setattr(compare_runs, "save_figure", lambda fig, path, **kw: figs.append(fig))
+    runs = [str(write_run(tmp_path / name, {1: 2.0, 2: 1.5 - k / 10}, {})) for k, name in enumerate("abc")]
+    assert compare_runs.plot(compare_runs.compare(runs), tmp_path / "p.png", "t")
+    top, bottom = figs[0].axes
+    above = {line.get_label(): line.get_color() for line in top.get_lines()}
+    below = {line.get_label(): line.get_color() for line in bottom.get_lines() if not line.get_label().startswith("_")}
+    plt.close(figs[0])
+    assert list(above) == ["a", "b", "c"] and below == {k: above[k] for k in ("b", "c")}

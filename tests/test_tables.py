@@ -407,7 +407,7 @@ def test_sweep_refuses_finished_runs_of_other_settings(tmp_path, capsys):
 def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp_path, capsys):
     """Before any run: an override that does not parse is one line (every run would fail on it), and so is a
     data folder without its token files. A kill of the sweep (SIGTERM) stops the train.py it started (before: left
-    running, and a re-run started a second one in the same folder), says so on one line, exit 130."""
+    running, and a re-run started a second one in the same folder) at once, says so on one line, exit 130."""
     import os
     import signal
     import subprocess
@@ -462,6 +462,7 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     time.sleep(2.0)  # a progress line (every half second here) with an iteration in it
     # the SIGTERM delivered to a thread of the sweep other than its main thread (its runs' worker): Python runs the
     # handler in the main thread, which must not sleep through it (a wait with no timeout did: the sweep went on)
+    killed_at = time.time()
     tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
     others = [int(t) for t in os.listdir(f"/proc/{sweep.pid}/task") if int(t) != sweep.pid]
     if tgkill and others:
@@ -480,6 +481,8 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
         raise AssertionError("the sweep did not stop on SIGTERM:\n" + sweep.communicate()[1][-4000:])
     assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted: 1 running run(s) stopped")
     assert trainers() == []
+    # the sweep asked its run to stop (SIGTERM: train.py stops at once), not waited out its 60 s grace to kill it
+    assert time.time() - killed_at < 30
     assert re.search(r"^  mha-rope_off-s1337: iter \d+/1000000, loss \d+\.\d{3} \(last val \d+\.\d{3} at 0\), \d+ min$", out, re.M), out
 
 
@@ -588,6 +591,204 @@ def test_sweep_progress_line_reads_the_runs_log(tmp_path):
                                    + "\n" + json.dumps({"loss": 3.0}) + "\n" + json.dumps({"iter": 3, "loss": "x"}) + "\n")
     (run / "config.json").write_text(json.dumps(["max_iters"]))
     assert sweep.progress_line("r", run, time.time()) == "r: iter 1, loss 4.000, 0 min"
+
+
+def test_sweep_counts_a_run_finished_only_where_its_summary_says_so(tmp_path):
+    """A run is finished (and skipped) only where its summary.json says finished=true: a summary without the key, one
+    cut by a kill, an empty one or none is an unfinished run the sweep starts again, never a crash of the sweep."""
+    from scripts import sweep
+    run = tmp_path / "run"
+    run.mkdir()
+    assert not sweep.is_finished(run)  # no summary yet
+    for text in (json.dumps({"finished": False}), json.dumps({"config": {"max_iters": 30}}), '{"finished": tr', ""):
+        (run / "summary.json").write_text(text)
+        assert not sweep.is_finished(run), text
+    (run / "summary.json").write_text(json.dumps({"finished": True}))
+    assert sweep.is_finished(run)
+
+
+def test_sweep_compares_what_a_run_trains_not_where_or_how_it_ran(tmp_path):
+    """A finished run stands for the command's run whatever folder its data was read from, how often it logged,
+    whether it kept checkpoints and how it computed (dtype, compile, device): those keys are no settings; a setting
+    the command changes (max_iters) still differs. Both read from any working directory: the config files and a
+    relative data_dir are the repository's, as train.py (run in it) reads them."""
+    import os
+    from scripts import sweep
+    [(name, out_dir, cmd)] = sweep.plan("shakespeare", ["mha"], ("off",), results_dir=tmp_path / "runs")
+    cfg = sweep.resolved(cmd)
+    out_dir.mkdir(parents=True)
+    elsewhere = {"data_dir": "/elsewhere/shakespeare", "log_interval": cfg["log_interval"] + 7,
+                 "save_checkpoint": not cfg["save_checkpoint"],
+                 "always_save_checkpoint": not cfg["always_save_checkpoint"],
+                 "dtype": "float16" if cfg["dtype"] != "float16" else "float32", "compile": not cfg["compile"],
+                 "device": "cpu"}
+    (out_dir / "summary.json").write_text(json.dumps({"finished": True, "config": {**cfg, **elsewhere}}))
+    assert sweep.settings_differ(cmd, out_dir) == []
+    (out_dir / "summary.json").write_text(json.dumps({"finished": True, "config": {**cfg, "max_iters": 3}}))
+    assert sweep.settings_differ(cmd, out_dir) == [f"max_iters=3 (this command: {cfg['max_iters']})"]
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.bin").write_bytes(b"\0\0")
+    relative = os.path.relpath(data, REPO)  # the data folder as a data_dir relative to the repository
+    [(_, _, rel_cmd)] = sweep.plan("shakespeare", ["mha"], ("off",), results_dir=tmp_path / "runs",
+                                   extra=[f"--data_dir={relative}"])
+    elsewhere_cwd = tmp_path / "cwd"
+    elsewhere_cwd.mkdir()
+    cwd = os.getcwd()
+    try:
+        os.chdir(elsewhere_cwd)
+        assert sweep.settings_differ(cmd, out_dir) == [f"max_iters=3 (this command: {cfg['max_iters']})"]
+        # a data folder with train.bin but no val.bin: every run would fail at its first evaluation
+        missing = sweep.missing_data(rel_cmd)
+        assert Path(missing.split(" not found: ")[0]).resolve() == (data / "val.bin").resolve(), missing
+        (data / "val.bin").write_bytes(b"\0\0")
+        assert sweep.missing_data(rel_cmd) is None
+    finally:
+        os.chdir(cwd)
+
+
+def test_sweep_resumes_only_a_checkpoint_whose_start_it_can_read(tmp_path, capsys):
+    """With checkpoints kept, an unfinished run's ckpt.pt is continued only where its config.json says how it started:
+    one that holds no config stops the sweep, named. A finished run's checkpoint (owt's runs keep theirs) is no
+    unfinished run's: the run is skipped, config.json or not. Without checkpoints kept, an unfinished run starts
+    over whatever checkpoint it holds (nothing to continue, nothing the sweep would overwrite)."""
+    from scripts import sweep
+
+    def dry(table, *extra):
+        rc = sweep.main([table, "--dry-run", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path / table),
+                         *extra])
+        out, err = capsys.readouterr()
+        return rc, [shlex.split(line) for line in out.splitlines() if line.strip()], err
+    [(name, out_dir, cmd)] = sweep.plan("owt", ["mha"], ("off",), results_dir=tmp_path / "owt", save_checkpoints=True)
+    out_dir.mkdir(parents=True)
+    (out_dir / "ckpt.pt").write_bytes(b"")
+    for text in ("{}", "[]", "null"):
+        (out_dir / "config.json").write_text(text)
+        rc, cmds, err = dry("owt")
+        assert rc == 2 and cmds == [] and f"{name}: config.json holds no config" in err, (text, err)
+        assert not sweep.resumable(cmd, out_dir)  # plan gives it no --init_from=resume either
+    (out_dir / "config.json").unlink()
+    (out_dir / "summary.json").write_text(json.dumps({"finished": True, "config": sweep.resolved(cmd)}))
+    assert dry("owt")[:2] == (0, [])
+
+    [(name, out_dir, cmd)] = sweep.plan("shakespeare", ["mha"], ("off",), results_dir=tmp_path / "shakespeare")
+    out_dir.mkdir(parents=True)
+    (out_dir / "ckpt.pt").write_bytes(b"")
+    (out_dir / "config.json").write_text(json.dumps({**sweep.resolved(cmd), "max_iters": 7}))
+    assert dry("shakespeare")[:2] == (0, [cmd])
+    assert dry("shakespeare", "--save-checkpoints")[0] == 2  # kept: that checkpoint is not this command's run
+
+
+def test_sweep_plans_the_tables_rows_in_order_into_the_committed_runs(tmp_path):
+    """plan: the table's runs in table order (row, then RoPE setting, then seed), each once; by default into
+    results/<table>/runs, the committed runs (which a sweep then compares against); a row the table does not have
+    is one line, not a run silently left out."""
+    from scripts import sweep
+    from scripts.paper_tables import all_runs
+    runs = sweep.plan("shakespeare", seeds=(1337, 1), results_dir=tmp_path)
+    want = [sweep.run_name(row.id, rope, seed) for row, rope in all_runs("shakespeare") for seed in (1337, 1)]
+    assert [name for name, _, _ in runs] == want and len(set(want)) == len(want) == 92
+    for name, _, cmd in runs:  # each run's wandb name says its table and its run
+        assert [a for a in cmd if a.startswith("--wandb_run_name=")] == [f"--wandb_run_name=shakespeare-{name}"]
+    committed = sweep.plan("shakespeare")
+    assert {out_dir.parent for _, out_dir, _ in committed} == {REPO / "results" / "shakespeare" / "runs"}
+    assert all(sweep.is_finished(out_dir) for _, out_dir, _ in committed)
+    with pytest.raises(SystemExit, match=r"unknown row\(s\) \['mhaa'\] in table 'shakespeare'"):
+        sweep.plan("shakespeare", rows=["mha", "mhaa"], results_dir=tmp_path)
+    with pytest.raises(SystemExit, match=r"unknown row\(s\) \['mhaa'\]"):
+        sweep.main(["shakespeare", "--dry-run", "--rows", "mha,mhaa", "--results_dir", str(tmp_path)])
+
+
+def test_sweep_refuses_seeds_that_are_no_integers_in_one_line(tmp_path, capsys):
+    """--seeds takes comma-separated integers; anything else is argparse's one-line error, not a traceback."""
+    from scripts import sweep
+    with pytest.raises(SystemExit):
+        sweep.main(["shakespeare", "--dry-run", "--rows", "mha", "--seeds", "1,x", "--results_dir", str(tmp_path)])
+    assert "--seeds '1,x': comma-separated integers" in capsys.readouterr().err
+
+
+def test_sweep_runs_its_jobs_on_their_gpus_within_the_time_budget_and_fails_a_run_without_a_summary(tmp_path, capsys,
+                                                                                                     monkeypatch):
+    """The sweep's run loop, with train.py stood in for (in process, no training): --jobs 2 --gpus 0,1 runs two runs
+    at once, one on each GPU; a run that exits 0 without a finished summary is a failed run (exit 1, named with
+    its log); --time_budget reached starts no run (said, exit 0); --progress 0 prints no progress line."""
+    import subprocess
+    import threading
+    import time
+    import types
+    from scripts import sweep
+    both_running = threading.Barrier(2)
+    started = []
+
+    class StandIn:
+        """train.py as the sweep sees it: gqa2's run exits 0 without writing its summary."""
+        def __init__(self, cmd, cwd, stdout, stderr, env):
+            self.out_dir = Path(next(a.split("=", 1)[1] for a in cmd if a.startswith("--out_dir=")))
+            started.append((self.out_dir.name, env.get("CUDA_VISIBLE_DEVICES")))
+
+        def wait(self, timeout=None):
+            both_running.wait(timeout=10)
+            time.sleep(0.6)  # longer than the sweep's waits: a progress report would be due
+            if not self.out_dir.name.startswith("gqa2"):
+                (self.out_dir / "summary.json").write_text(json.dumps({"finished": True}))
+            return 0
+
+    monkeypatch.setattr(sweep, "subprocess", types.SimpleNamespace(
+        Popen=StandIn, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired))
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val"):
+        (data / f"{split}.bin").write_bytes(b"\0\0")
+    args = ["shakespeare", "--rows", "mha,gqa2", "--rope", "off", "--jobs", "2", "--gpus", "0,1", "--progress", "0",
+            "--results_dir", str(tmp_path / "runs")]
+    capsys.readouterr()
+    assert sweep.main(args + ["--time_budget", "1e-9", "--", f"--data_dir={data}"]) == 0
+    assert started == [] and "time budget reached: 2 run(s) not started" in capsys.readouterr().out
+    assert sweep.main(args + ["--", f"--data_dir={data}"]) == 1
+    out, err = capsys.readouterr()
+    assert sorted(name for name, _ in started) == ["gqa2-rope_off-s1337", "mha-rope_off-s1337"]
+    assert sorted(gpu for _, gpu in started) == ["0", "1"]  # at once, a GPU each
+    assert "mha-rope_off-s1337: ok" in out and "gqa2-rope_off-s1337: FAILED (rc=0)" in out
+    assert "1/2 runs finished" in out and not any(line.startswith("  ") for line in out.splitlines()), out
+    log = (tmp_path / "runs" / "gqa2-rope_off-s1337" / "train.log").resolve()
+    assert err.splitlines()[-2:] == ["1 failed run(s):", f"  gqa2-rope_off-s1337 rc=0 log={log}"], err
+
+
+def test_sweep_progress_reads_a_record_cut_by_its_blocks(tmp_path):
+    """last_record reads the log backwards in blocks: whatever the block size (a record cut by a block's start is
+    completed by the next block) it finds the same last record; one further back than `limit` bytes is not read."""
+    from scripts import sweep
+    log = tmp_path / "log.jsonl"
+    lines = [{"iter": 0, "val_loss": 10.9}] + [{"iter": i, "loss": 10.0 - i / 8} for i in range(1, 12)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"iter": 12, "lo')
+    size = log.stat().st_size
+    for block in range(1, 80):
+        assert sweep.last_record(log, "loss", block=block) == lines[-1], block
+        assert sweep.last_record(log, "val_loss", block=block) == lines[0], block
+    assert sweep.last_record(log, "val_loss", block=16, limit=size // 2) is None
+    assert sweep.last_record(log, "val_loss", block=16, limit=size) == lines[0]
+
+
+def test_sweep_skips_a_finished_run_resumed_with_another_compute_path(tmp_path, capsys):
+    """A resume may change how the model is computed (model.COMPUTE_KEYS: activation checkpointing after an
+    out-of-memory, the loss head, the kernels), and the finished run's summary then holds the resumed command's
+    value: the same run, skipped by the command that started it (it stopped that sweep as a run of other settings,
+    and a sweep giving the resume's key stopped on every other finished run), as are dtype and compile."""
+    from model import COMPUTE_KEYS
+    from scripts import sweep
+    [(name, out_dir, cmd)] = sweep.plan("owt", ["mha"], ("off",), results_dir=tmp_path, save_checkpoints=True)
+    cfg = sweep.resolved(cmd)
+    assert "activation_checkpointing" in COMPUTE_KEYS and cfg["activation_checkpointing"] is False
+    out_dir.mkdir()
+    for resumed_with, extra in ((True, []), (False, ["--", "--activation_checkpointing=True"])):
+        (out_dir / "summary.json").write_text(json.dumps({"finished": True, "config": {
+            **cfg, "activation_checkpointing": resumed_with}}))
+        rc = sweep.main(["owt", "--dry-run", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path), *extra])
+        out, err = capsys.readouterr()
+        assert (rc, out) == (0, ""), err
+    (out_dir / "summary.json").write_text(json.dumps({"finished": True, "config": {**cfg, "max_iters": 3}}))
+    assert sweep.main(["owt", "--dry-run", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path)]) == 2
 
 
 def _summary(row, rope, seed, loss, best_iter=500):
