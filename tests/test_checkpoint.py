@@ -109,8 +109,8 @@ def test_stale_temp_files_of_dead_processes_are_removed(tmp_path):
     assert not stale.exists() and live.exists() and other.exists()  # a live writer's file is left alone
 
 
-@pytest.mark.parametrize("kind", ["missing", "empty", "truncated", "text", "list", "no_model", "bad_config",
-                                  "unknown_key"])
+@pytest.mark.parametrize("kind", ["missing", "empty", "truncated", "text", "list", "number", "no_model",
+                                  "bad_config", "unknown_key"])
 def test_unreadable_checkpoints_are_one_line_errors(kind, tmp_path):
     path = tmp_path / "ckpt.pt"
     if kind != "missing":
@@ -124,6 +124,8 @@ def test_unreadable_checkpoints_are_one_line_errors(kind, tmp_path):
         path.write_text("this is not a checkpoint\n")
     elif kind == "list":
         torch.save([1, 2, 3], path)
+    elif kind == "number":  # not a container: `key in checkpoint` would be a TypeError
+        torch.save(3, path)
     elif kind == "no_model":
         torch.save({"model_config": {}}, path)
     elif kind == "bad_config":
@@ -141,6 +143,8 @@ def test_unreadable_checkpoints_are_one_line_errors(kind, tmp_path):
     assert str(path) in message and "\n" not in message, message
     if kind == "unknown_key":
         assert "model_config has keys this model.py does not know: qk_norm" in message, message
+    if kind == "empty":  # says why, not only torch's complaint about a zip archive
+        assert "is empty" in message, message
 
 
 def test_write_json_is_valid_json_without_nan(tmp_path):
@@ -197,3 +201,231 @@ def test_pid_alive_counts_an_exited_unreaped_process_as_gone():
     assert not pid_alive(child.pid)
     child.wait()
     assert not pid_alive(child.pid)
+
+
+def test_make_checkpoint_saves_every_field_it_is_given(tmp_path):
+    """Each piece of run state given to make_checkpoint comes back from the file as given: early stopping's count, the
+    best iteration, the sampler and RNG states, a converter's extra notes, and the gathered model and optimizer states
+    an FSDP or master-weights run passes instead of the module's own."""
+    model = make(dtype=torch.float32, seed=0)
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    gathered = make(dtype=torch.float32, seed=1).state_dict()  # other weights than the module's own
+    opt_state = {"state": {}, "param_groups": [{"lr": 0.25, "params": []}]}
+    given = dict(iter_num=7, best_val_loss=2.25, best_iter=5, bad_evals=2, val_loss=2.5, sampler_state=torch.arange(3),
+                 rng_states=[{"torch": torch.get_rng_state(), "cuda": None, "mps": None}], note="converted")
+    path = tmp_path / "ckpt.pt"
+    ck.save_checkpoint(path, ck.make_checkpoint(model, opt, {"seed": 1}, model_state=gathered,
+                                                optimizer_state=opt_state, **given))
+    loaded = ck.read_checkpoint(path, ck.TRAINING_KEYS)
+    for key in ("iter_num", "best_val_loss", "best_iter", "bad_evals", "val_loss", "note"):
+        assert loaded[key] == given[key], key
+    assert torch.equal(loaded["sampler_state"], given["sampler_state"])
+    assert torch.equal(loaded["rng_states"][0]["torch"], given["rng_states"][0]["torch"])
+    assert loaded["optimizer"] == opt_state
+    assert all(torch.equal(loaded["model"][k], v) for k, v in gathered.items())
+
+
+def test_a_cuda_runs_rng_state_holds_the_cuda_generator_and_no_apple_gpus(monkeypatch):
+    """On a CUDA device the saved states are the CPU's and that device's; torch.mps is never asked (stand-ins here:
+    no GPU)."""
+    cuda_state = torch.arange(4, dtype=torch.uint8)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": asked.append(device) or cuda_state)
+
+    def no_mps():
+        raise AssertionError("torch.mps asked on a CUDA run")
+    monkeypatch.setattr(torch.mps, "get_rng_state", no_mps)
+    on_cuda = ck.rng_state("cuda:1")
+    assert on_cuda["cuda"] is cuda_state and on_cuda["mps"] is None and asked == ["cuda:1"]
+
+
+def test_read_log_skips_a_cut_line_and_keeps_the_records_after_it(tmp_path):
+    """A damaged line is left out wherever it is (a kill's cut line, then records appended after it): the records
+    that follow it are read too."""
+    from checkpoint import read_log
+    (tmp_path / "log.jsonl").write_text('{"iter": 1, "loss": 2.5}\n{"iter": 2, "lo\n{"iter": 2, "loss": 2.4}\n')
+    assert read_log(tmp_path) == [{"iter": 1, "loss": 2.5}, {"iter": 2, "loss": 2.4}]
+
+
+def test_log_losses_keeps_training_and_evaluation_records_apart(tmp_path):
+    """log_losses: training losses from the records with a loss, val losses from the evaluation records only (an
+    evaluation's record holds no training loss, a training record no val loss)."""
+    from checkpoint import log_losses
+    records = [{"iter": 1, "loss": 3.0}, {"iter": 2, "loss": 2.5}, {"iter": 2, "val_loss": 2.75, "train_loss": 2.6},
+               {"iter": 3, "loss": 2.25}]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert log_losses(tmp_path) == ({1: 3.0, 2: 2.5, 3: 2.25}, {2: 2.75})
+
+
+def test_git_commit_is_head_and_dirty_only_for_changed_tracked_files(tmp_path, monkeypatch):
+    """git_commit names HEAD of the repository holding checkpoint.py, with '-dirty' once a tracked file differs from
+    it; an untracked file (a run's output) leaves it clean; outside any repository it is 'unknown'. (A repository made
+    here, checkpoint.py's location pointed into it.)"""
+    import shutil
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above tmp_path is found
+    repo, plain = tmp_path / "repo", tmp_path / "plain"
+    repo.mkdir()
+    plain.mkdir()
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    (repo / "checkpoint.py").write_text("x = 1\n")
+    git("add", "checkpoint.py")
+    git("commit", "-q", "-m", "one")
+    head = git("rev-parse", "HEAD")
+    monkeypatch.setattr(ck, "__file__", str(repo / "checkpoint.py"))
+    assert ck.git_commit() == head
+    (repo / "out.json").write_text("{}")  # untracked
+    assert ck.git_commit() == head
+    (repo / "checkpoint.py").write_text("x = 2\n")
+    assert ck.git_commit() == f"{head}-dirty"
+    monkeypatch.setattr(ck, "__file__", str(plain / "checkpoint.py"))
+    assert ck.git_commit() == "unknown"
+
+
+def test_a_checkpoint_whose_pickle_would_run_code_is_refused_unrun(tmp_path):
+    """Checkpoints are read with weights_only: one holding an object whose unpickling calls a function (here it would
+    make a folder) is a one-line ValueError naming the file, and the function never runs."""
+    marker = tmp_path / "ran"
+
+    class RunsCode:
+        def __reduce__(self):
+            return os.mkdir, (str(marker),)
+    path = tmp_path / "ckpt.pt"
+    torch.save(tiny_checkpoint(payload=RunsCode()), path)
+    with pytest.raises(ValueError) as e:
+        ck.read_checkpoint(path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+    assert not marker.exists()
+
+
+def test_a_compiled_models_weights_load_into_the_plain_model(tmp_path):
+    """A state_dict saved from a torch.compile'd model has every key prefixed '_orig_mod.': load_checkpoint rebuilds
+    the plain model with those weights."""
+    c = tiny_checkpoint(seed=4)
+    c["model"] = {f"_orig_mod.{k}": v for k, v in c["model"].items()}
+    ck.save_checkpoint(tmp_path / "ckpt.pt", c)
+    model, _ = ck.load_checkpoint(tmp_path)
+    ref = make(dtype=torch.float32, seed=4)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values()))
+
+
+def test_the_model_comes_back_in_the_dtype_it_was_saved_in(tmp_path):
+    """bfloat16 weights load into a bfloat16 model, bit for bit (not upcast into a float32 one)."""
+    c = tiny_checkpoint(seed=5)
+    c["model"] = {k: v.to(torch.bfloat16) for k, v in c["model"].items()}
+    ck.save_checkpoint(tmp_path / "ckpt.pt", c)
+    model, _ = ck.load_checkpoint(tmp_path / "ckpt.pt")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in c["model"].items())
+
+
+def test_load_model_takes_a_checkpoint_file_or_its_folder(tmp_path):
+    """load_model(out_dir) reads out_dir/ckpt.pt; given the checkpoint file itself (any name), it reads that."""
+    path = tmp_path / "best.pt"
+    ck.save_checkpoint(path, tiny_checkpoint(seed=6))
+    ck.save_checkpoint(tmp_path / "ckpt.pt", tiny_checkpoint(seed=7))
+    ref6, ref7 = make(dtype=torch.float32, seed=6), make(dtype=torch.float32, seed=7)
+    for where, ref in ((path, ref6), (str(path), ref6), (tmp_path, ref7)):
+        model = ck.load_model(where)
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values())), where
+
+
+def test_stale_temp_files_are_found_beside_a_path_with_glob_characters(tmp_path):
+    """A run folder named with glob's special characters ('run[1]', '*'): the stale temp files beside its files are
+    still found and removed (the path is matched literally)."""
+    folder = tmp_path / "run[1]*"
+    folder.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = folder / f"summary.json.tmp.{dead.pid}"
+    stale.write_bytes(b"partial")
+    ck.write_json(folder / "summary.json", {"ok": 1})
+    assert not stale.exists() and json.loads((folder / "summary.json").read_text()) == {"ok": 1}
+
+
+def test_a_process_of_another_user_counts_as_alive(monkeypatch):
+    """Signal 0 to another user's process fails with PermissionError: the process exists, so pid_alive says so (its
+    writer's temp files are not taken from under it)."""
+    import atomic_files
+
+    def not_ours(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(atomic_files.os, "kill", not_ours)
+    assert atomic_files.pid_alive(os.getpid())
+
+
+def test_a_write_is_on_disk_before_its_rename_and_the_rename_after_it(tmp_path, monkeypatch):
+    """atomic_write fsyncs the new file's data before the rename makes it `path` (after a crash the name never points
+    at unwritten data), and fsyncs the folder after the rename (the rename itself survives a crash)."""
+    import stat
+
+    import atomic_files
+    events, real_fsync, real_replace = [], os.fsync, os.replace
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        events.append(("fsync dir" if stat.S_ISDIR(st.st_mode) else "fsync file", st.st_ino))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", None))
+        real_replace(src, dst)
+    monkeypatch.setattr(atomic_files.os, "fsync", fsync)
+    monkeypatch.setattr(atomic_files.os, "replace", replace)
+    path = tmp_path / "summary.json"
+    ck.write_json(path, {"ok": 1})
+    monkeypatch.undo()
+    renamed = events.index(("replace", None))
+    assert ("fsync file", path.stat().st_ino) in events[:renamed], events
+    assert ("fsync dir", tmp_path.stat().st_ino) in events[renamed:], events
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+@pytest.mark.parametrize("temp_made", [True, False])
+def test_a_failed_or_interrupted_write_raises_its_own_error_and_leaves_nothing(exc, temp_made, tmp_path):
+    """A write that fails or is interrupted (Ctrl-C, or SIGTERM under interrupt_on_sigterm), before or after it made
+    its temp file: that exception propagates, `path` is as it was and no temp file is left."""
+    import atomic_files
+    path = tmp_path / "table.md"
+    path.write_text("old")
+
+    def write(tmp):
+        if temp_made:
+            with open(tmp, "w") as f:
+                f.write("half")
+        raise exc("stopped")
+    with pytest.raises(exc, match="stopped"):
+        atomic_files.atomic_write(path, write)
+    assert path.read_text() == "old" and list(tmp_path.iterdir()) == [path]
+
+
+def test_write_json_makes_non_finite_numbers_in_tuples_null(tmp_path):
+    """Tuples (a shape, a (mean, std) pair) are sanitised as lists are: strict JSON, non-finite numbers null."""
+    path = tmp_path / "summary.json"
+    ck.write_json(path, {"pair": (math.nan, 1.5), "nested": [(math.inf, 2.0)]})
+
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON")
+    assert json.loads(path.read_text(), parse_constant=refuse) == {"pair": [None, 1.5], "nested": [[None, 2.0]]}
+
+
+def test_interrupt_on_sigterm_raises_keyboardinterrupt_inside_and_restores_the_handler():
+    """Inside the block SIGTERM raises KeyboardInterrupt (the clean-up of a Ctrl-C runs); after it, also when it ended
+    by that exception, SIGTERM's previous handler is back."""
+    import signal
+
+    from atomic_files import interrupt_on_sigterm
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with interrupt_on_sigterm():
+                signal.raise_signal(signal.SIGTERM)
+        after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert after is before

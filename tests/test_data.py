@@ -677,3 +677,132 @@ def test_write_tokens_keeps_at_most_max_inflight_chunks_unwritten(tmp_path, gpt2
         want = [t for s, d in docs if s == split for t in enc.encode_ordinary(d) + [EOT]]
         assert np.fromfile(tmps[split], dtype=np.uint16).tolist() == want
         assert counts[split] == (len(want), sum(s == split for s, _ in docs))
+
+
+def test_a_file_of_exactly_min_tokens_passes_and_every_window_fits(tmp_path):
+    """min_tokens(block_size) is the shortest token file Batches can draw from: a file that long passes
+    check_token_file and its drawn windows (block_size + 1 tokens) lie inside it; one token fewer is refused, naming
+    the file."""
+    import re
+
+    import torch
+
+    from evaluate import Batches, check_token_file, min_tokens
+    block = 8
+    path = tmp_path / "t.bin"
+    n = min_tokens(block)
+    np.arange(n, dtype=np.uint16).tofile(path)
+    assert check_token_file(str(path), 64, block) == n
+    batches = Batches(str(path), block, 4, seed=0)
+    offsets = batches.draw(5).flatten()
+    assert (offsets >= 0).all() and (offsets + block + 1 <= n).all()
+    x, y = batches.get(offsets, torch.device("cpu"))
+    assert x.shape == y.shape == (len(offsets), block)
+    np.arange(n - 1, dtype=np.uint16).tofile(path)
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        check_token_file(str(path), 64, block)
+
+
+def test_an_out_of_range_id_is_found_at_every_position_across_chunks(tmp_path, monkeypatch):
+    """check_token_file scans the file in chunks (evaluate.CHUNK, 4 tokens here): an id >= vocab_size is found
+    wherever it lies, a chunk's first and last token included, and the position it names is the file's."""
+    import evaluate
+    monkeypatch.setattr(evaluate, "CHUNK", 4)
+    path = tmp_path / "t.bin"
+    n = 10  # two whole chunks and a part
+    for bad in range(n):
+        tokens = np.zeros(n, dtype=np.uint16)
+        tokens[bad] = 64
+        tokens.tofile(path)
+        with pytest.raises(ValueError, match=rf"token id 64 \(first out-of-range id at position {bad}\)"):
+            evaluate.check_token_file(str(path), 64, 4)
+    assert evaluate.check_token_file(str(path), 65, 4) == n
+
+
+def test_batches_follow_their_seed(tmp_path):
+    """The windows Batches draws are fixed by its seed (a resumed run, an evaluation's batches) and differ between
+    seeds (runs of other seeds see other data)."""
+    from evaluate import Batches
+    path = tmp_path / "t.bin"
+    np.arange(1000, dtype=np.uint16).tofile(path)
+
+    def drawn(seed):
+        return Batches(str(path), 8, 4, seed=seed).draw(3).tolist()
+    assert drawn(1) == drawn(1) and drawn(1) != drawn(2)
+
+
+def _split_loss_setup(tmp_path):
+    import torch
+
+    from tiny import make
+    path = tmp_path / "val.bin"
+    np.random.default_rng(0).integers(0, 61, 400).astype(np.uint16).tofile(path)
+    return make(dtype=torch.float32, dropout=0.5), str(path), torch.device("cpu")
+
+
+def test_split_loss_is_measured_without_dropout_and_leaves_the_mode_as_it_was(tmp_path):
+    """split_loss measures the model in eval mode (no dropout: the same number for a training model as for the same
+    model in eval mode) and hands it back in the mode it came in, so a training run goes on with dropout."""
+    from evaluate import split_loss
+    model, path, cpu = _split_loss_setup(tmp_path)
+    model.eval()
+    expected = split_loss(model, path, 24, 2, 0, True, cpu)
+    assert not model.training
+    model.train()
+    assert split_loss(model, path, 24, 2, 0, True, cpu) == expected and model.training
+
+
+def test_split_loss_with_no_batch_is_an_error_not_nan(tmp_path):
+    """Zero random batches: a ValueError naming the file, not the nan of 0 / 0 tokens."""
+    from evaluate import split_loss
+    model, path, cpu = _split_loss_setup(tmp_path)
+    with pytest.raises(ValueError, match="no batches to evaluate .*val.bin"):
+        split_loss(model, path, 24, 2, 0, False, cpu)
+
+
+def test_even_evaluation_runs_as_many_forwards_on_each_rank_and_counts_each_batch_once(tmp_path, monkeypatch):
+    """even=True (FSDP, where each forward is a collective): each of the world's ranks runs ceil(batches / world)
+    forwards, a rank with no batch left rerunning one; the sums the ranks reduce add up to one process's, each batch
+    counted once. (The ranks run one after another here; all_reduce records what each rank reduces.)"""
+    import torch
+
+    from evaluate import split_loss
+    model, path, cpu = _split_loss_setup(tmp_path)
+    model.eval()
+    forwards = []
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    reduced = []
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda t: reduced.append(t.clone()))
+    single = split_loss(model, path, 24, 2, 3, False, cpu, seed=5)  # 3 batches
+    assert len(forwards) == 3 and reduced == []
+    for rank in range(2):
+        forwards.clear()
+        split_loss(model, path, 24, 2, 3, False, cpu, seed=5, rank=rank, world=2, even=True)
+        assert len(forwards) == 2, rank
+    total = reduced[0] + reduced[1]
+    assert total[1].item() == 3 * 2 * 24 and (total[0] / total[1]).item() == pytest.approx(single, rel=1e-12)
+
+
+def test_split_loss_sums_in_float64(tmp_path):
+    """The token-mean over many batches is that of the batch losses to float64 precision (a float32 running sum drifts
+    with the number of batches: a whole split's thousands). A stand-in model returns known float32 losses, one token
+    per batch."""
+    import math
+
+    import torch
+
+    from evaluate import split_loss
+    path = tmp_path / "t.bin"
+    np.zeros(100, dtype=np.uint16).tofile(path)
+    losses = torch.empty(1000).uniform_(2.0, 4.0, generator=torch.Generator().manual_seed(0))  # float32
+
+    class KnownLosses(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x, y):
+            self.calls += 1
+            return None, losses[self.calls - 1]
+    got = split_loss(KnownLosses(), str(path), 1, 1, len(losses), False, torch.device("cpu"))
+    assert got == pytest.approx(math.fsum(losses.double().tolist()) / len(losses), rel=1e-12, abs=0)

@@ -2,6 +2,7 @@
 clear errors, sampling with the cache."""
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -431,6 +432,43 @@ def test_invalid_training_keys_fail_before_anything(arg, key, small_data, tmp_pa
     assert not out.exists()
 
 
+@pytest.mark.parametrize("change", [
+    dict(beta1=0.0), dict(beta2=0.0),  # [0, 1): no momentum is a setting
+    dict(learning_rate=6e-4, min_lr=6e-4),  # min_lr <= learning_rate: a flat schedule
+    dict(warmup_iters=100, lr_decay_iters=100),  # lr_decay_iters >= warmup_iters: the warmup, then min_lr
+    dict(seed=0), dict(seed=2**63 - 1),
+    dict(max_iters=0, warmup_iters=0, lr_decay_iters=0, patience=0, grad_clip=0.0, weight_decay=0.0, min_lr=0.0),
+    dict(batch_size=1, gradient_accumulation_steps=1, eval_interval=1, log_interval=1, eval_iters=1),
+    dict(dataset="", data_dir="some/folder"),  # data_dir alone names the data
+    dict(peak_tflops=1e-3), dict(backend="gloo"), dict(fsdp=True, dtype="bfloat16", device="cpu"),
+])
+def test_the_closed_end_of_each_allowed_range_passes(change):
+    """validate_train_config allows each range's own end (test_one_step_past_each_allowed_range_is_refused: what lies
+    past it is refused)."""
+    from train_config import TRAIN_DEFAULTS, validate_train_config
+    validate_train_config({**TRAIN_DEFAULTS, **change})
+
+
+@pytest.mark.parametrize("change,key", [
+    (dict(seed=2**63), "seed=9223372036854775808"), (dict(peak_tflops=0.0), "peak_tflops=0.0"),
+    (dict(patience=-1), "patience=-1"), (dict(beta2=1.0), "beta2=1.0"), (dict(beta1=-1e-9), "beta1="),
+    (dict(learning_rate=math.nan), "learning_rate=nan"), (dict(min_lr=math.nan), "min_lr=nan"),
+    (dict(warmup_iters=101, lr_decay_iters=100), "lr_decay_iters=100"),
+    (dict(learning_rate=1e-3, min_lr=1.001e-3), "min_lr=0.001001"),
+    (dict(backend="mpi"), "backend='mpi'"), (dict(out_dir=""), "out_dir=''"), (dict(dataset="", data_dir=""), "dataset=''"),
+    (dict(fsdp=True, dtype="float16", device="cpu"), "fsdp=True with dtype='float16'"),
+    (dict(fsdp=True, device="mps"), "fsdp=True on device='mps'"),
+])
+def test_one_step_past_each_allowed_range_is_refused(change, key, monkeypatch):
+    """Just past each range's end: a ValueError naming the key and its value (an Apple GPU stands in as available,
+    so that FSDP's own refusal of it is what answers)."""
+    from train_config import TRAIN_DEFAULTS, validate_train_config
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    with pytest.raises(ValueError) as e:
+        validate_train_config({**TRAIN_DEFAULTS, **change})
+    assert key in str(e.value), str(e.value)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_device_without_cuda(small_data, tmp_path, capsys):
     err = train_error([f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}", "--max_iters=2", "--device=cuda"], capsys)
@@ -525,6 +563,21 @@ def test_resume_from_an_unreadable_checkpoint(damage, small_run, capsys):
     err = train_error([*args, "--init_from=resume", "--max_iters=8"], capsys)
     assert str(ckpt) in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing touched
+
+
+@pytest.mark.parametrize("key", ["optimizer", "iter_num"])
+def test_resume_from_a_checkpoint_without_training_state_is_one_line(key, small_run, capsys):
+    """A checkpoint that can be sampled from but lacks what a resume continues (the optimizer's state, the iteration,
+    the best evaluation so far): refused before anything is built, one line naming what is missing, nothing touched."""
+    from checkpoint import save_checkpoint
+    args, out = small_run
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    del ckpt[key]
+    save_checkpoint(out / "ckpt.pt", ckpt)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    err = train_error([*args, "--init_from=resume", "--max_iters=8"], capsys)
+    assert f"missing {key}" in err and str(out / "ckpt.pt") in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_non_finite_evaluation_stops_before_its_checkpoint(small_data, tmp_path, capsys):
