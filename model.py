@@ -1866,11 +1866,16 @@ class GPT(nn.Module):
             # (training, the decode steps and their kernels, conversions) adds it; no gradient, so no optimizer state
             self.transformer.wpe.weight.requires_grad_(False)
         if config.pos_emb == "rope":
-            cos, sin = rope_cache(ATTENTION[config.attn].rope_dim(config), config.block_size, config.rope_theta)
+            cos, sin = self._rope_tables()
             self.register_buffer("rope_cos", cos, persistent=False)  # (block_size, rope_dim / 2)
             self.register_buffer("rope_sin", sin, persistent=False)
         if not self.lm_head.weight.is_meta:  # a meta model holds shapes only (counts, tables): nothing to set, and
             self.init_weights()              # initializing meta tensors one by one takes seconds; after to_empty(), call it
+
+    def _rope_tables(self):
+        """RoPE's (cos, sin), each (block_size, rope_dim / 2), for this model's attention and rope_theta."""
+        return rope_cache(ATTENTION[self.config.attn].rope_dim(self.config), self.config.block_size,
+                          self.config.rope_theta)
 
     def init_weights(self):
         """GPT-2 scheme: N(0, 0.02), residual output projections N(0, 0.02 / sqrt(2 n_layer)); each
@@ -1881,8 +1886,7 @@ class GPT(nn.Module):
         if self.config.tie_embeddings:  # again: to_empty() gives the two modules separate tensors
             self.transformer.wte.weight = self.lm_head.weight
         if self.config.pos_emb == "rope":
-            cos, sin = rope_cache(ATTENTION[self.config.attn].rope_dim(self.config), self.config.block_size,
-                                  self.config.rope_theta)
+            cos, sin = self._rope_tables()
             with torch.no_grad():
                 self.rope_cos.copy_(cos)  # (block_size, rope_dim / 2)
                 self.rope_sin.copy_(sin)
