@@ -60,9 +60,12 @@ EARLIER_CKPT, EARLIER_SUMMARY = "ckpt.earlier.pt", "summary.earlier.json"  # a f
 UNTIMED_ITERS = 5  # the first iterations of a (re)start (torch.compile, allocator warm-up) are not timed
 
 
-def fail(msg: str):
-    """A one-line error that says what to do, before any work is done."""
-    print(f"error: {msg}", file=sys.stderr)
+def fail(msg: str, says: Optional[bool] = None):
+    """A one-line error that says what to do, before any work is done. Every process exits 2; the line comes from
+    one process a node (LOCAL_RANK 0, or no torchrun): the others meet the same key or file, and torchrun would
+    print it once for each of them. `says` overrides that for an error that only some processes meet."""
+    if says if says is not None else os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"error: {msg}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -353,7 +356,8 @@ def setup(cfg: dict, gptconf: GPTConfig) -> Env:
         if local_rank >= torch.cuda.device_count():  # else an 'invalid device ordinal' traceback from this rank
             fail(f"torchrun started process {local_rank} of this node on cuda:{local_rank}, but "
                  f"{torch.cuda.device_count()} GPU(s) are visible: give --nproc_per_node at most "
-                 f"{torch.cuda.device_count()} (or make more visible: CUDA_VISIBLE_DEVICES)")
+                 f"{torch.cuda.device_count()} (or make more visible: CUDA_VISIBLE_DEVICES)",
+                 says=local_rank == torch.cuda.device_count())  # the first process without a GPU, not all of them
         device_name = f"cuda:{local_rank}"
     device = torch.device(device_name)
     make_current(device)  # cuda:N current, DDP or not: Triton launches its kernels (and graphs capture) there

@@ -913,6 +913,34 @@ def test_more_processes_than_gpus_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(train, "make_current", lambda device: pytest.fail("a device was made current"))
     err = one_line_error(lambda: train.setup(dict(train.DEFAULTS, device="cuda"), None), capsys)
     assert "process 1 of this node on cuda:1, but 1 GPU(s) are visible: give --nproc_per_node at most 1" in err
+    monkeypatch.setenv("RANK", "2")  # the processes after the first without a GPU exit too, without a line of their own
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(SystemExit) as e:
+        train.setup(dict(train.DEFAULTS, device="cuda"), None)
+    assert e.value.code == 2 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("local_rank", [None, "0", "1"])
+def test_a_bad_key_under_torchrun_is_said_once_a_node(local_rank, monkeypatch, capsys):
+    """A bad key stops every process (exit 2), and one line comes from the node's first process (or the only one):
+    torchrun's processes all meet the same key, and used to print the same line each."""
+    import train
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    if local_rank is not None:
+        monkeypatch.setenv("RANK", local_rank)
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+        monkeypatch.setenv("WORLD_SIZE", "2")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.configure(["--n_layer=0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    if local_rank == "1":
+        assert err == ""
+    else:
+        assert err.startswith("error: ") and "n_layer" in err and len(err.splitlines()) == 1, err
 
 
 def test_eval_only_resume_between_evaluations_evaluates(small_data, tmp_path):
