@@ -57,6 +57,7 @@ from train_config import RUN_KEYS, TRAIN_DEFAULTS, data_dir_of, validate_train_c
 MODEL_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 DEFAULTS = {**TRAIN_DEFAULTS, **MODEL_DEFAULTS}
 EARLIER_CKPT, EARLIER_SUMMARY = "ckpt.earlier.pt", "summary.earlier.json"  # a fresh run's out_dir: the run before's
+SILENT_FAIL_DELAY_S = 2.0  # fail(): how long a process that does not print the error waits before it exits
 UNTIMED_ITERS = 5  # the first iterations of a (re)start (torch.compile, allocator warm-up) are not timed
 
 
@@ -66,6 +67,8 @@ def fail(msg: str, says: Optional[bool] = None):
     print it once for each of them. `says` overrides that for an error that only some processes meet."""
     if says if says is not None else os.environ.get("LOCAL_RANK", "0") == "0":
         print(f"error: {msg}", file=sys.stderr)
+    else:  # torchrun stops the other processes when one ends: the silent ones end later, not the one that says why
+        time.sleep(SILENT_FAIL_DELAY_S)
     sys.exit(2)
 
 

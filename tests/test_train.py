@@ -916,9 +916,12 @@ def test_more_processes_than_gpus_is_one_line(monkeypatch, capsys):
     monkeypatch.setenv("RANK", "2")  # the processes after the first without a GPU exit too, without a line of their own
     monkeypatch.setenv("LOCAL_RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "3")
+    waited = []
+    monkeypatch.setattr(train.time, "sleep", waited.append)
     with pytest.raises(SystemExit) as e:
         train.setup(dict(train.DEFAULTS, device="cuda"), None)
     assert e.value.code == 2 and capsys.readouterr().err == ""
+    assert waited == [train.SILENT_FAIL_DELAY_S]  # it ends after the process that says why (torchrun stops the rest)
 
 
 @pytest.mark.parametrize("local_rank", [None, "0", "1"])
@@ -932,15 +935,18 @@ def test_a_bad_key_under_torchrun_is_said_once_a_node(local_rank, monkeypatch, c
         monkeypatch.setenv("RANK", local_rank)
         monkeypatch.setenv("LOCAL_RANK", local_rank)
         monkeypatch.setenv("WORLD_SIZE", "2")
+    waited = []
+    monkeypatch.setattr(train.time, "sleep", waited.append)
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         train.configure(["--n_layer=0"])
     err = capsys.readouterr().err
     assert e.value.code == 2
-    if local_rank == "1":
-        assert err == ""
+    if local_rank == "1":  # silent, and ending after the process that says why: torchrun stops the others when
+        assert err == "" and waited == [train.SILENT_FAIL_DELAY_S]  # one ends, which could stop it before it said
     else:
         assert err.startswith("error: ") and "n_layer" in err and len(err.splitlines()) == 1, err
+        assert waited == []
 
 
 def test_eval_only_resume_between_evaluations_evaluates(small_data, tmp_path):
