@@ -61,15 +61,15 @@ SILENT_FAIL_DELAY_S = 2.0  # fail(): how long a process that does not print the 
 UNTIMED_ITERS = 5  # the first iterations of a (re)start (torch.compile, allocator warm-up) are not timed
 
 
-def fail(msg: str, says: Optional[bool] = None):
-    """A one-line error that says what to do, before any work is done. Every process exits 2; the line comes from
+def fail(msg: str, says: Optional[bool] = None, code: int = 2):
+    """A one-line error that says what to do, before any work is done. Every process exits `code`; the line comes from
     one process a node (LOCAL_RANK 0, or no torchrun): the others meet the same key or file, and torchrun would
     print it once for each of them. `says` overrides that for an error that only some processes meet."""
     if says if says is not None else os.environ.get("LOCAL_RANK", "0") == "0":
         print(f"error: {msg}", file=sys.stderr)
     else:  # torchrun stops the other processes when one ends: the silent ones end later, not the one that says why
         time.sleep(SILENT_FAIL_DELAY_S)
-    sys.exit(2)
+    sys.exit(code)
 
 
 def get_lr(it: int, cfg: dict) -> float:
@@ -857,8 +857,7 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
         gc.collect()
         torch.distributed.destroy_process_group()
     if not finished and reason != "eval_only":
-        print(f"error: {reason}", file=sys.stderr)
-        sys.exit(1)
+        fail(reason, says=env.master, code=1)  # every process stopped for the same reason: said once
 
 
 def main(argv):

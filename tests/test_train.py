@@ -924,6 +924,21 @@ def test_more_processes_than_gpus_is_one_line(monkeypatch, capsys):
     assert waited == [train.SILENT_FAIL_DELAY_S]  # it ends after the process that says why (torchrun stops the rest)
 
 
+@pytest.mark.parametrize("says", [True, False])
+def test_fail_says_or_waits_and_exits_with_its_code(says, monkeypatch, capsys):
+    """fail(): the process that says why prints one line at once; a silent one prints nothing and ends later; both
+    exit with the code given (1 for a run stopped in training, as the end of a run under torchrun calls it)."""
+    import train
+    waited = []
+    monkeypatch.setattr(train.time, "sleep", waited.append)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.fail("non-finite training loss", says=says, code=1)
+    assert e.value.code == 1
+    assert capsys.readouterr().err == ("error: non-finite training loss\n" if says else "")
+    assert waited == ([] if says else [train.SILENT_FAIL_DELAY_S])
+
+
 @pytest.mark.parametrize("local_rank", [None, "0", "1"])
 def test_a_bad_key_under_torchrun_is_said_once_a_node(local_rank, monkeypatch, capsys):
     """A bad key stops every process (exit 2), and one line comes from the node's first process (or the only one):
