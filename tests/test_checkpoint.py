@@ -225,6 +225,13 @@ def test_make_checkpoint_saves_every_field_it_is_given(tmp_path):
     assert all(torch.equal(loaded["model"][k], v) for k, v in gathered.items())
 
 
+def test_a_checkpoint_made_before_any_evaluation_says_so():
+    """What make_checkpoint is not given is the layout's 'never evaluated' (a converted model): no best val loss
+    (inf) at iteration -1, no val loss, no evaluation without improvement; not an evaluation at iteration 0."""
+    ckpt = tiny_checkpoint()
+    assert (ckpt["best_val_loss"], ckpt["best_iter"], ckpt["val_loss"], ckpt["bad_evals"]) == (math.inf, -1, None, 0)
+
+
 def test_a_cuda_runs_rng_state_holds_the_cuda_generator_and_no_apple_gpus(monkeypatch):
     """On a CUDA device the saved states are the CPU's and that device's; torch.mps is never asked (stand-ins here:
     no GPU)."""
@@ -357,6 +364,34 @@ def test_a_process_of_another_user_counts_as_alive(monkeypatch):
         raise PermissionError(1, "Operation not permitted")
     monkeypatch.setattr(atomic_files.os, "kill", not_ours)
     assert atomic_files.pid_alive(os.getpid())
+
+
+def test_a_live_process_whose_state_cannot_be_read_counts_as_alive(tmp_path, monkeypatch):
+    """Where /proc/<pid>/stat cannot be read (no /proc: macOS; or a process hidden from this one) a process that
+    answers signal 0 exists: pid_alive says so, and its writer's temp file is not removed as stale."""
+    import atomic_files
+
+    def no_proc(path, *args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", path)
+    monkeypatch.setattr(atomic_files, "open", no_proc, raising=False)
+    assert atomic_files.pid_alive(os.getpid())
+    live = tmp_path / f"ckpt.pt.tmp.{os.getppid()}"
+    live.write_bytes(b"partial")
+    assert atomic_files.remove_stale_temps(tmp_path / "ckpt.pt") == [] and live.exists()
+
+
+def test_a_prepares_start_removes_what_a_killed_prepare_left_beside_each_output(tmp_path):
+    """remove_stale_outputs (a prepare's first step) removes the temp files of dead writers beside each of a prepare's
+    outputs, train.bin, val.bin and meta.json, and leaves a live writer's and other files alone."""
+    from atomic_files import remove_stale_outputs
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = [tmp_path / f"{name}.tmp.{dead.pid}" for name in ("train.bin", "val.bin", "meta.json")]
+    kept = [tmp_path / f"val.bin.tmp.{os.getppid()}", tmp_path / f"input.txt.tmp.{dead.pid}"]
+    for p in stale + kept:
+        p.write_bytes(b"partial")
+    assert sorted(remove_stale_outputs(tmp_path)) == sorted(map(str, stale))
+    assert sorted(tmp_path.iterdir()) == sorted(kept)
 
 
 def test_a_write_is_on_disk_before_its_rename_and_the_rename_after_it(tmp_path, monkeypatch):

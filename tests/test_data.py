@@ -682,7 +682,8 @@ def test_write_tokens_keeps_at_most_max_inflight_chunks_unwritten(tmp_path, gpt2
 def test_a_file_of_exactly_min_tokens_passes_and_every_window_fits(tmp_path):
     """min_tokens(block_size) is the shortest token file Batches can draw from: a file that long passes
     check_token_file and its drawn windows (block_size + 1 tokens) lie inside it; one token fewer is refused, naming
-    the file."""
+    the file, by check_token_file and by Batches itself (split_loss on a file no check has seen: not torch's error
+    from drawing in an empty range)."""
     import re
 
     import torch
@@ -701,6 +702,8 @@ def test_a_file_of_exactly_min_tokens_passes_and_every_window_fits(tmp_path):
     np.arange(n - 1, dtype=np.uint16).tofile(path)
     with pytest.raises(ValueError, match=re.escape(str(path))):
         check_token_file(str(path), 64, block)
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ".*fewer than block_size \\+ 2"):
+        Batches(str(path), block, 4, seed=0)
 
 
 def test_an_out_of_range_id_is_found_at_every_position_across_chunks(tmp_path, monkeypatch):

@@ -306,6 +306,24 @@ def _plain_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _map_in_workers(fn, jobs) -> list:
+    """fn over jobs, one worker process a job (pack's and unpack's). After a success the workers end on their own
+    (close, join), stopped by no signal: the pool's terminate() (a `with` block's exit) sent them SIGTERM, and one that
+    reached a worker before _plain_worker had put SIGTERM back to its default was lost (a Python handler tripped, then
+    replaced): that worker waited for a task forever and terminate() for it, a hang after a pack or unpack that had
+    succeeded (1 in ~25 under load). An error or interrupt still terminates them."""
+    pool = mp.Pool(len(jobs), initializer=_plain_worker)
+    try:
+        out = pool.map(fn, jobs)
+        pool.close()
+        return out
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+
+
 def _recorded_meta(bin_dir: Path):
     """bin_dir/meta.json as a dict, or None where there is none or it is not a JSON object."""
     try:
@@ -338,8 +356,7 @@ def pack(archive_dir, bin_dir=HERE, filters=None, quiet=False) -> dict:
                                     "tokens": b.stat().st_size // 2, "sha256": _sha256_file(b)}
         jobs.append((b, archive_dir / f"{split}.bin.xz", filters))
     archive_dir.mkdir(parents=True, exist_ok=True)  # after the checks: a refused pack leaves no folder
-    with mp.Pool(len(jobs), initializer=_plain_worker) as pool:  # one process per file (xz is single-threaded)
-        sizes = pool.map(_pack_one, jobs)
+    sizes = _map_in_workers(_pack_one, jobs)  # one process per file (xz is single-threaded)
     for split, size in zip(SPLITS, sizes):
         manifest["files"][split]["xz_bytes"] = size
     manifest["total_xz_bytes"] = sum(sizes)
@@ -414,8 +431,7 @@ def unpack(archive_dir, out_dir=HERE, quiet=False) -> dict:
         meta[f"{split}_checked_against_readme"] = info["sha256"] == EXPECTED[split]["bin_sha256"]
     if jobs:
         try:  # every split decompressed and checked first; then meta.json, then the renames (replace_together)
-            with mp.Pool(len(jobs), initializer=_plain_worker) as pool:
-                pool.map(_unpack_one, jobs)
+            _map_in_workers(_unpack_one, jobs)
             replace_together(out_dir, {dst.name: tmp for (_, tmp, _), dst in zip(jobs, targets)}, meta)
         finally:
             for _, tmp, _ in jobs:
