@@ -27,8 +27,8 @@ def test_defaults_untouched():
 
 
 def test_file_then_cli_order(tmp_path):
-    path = write(tmp_path, "import math\n_helper = 3\nbatch_size = 32\nout_dir = 'out-file'\n"
-                           "learning_rate = 1e-3 * math.sqrt(4)\n")
+    path = write(tmp_path, "import math\nfrom math import sqrt\n_helper = 3\nbatch_size = 32\nout_dir = 'out-file'\n"
+                           "learning_rate = 1e-3 * sqrt(4)\n")
     cfg = parse_config([path, "--batch_size=64"], DEFAULTS)
     assert cfg["batch_size"] == 64 and cfg["out_dir"] == "out-file" and cfg["learning_rate"] == 2e-3
     # a later file wins over an earlier override: strictly in order
@@ -48,11 +48,23 @@ def test_cli_types():
     assert parse_config(["--tucker_ranks=(2,16,16)"], DEFAULTS)["tucker_ranks"] == (2, 16, 16)
     assert parse_config(["--out_dir=2024"], DEFAULTS)["out_dir"] == "2024"  # str keys take the raw text
     assert parse_config(["--n_kv_head=None"], DEFAULTS)["n_kv_head"] is None
+    # each override is checked against the default's type, not an earlier override's value
+    assert parse_config(["--n_kv_head=4", "--n_kv_head=None"], DEFAULTS)["n_kv_head"] is None
 
 
 def test_unknown_key_cli():
     with pytest.raises(ValueError, match="unknown config key 'batchsize'.*batch_size"):
         parse_config(["--batchsize=3"], DEFAULTS)
+
+
+def test_unknown_key_names_the_close_keys_and_lists_the_valid_ones():
+    """An unknown key's error suggests every close key (a typo between two) and lists all valid keys, sorted."""
+    defaults = {"beta1": 0.9, "beta2": 0.95, "batch_size": 12}
+    with pytest.raises(ValueError, match=r"did you mean '(beta2', 'beta1|beta1', 'beta2)'\?"):
+        parse_config(["--beta=0.9"], defaults)
+    with pytest.raises(ValueError, match=r"unknown config key 'zzz' in override '--zzz=1'; "
+                                         r"valid keys: batch_size, beta1, beta2$"):
+        parse_config(["--zzz=1"], defaults)
 
 
 def test_unknown_key_in_file(tmp_path):
@@ -62,7 +74,8 @@ def test_unknown_key_in_file(tmp_path):
 
 
 @pytest.mark.parametrize("arg", ["--batch_size=1.5", "--batch_size=True", "--compile=1", "--compile=yes",
-                                 "--learning_rate=abc", "--tucker_ranks=8", "--tucker_ranks=8,x,64"])
+                                 "--learning_rate=abc", "--learning_rate=True", "--tucker_ranks=8",
+                                 "--tucker_ranks=8,x,64", "--tucker_ranks=True,False"])
 def test_wrong_type_cli(arg):
     key = arg[2:].split("=")[0]
     with pytest.raises(ValueError, match=f"config key '{key}'.*expected"):
@@ -80,17 +93,36 @@ def test_an_int_too_large_for_a_float_key_is_a_value_error(tmp_path):
     assert parse_config(["--learning_rate=1e999"], DEFAULTS)["learning_rate"] == math.inf  # a float: the key's range
 
 
-def test_wrong_type_in_file(tmp_path):
-    path = write(tmp_path, "compile = 0\n")
-    with pytest.raises(ValueError, match="config key 'compile'.*expected bool"):
+@pytest.mark.parametrize("line,key,expected", [("compile = 0", "compile", "bool"), ("out_dir = 3", "out_dir", "str"),
+                                               ("batch_size = 8.0", "batch_size", "int")])
+def test_wrong_type_in_file(tmp_path, line, key, expected):
+    path = write(tmp_path, line + "\n")
+    with pytest.raises(ValueError, match=f"config key '{key}'.*expected {expected}"):
         parse_config([path], DEFAULTS)
+
+
+def test_list_empty_tuple_and_other_defaults_keep_their_type():
+    """A list default gives a list, an empty tuple default takes any entries, and a default of another type (a dict)
+    takes only a value of that type, else a ValueError naming the key."""
+    defaults = {"betas": [0.9, 0.95], "tags": (), "extra": {}}
+    assert parse_config(["--betas=0.8,0.9"], defaults)["betas"] == [0.8, 0.9]
+    assert isinstance(parse_config(["--betas=(0.8,0.9)"], defaults)["betas"], list)
+    assert parse_config(["--tags=a,b"], defaults)["tags"] == ("a", "b")
+    assert parse_config(["--extra={'k': 1}"], defaults)["extra"] == {"k": 1}
+    with pytest.raises(ValueError, match="config key 'extra'.*expected dict"):
+        parse_config(["--extra=abc"], defaults)
 
 
 def test_bad_arguments(tmp_path):
     with pytest.raises(FileNotFoundError, match="config file not found"):
         parse_config([str(tmp_path / "missing.py")], DEFAULTS)
-    with pytest.raises(ValueError, match="--key=value"):
-        parse_config(["--compile"], DEFAULTS)
+    (tmp_path / "folder.py").mkdir()  # a folder is not a config file, whatever its name
+    for folder in (tmp_path, tmp_path / "folder.py"):
+        with pytest.raises(FileNotFoundError, match=f"config file not found: '{folder}'"):
+            parse_config([str(folder)], DEFAULTS)
+    for arg in ("--compile", "--=3"):
+        with pytest.raises(ValueError, match=f"bad override '{arg}': write overrides as --key=value"):
+            parse_config([arg], DEFAULTS)
 
 
 def test_format_config():
@@ -171,12 +203,28 @@ def test_check_device():
     from configurator import check_device
     assert check_device("cpu") == "cpu"
     assert check_device("") == ("cuda" if torch.cuda.is_available() else "cpu")
-    for bad in ("tpu", "cuda:x", "gpu0"):
+    for bad in ("tpu", "cuda:x", "gpu0", "meta", "xla"):  # meta, xla: torch devices, not ones to run on
         with pytest.raises(ValueError, match=f"device='{bad}'.*allowed"):
             check_device(bad)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             check_device("cuda:0")
+
+
+def test_check_device_on_a_machine_with_two_gpus_and_without_mps(monkeypatch):
+    """With CUDA (two GPUs stand in), '' is 'cuda' and cuda:0, cuda:1 are taken, cuda:2 is refused naming the range;
+    'mps' where MPS is not available is refused by name."""
+    import torch
+    from configurator import check_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert check_device("") == "cuda"
+    assert [check_device(n) for n in ("cuda", "cuda:0", "cuda:1")] == ["cuda", "cuda:0", "cuda:1"]
+    with pytest.raises(ValueError, match=r"device='cuda:2' but there are 2 CUDA devices: allowed cuda:0\.\.cuda:1"):
+        check_device("cuda:2")
+    with pytest.raises(ValueError, match="device='mps' but MPS is not available"):
+        check_device("mps")
 
 
 def test_make_current_sets_only_an_indexed_cuda_device(monkeypatch):

@@ -29,6 +29,39 @@ def test_tokenizer(enc, gpt2_ranks_file, monkeypatch):
     # the environment variable is the fallback when no file is passed
     monkeypatch.setenv("TUCKER_GPT2_TIKTOKEN", str(gpt2_ranks_file))
     assert get_gpt2_encoding().encode("hello world") == [31373, 995]
+    # a file passed wins over the environment variable
+    monkeypatch.setenv("TUCKER_GPT2_TIKTOKEN", "/nonexistent/gpt2.tiktoken")
+    assert get_gpt2_encoding(str(gpt2_ranks_file)).encode("hello world") == [31373, 995]
+
+
+def test_tokenizer_file_under_the_home_folder(gpt2_ranks_file, tmp_path, monkeypatch):
+    """A ranks file given as ~/... is found in the home folder (sample.py --tokenizer=~/gpt2.tiktoken: no shell
+    expands a ~ after '=')."""
+    (tmp_path / "gpt2.tiktoken").symlink_to(gpt2_ranks_file)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert get_gpt2_encoding("~/gpt2.tiktoken").encode("hello world") == [31373, 995]
+
+
+def test_tokenizer_download_path_without_a_file(monkeypatch):
+    """Without a file (the environment variable unset or empty), the encoding is tiktoken's own 'gpt2'; when that
+    cannot be had (offline) the error is a RuntimeError saying to set TUCKER_GPT2_TIKTOKEN."""
+    import tiktoken
+    asked = []
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: asked.append(name) or "downloaded")
+    for value in (None, ""):
+        if value is None:
+            monkeypatch.delenv("TUCKER_GPT2_TIKTOKEN", raising=False)
+        else:
+            monkeypatch.setenv("TUCKER_GPT2_TIKTOKEN", value)
+        assert get_gpt2_encoding() == "downloaded"
+    assert asked == ["gpt2", "gpt2"]
+
+    def offline(name):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    with pytest.raises(RuntimeError, match=r"ConnectionError: no network.*set TUCKER_GPT2_TIKTOKEN="):
+        get_gpt2_encoding()
 
 
 def test_tokenizer_missing_file(tmp_path):
@@ -59,6 +92,14 @@ def test_tokenizer_reads_the_file_as_it_is_now(gpt2_ranks_file, tmp_path):
     path.write_text("First Citizen:\nBefore we proceed\n")
     with pytest.raises(ValueError, match=rf"{path}, line 1: not a `base64\(token\) rank` line"):
         get_gpt2_encoding(str(path))
+    path.write_bytes(b"".join(lines[:2]) + b"!" + b"".join(lines[2:]))  # a token that is not base64 (a '!' before it)
+    with pytest.raises(ValueError, match=rf"{path}, line 3: not a `base64\(token\) rank` line"):
+        get_gpt2_encoding(str(path))
+    path.write_bytes(lines[0].split()[0] + b" 1\n" + b"".join(lines[1:]))  # rank 1 twice, no rank 0
+    with pytest.raises(ValueError, match=rf"{path} is not GPT-2's ranks file: 50,256 ranks"):
+        get_gpt2_encoding(str(path))
+    path.write_bytes(b"".join(lines) + b"\n\n")  # blank lines (an editor's trailing newline) are no ranks
+    assert get_gpt2_encoding(str(path)).encode("hello world") == [hello, world]
     tokenizer._encoding_from_ranks.cache_clear()
 
 

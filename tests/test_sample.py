@@ -1,6 +1,8 @@
 """sample.py in process on a tiny checkpoint: invalid keys and unreadable checkpoints are one line and
 exit 2, the decode key reaches GPT.generate where it has one, the decode speed goes to stderr."""
 
+import re
+
 import pytest
 import torch
 
@@ -35,15 +37,36 @@ def sample_error(args, capsys) -> str:
     ("--batch_size=0", "batch_size"),
     ("--decode=graph", "decode"), ("--decode=mega", "decode='mega' needs a CUDA"), ("--device=tpu", "device"),
     ("--dtype=int8", "dtype"), ("--seed=-1", "seed"), ("--seed=100000000000000000000", "seed"),
+    ("--seed=9223372036854775808", "seed=9223372036854775808"),  # 2**63: one past the range
 ])
 def test_invalid_keys_fail_before_loading(arg, key, tmp_path, capsys):
     err = sample_error([f"--out_dir={tmp_path / 'nothing'}", "--device=cpu", arg], capsys)  # checked first
     assert key in err and "no checkpoint" not in err, err
 
 
+def test_config_file_problems_fail_before_loading(tmp_path, capsys):
+    """A config file that is missing, or that sets a value out of range (a nan temperature, which no --key=value can
+    write), is one line naming it, exit 2, before anything is loaded."""
+    base = [f"--out_dir={tmp_path / 'nothing'}", "--device=cpu"]
+    err = sample_error([str(tmp_path / "missing.py"), *base], capsys)
+    assert "config file not found" in err and "missing.py" in err, err
+    nan = tmp_path / "nan.py"
+    nan.write_text('temperature = float("nan")\n')
+    err = sample_error([str(nan), *base], capsys)
+    assert "temperature=nan is out of range" in err and "no checkpoint" not in err, err
+
+
+@pytest.mark.parametrize("change", [dict(seed=0), dict(seed=2**63 - 1), dict(top_k=0), dict(temperature=0.0),
+                                    dict(num_samples=1, max_new_tokens=1, batch_size=1)])
+def test_the_closed_end_of_each_allowed_range_passes(change):
+    """validate allows each range's own end (test_invalid_keys_fail_before_loading: what lies past it is refused)."""
+    assert sample.validate({**sample.DEFAULTS, "device": "cpu", **change}) == torch.device("cpu")
+
+
 @pytest.mark.parametrize("arg,says", [("--compile=True", "compile=False"), ("--use_cache=False", "use_cache=True"),
                                       ("--dtype=float16", "use dtype='bfloat16'"),
                                       ("--batch_size=33 --num_samples=40", "batch_size=33 is out of range"),
+                                      ("--batch_size=32 --num_samples=40", "needs a CUDA"),  # 32 rows: served
                                       ("--batch_size=64 --num_samples=4", "needs a CUDA")])
 def test_mega_decode_refuses_compile_no_cache_and_autocast(arg, says, tmp_path, capsys):
     """decode='mega' is the cached step as one kernel in the weights' dtype: torch.compile, the uncached path,
@@ -105,13 +128,14 @@ def test_out_dir_may_be_the_checkpoint_file(out_dir, gpt2_ranks_file):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_a_bf16_checkpoint_samples_in_float32_weights(dtype, out_dir, gpt2_ranks_file, monkeypatch):
     """dtype float32 (or float16, autocast) over a checkpoint saved in bf16: the weights are cast to float32, as the
-    speed line says (they stayed bf16)."""
+    speed line says (they stayed bf16); float16 runs under float16 autocast, float32 under none."""
     ckpt = torch.load(out_dir / "ckpt.pt", weights_only=False)
     ckpt["model"] = {k: v.to(torch.bfloat16) for k, v in ckpt["model"].items()}
     torch.save(ckpt, out_dir / "ckpt.pt")
-    seen = record_generate_calls(monkeypatch, lambda model, args, kwargs: model.lm_head.weight.dtype)
+    seen = record_generate_calls(monkeypatch, lambda model, args, kwargs: (
+        model.lm_head.weight.dtype, torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu")))
     sample.main(sample_args(out_dir, gpt2_ranks_file, f"--dtype={dtype}"))
-    assert seen and set(seen) == {torch.float32}
+    assert seen and set(seen) == {(torch.float32, torch.float16 if dtype == "float16" else False)}
 
 
 @pytest.mark.parametrize("temperature", ["0", "0.8"])
@@ -141,6 +165,13 @@ def test_samples_and_speed_on_stderr(out_dir, gpt2_ranks_file, capsys):
     assert len(samples) == 2 and all(s.startswith("ROMEO:") for s in samples)
     assert captured.out.count("---------------") == 2 and "tokens/s" not in captured.out
     assert "sampled 10 tokens in" in captured.err and "tokens/s" in captured.err
+    assert "batch_size" not in captured.err  # one row a call: no batch to name
+    # the rate is the tokens over the seconds (both as printed: the seconds to 0.01, the rate to 0.1)
+    n, s, rate = re.search(r"sampled (\d+) tokens in ([\d.]+) s: ([\d,.]+) tokens/s", captured.err).groups()
+    n, s, rate = int(n), float(s), float(rate.replace(",", ""))
+    assert n / (s + 0.005) - 0.05 <= rate <= n / max(s - 0.005, 1e-9) + 0.05, captured.err
+    sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager", "--num_samples=1"))
+    assert "after the first" not in capsys.readouterr().err  # one call: no calls after the first
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -175,6 +206,12 @@ def test_batched_samples(out_dir, gpt2_ranks_file, capsys, monkeypatch):
     sampled = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=1.0", "--decode=eager", "--num_samples=4",
                                       "--batch_size=4", "--max_new_tokens=12"))
     assert len(sampled) == 4 and len(set(sampled)) > 1  # rows draw their own tokens
+    # fewer samples than batch_size: a batch of num_samples rows, nothing extra
+    shapes.clear()
+    capsys.readouterr()
+    assert len(sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--batch_size=4",
+                                       "--max_new_tokens=1"))) == 2
+    assert [s[0] for s in shapes] == [2] and "batch_size 2)" in capsys.readouterr().err
 
 
 def test_seed_fixes_the_sampled_text(out_dir, gpt2_ranks_file):
@@ -197,7 +234,14 @@ def test_top_k_one_is_greedy(out_dir, gpt2_ranks_file):
                                        f"--seed={seed}", "--max_new_tokens=8")) == greedy
 
 
-def test_decode_keys_reach_generate(out_dir, gpt2_ranks_file, monkeypatch):
+def test_top_k_zero_draws_from_every_token(out_dir, gpt2_ranks_file, monkeypatch):
+    """--top_k=0 (allowed: 'all tokens') samples with no top-k limit: generate is given none."""
+    seen = record_generate_calls(monkeypatch, lambda model, args, kwargs: kwargs["top_k"])
+    samples = sample.main(sample_args(out_dir, gpt2_ranks_file, "--top_k=0", "--temperature=1.0", "--decode=eager"))
+    assert len(samples) == 2 and seen == [None, None]
+
+
+def test_decode_keys_reach_generate(out_dir, gpt2_ranks_file, monkeypatch, capsys):
     calls = []
     real = GPT.generate
 
@@ -211,6 +255,9 @@ def test_decode_keys_reach_generate(out_dir, gpt2_ranks_file, monkeypatch):
     sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager", "--num_samples=1", "--compile=True",
                             "--compile_mode=max-autotune"))
     assert calls == [("eager", False, "default"), ("auto", True, "default"), ("eager", True, "max-autotune")]
+    err = capsys.readouterr().err  # the speed lines name the mode each run decoded in
+    assert "(decode=eager, cpu" in err and "(decode=auto, compiled (default), cpu" in err
+    assert "(decode=eager, compiled (max-autotune), cpu" in err
 
 
 def test_compile_needs_the_cache(out_dir, gpt2_ranks_file, capsys):
@@ -256,12 +303,13 @@ def test_compiled_decode_step_same_tokens():
     assert torch.equal(compiled, model.generate(x, 6, temperature=0, decode="eager"))
 
 
-def test_greedy_text_same_with_and_without_the_cache(out_dir, gpt2_ranks_file, monkeypatch):
+def test_greedy_text_same_with_and_without_the_cache(out_dir, gpt2_ranks_file, monkeypatch, capsys):
     # use_cache reaches generate (else both runs are the cached one and the equality proves nothing)
     seen = record_generate_calls(monkeypatch, lambda model, args, kwargs: kwargs["use_cache"])
     cached = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--decode=eager"))
+    capsys.readouterr()
     plain = sample.main(sample_args(out_dir, gpt2_ranks_file, "--temperature=0", "--use_cache=False"))
-    assert cached == plain
+    assert cached == plain and "tokens/s (uncached, cpu float32)" in capsys.readouterr().err  # the speed line says so
     assert seen == [True, True, False, False]
 
 
@@ -311,12 +359,13 @@ def test_padding_ids_are_never_sampled(padding_out_dir, gpt2_ranks_file, extra, 
     assert int(model.eval().generate(x, 1, temperature=0, decode="eager")[0, -1]) >= 50257
 
 
-@pytest.mark.parametrize("what,says", [("folder", "is a folder"), ("latin1", "is not UTF-8 text")])
+@pytest.mark.parametrize("what,says", [("folder", "is a folder"), ("latin1", "is not UTF-8 text"),
+                                       ("missing", "not found")])
 def test_unreadable_prompt_file(what, says, out_dir, gpt2_ranks_file, tmp_path, capsys):
     path = tmp_path / "prompt"
     if what == "folder":
         path.mkdir()
-    else:
+    elif what == "latin1":
         path.write_bytes(b"\xff\xfe caf\xe9")
     err = sample_error(sample_args(out_dir, gpt2_ranks_file, f"--start=FILE:{path}"), capsys)
     assert str(path) in err and says in err, err
@@ -356,6 +405,21 @@ def test_a_tokenizer_file_that_is_not_gpt2s_is_one_line(out_dir, tmp_path, capsy
     assert str(bad) in err and "tiktoken ranks file" in err, err
 
 
+def test_no_tokenizer_offline_is_one_line(out_dir, gpt2_ranks_file, capsys, monkeypatch):
+    """Without --tokenizer and TUCKER_GPT2_TIKTOKEN, on a machine that cannot download tiktoken's ranks: one line
+    saying to set TUCKER_GPT2_TIKTOKEN, exit 2 (not the download's traceback)."""
+    import tiktoken
+
+    def offline(name):
+        raise ConnectionError("no network")
+
+    monkeypatch.delenv("TUCKER_GPT2_TIKTOKEN", raising=False)
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    args = [a for a in sample_args(out_dir, gpt2_ranks_file) if not a.startswith("--tokenizer=")]
+    err = sample_error(args, capsys)
+    assert "could not load tiktoken's 'gpt2' encoding" in err and "TUCKER_GPT2_TIKTOKEN=" in err, err
+
+
 def test_a_prompt_of_block_size_tokens_is_taken(out_dir, gpt2_ranks_file, tmp_path, capsys):
     """The context holds block_size tokens: a prompt that long is decoded (the cache refilled from its last half
     after it), one token more is refused."""
@@ -379,6 +443,13 @@ def test_prompt_outside_the_models_vocabulary(tmp_path, gpt2_ranks_file, capsys)
     save_checkpoint(tmp_path / "ckpt.pt", make_checkpoint(model, opt, {}))
     err = sample_error(sample_args(tmp_path, gpt2_ranks_file), capsys)  # "ROMEO:" holds ids above 63
     assert "vocab_size is 64" in err, err
+    err = sample_error(sample_args(tmp_path, gpt2_ranks_file, "--start=a"), capsys)  # "a" is id 64: one past the last
+    assert "token id 64" in err and "vocab_size is 64" in err, err
+
+
+def test_an_empty_prompt_is_one_line(out_dir, gpt2_ranks_file, capsys):
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, "--start="), capsys)
+    assert "the prompt is empty" in err, err
 
 
 def test_generate_vocab_limit_cached_equals_uncached():
