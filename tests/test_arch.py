@@ -163,6 +163,7 @@ def test_llama1b_mha_total_count():
     (dict(norm="batchnorm"), "norm"),
     (dict(norm_eps=0.0), "norm_eps"),
     (dict(norm_eps=-1e-5), "norm_eps"),
+    (dict(norm_eps=1.0), r"norm_eps=1\.0 is out of range: allowed a number in \(0, 1\)"),
     (dict(norm_eps="small"), "norm_eps"),
     (dict(mlp="relu"), "mlp"),
     (dict(mlp_hidden=0), "mlp_hidden"),

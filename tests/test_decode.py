@@ -181,6 +181,9 @@ def test_sample_next_flags_non_finite_and_generate_raises():
     assert finite.item()
     sample_next(logits, 1.0, None, finite=finite)
     assert not finite.item()
+    finite = torch.ones((), dtype=torch.bool)
+    assert sample_next(logits, 0.0, None, finite=finite).tolist() == [2, 1]  # greedy: argmax takes the nan
+    assert not finite.item()  # flagged, though the first row's token is finite
     cases = {(1.0, -float("inf"), 0.0): True, (1.0, float("inf"), 0.0): False,
                                 (-float("inf"),) * 3: False, (float("nan"), 1.0, 0.0): False}
     for row, ok in cases.items():
@@ -221,7 +224,7 @@ def test_sample_next_never_synchronizes_on_cuda():
 def test_decode_mode_is_validated():
     model = build("mha", "learned", None)
     idx = torch.zeros(1, 2, dtype=torch.long)
-    with pytest.raises(ValueError, match="decode="):
+    with pytest.raises(ValueError, match="decode='fast' is unknown: allowed 'auto', 'eager', 'graph', 'mega'"):
         model.generate(idx, 2, decode="fast")
     with pytest.raises(ValueError, match="CUDA"):
         model.generate(idx, 2, decode="graph")
@@ -230,6 +233,11 @@ def test_decode_mode_is_validated():
     for kw in (dict(use_cache=False), dict(compile=True)):  # refused before any decoder is built or dropped
         with pytest.raises(ValueError, match="decode='mega' is the cached step as one kernel"):
             model.generate(idx, 2, decode="mega", **kw)
+    # a CUDA device however it is spelled (the check reads the device's name: no GPU needed to see it pass)
+    from model import check_decode
+    for device in ("cuda", "cuda:0", torch.device("cuda", 1)):
+        for decode in ("graph", "mega"):
+            check_decode(decode, device, False, True)
 
 
 def test_a_cpu_process_leaves_dynamo_and_inductor_unimported():

@@ -208,6 +208,20 @@ def test_rope_relative_position(name, overrides):
     assert rel_err(attn(x, (cos[::2], sin[::2])), y0) > 1e-4
 
 
+def test_rope_tables_are_the_angles_computed_in_float64():
+    """rope_cache's (cos, sin) rows are those of angle[pos, i] = pos * theta ** (-2 i / dim), (max_len, dim / 2),
+    computed in float64 whatever dtype they are returned in: at position 8191 a float32 angle is off by up to
+    5e-4 rad, which every rotated query and key of a long context would carry."""
+    pos = torch.arange(8192, dtype=torch.float64)[:, None]
+    angle = pos * 5e5 ** (-2 * torch.arange(32, dtype=torch.float64)[None, :] / 64)
+    cos, sin = rope_cache(64, 8192, 5e5, dtype=torch.float64)
+    assert cos.shape == sin.shape == (8192, 32) and cos.dtype == sin.dtype == torch.float64
+    assert (cos - angle.cos()).abs().max() < 1e-9 and (sin - angle.sin()).abs().max() < 1e-9
+    cos, sin = rope_cache(64, 8192, 5e5)  # float32 by default: the float64 values, rounded
+    assert cos.dtype == sin.dtype == torch.float32
+    assert (cos - angle.cos()).abs().max() < 1e-7 and (sin - angle.sin()).abs().max() < 1e-7
+
+
 def test_wide_rope_is_apply_rope():
     """The decode step's form (full-width rows built once per step) rotates exactly as apply_rope: the
     same pairs (x_i, x_{i+D/2}), the same products; rotating back by -angle restores x."""
@@ -501,6 +515,35 @@ def test_init_scales(overrides):
         assert (x @ attn.U3).std().item() == pytest.approx(math.sqrt(config.n_embd) * s, rel=0.1)
 
 
+@pytest.mark.parametrize("q_rank", [128, None])
+def test_init_scales_of_decoupled_rope(q_rank):
+    """MLA's decoupled RoPE: the rotary per-head map W^R_i = W_DQ W_QR,i W_KR^T (W_QR,i W_KR^T with the full query)
+    starts with entries of std sqrt(dR) s^2, MHA's per-head query-key statistics over dR dims, so that the rotary
+    scores start at the scale of the others (one draw is within 1% of it over seeds 0-15; rel=0.02)."""
+    torch.manual_seed(0)
+    config = GPTConfig(bias=False, attn="mla", q_rank=q_rank, kv_rank=128, pos_emb="rope")
+    attn = ATTENTION["mla"](config)
+    s = 0.02
+    attn.init_weights(s, s / math.sqrt(2 * config.n_layer))
+    dR = config.rope_head_dim
+    with torch.no_grad():
+        W_QR = attn.q_rope.weight.t() if attn.q_down is None else attn.q_down.weight.t() @ attn.q_rope.weight.t()
+        W = torch.stack([W_QR[:, i * dR:(i + 1) * dR] @ attn.k_rope.weight for i in range(config.n_head)])
+    assert W.std().item() == pytest.approx(math.sqrt(dR) * s * s, rel=0.02)
+
+
+@pytest.mark.parametrize("name,overrides", VARIANTS)
+def test_init_zeroes_every_bias(name, overrides):
+    """GPT-2's init with bias=True: every bias (each Linear's, Tucker's output bias, the LayerNorms') starts at zero
+    and every norm weight at one."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**TINY, **overrides, "bias": True}))
+    biases = {name: p for name, p in model.named_parameters() if name.endswith("bias")}
+    assert len(biases) > 4 * TINY["n_layer"] and all(not p.any() for p in biases.values()), \
+        [name for name, p in biases.items() if p.any()]
+    assert all(p.eq(1).all() for name, p in model.named_parameters() if name.endswith(("ln_1.weight", "ln_2.weight")))
+
+
 # ---------------------------------------------------------------------------------------
 # Invalid configurations: ValueError naming the key, at construction
 
@@ -533,20 +576,41 @@ def test_meta_model_after_to_empty_and_init_weights_is_the_cpu_model(name, overr
     assert torch.equal(meta.eval()(x, x)[1], cpu.eval()(x, x)[1])
 
 
+def test_inert_keys_are_the_keys_this_model_never_reads():
+    """GPTConfig.inert_keys() names the keys with a default of their own that the configured model never reads (train.py
+    refuses them on its command line): MLA's RoPE keys without RoPE (mla_rope_kernels under latent RoPE too),
+    rope_theta without RoPE, gelu under SwiGLU, mlp_multiple_of unless SwiGLU's width is its default; never a key read."""
+    rope_keys = {"mla_rope", "mla_rope_kernels", "rope_theta"}
+    for kw, inert in [(dict(), rope_keys | {"mlp_multiple_of"}),
+                      (dict(attn="mla", kv_rank=16), rope_keys | {"mlp_multiple_of"}),  # MLA without RoPE
+                      (dict(attn="mla", kv_rank=16, pos_emb="rope"), {"mlp_multiple_of"}),
+                      (dict(attn="mla", kv_rank=16, pos_emb="rope", mla_rope="latent"), {"mla_rope_kernels", "mlp_multiple_of"}),
+                      (dict(attn="tucker", tucker_ranks=(2, 8, 8), pos_emb="rope", mlp="swiglu"),
+                       {"mla_rope", "mla_rope_kernels", "gelu"}),
+                      (dict(mlp="swiglu", mlp_hidden=64), rope_keys | {"gelu", "mlp_multiple_of"})]:
+        config = GPTConfig(**kw)
+        assert set(config.inert_keys()) == inert, kw
+        assert all(f"reads it" in why for why in config.inert_keys().values())
+
+
 @pytest.mark.parametrize("overrides,key", [
-    (dict(attn="flash"), "attn"),
+    (dict(attn="flash"), r"attn='flash' is unknown: allowed \('mha', 'gqa', 'mla', 'tucker'\)"),
     (dict(pos_emb="alibi"), "pos_emb"),
-    (dict(attn="mla", kv_rank=32, pos_emb="rope", mla_rope="sideways"), "mla_rope"),
+    (dict(attn="mla", kv_rank=32, pos_emb="rope", mla_rope="sideways"),
+     r"mla_rope='sideways' is unknown: allowed \('decoupled', 'latent'\)"),
     (dict(attn="gqa", n_kv_head=5), "n_kv_head"),
     (dict(attn="gqa", n_kv_head=0), "n_kv_head"),
-    (dict(attn="gqa", n_kv_head=24), "n_kv_head"),
-    (dict(attn="gqa"), "n_kv_head"),
+    (dict(attn="gqa", n_kv_head=24), r"n_kv_head=24 is out of range: allowed 1\.\.12"),  # the range it allows
+    (dict(attn="gqa"), r"attn='gqa' needs n_kv_head \(1 = MQA\)"),
+    (dict(attn="gqa", n_kv_head=True), "n_kv_head must be an integer"),  # a bool is no count
     (dict(attn="mha", n_kv_head=4), "n_kv_head"),
-    (dict(attn="tucker", tucker_ranks=(13, 64, 64)), "tucker_ranks"),
+    (dict(attn="tucker", tucker_ranks=(13, 64, 64)), r"tucker_ranks[0] \(mode 1\)=13 is out of range: allowed 1\.\.12"),
     (dict(attn="tucker", tucker_ranks=(8, 769, 64)), "tucker_ranks"),
     (dict(attn="tucker", tucker_ranks=(8, 64, 0)), "tucker_ranks"),
     (dict(attn="tucker", tucker_ranks=(8, -1, 64)), "tucker_ranks"),
     (dict(attn="tucker", tucker_ranks=(8, 64)), "tucker_ranks"),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 64, 2)), "tucker_ranks must be three integers"),  # not the first three
+    (dict(attn="tucker", tucker_ranks=8), "tucker_ranks must be three integers"),
     (dict(attn="tucker", tucker_ranks=(8, 64, 64), tucker_ranks_post=(13, 64, 64)), "tucker_ranks_post"),
     (dict(attn="tucker", tucker_ranks=(8, 64, 64), tucker_ranks_post=(8, 64, 32), shared_kv=True), "tucker_ranks_post"),
     (dict(attn="tucker", tucker_ranks=(8, 64, 63), pos_emb="rope"), "tucker_ranks"),
@@ -555,20 +619,28 @@ def test_meta_model_after_to_empty_and_init_weights_is_the_cpu_model(name, overr
     (dict(attn="mla", kv_rank=0), "kv_rank"),
     (dict(attn="mla", kv_rank=1000), "kv_rank"),
     (dict(attn="mla", kv_rank=64, q_rank=-3), "q_rank"),
+    (dict(attn="mla", kv_rank=64, q_rank=769), r"q_rank=769 is out of range: allowed 1\.\.768"),  # a rank above d
     (dict(attn="mla", kv_rank=63, pos_emb="rope", mla_rope="latent"), "kv_rank"),
     (dict(attn="mla", kv_rank=64, pos_emb="rope", rope_head_dim=7), "rope_head_dim"),
+    (dict(attn="mla", kv_rank=64, pos_emb="rope", rope_head_dim=0), "rope_head_dim=0 is out of range"),
+    (dict(attn="mla", kv_rank=64, pos_emb="rope", mla_rope="latent", rope_head_dim=8), "rope_head_dim"),
     (dict(attn="mla", kv_rank=64, rope_head_dim=8), "rope_head_dim"),
     (dict(attn="tucker", tucker_ranks=(8, 64, 64), kv_rank=64), "kv_rank"),
+    (dict(attn="tucker", tucker_ranks=(8, 64, 64), q_rank=64), "q_rank"),
     (dict(attn="mla", kv_rank=32, tucker_ranks=(8, 64, 64)),  # how to clear a key a config file set
      r"tucker_ranks=\(8, 64, 64\) is a key of attn in \('tucker',\), but attn='mla': remove it \(set by a config "
      r"file: --tucker_ranks=None\)"),
     (dict(attn="mha", shared_kv=True), "shared_kv"),
     (dict(n_embd=770), "n_embd"),
     (dict(n_head=2, n_embd=6, pos_emb="rope"), "head dim"),
+    (dict(attn="gqa", n_kv_head=1, n_head=2, n_embd=6, pos_emb="rope"), "head dim"),
     (dict(n_layer=0), "n_layer"),
     (dict(dropout=1.5), "dropout"),
+    (dict(dropout=1.0), r"dropout=1\.0 is out of range: allowed a number in [0, 1\)"),  # every activation dropped
     (dict(dropout="0.1"), "dropout"),
+    (dict(dropout=False), "dropout"),  # a bool is no probability
     (dict(rope_theta=-1.0), "rope_theta"),
+    (dict(rope_theta=0), "rope_theta=0 must be a positive finite number"),  # (before block_size / rope_theta is taken)
     (dict(rope_theta=True), "rope_theta"),
     (dict(rope_theta=float("inf")), "rope_theta"),
     (dict(bias="no"), "bias"),
@@ -588,6 +660,8 @@ def test_every_valid_config_survives_its_checkpoint_dict():
     in __post_init__ included (MLA's decoupled rope_head_dim)."""
     for kw in (dict(attn="mla", kv_rank=16, pos_emb="rope", n_embd=64, n_head=4),
                dict(attn="mla", kv_rank=16, pos_emb="rope", n_embd=48, n_head=8, rope_head_dim=2),
+               dict(attn="mla", kv_rank=16, pos_emb="rope", mla_rope="latent", n_embd=64, n_head=4),  # no rotary dims
+               dict(attn="mha", n_kv_head=4, n_embd=64, n_head=4),  # MHA may name its key/value heads: all of them
                dict(attn="tucker", tucker_ranks=(2, 8, 8), pos_emb="rope", n_embd=32, n_head=4)):
         config = GPTConfig(**kw)
         assert GPTConfig.from_dict(config.to_dict()) == config
@@ -647,6 +721,38 @@ def test_cache_overflow_is_a_clear_error():
     cache.append(k=torch.zeros(1, 1, 3, 4))
     with pytest.raises(ValueError, match="full"):
         cache.append(k=torch.zeros(1, 1, 1, 4))
+
+
+def test_cache_write_at_stores_one_token_in_place_in_the_caches_dtype():
+    """LayerCache.write_at (the static decode step's write): the token's entries land at the position the (1,) tensor
+    holds, cast to the cache's dtype (bf16 here, float32 values), in the tensors the cache already has (a captured
+    graph replays those addresses); nothing else is written and the host-side pos stays where it was."""
+    cache = LayerCache({"k": (2, 4), "v": (2, 3)}, batch_size=1, max_len=5, dtype=torch.bfloat16)
+    stores = dict(cache.store)
+    k, v = torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 3)
+    cache.write_at(torch.tensor([3]), k=k, v=v)
+    assert all(cache.store[name] is stores[name] for name in stores) and cache.pos == 0
+    for name, value in (("k", k), ("v", v)):
+        buf = cache.store[name]
+        assert buf.dtype == torch.bfloat16 and torch.equal(buf[:, :, 3:4], value.bfloat16())
+        assert not buf[:, :, [0, 1, 2, 4]].any()
+
+
+def test_new_caches_hold_max_len_positions_in_the_dtype_asked_for():
+    """new_caches: one LayerCache per layer of max_len positions (block_size when not given) of what the variant caches
+    per token, in the dtype asked for (the model's when not given): a cache of 5 takes 5 tokens, not a 6th."""
+    model = make(dict(attn="gqa", n_kv_head=2), dtype=torch.float32)
+    caches = model.new_caches(3, 5, dtype=torch.bfloat16)
+    assert len(caches) == TINY["n_layer"]
+    for cache in caches:
+        assert cache.max_len == 5 and cache.values_per_token() == model.kv_values_per_token_per_layer()
+        assert all(buf.shape == (3, 2, 5, 8) and buf.dtype == torch.bfloat16 for buf in cache.store.values())
+    kv = dict(k=torch.zeros(3, 2, 5, 8, dtype=torch.bfloat16), v=torch.zeros(3, 2, 5, 8, dtype=torch.bfloat16))
+    caches[0].append(**kv)
+    with pytest.raises(ValueError, match="full"):
+        caches[0].append(k=torch.zeros(3, 2, 1, 8), v=torch.zeros(3, 2, 1, 8))
+    default = model.new_caches(1)
+    assert default[0].max_len == TINY["block_size"] and default[0].store["k"].dtype == torch.float32
 
 
 @pytest.mark.parametrize("loss_head", ["fused", "logits"])

@@ -465,6 +465,7 @@ def test_generate_vocab_limit_cached_equals_uncached():
         assert torch.equal(got[0], got[1]) and int(got[0][:, 5:].max()) < 20
     first = model(x, last_only=True)[0][:, -1, :20].argmax(-1)
     assert torch.equal(model.generate(x, 1, temperature=0, vocab_limit=20, decode="eager")[:, -1], first)
+    assert model.generate(x, 2, vocab_limit=64, decode="eager").shape == (3, 7)  # the whole vocabulary is a limit
     for bad in (0, 65):
         with pytest.raises(ValueError, match=f"vocab_limit={bad} is out of range"):
             model.generate(x, 1, vocab_limit=bad, decode="eager")

@@ -820,7 +820,7 @@ def test_ddp_wrapper_is_gone_before_the_process_group(small_data, tmp_path, monk
 def test_compile_options_are_the_modes_plus_ours(monkeypatch):
     """train.py compiles with compile_mode's own inductor options plus model.TRAIN_INDUCTOR_OPTIONS (those this
     torch knows); torch.compile accepts them (it checks names and types when called); an unknown override is a
-    ValueError naming it."""
+    ValueError naming it; a key of ours this torch does not know is left out."""
     from torch._inductor import config, list_mode_options
 
     import model as model_module
@@ -836,6 +836,9 @@ def test_compile_options_are_the_modes_plus_ours(monkeypatch):
         "triton.mix_order_reduction"] is True
     with pytest.raises(ValueError, match="'no_such_option'"):
         model_module.train_compile_options("default", {"no_such_option": 1})
+    # a switch of ours that this torch does not know (one of a later torch) is left out, not passed on to be refused
+    monkeypatch.setitem(model_module.TRAIN_INDUCTOR_OPTIONS, "triton.no_such_switch", False)
+    assert model_module.train_compile_options("default") == {**list_mode_options("default"), **ours}
     seen = []
     monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(kw) or m)
     compile_model(torch.nn.Linear(2, 2), {"compile_mode": "reduce-overhead", "ddp_split_graph": False},
