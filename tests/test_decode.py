@@ -317,6 +317,18 @@ def test_compiled_decode_step_runs_the_opaque_calls_eagerly(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_auto_decodes_through_the_cuda_graph_on_cuda_and_op_by_op_on_the_cpu():
+    """decode='auto' (generate's and sample.py's default) replays the captured step on CUDA and runs the step op by
+    op on the CPU: the decoder that generate keeps on the model says which it used."""
+    model = build("tucker", "rope", None, block_size=64).float()
+    for device, graphed in (("cpu", False), ("cuda", True)):
+        model.to(device)
+        model.generate(torch.randint(0, 50, (2, 5), device=device), 3, temperature=0)
+        (decoder,) = [entry[1] for entry in model._static_decoders.values()]
+        assert decoder.use_graph is graphed and decoder.mega is None, device
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_cuda_graph_replays_the_eager_step(variant, monkeypatch):
     """The captured step gives the eager step's logits bit for bit at every position (float32, then bf16 autocast
