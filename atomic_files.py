@@ -119,6 +119,23 @@ def remove_stale_outputs(out_dir, names=("train.bin", "val.bin", "meta.json")) -
     return [t for name in names for t in remove_stale_temps(Path(out_dir) / name)]
 
 
+def worker_pool(processes: int, initializer=None, initargs=()):
+    """multiprocessing.Pool whose workers start with SIGTERM at its default. Forked inside interrupt_on_sigterm,
+    a worker would hold the parent's handler until its initializer put the default back, and a pool.terminate()
+    whose SIGTERM reached it in that window was lost (the handler replaced before it ran): the worker then waited for
+    a task forever, and terminate() for it (seen: an enwiki pack that hung after succeeding). So the workers are
+    forked with the default in place (a SIGTERM to the parent in those milliseconds ends it without its clean-up;
+    the next prepare removes what it left: remove_stale_outputs). Only the main thread can set handlers."""
+    import multiprocessing as mp
+    if threading.current_thread() is not threading.main_thread():
+        return mp.Pool(processes, initializer=initializer, initargs=initargs)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        return mp.Pool(processes, initializer=initializer, initargs=initargs)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _interrupted(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -126,8 +143,8 @@ def _interrupted(signum, frame):
 @contextlib.contextmanager
 def interrupt_on_sigterm():
     """Inside: a SIGTERM (kill, a scheduler's stop) raises KeyboardInterrupt as Ctrl-C does, so a prepare's
-    clean-up of its temp files runs; the previous handler comes back after. (A pool's workers put the default
-    back: tokenizer.init_worker.) Only the main thread can set handlers: elsewhere nothing changes."""
+    clean-up of its temp files runs; the previous handler comes back after. (A pool's workers are forked with
+    the default: worker_pool.) Only the main thread can set handlers: elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

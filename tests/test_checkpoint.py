@@ -449,6 +449,29 @@ def test_write_json_makes_non_finite_numbers_in_tuples_null(tmp_path):
     assert json.loads(path.read_text(), parse_constant=refuse) == {"pair": [None, 1.5], "nested": [[None, 2.0]]}
 
 
+def _sigterm_at_its_default(_) -> bool:  # run in a pool's worker, which has run no initializer
+    import signal
+    return signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_worker_pools_fork_their_workers_with_sigterm_at_its_default():
+    """worker_pool's workers, forked inside interrupt_on_sigterm (as the prepares fork theirs), hold SIGTERM's
+    default before any initializer runs, so a pool.terminate() is never lost in a worker that still has the parent's
+    handler (that hung an enwiki pack); the parent's own handler is back as soon as the pool is made."""
+    import signal
+
+    from atomic_files import interrupt_on_sigterm, worker_pool
+    with interrupt_on_sigterm():
+        inside = signal.getsignal(signal.SIGTERM)
+        pool = worker_pool(2)
+        try:
+            assert signal.getsignal(signal.SIGTERM) is inside
+            assert pool.map(_sigterm_at_its_default, range(4), chunksize=1) == [True] * 4
+        finally:
+            pool.terminate()
+            pool.join()
+
+
 def test_interrupt_on_sigterm_raises_keyboardinterrupt_inside_and_restores_the_handler():
     """Inside the block SIGTERM raises KeyboardInterrupt (the clean-up of a Ctrl-C runs); after it, also when it ended
     by that exception, SIGTERM's previous handler is back."""

@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import json
 import lzma
-import multiprocessing as mp
 import os
 import re
 import signal
@@ -43,7 +42,7 @@ from pathlib import Path
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.enwiki.prepare ...")
 from atomic_files import (interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
-                          write_json)
+                          worker_pool, write_json)
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -209,7 +208,7 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
     meta = {"dataset": "enwiki", "tokenizer": "gpt2", "vocab_size": VOCAB_SIZE, "dtype": "uint16",
             "eot_token": EOT, "num_proc": num_proc}
     t_all = time.time()
-    pool = mp.Pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
+    pool = worker_pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
     if pool is None:
         init_worker(ranks_file)
     tmps, ok = {}, False
@@ -311,8 +310,9 @@ def _map_in_workers(fn, jobs) -> list:
     (close, join), stopped by no signal: the pool's terminate() (a `with` block's exit) sent them SIGTERM, and one that
     reached a worker before _plain_worker had put SIGTERM back to its default was lost (a Python handler tripped, then
     replaced): that worker waited for a task forever and terminate() for it, a hang after a pack or unpack that had
-    succeeded (1 in ~25 under load). An error or interrupt still terminates them."""
-    pool = mp.Pool(len(jobs), initializer=_plain_worker)
+    succeeded (1 in ~25 under load; worker_pool now forks them with the default in place, so none is lost on the
+    error path either). An error or interrupt still terminates them."""
+    pool = worker_pool(len(jobs), initializer=_plain_worker)
     try:
         out = pool.map(fn, jobs)
         pool.close()

@@ -24,7 +24,6 @@ import contextlib
 import itertools
 import json
 import math
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -34,7 +33,7 @@ import numpy as np
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.openwebtext.prepare ...")
-from atomic_files import interrupt_on_sigterm, remove_stale_outputs, replace_together  # noqa: E402
+from atomic_files import interrupt_on_sigterm, remove_stale_outputs, replace_together, worker_pool  # noqa: E402
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -308,7 +307,7 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
         "sources": sources,
         "inputs": inputs,  # what a re-run compares (already_prepared)
     }
-    pool = mp.Pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
+    pool = worker_pool(num_proc, initializer=init_worker, initargs=(ranks_file,)) if num_proc > 1 else None
     if pool is None:
         init_worker(ranks_file)
     tmps = {f"{name}.bin": out_dir / f"{name}.bin.tmp.{os.getpid()}" for name in totals}
