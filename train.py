@@ -62,10 +62,13 @@ UNTIMED_ITERS = 5  # the first iterations of a (re)start (torch.compile, allocat
 
 
 def fail(msg: str, says: Optional[bool] = None, code: int = 2):
-    """A one-line error that says what to do, before any work is done. Every process exits `code`; the line comes from
-    one process a node (LOCAL_RANK 0, or no torchrun): the others meet the same key or file, and torchrun would
-    print it once for each of them. `says` overrides that for an error that only some processes meet."""
-    if says if says is not None else os.environ.get("LOCAL_RANK", "0") == "0":
+    """A one-line error that says what to do: exit 2 for a bad key, file or checkpoint (before any work is done), 1
+    for a run stopped in training. Every process exits; the line comes from one process a node (LOCAL_RANK 0, or no
+    torchrun): the others meet the same key or file, and torchrun would print it once for each of them. `says`
+    overrides that for an error that only some processes meet."""
+    if says is None:
+        says = os.environ.get("LOCAL_RANK", "0") == "0"
+    if says:
         print(f"error: {msg}", file=sys.stderr)
     else:  # torchrun stops the other processes when one ends: the silent ones end later, not the one that says why
         time.sleep(SILENT_FAIL_DELAY_S)
