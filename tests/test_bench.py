@@ -97,6 +97,7 @@ def test_bench_train_tiny(tmp_path):
                     "flops_per_token", "total_ms_vs_mha", "first_step_s"):
             assert r[key] > 0, key
         assert r["peak_mem_gib"] is None  # no CUDA allocator on the CPU
+        assert r["pos"] == "learned" and r["config"]["pos_emb"] == "learned"  # the row says its positions
         cfg, B, T = r["config"], r["batch_size"], r["seq_len"]
         # the reported numbers against independent counts
         assert r["flops_per_token"] * B * T == counted_step_flops(cfg, B, T)
@@ -148,6 +149,8 @@ def test_bench_decode_tiny(tmp_path):
         kv_bytes = kv_values[r["variant"]] * L * r["context"] * r["batch_size"] * 2  # bf16
         assert r["kv_cache_bytes"] == kv_bytes
         assert r["weight_bytes"] == tiny_weight_bytes(r["variant"], r["mode"])
+        # the table's MB are 10^6 bytes (as the paper's units)
+        assert r["kv_cache_mb"] == pytest.approx(kv_bytes / 1e6) and r["weight_mb"] == pytest.approx(r["weight_bytes"] / 1e6)
         # one step reads every weight and every cached value once, at hbm bytes per second
         assert r["floor_ms"] == pytest.approx((r["weight_bytes"] + kv_bytes) / hbm * 1e3)
         assert r["floor_fraction"] == pytest.approx(r["floor_ms"] / r["latency_ms"])
@@ -194,9 +197,11 @@ def test_generate_end_to_end_modes(tmp_path, monkeypatch):
                          ("fast", "allowed eager")):
         with pytest.raises(SystemExit, match=message):
             bench_decode.main(["--device=cpu", "--tiny", "--generate", "4", "--generate_modes", bad, "--out_dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="--generate_prompt 72 must be 1 .. 71 tokens: the model's block size is 72"):
-        bench_decode.main(["--device=cpu", "--tiny", "--contexts", "8", "--generate", "4", "--generate_prompt", "72",
-                           "--out_dir", str(tmp_path)])
+    for prompt in ("72", "0"):  # a prompt must hold a token and leave the model room for the generated ones
+        with pytest.raises(SystemExit, match=f"--generate_prompt {prompt} must be 1 .. 71 tokens: the model's block size is 72"):
+            bench_decode.main(["--device=cpu", "--tiny", "--variants", "mha", "--modes", "forward", "--batches", "1",
+                               "--contexts", "8", "--iters", "1", "--generate", "4", "--generate_prompt", prompt,
+                               "--out_dir", str(tmp_path)])
 
 
 def test_generate_sampled_as_sample_py(tmp_path, monkeypatch):
@@ -346,7 +351,8 @@ def test_failures_are_reported_and_the_rest_runs(tmp_path, monkeypatch):
     def fake_decode(model, batch_size, context, args, device, mode):
         if model.config.attn == "tucker" and batch_size == 2:
             raise RuntimeError("No available kernel. Aborting execution.")
-        return dict(latency_ms=1.0, tokens_per_s=batch_size * 1e3, kv_cache_bytes=1, kv_cache_mb=1e-6,
+        ms = 0.5 if model.config.attn == "tucker" else 1.0
+        return dict(latency_ms=ms, tokens_per_s=batch_size / ms * 1e3, kv_cache_bytes=1, kv_cache_mb=1e-6,
                     weight_bytes=1, weight_mb=1e-6, floor_ms=0.5, floor_fraction=0.5, peak_mem_gib=None,
                     attention_backend="sdpa")
 
@@ -356,7 +362,10 @@ def test_failures_are_reported_and_the_rest_runs(tmp_path, monkeypatch):
     assert [(r["variant"], r["batch_size"], r["status"]) for r in rows] == [
         ("mha", 1, "ok"), ("tucker_8_64_64", 1, "ok"), ("mha", 2, "ok"), ("tucker_8_64_64", 2, "error")]
     assert rows[3]["error"] == "RuntimeError: No available kernel. Aborting execution."
-    assert "No available kernel" in (tmp_path / "bench_decode.md").read_text()
+    md = (tmp_path / "bench_decode.md").read_text()
+    assert "No available kernel" in md
+    # latency ×MHA: ms/token over MHA's at the same mode, batch and context (Tucker's 0.5 ms over 1 ms)
+    assert "| Tucker [8,64,64] | forward | 1 | 8 | 0.5000 | 2,000 | 0.500 |" in md
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,6 +390,10 @@ def test_bench_train_options_parse():
         bench_train.main(["--device=cpu", "--tiny", "--suite", "llama1b", "--rope", "both"])
     with pytest.raises(SystemExit, match="--graph_step needs a CUDA device"):
         bench_train.main(["--device=cpu", "--tiny", "--graph_step"])
+    for flags, message in ((["--grad_accum", "0"], "--grad_accum must be >= 1"),
+                           (["--precompile", "-1"], "--precompile must be >= 0")):
+        with pytest.raises(SystemExit, match=message):
+            bench_train.main(["--device=cpu", "--tiny", "--variants", "mha", "--shapes", "1x8", "--iters", "1", *flags])
 
 
 def test_rope_both_and_profile(tmp_path):
@@ -406,6 +419,7 @@ def test_rope_both_and_profile(tmp_path):
         assert learned["rope_cost"] is None
         # ratios against MHA with the same positions
         assert rope["total_ms_vs_mha"] == pytest.approx(rope["total_ms"] / by[("mha", "rope")]["total_ms"])
+        assert learned["total_ms_vs_mha"] == pytest.approx(learned["total_ms"] / by[("mha", "learned")]["total_ms"])
     # profiles: MHA with each positions setting (the RoPE cost is a target)
     assert [(r["variant"], r["pos"]) for r in rows if r.get("profile")] == [("mha", "learned"), ("mha", "rope")]
     prof = by[("mha", "learned")]["profile"]
@@ -441,6 +455,7 @@ def test_kernel_table():
     assert t["top"][0]["ms"] == pytest.approx(0.6) and t["top"][0]["pct"] == pytest.approx(48.0)
     assert {c: v["ms"] for c, v in t["categories"].items()} == pytest.approx(
         {"matmul": 0.6, "attention": 0.2, "fused (triton)": 0.1, "optimizer": 0.05, "memory": 0.05})
+    assert list(t["categories"])[:3] == ["matmul", "attention", "fused (triton)"]  # the most time first
     # inductor names a kernel after what it fuses: a transpose feeding SDPA is still a Triton kernel
     assert bench_train.kernel_category("triton_poi_fused__scaled_dot_product_flash_attention_2") == "fused (triton)"
     # the device timeline's user annotations (the profiler's step, the optimizer's range) are not kernels
@@ -513,6 +528,26 @@ def test_nanogpt_output_and_ratio(tmp_path):
     assert rows[0]["vs_nanogpt"] == pytest.approx((26.1234 + 30.0) / 2 / 25.0) and rows[1]["vs_nanogpt"] is None
     md = bench_train.nanogpt_section(nanogpt, rows, {"64x256": 1e9}, 790.0)
     assert "| 64x256 | 26.12 | 30.00 |" in md and f"| {rows[0]['vs_nanogpt']:.3f} |" in md
+    # a bench.py that ran its own block size, not ours, is refused rather than compared at the wrong shape
+    (tmp_path / "bench.py").write_text(f"print({NANOGPT_SAMPLE!r})\n")
+    with pytest.raises(RuntimeError, match="did not apply the shape overrides"):
+        bench_train.run_nanogpt(folder, 12, 256, timeout=60)
+
+
+def test_nanogpt_section_figures():
+    """nanoGPT's line at a shape: each run's ms (a failed run's error in its cell), its tokens/s and MFU on our basis
+    (MHA's FLOPs a token x tokens/s over the peak) from the mean of its ok runs only, its own printed MFU, our MHA
+    row's loop ms and event ms, and the ratio; a failed nanoGPT run enters no figure."""
+    ok = dict(when="before", status="ok", ms_per_iter=20.0, mfu_printed=0.40)
+    failed = dict(when="after", status="error", error="RuntimeError: nanoGPT bench.py exited 1: OOM", wall_s=3.0)
+    nanogpt = {"64x256": [ok, failed]}
+    rows = [dict(variant="mha", label="MHA", shape="64x256", pos="learned", status="ok", loop_ms=25.0, total_ms=24.0)]
+    bench_train.add_nanogpt_ratios(rows, nanogpt)
+    assert rows[0]["vs_nanogpt"] == pytest.approx(20.0 / 25.0)
+    md = bench_train.nanogpt_section(nanogpt, rows, {"64x256": 1e8}, 790.0)
+    # 64 x 256 tokens in 20 ms: 819,200 tokens/s; x 1e8 FLOPs a token over 790 TFLOP/s: 10.4 %
+    assert ("| 64x256 | 20.00 | RuntimeError: nanoGPT bench.py exited 1: OOM | 819,200 | 10.4 | 40.0 | 25.00 | 24.00 "
+            "| 0.800 |") in md
 
 
 def test_llama_suite_tiny(tmp_path):
@@ -626,8 +661,9 @@ def test_bench_train_inductor_overrides():
     from scripts import bench_train
     assert bench_train.inductor_overrides(["triton.mix_order_reduction=True", "a=-3", "b=x"]) == {
         "triton.mix_order_reduction": True, "a": -3, "b": "x"}
-    with pytest.raises(SystemExit, match="not KEY=VALUE"):
-        bench_train.inductor_overrides(["triton.mix_order_reduction"])
+    for bad in ("triton.mix_order_reduction", "=True"):
+        with pytest.raises(SystemExit, match="not KEY=VALUE"):
+            bench_train.inductor_overrides([bad])
     with pytest.raises(SystemExit, match="'no_such_option' is unknown"):
         bench_train.main(["--tiny", "--device", "cpu", "--compile", "--inductor", "no_such_option=1"])
 
@@ -662,3 +698,259 @@ def test_clock_section_lists_the_rows_with_clocks():
     assert "| MHA | 12x1024 learned | 1800 (1650), 690 W | — | — |" in md
     assert "Tucker" not in md and "GQA-4" not in md  # no clock read: no line
     assert bench_train.clock_section(rows[1:]) == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The figures from known times: a virtual clock, and the tables they are printed in
+
+
+def test_timed_columns_are_the_phases_medians(monkeypatch):
+    """bench_one's columns from known phase costs (a virtual clock that the forward advances by 1 ms, the backward by
+    2 ms per micro-step and AdamW by 0.5 ms; the third timed iteration 10x slower): fwd, bwd and opt ms are each
+    phase's median over the iterations (summed over the 2 micro-steps), total ms the whole iteration's median (the
+    optimizer in it), tokens/s its tokens over it; --loop's wall clock a loop iteration, the second loop's and its
+    event time are the iteration's 6.5 ms."""
+    import time
+    now, steps = [0.0], [0]
+    slow = lambda: 10.0 if steps[0] == 3 else 1.0  # noqa: E731  (step 0 is the warm-up, 1..3 the timed ones)
+    monkeypatch.setattr(bench_train, "time", types.SimpleNamespace(perf_counter=lambda: now[0], time=time.time))
+
+    class Backward(torch.autograd.Function):  # the loss's backward advances the clock
+        @staticmethod
+        def forward(ctx, loss):
+            return loss.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            now[0] += 2e-3 * slow()
+            return grad
+
+    real_forward, real_optimizers = GPT.forward, GPT.configure_optimizers
+
+    def forward(self, idx, targets=None, **kw):
+        now[0] += 1e-3 * slow()
+        logits, loss = real_forward(self, idx, targets, **kw)
+        return logits, Backward.apply(loss)
+
+    def optimizers(self, *args, **kw):
+        opt = real_optimizers(self, *args, **kw)
+        step = opt.step
+
+        def timed_step(*a, **k):
+            now[0] += 0.5e-3 * slow()
+            steps[0] += 1
+            return step(*a, **k)
+        opt.step = timed_step
+        return opt
+
+    monkeypatch.setattr(GPT, "forward", forward)
+    monkeypatch.setattr(GPT, "configure_optimizers", optimizers)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CPU is shared: oversubscribed threads make the tiny model many times slower
+    try:
+        (r,) = bench_train.main(["--device=cpu", "--tiny", "--variants", "mha", "--shapes", "2x8", "--iters", "3",
+                                 "--grad_accum", "2", "--loop"])
+    finally:
+        torch.set_num_threads(threads)
+    assert r["status"] == "ok", r["error"]
+    assert (r["fwd_ms"], r["bwd_ms"], r["opt_ms"], r["total_ms"]) == pytest.approx((2.0, 4.0, 0.5, 6.5))
+    assert (r["total_ms_min"], r["total_ms_max"]) == pytest.approx((6.5, 65.0))
+    assert r["tokens_per_s"] == pytest.approx(2 * 2 * 8 / 6.5e-3)
+    for key in ("loop_ms", "loop_ms_median", "loop_ms_max", "loop2_ms", "loop_event_ms", "loop_host_ms"):
+        assert r[key] == pytest.approx(6.5), key
+
+
+@pytest.mark.parametrize("flags, iters, warmup, shapes", [
+    ([], 50, 20, [(12, 1024), (64, 256)]),
+    (["--suite", "llama1b"], 10, 3, [(2, 4096)]),
+    (["--tiny"], 3, 1, [(4, 64)]),
+    (["--tiny", "--suite", "llama1b"], 3, 1, [(2, 32)])])
+def test_bench_train_defaults_per_suite(flags, iters, warmup, shapes, tmp_path, monkeypatch):
+    """Without --iters, --warmup and --shapes each suite's documented defaults apply (GPT-2: the median of 50
+    iterations after 20 warm-up, at 12x1024 and 64x256; LLaMA: 10 after 3 at 2x4096; --tiny: 3 after 1 at 4x64 /
+    2x32), and the report says so; a GPT-2 row says which positions it used."""
+    seen = []
+
+    def fake_train(variant, batch_size, seq_len, args, device, **kw):
+        seen.append((batch_size, seq_len, args.iters, args.warmup))
+        return dict(fwd_ms=3.0, bwd_ms=6.0, opt_ms=1.0, total_ms=10.0, tokens_per_s=1.0, mfu=0.5, peak_mem_gib=None)
+
+    monkeypatch.setattr(bench_train, "bench_one", fake_train)
+    llama = "llama1b" in flags
+    rows = bench_train.main(["--device=cpu", *flags, "--variants", "gqa8" if llama else "mha", "--out_dir", str(tmp_path)])
+    assert seen == [(b, t, iters, warmup) for b, t in shapes]
+    assert [r["shape"] for r in rows] == [f"{b}x{t}" for b, t in shapes]
+    assert all(r.get("pos") == (None if llama else "learned") for r in rows)
+    md = (tmp_path / ("bench_train_llama1b.md" if llama else "bench_train.md")).read_text()
+    assert f"median of {iters} iterations after {warmup} warm-up" in md
+
+
+@pytest.mark.parametrize("chunk", [1, 64])
+def test_loss_chunk_flag(chunk):
+    """--loss_chunk N: the rows' loss head runs in chunks of N tokens (GPTConfig.loss_chunk_tokens); left out, whole."""
+    parse = bench_train.build_parser().parse_args
+    mha = bench_train.VARIANTS[0]
+    assert bench_train.row_config(mha, parse(["--tiny", "--loss_chunk", str(chunk)]), rope=False,
+                                  seq_len=8).loss_chunk_tokens == chunk
+    assert bench_train.row_config(mha, parse(["--tiny"]), rope=False, seq_len=8).loss_chunk_tokens == 0
+
+
+def test_shapes_and_variants_are_parsed():
+    """--shapes BxT (x in either case), --variants ids (spaces after the commas allowed), --batches integers; anything
+    else exits naming the option and the entry (and, for a variant, the known ids)."""
+    assert bench_train.parse_shapes("12x1024,64X256") == [(12, 1024), (64, 256)]
+    for bad in ("12", "12x", "ax8", "1x2x3"):
+        with pytest.raises(SystemExit, match=f"--shapes: '{bad}' is not BxT"):
+            bench_train.parse_shapes(f"4x64,{bad}")
+    assert [v.id for v in bench_train.select_variants("mha, tucker_8_64_64")] == ["mha", "tucker_8_64_64"]
+    assert [v.id for v in bench_train.select_variants("all")] == [v.id for v in bench_train.VARIANTS]
+    with pytest.raises(SystemExit, match="unknown variant 'gqa3'; known: mha, gqa4, "):
+        bench_train.select_variants("mha,gqa3")
+    assert bench_train.parse_ints("1,32", "batches") == [1, 32]
+    with pytest.raises(SystemExit, match="--batches: '1,x' is not a comma-separated list of integers"):
+        bench_train.parse_ints("1,x", "batches")
+
+
+def test_rope_cost_needs_a_measured_learned_row():
+    """A RoPE row's cost is against the same variant and shape with learned positions, measured: where that row
+    failed there is no cost (and no crash: the run goes on); other shapes are unaffected."""
+    rows = [dict(variant="mha", shape="1x8", pos="learned", status="error", error="OutOfMemoryError: x"),
+            dict(variant="mha", shape="1x8", pos="rope", status="ok", total_ms=12.0),
+            dict(variant="mha", shape="2x8", pos="learned", status="ok", total_ms=10.0),
+            dict(variant="mha", shape="2x8", pos="rope", status="ok", total_ms=12.5)]
+    bench_train.add_rope_cost(rows)
+    assert [r["rope_cost"] for r in rows] == [None, None, None, pytest.approx(0.25)]
+
+
+def render_info(*flags) -> dict:
+    """run_info's fields for bench_train's render, from a parsed command line (a CPU run)."""
+    args = bench_train.build_parser().parse_args(["--device=cpu", "--tiny", *flags])
+    args.compile, args.iters, args.warmup = False, 3, 1
+    return {"args": vars(args), "command": "python -m scripts.bench_train --tiny", "date": "2026-01-01T00:00:00+00:00",
+            "gpu": None, "device": "cpu", "torch": torch.__version__}
+
+
+def train_row(variant, label, pos, total_ms, mfu, **extra):
+    return dict(variant=variant, label=label, shape="1x8", batch_size=1, seq_len=8, pos=pos, status="ok", error=None,
+                fwd_ms=1.0, bwd_ms=2.0, opt_ms=0.5, total_ms=total_ms, tokens_per_s=8 / (total_ms / 1e3), mfu=mfu,
+                peak_mem_gib=None, attn_params_mb=0.25, attn_params=1_500_000, grad_accum=1, **extra)
+
+
+def test_render_prints_the_rows_figures():
+    """The markdown table holds each row's figures: ms, time ×MHA (over MHA's total at the same shape and positions),
+    tokens/s, MFU and RoPE cost in percent (a zero cost is +0.0, not missing); the loop table's idle ms is the second
+    loop's wall clock less its event time."""
+    def row(variant, label, pos, total_ms, mfu):
+        return train_row(variant, label, pos, total_ms, mfu, loop_ms=total_ms + 1, loop_ms_median=total_ms + 1,
+                         loop_ms_max=total_ms + 2, loop2_ms=total_ms + 1.5, loop_event_ms=total_ms + 0.25,
+                         loop_host_ms=0.125)
+
+    rows = [row("mha", "MHA", "learned", 10.0, 0.25), row("tucker_8_64_64", "Tucker [8,64,64]", "learned", 8.0, 0.2),
+            row("mha", "MHA", "rope", 10.0, 0.25), row("tucker_8_64_64", "Tucker [8,64,64]", "rope", 9.0, 0.2)]
+    bench_train.finish(rows, types.SimpleNamespace(rope="both"), bench_train.SUITES["gpt2"], {})
+    md = bench_train.render(rows, render_info("--rope", "both"))
+    # Tucker with RoPE: 9 ms, 0.9 x MHA's 10 ms with RoPE, 889 tokens/s, MFU 20 %, 9 / 8 - 1 = +12.5 % for RoPE
+    assert "| Tucker [8,64,64] | 1x8 | rope | 1.00 | 2.00 | 0.50 | 9.00 | 0.900 | 889 | 20.0 | +12.5 | — | 0.25 |  |" in md
+    assert "| MHA | 1x8 | rope | 1.00 | 2.00 | 0.50 | 10.00 | 1.000 | 800 | 25.0 | +0.0 | — | 0.25 |  |" in md
+    assert "| Tucker [8,64,64] | 1x8 | learned | 1.00 | 2.00 | 0.50 | 8.00 | 0.800 | 1,000 | 20.0 | — | — | 0.25 |  |" in md
+    # the loop table: events, loop, its median and max, 2nd loop, its events, idle = 10.5 - 9.25, host
+    assert "| Tucker [8,64,64] | 1x8 | rope | 9.00 | 10.00 | 10.00, 11.00 | 10.50 | 9.25 | 1.25 | 0.125 |" in md
+
+
+def test_render_llama_ratio_columns():
+    """The LLaMA table: each row's iteration ms over GQA-8's and over MHA's (same shape), beside the paper's ratio
+    to GQA-8."""
+    rows = [train_row("gqa8", "GQA-8", None, 10.0, 0.3), train_row("mha", "MHA", None, 12.0, 0.3),
+            train_row("tucker_32_64_64", "Tucker", None, 8.0, 0.3)]
+    bench_train.finish(rows, types.SimpleNamespace(rope="on"), bench_train.SUITES["llama1b"], {})
+    md = bench_train.render(rows, render_info("--suite", "llama1b"))
+    paper = bench_train.llama_paper_iter_s()
+    assert f"| Tucker | 1x8 | 1 | 1.0 | 2.0 | 0.50 | 8.0 | 0.800 | 0.667 | {paper['tucker_32_64_64'] / paper['gqa8']:.3f} |" in md
+    # ... and its tokens/s, MFU %, peak memory (none on the CPU) and attention parameters in millions (the paper's unit)
+    assert (f"| MHA | 1x8 | 1 | 1.0 | 2.0 | 0.50 | 12.0 | 1.200 | 1.000 | {paper['mha'] / paper['gqa8']:.3f} | 667 | 30.0 "
+            "| — | 1.5 |  |") in md
+
+
+def test_bench_decode_latency_is_the_median_step(tmp_path, monkeypatch):
+    """ms/token is the median of the timed steps (a virtual clock makes them 1, 3 and 10 ms), its spread their min
+    and max, tokens/s the batch over it, floor / latency the floor over it; --warmup 0 is taken as given; the table
+    prints those figures in their columns."""
+    class StepClock(bench_train.Clock):  # each timed step takes the next of 1, 3, 10 ms
+        def __init__(self, device):
+            super().__init__(device)
+            self.t, self.calls, self.steps = 0.0, 0, iter([1e-3, 3e-3, 10e-3])
+
+        def stamp(self):
+            self.calls += 1
+            if self.calls % 2 == 0:  # the step's end
+                self.t += next(self.steps)
+            return self.t
+
+    monkeypatch.setattr(bench_decode, "Clock", StepClock)
+    (r,) = bench_decode.main(["--device=cpu", "--tiny", "--variants", "mha", "--modes", "step", "--batches", "2",
+                              "--contexts", "8", "--iters", "3", "--warmup", "0", "--hbm_tbps", "1e-4",
+                              "--out_dir", str(tmp_path)])
+    assert r["status"] == "ok", r["error"]
+    assert (r["latency_ms"], r["latency_ms_min"], r["latency_ms_max"]) == pytest.approx((3.0, 1.0, 10.0))
+    assert r["tokens_per_s"] == pytest.approx(2 / 3e-3)
+    assert r["floor_ms"] == pytest.approx((r["weight_bytes"] + r["kv_cache_bytes"]) / 1e8 * 1e3)
+    assert r["floor_fraction"] == pytest.approx(r["floor_ms"] / 3.0)
+    out = json.loads((tmp_path / "bench_decode.json").read_text())
+    assert out["args"]["warmup"] == 0
+    md = (tmp_path / "bench_decode.md").read_text()
+    assert "median of 3 after 0 warm-up; floor at 0.0001 TB/s" in md
+    assert (f"| MHA | step | 2 | 8 | 3.0000 | 667 | 1.000 | {r['kv_cache_mb']:.2f} | {r['weight_mb']:.1f} | "
+            f"{r['floor_ms']:.4f} | {r['floor_fraction']:.3f} |") in md
+
+
+def test_bench_decode_modes_are_checked(tmp_path):
+    """--modes: every entry must be one of the modes (an empty entry too), and a mode that captures a CUDA graph
+    needs a CUDA device; both exit before anything is measured, naming the mode."""
+    for modes, message in (("step,graph", "mode 'graph' captures a CUDA graph"),
+                           ("graph_mega", "mode 'graph_mega' captures a CUDA graph"),
+                           ("step,", "unknown mode ''"), ("fast", "unknown mode 'fast': allowed forward, step")):
+        with pytest.raises(SystemExit, match=message):
+            bench_decode.main(["--device=cpu", "--tiny", "--variants", "mha", "--modes", modes, "--batches", "1",
+                               "--contexts", "8", "--iters", "1", "--out_dir", str(tmp_path)])
+
+
+def test_bench_decode_llama_rows_are_chosen_by_id(tmp_path, monkeypatch):
+    """--suite llama1b: --variants picks the paper's rows by id (spaces after the commas allowed), in the table's
+    order; an unknown id exits listing the known ones, and --tiny (a GPT-2 shape) is refused. The models are not
+    built here (a stand-in GPT fails, as an out-of-memory would: an error row each)."""
+    def no_model(cfg):
+        raise RuntimeError("not built in this test")
+
+    monkeypatch.setattr(bench_decode, "GPT", no_model)
+    args = ["--device=cpu", "--suite", "llama1b", "--modes", "step", "--batches", "1", "--contexts", "8", "--iters", "1",
+            "--out_dir", str(tmp_path)]
+    rows = bench_decode.main([*args, "--variants", "gqa8, mha"])
+    table_order = [vid for vid, _, _ in bench_decode.llama_variants() if vid in ("gqa8", "mha")]
+    assert [(r["variant"], r["status"]) for r in rows] == [(vid, "error") for vid in table_order]
+    assert rows[0]["error"] == "RuntimeError: model build failed: RuntimeError: not built in this test"
+    with pytest.raises(SystemExit, match="unknown llama1b row 'gqa3'; known: "):
+        bench_decode.main([*args, "--variants", "gqa3"])
+    with pytest.raises(SystemExit, match="--tiny is for the gpt2 suite"):
+        bench_decode.main([*args, "--variants", "gqa8", "--tiny"])
+
+
+def test_generate_profile_is_per_token(monkeypatch):
+    """profile_generate's figures are a generated token's: kernels and kernel ms of the profiled call over its tokens,
+    busy % that kernel time over the wall time a token of an unprofiled call takes (a call of 8 tokens that takes
+    4 ms: 0.5 ms a token)."""
+    now = [0.0]
+    monkeypatch.setattr(bench_decode, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+
+    class Model:
+        def generate(self, prompt, n_tokens, **kw):
+            now[0] += 0.5e-3 * n_tokens
+
+    def profile(step, n_steps, device, clock):  # the profiled call: 8 launches of 100 µs
+        step(0)
+        return [("aten::mm", 100.0)] * 8, "cpu"
+
+    monkeypatch.setattr(bench_decode, "profile_iterations", profile)
+    prof = bench_decode.profile_generate(Model(), None, {}, 8, torch.device("cpu"))
+    assert (prof["calls_per_step"], prof["kernel_ms_per_step"], prof["step_ms"], prof["busy_pct"]) == pytest.approx(
+        (1.0, 0.1, 0.5, 20.0))
+    assert prof["tokens"] == 8 and prof["source"] == "cpu"

@@ -44,6 +44,11 @@ def test_the_reference_mode_falls_back_to_what_the_run_measured():
     assert plot_decode.reference_mode(defaults) == "graph"  # bench_decode's default modes: no graph_merged
     assert plot_decode.reference_mode([r for r in defaults if r["mode"] != "graph"]) == "graph_sdpa"
     assert plot_decode.reference_mode([r for r in ROWS if r["variant"] != "mha"]) is None
+    # MHA's default step failed: not the reference; its other mode measured is
+    failed = [dict(r, status="failed") if (r["variant"], r["mode"]) == ("mha", "graph_merged") else r for r in ROWS]
+    assert plot_decode.reference_mode(failed) == "graph_mega"
+    # a run whose MHA rows are only in a mode outside the fallback list: that mode
+    assert plot_decode.reference_mode([r for r in ROWS if r["mode"] == "graph_mega"]) == "graph_mega"
     assert plot_decode.speedups(defaults, 32, ref_mode="graph")["TUCKER"] == [(1024, 2.0 / 0.4), (4096, 8.0 / 0.5)]
 
 

@@ -30,6 +30,8 @@ def test_bars_stack_the_categories_in_order_then_the_idle():
     assert list(got[1]["parts"].items()) == [("matmul", 12.0), ("attention", 3.0), ("optimizer", 1.0),
                                              ("new", 0.5), ("idle", pytest.approx(1.5))]
     assert list(got[2]["parts"]) == ["matmul"]  # 19 ms of kernels in an 18.5 ms step: no idle
+    exact = plot_train.bars(dict(rows=[row("mha", "1x8", "learned", 4.0, {"matmul": 3.0, "attention": 1.0})]))
+    assert exact[0]["parts"] == {"matmul": 3.0, "attention": 1.0}  # kernels fill the step: no empty idle segment
 
 
 def test_ratios_against_the_reference_of_the_same_shape_and_positions():
@@ -37,6 +39,11 @@ def test_ratios_against_the_reference_of_the_same_shape_and_positions():
     assert [b["ratio"] for b in got] == [1.0, 18.0 / 20.0, None]  # the RoPE row has no MHA RoPE row to compare with
     got = plot_train.bars(dict(rows=ROWS), ref="tucker")
     assert [b["ratio"] for b in got] == [20.0 / 18.0, 1.0, 1.0]
+    # the reference is the run's first variant, profiled or not: a run led by an unprofiled GQA-4 row has no ratios
+    # (not ratios against whichever variant happens to be profiled first)
+    assert [b["ratio"] for b in plot_train.bars(dict(rows=[ROWS[3], *ROWS[:3]]))] == [None, None, None]
+    # a reference row without a profile (or a failed one) is not compared with
+    assert [b["ratio"] for b in plot_train.bars(dict(rows=ROWS), ref="gqa4")] == [None, None, None]
 
 
 def test_the_figure_is_written_and_an_unprofiled_run_refused(tmp_path, capsys):
