@@ -257,6 +257,26 @@ def test_tucker_composition_matches_float64():
         assert err(y, ref_tucker(q_lat, G, k, v, G_post, length, 0.25, tables, q_pos)) < 1e-4
 
 
+def test_tucker_argument_errors():
+    """tucker_decode_attention names what is wrong before any work: q_pos not an int tensor of shape () or (B,)
+    (a float position would index the rope tables), mismatched cores, an unknown backend."""
+    B, nH, r2, r3, p2, p3, L = 2, 4, 8, 16, 6, 16, 10
+    q_lat, G, G_post = torch.randn(B, r2), torch.randn(nH, r2, r3), torch.randn(nH, p2, p3)
+    k = torch.randn(B, 1, L, r3)
+    length, tables = torch.tensor([10, 4]), rope_cache(r3, L, theta=100.0)
+    kw = dict(scale=0.25, rope=tables)
+    for q_pos in (torch.tensor([3.0, 1.0]), torch.tensor([3, 1, 0])):
+        with pytest.raises(ValueError, match="q_pos must be an int32/int64 tensor"):
+            da.tucker_decode_attention(q_lat, G, k, k, G_post, length, q_pos=q_pos, **kw)
+    two_heads = torch.randn(B, 2, L, r3)  # Tucker's latent caches have one head (SDPA would split the heads on two)
+    for bad in (dict(G_post=G_post[:, :, :8]), dict(k=two_heads, v=two_heads)):
+        args = {**dict(q_lat=q_lat, G=G, k=k, v=k, G_post=G_post, length=length), **bad}
+        with pytest.raises(ValueError, match="shapes: q_lat"):
+            da.tucker_decode_attention(**args, **kw)
+    with pytest.raises(ValueError, match="backend must be"):
+        da.tucker_decode_attention(q_lat, G, k, k, G_post, length, backend="flash", **kw)
+
+
 def test_backend_choice_on_cpu():
     q, k, v, length, _ = make_case(2, 4, 1, 8, 16, 16)
     assert da.decode_backend(q, k, v) == "sdpa"
@@ -281,12 +301,34 @@ def test_unsupported_shapes_are_named():
     assert "dtypes" in da._unsupported(q, k, k)
     q, k = torch.empty(2, 32, 256, **meta), torch.empty(2, 1, 10, 256, **meta)
     assert "device meta" in da._unsupported(q, k, k)  # the shape itself is supported
+    q, k, v = torch.empty(2, 4, 64, **meta), torch.empty(2, 1, 10, 64, **meta), torch.empty(2, 1, 10, 512, **meta)
+    assert "head dims" in da._unsupported(q, k, v)  # the values' width too
+
+
+def test_kernel_conditions_under_the_interpreter(monkeypatch):
+    """With the CPU counted as a Triton device (TRITON_INTERPRET=1): 'auto' still takes SDPA on the CPU (the
+    interpreter is for tests that force the kernel), other devices stay refused, and the fused Tucker kernel takes
+    output cores of up to MAX_HEAD_DIM rows in q_lat's dtype."""
+    monkeypatch.setattr(da, "_interpret", lambda: True)
+    assert da.device_problem(torch.device("cpu"), True) is None
+    assert "device meta" in da.device_problem(torch.device("meta"), True)
+    q, k, v, length, _ = make_case(2, 4, 1, 8, 16, 16)
+    assert da.decode_backend(q, k, v) == "sdpa"
+    B, nH, r2, r3 = 2, 4, 8, 16
+    q_lat, G = torch.randn(B, r2), torch.randn(nH, r2, r3)
+    assert da.tucker_decode_backend(q_lat, G, k, k, torch.randn(nH, 8, 16)) == "sdpa"
+    if da._triton_available():
+        assert da._unsupported(q, k, v) is None
+        assert da._tucker_unsupported(q_lat, G, k, k, torch.randn(nH, da.MAX_HEAD_DIM, 16)) is None
+        assert "p2 = 257" in da._tucker_unsupported(q_lat, G, k, k, torch.randn(nH, da.MAX_HEAD_DIM + 1, 16))
+        assert "dtype or device" in da._tucker_unsupported(q_lat, G.double(), k, k, torch.randn(nH, 8, 16))
 
 
 @pytest.mark.parametrize("bad, says", [("groups", "multiple of the KV heads"), ("rope_odd", "with Dk even"),
                                        ("rope_short", r"rope tables must be \(>= L=10"),
                                        ("length_shape", "shape \\(\\) or \\(B,\\)"), ("length_float", "int32/int64"),
-                                       ("stride", "unit stride")])
+                                       ("stride", "unit stride"), ("key_width", "shape mismatch"),
+                                       ("value_rows", "shape mismatch"), ("value_heads", "shape mismatch")])
 def test_argument_errors(bad, says):
     q, k, v, length, tables = make_case(2, 4, 2, 10, 16, 16, rope=True)
     kw = dict(scale=1.0, rope=tables, backend="sdpa")
@@ -302,6 +344,12 @@ def test_argument_errors(bad, says):
         length = length.float()
     elif bad == "stride":
         k = k.transpose(2, 3).contiguous().transpose(2, 3)
+    elif bad == "key_width":  # k's rows narrower than q's
+        k = k[..., :14]
+    elif bad == "value_rows":  # v of another capacity than k
+        v = v[:, :, :9]
+    elif bad == "value_heads":  # v of fewer KV heads than k (SDPA would broadcast it)
+        v = v[:, :1]
     with pytest.raises(ValueError, match=says):
         da.decode_attention(q, k, v, length, **kw)
 
@@ -321,7 +369,7 @@ def test_stored_keys_need_table_rows_only_up_to_the_position():
         da.decode_attention(q, k, v, length, scale=0.25, rope=short, backend="sdpa")  # as read: 40 rows needed
 
 
-@pytest.mark.parametrize("bad", ["rope_keys", "rotate_without_rope", "key_shape", "value_for_shared",
+@pytest.mark.parametrize("bad", ["rope_keys", "rotate_without_rope", "key_shape", "value_shape", "value_for_shared",
                                  "no_value", "shared_stored", "not_a_pair"])
 def test_append_argument_errors(bad):
     q, k, v, length, tables, k_new, v_new = make_append_case(2, 4, 2, 10, 16, 16, rope=True, kv="separate",
@@ -334,6 +382,8 @@ def test_append_argument_errors(bad):
         kw["rope"], match = None, "rotate_q"
     elif bad == "key_shape":
         kw["new_kv"] = (k_new[:, :1], v_new)
+    elif bad == "value_shape":
+        kw["new_kv"] = (k_new, v_new[..., :8])
     elif bad == "value_for_shared":
         v = k
     elif bad == "no_value":

@@ -113,6 +113,9 @@ def test_dispatch_and_errors():
     assert "vectors of the matching size" in un(a, weight, **{**kw, "bias": torch.zeros(1, 8)})
     assert "vectors of the matching size" in un(a, weight, **{**kw, "bias": torch.zeros(7)})  # not N
     assert "vectors of the matching size" in un(a, weight, **{**kw, "bias": torch.zeros(8, 2)[:, 0]})  # strided
+    assert "residual must be" in un(a, weight, **{**kw, "residual": torch.zeros(2, 16)[:, ::2]})  # strided rows
+    assert "needs weight2 of weight's shape" in un(a, weight, **{**kw, "act": "swiglu", "weight2": weight[:4]})
+    assert "on one device" in un(a, weight, **{**kw, "bias": torch.zeros(8, device="meta")})
 
 
 def test_enabled_off_takes_torch(monkeypatch):
@@ -134,8 +137,11 @@ def test_config_tiles(M, N, K):
 
 
 def test_more_rows_than_max_take_torch():
+    """The kernel serves up to MAX_ROWS rows (its batch-1 decoding case and a few more); more go to cuBLAS."""
     a, weight, kw = make(dl.MAX_ROWS + 1, 16, 8, torch.float32)
     assert "rows > MAX_ROWS" in dl._unsupported(a, weight, kw["bias"], kw["norm"], None, None, None, None)
+    why = dl._unsupported(a[:dl.MAX_ROWS], weight, kw["bias"], kw["norm"], None, None, None, None)
+    assert why is None or why.startswith("device cpu")  # served (on a Triton device)
 
 
 # ----------------------------------------------------------------------------------------

@@ -89,6 +89,7 @@ def test_unsupported_names_why(monkeypatch):
     x = torch.randn(4, 6)
     if fg._HAVE_TRITON:
         assert fg.unsupported(x) is None
+        assert all(fg.unsupported(x.to(dtype)) is None for dtype in (torch.float16, torch.bfloat16))
         assert "dtype torch.float64" in fg.unsupported(x.double())
         assert "contiguous" in fg.unsupported(x.t())
     monkeypatch.setattr(fg, "_interpret", lambda: False)

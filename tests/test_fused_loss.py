@@ -49,9 +49,12 @@ def check(loss, grad, logits, targets, tol, loss_tol=None):
         assert loss[ignored].abs().max().item() == 0 and grad[ignored].abs().max().item() == 0
 
 
-def test_torch_backend_matches_float64():
-    logits, targets = make(9, 301, torch.float32)
-    check(*fl.cross_entropy_rows(logits, targets, True, backend="torch"), logits, targets, 1e-5)
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 4e-3), (torch.float16, 5e-4)])
+def test_torch_backend_matches_float64(dtype, tol):
+    """The torch ops' loss in float32 (to float32's error whatever the logits' dtype) and the gradient in the
+    logits' dtype (to that dtype's rounding)."""
+    logits, targets = make(9, 301, dtype)
+    check(*fl.cross_entropy_rows(logits, targets, True, backend="torch"), logits, targets, tol, loss_tol=1e-5)
     loss, grad = fl.cross_entropy_rows(logits, targets, False, backend="torch")
     assert grad is None and torch.equal(loss, fl.cross_entropy_rows(logits, targets, True, backend="torch")[0])
 
@@ -84,6 +87,8 @@ def test_unsupported_names_why(monkeypatch):
         assert "shapes" in fl.unsupported(logits, targets[:3])
         assert "shapes" in fl.unsupported(logits[None], targets)
         assert "contiguous" in fl.unsupported(logits.t().contiguous().t(), targets)
+        assert "contiguous" in fl.unsupported(logits, targets.repeat_interleave(2)[::2])  # targets at stride 2
+        assert "contiguous" in fl.unsupported(logits, targets.to("meta"))  # targets on another device
     monkeypatch.setattr(fl, "_interpret", lambda: False)
     assert "device cpu" in fl.unsupported(logits, targets)
 

@@ -79,6 +79,8 @@ def test_dispatch_and_errors(monkeypatch):
         fm.decoupled_qk(q, k, k_rope, cos[:-1], sin[:-1])
     with pytest.raises(ValueError, match="k_rope"):
         fm.decoupled_qk(q, k, k_rope[0], cos, sin)
+    with pytest.raises(ValueError, match="dR even"):  # an odd rotary width has no rotate-half pairs
+        fm.decoupled_qk(q[..., :-1], k, k_rope[..., :-1], cos[:, :2], sin[:, :2], backend="torch")
     monkeypatch.setattr(fm, "_interpret", lambda: False)  # the CPU without the interpreter
     with pytest.raises(ValueError, match="cannot run: device cpu"):
         fm.decoupled_qk(q, k, k_rope, cos, sin, backend="triton")
@@ -98,6 +100,9 @@ def test_unsupported_names_why(monkeypatch):
         assert "dtypes" in fm.unsupported(q, k.double(), k_rope, cos, sin)
         assert "last dim" in fm.unsupported(q.transpose(2, 3).contiguous().transpose(2, 3), k, k_rope, cos, sin)
         assert "contiguous" in fm.unsupported(q, k, k_rope, cos.t().contiguous().t(), sin)
+        strided_rope = torch.randn(2, 7, 12)[..., ::2]  # k_rope's columns at stride 2
+        assert "last dim" in fm.unsupported(q, k, strided_rope, cos, sin)
+        assert "all must be one" in fm.unsupported(q, k, k_rope, cos.to("meta"), sin.to("meta"))  # tables elsewhere
     monkeypatch.setattr(fm, "_interpret", lambda: False)
     assert "device cpu" in fm.unsupported(q, k, k_rope, cos, sin)
 
@@ -292,6 +297,8 @@ def test_from_latent_dispatch_and_errors(monkeypatch):
             fm.decoupled_qk_from_latent(q, c_k, w.double(), bias, k_rope, cos[:5], sin[:5], backend=backend)
     with pytest.raises(ValueError, match="k_bias"):
         fm.decoupled_qk_from_latent(q, c_k, w, bias[:-1], k_rope, cos[:5], sin[:5])
+    with pytest.raises(ValueError, match=r"c_k \(5, 2, 20\) must be \(B, T, dc\) = \(2, 5, dc\)"):  # (T, B, dc)
+        fm.decoupled_qk_from_latent(q, c_k.transpose(0, 1), w, bias, k_rope, cos[:5], sin[:5])
     with pytest.raises(ValueError, match="backend='bogus'"):
         fm.decoupled_qk_from_latent(q, c_k, w, bias, k_rope, cos[:5], sin[:5], backend="bogus")
     with pytest.raises(ValueError, match="q \\(B, T, nH"):
@@ -301,6 +308,9 @@ def test_from_latent_dispatch_and_errors(monkeypatch):
     if fm._HAVE_TRITON:  # the kernel reads the bias at unit stride, so 'triton' refuses a strided one
         with pytest.raises(ValueError, match="must be contiguous"):
             fm.decoupled_qk_from_latent(q, c_k, w, strided_bias, k_rope, cos[:5], sin[:5], backend="triton")
+        strided_w = w.repeat_interleave(2, dim=1)[:, ::2]  # w's values at a column stride of 2
+        with pytest.raises(ValueError, match="must be contiguous"):
+            fm.decoupled_qk_from_latent(q, c_k, strided_w, bias, k_rope, cos[:5], sin[:5], backend="triton")
     k = torch.nn.functional.linear(c_k, w, bias).view(2, 5, 3, 12)
     ref = fm.decoupled_qk_torch(q, k, k_rope, cos[:5], sin[:5])
     before = q.clone()

@@ -66,9 +66,12 @@ def test_dispatch_and_errors():
             fn.add_norm(x, delta, norm, backend="triton")
     meta = dict(device="meta")
     assert "share one of" in fn._unsupported(x.to(torch.float16), delta, norm)  # mixed dtypes
+    assert "share one of" in fn._unsupported(x, delta, copy.deepcopy(norm).half())  # the norm's parameters' too
     assert "shapes" in fn._unsupported(x[..., :8], delta[..., :8], norm)
     big = LayerNorm(fn.MAX_DIM + 1, bias=False).to(**meta)
     assert "rows of" in fn._unsupported(torch.empty(1, fn.MAX_DIM + 1, **meta), torch.empty(1, fn.MAX_DIM + 1, **meta), big)
+    widest = LayerNorm(fn.MAX_DIM, bias=False).to(**meta)  # rows of MAX_DIM are the kernel's (meta: refused on the device)
+    assert "device meta" in fn._unsupported(torch.empty(1, fn.MAX_DIM, **meta), torch.empty(1, fn.MAX_DIM, **meta), widest)
 
 
 # ----------------------------------------------------------------------------------------

@@ -216,7 +216,34 @@ def test_backend_and_argument_errors():
         with pytest.raises(ValueError, match="sampling kernel cannot run"):  # greedy too: 'triton' means the kernels
             sample_next(logits, 0.0, None, backend="triton")
     assert fs.unsupported(torch.zeros(2, 10, dtype=torch.float64)) is not None
-    assert fs.inverse_temperature(0.8) == (torch.ones(()) / torch.tensor(0.8)).item()  # float32 1 / float32 0.8
+    for t in (0.8, 0.7, 1.3):  # float32 1 / float32 t (at 0.7 and 1.3 not the float64 quotient)
+        assert fs.inverse_temperature(t) == (torch.ones(()) / torch.tensor(t)).item()
+
+
+def test_kernel_arguments_checked_before_a_launch(monkeypatch):
+    """What the kernels cannot take is refused before anything is launched, with a ValueError naming it: noise q at a
+    column stride, a score_out or finite flag of another dtype or size, logits without unit column stride; and the
+    limits of the packed ids (ids below 2^24) and of the grid (at most 65,535 programs a row), at their edges."""
+    logits, finite = torch.randn(2, 10), torch.ones((), dtype=torch.bool)
+    with pytest.raises(ValueError, match="q must be float32"):
+        fs.draw(logits, torch.ones(2, 20)[:, ::2], 0.8, 3, finite)
+    with pytest.raises(ValueError, match="score_out must be float32"):
+        fs.draw(logits, torch.ones(2, 10), 0.8, 3, finite, torch.ones(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="finite must be a one-element bool tensor"):
+        fs.draw(logits, torch.ones(2, 10), 0.8, 3, torch.ones(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="finite must be a one-element bool tensor"):
+        fs.argmax(logits, torch.ones((), dtype=torch.int8))
+    with pytest.raises(ValueError, match="packs ids in 24 bits"):
+        fs.argmax(torch.zeros(1, 1).expand(1, 1 << 24))
+    assert fs._blocks(1, (1 << 24) - 1, "argmax") == (512, -(-((1 << 24) - 1) // 512))
+    monkeypatch.setattr(fs, "BLOCK", 256)
+    assert fs._blocks(1, 65535 * 256, "draw") == (256, 65535)
+    with pytest.raises(ValueError, match="65,536 programs a row"):
+        fs._blocks(1, 65535 * 256 + 1, "draw")
+    monkeypatch.setattr(fs, "_interpret", lambda: True)  # the CPU counts as a Triton device
+    if fs._HAVE_TRITON:
+        assert fs.unsupported(logits) is None
+        assert "unit stride" in fs.unsupported(torch.randn(2, 20)[:, ::2])
 
 
 # ----------------------------------------------------------------------------------------

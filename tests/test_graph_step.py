@@ -33,6 +33,7 @@ GPU = torch.device("cuda")
 
 @pytest.mark.parametrize("kw, words", [
     (dict(device=torch.device("cpu")), ["graph_step=True", "device='cpu'", "'cuda'"]),
+    (dict(device=torch.device("meta")), ["graph_step=True", "device='meta'", "'cuda'"]),  # not CUDA: refused too
     (dict(distributed=True), ["graph_step=True", "DDP", "graph_step=False"]),
     (dict(dtype="float16"), ["dtype='float16'", "'bfloat16'", "'float32'"]),
     (dict(compile_mode="reduce-overhead"), ["compile_mode='reduce-overhead'", "'default'",
@@ -91,8 +92,67 @@ def test_batches_of_another_shape_are_refused():
         with pytest.raises(ValueError, match=rf"inputs {re.escape(str(shape))} .* takes \(4, 8\)"):
             step._load([(x, x)], 1e-3)
     x = torch.randint(0, 32, (4, 8))
+    for shape in ((1, 8), (4, 6)):  # the targets are checked as the inputs are
+        y = torch.randint(0, 32, shape)
+        with pytest.raises(ValueError, match=rf"targets {re.escape(str(shape))}, the captured step takes \(4, 8\)"):
+            step._load([(x, y)], 1e-3)
     step._load([(x, x)], 1e-3)
     assert torch.equal(step.x[0], x)
+
+
+def test_step_counts_are_checked():
+    """A captured step of accum micro-steps takes exactly accum batches (fewer would leave the last micro-steps
+    replaying the previous iteration's data), and needs accum >= 1 and at least one warm-up iteration before the
+    capture (a ValueError naming the values)."""
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32, bias=False))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    kw = dict(batch_size=4, seq_len=8, device=torch.device("cpu"), dtype="float32")
+    for accum, warmup in ((0, 3), (2, 0)):
+        with pytest.raises(ValueError, match=rf"accum={accum} and warmup={warmup} must be >= 1"):
+            GraphedTrainStep(model, optimizer, accum=accum, warmup=warmup, **kw)
+    step = GraphedTrainStep(model, optimizer, accum=2, **kw)
+    x = torch.randint(0, 32, (4, 8))
+    for batches in ([(x, x)], [(x, x)] * 3):
+        with pytest.raises(ValueError, match=rf"{len(batches)} batches given for 2 micro-steps"):
+            step._load(batches, 1e-3)
+    step._load([(x, x)] * 2, 1e-3)
+
+
+def test_clip_gradients_is_the_optimizers_own_clip():
+    """With an optimizer that clips itself (master_adamw.MasterAdamW: the norm in float32, the coefficient applied by
+    its step as it reads each bf16 gradient), the iteration's clip is that one: the same norm and the same update,
+    the bf16 gradients never scaled and rounded by torch's clip."""
+    from graph_step import clip_gradients
+    from master_adamw import MasterAdamW
+    results = []
+    for via in ("optimizer", "clip_gradients"):
+        g = torch.Generator().manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(24, 40, generator=g))
+        b = torch.nn.Parameter(torch.randn(40, generator=g))
+        opt = MasterAdamW([w, b], lr=1e-2)
+        w.grad, b.grad = torch.randn(24, 40, generator=g).to(torch.bfloat16), torch.randn(40, generator=g)
+        grad = w.grad.clone()
+        norm = opt.clip_grad_norm_(0.5) if via == "optimizer" else clip_gradients(opt, [w, b], 0.5)
+        assert float(norm) > 1.0 and torch.equal(w.grad, grad)  # the clip scales (in the step), not here
+        opt.step()
+        results.append((norm, opt.master(w).clone(), b.detach().clone()))
+    (n1, w1, b1), (n2, w2, b2) = results
+    assert torch.equal(n1, n2) and torch.equal(w1, w2) and torch.equal(b1, b2)
+
+
+def test_a_replay_reads_the_loaded_learning_rate():
+    """Once captured, the step's learning rate lives in device tensors the graph reads: each iteration's rate is
+    written into them (a rate frozen at the capture's value would show on every replay)."""
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32, bias=False))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    step = GraphedTrainStep(model, optimizer, accum=1, batch_size=4, seq_len=8, device=torch.device("cpu"),
+                            dtype="float32")
+    step._device_lr(1e-3)
+    x = torch.randint(0, 32, (4, 8))
+    for lr in (5e-4, 2e-3):
+        step._load([(x, x)], lr)
+        assert [float(t) for t in step.lr] == pytest.approx([lr] * len(optimizer.param_groups))
+        assert all(g["lr"] is t for g, t in zip(optimizer.param_groups, step.lr))
 
 
 def test_the_captured_iteration_is_the_plain_one():

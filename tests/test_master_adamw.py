@@ -225,14 +225,45 @@ def test_load_state_dict_takes_hyperparameters_and_refuses_what_it_cannot():
     opt2.load_state_dict(sd)
     g = opt2.param_groups[0]
     assert (g["lr"], g["betas"], g["eps"], g["weight_decay"]) == (1e-5, (0.8, 0.9), 1e-6, 0.3)
-    bad = copy.deepcopy(sd)
-    bad["param_groups"][1]["amsgrad"] = True
-    with pytest.raises(ValueError, match="amsgrad=True"):
-        opt2.load_state_dict(bad)
+    for flag in ("amsgrad", "maximize"):
+        bad = copy.deepcopy(sd)
+        bad["param_groups"][1][flag] = True
+        with pytest.raises(ValueError, match=f"{flag}=True"):
+            opt2.load_state_dict(bad)
     bad = copy.deepcopy(sd)
     bad["state"][0]["exp_avg"] = torch.zeros(65)
     with pytest.raises(ValueError, match=r"exp_avg of shape \(65,\) for a parameter of shape \(37, 65\)"):
         opt2.load_state_dict(bad)
+
+
+def test_a_device_lr_is_saved_as_a_float_and_loaded_into_the_same_tensor():
+    """graph_step's lr (a 0-d tensor the captured step reads): state_dict saves its value as a float (not the live
+    tensor: a later change of the rate leaves the saved state as it was), and load_state_dict writes the saved rate
+    into that same tensor (a captured graph goes on reading it), as float lrs are loaded as floats."""
+    w, b, opt, _ = run_master(2, lr_tensor=True)
+    sd = opt.state_dict()
+    for group in opt.param_groups:
+        group["lr"].fill_(1e-4)
+    assert [type(g["lr"]) for g in sd["param_groups"]] == [float, float]
+    assert [g["lr"] for g in sd["param_groups"]] == pytest.approx([HYPER["lr"]] * 2)
+    tensors = [group["lr"] for group in opt.param_groups]
+    opt.load_state_dict(sd)
+    assert all(group["lr"] is t for group, t in zip(opt.param_groups, tensors))
+    assert [float(t) for t in tensors] == pytest.approx([HYPER["lr"]] * 2)
+
+
+def test_a_clip_above_the_norm_changes_nothing():
+    """clip_grad_norm_ with max_norm above the gradients' norm (torch's coefficient min(1, ...)) leaves the step as
+    it is without the clip: gradients are never scaled up."""
+    u, v, uopt, _ = run_master(3)
+    w2, b2 = make_params()
+    opt2 = ma.MasterAdamW([{"params": [w2], "weight_decay": 0.1}, {"params": [b2], "weight_decay": 0.0}], **HYPER)
+    for s in range(3):
+        gw, gb = grads(s)
+        w2.grad, b2.grad = gw.to(torch.bfloat16), gb
+        assert float(opt2.clip_grad_norm_(1e3)) < 1e3
+        opt2.step()
+    assert torch.equal(opt2.master(w2), uopt.master(u)) and torch.equal(b2.detach(), v.detach())
 
 
 def test_load_state_dict_starts_a_parameter_without_saved_state_fresh():
