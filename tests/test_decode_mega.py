@@ -455,3 +455,63 @@ def test_cuda_more_programs_than_resident_are_refused():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     with pytest.raises(ValueError, match="every program must be resident"):
         dm.MegaDecoder(model, model.new_caches(1, 16, device="cuda"), programs=sms * (8 // dm.NUM_WARPS) + 1)
+
+
+def test_every_refusal_names_its_reason_and_the_limits_are_served():
+    """unsupported() says why, one reason a case: no sequences (batch 0), a parameter of another dtype than the LM
+    head's or a dtype the kernel has no tiles for (float64), a value head dim that is no power of two, layers of
+    different attention shapes, a norm other than model.LayerNorm / RMSNorm, no Triton; n_embd at MAX_DIM itself is
+    served (only past it refused)."""
+    assert "batch 0" in (dm.unsupported(tiny("mha"), 0) or "")
+    with pytest.MonkeyPatch.context() as mp:  # past the device checks (a CPU model), as in the interpreter
+        mp.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+        mp.setattr(dm, "_triton_available", lambda: True)
+        mixed = tiny("mha")
+        mixed.transformer.h[1].ln_1.to(torch.float16)
+        assert "every parameter" in (dm.unsupported(mixed, 1) or "")
+        assert "every parameter" in (dm.unsupported(tiny("mha", dtype=torch.float64), 1) or "")
+        post = tiny("tucker", tucker_ranks_post=(2, 16, 24))
+        assert "head dims 16, 24" in (dm.unsupported(post, 1) or "")
+        two = tiny("tucker")
+        two.transformer.h[1].attn = tiny("tucker", tucker_ranks=(2, 16, 32)).transformer.h[1].attn
+        assert "different attention shapes" in (dm.unsupported(two, 1) or "")
+        torch_norm = tiny("mha")
+        torch_norm.transformer.h[0].ln_2 = torch.nn.LayerNorm(64)
+        assert "norms other than" in (dm.unsupported(torch_norm, 1) or "")
+        mp.setattr(dm, "MAX_DIM", 64)
+        assert dm.unsupported(tiny("mha"), 1) is None  # n_embd 64 == MAX_DIM
+        mp.setattr(dm, "MAX_DIM", 32)
+        assert "n_embd 64 > 32" in (dm.unsupported(tiny("mha"), 1) or "")
+        mp.setattr(dm, "MAX_DIM", 64)
+        mp.setattr(dm, "_triton_available", lambda: False)
+        assert "triton is not installed" in (dm.unsupported(tiny("mha"), 1) or "")
+
+
+def test_caches_of_another_batch_or_length_and_foreign_caches_are_refused(monkeypatch):
+    """Every layer's cache must hold the decoder's batch and max_len rows (the kernel strides them as the first
+    layer's): anything else is a ValueError naming the layer; a step given caches other than the ones the decoder
+    stacked is refused before it launches (it would read and write its own copy); MLP_COPIES 0 is refused by name."""
+    monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
+    monkeypatch.setattr(dm, "_triton_available", lambda: True)
+    model = tiny("tucker")
+    caches = model.new_caches(1, 16)[:1] + model.new_caches(2, 16)[1:]
+    with pytest.raises(ValueError, match="layer 1's cache"):
+        dm.MegaDecoder(model, caches)
+    caches = model.new_caches(1, 16)
+    caches[1].max_len = 8  # its tensors keep 16 rows
+    with pytest.raises(ValueError, match="layer 1's cache"):
+        dm.MegaDecoder(model, caches)
+    caches = model.new_caches(1, 16)
+    dec = dm.MegaDecoder(model, caches)
+    with pytest.raises(ValueError, match="pass the caches the decoder was built on"):
+        dec.decode_step(torch.tensor([[1]]), model.new_caches(1, 16), torch.tensor([3]))
+    monkeypatch.setattr(dm, "MLP_COPIES", 0)
+    with pytest.raises(ValueError, match="MLP_COPIES=0: a positive int"):
+        dm.MegaDecoder(model, model.new_caches(1, 16))
+
+
+def test_static_decoder_refuses_mega_with_compile():
+    """mega=True (the step as one kernel) and compile=True exclude each other: a ValueError saying so, whatever the
+    model (before any kernel check)."""
+    with pytest.raises(ValueError, match="exclude each other"):
+        StaticDecoder(tiny("mha"), 1, max_len=8, mega=True, compile=True)

@@ -101,7 +101,9 @@ def test_step_decoder_picks_the_kernel_for_the_batch(monkeypatch):
                                              ("SPLIT_D", 1.5, "a positive int"), ("BLOCK_N", 24, "a power of two"),
                                              ("ATTN_GROUPS", 3, "a power of two >= 1"),
                                              ("MERGE_HEADS", 3, "None or a power of two"),
+                                             ("MERGE_HEADS", 0, "None or a power of two"),
                                              ("MAXNREG", 16, "None or an int from 32 to 255"),
+                                             ("MAXNREG", 256, "None or an int from 32 to 255"),
                                              ("ATTN_STEP_ELEMS", 8.5, "an int >= 16"),
                                              ("BLOCK_N", 32, "with ATTN_GROUPS=4 a group's 8 rows, fewer than 16")])
 def test_settings_the_kernel_cannot_run_are_refused(knob, value, why, monkeypatch):
@@ -140,6 +142,21 @@ def test_fp32_weights_on_the_gpu_are_refused(monkeypatch):
     with pytest.raises(ValueError, match="BK=256, STAGES=4, batch 5: .* take 122880 B of shared memory"):
         dec._check_fits()
     monkeypatch.setattr(dw, "STAGES", 3)
+    dec._check_fits()
+
+
+def test_shared_memory_counts_the_kilobyte_an_sm_reserves_a_program(monkeypatch):
+    """Two programs an SM of 114 KB of tiles each fit 228 KB on their own but not with the 1 KB an SM reserves for
+    each program: refused on the GPU; 1 KB less a program fits."""
+    no_device_checks(monkeypatch)
+    model = tiny("tucker")
+    dec = dw.WideDecoder(model, model.new_caches(5, 8))
+    dec.device, dec.dtype = torch.device("cuda"), torch.bfloat16
+    monkeypatch.setattr(dw, "PROGRAMS_PER_SM", 2)
+    dec.shared_bytes = lambda: 114 * 1024
+    with pytest.raises(ValueError, match="do not fit an SM's 228 KB"):
+        dec._check_fits()
+    dec.shared_bytes = lambda: 113 * 1024
     dec._check_fits()
 
 
