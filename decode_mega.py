@@ -862,14 +862,15 @@ class MegaDecoder:
         want = {"kv": (self.nKV, self.dk)} if self.shared else {"k": (self.nKV, self.dk), "v": (self.nKV, self.dv)}
         if len(caches) != self.n_layer:
             raise ValueError(f"MegaDecoder: {len(caches)} caches for {self.n_layer} layers")
+        max_len = caches[0].max_len if caches else 0  # every layer's, as the kernel strides them all alike
         for i, c in enumerate(caches):
             got = {name: (t.size(1), t.size(3)) for name, t in c.store.items()}
             bad = [t for t in c.store.values() if t.dtype != self.dtype or t.size(0) != B or t.size(2) != c.max_len]
-            if got != want or bad:
-                raise ValueError(f"MegaDecoder: layer {i}'s cache is {got} in {[t.dtype for t in c.store.values()]}, "
-                                 f"expected {want} (heads, dim) in {self.dtype} for {B} sequences (model.new_caches "
-                                 f"with the weights' dtype)")
-        self.max_len = caches[0].max_len
+            if got != want or bad or c.max_len != max_len:
+                raise ValueError(f"MegaDecoder: layer {i}'s cache is {got} in {[t.dtype for t in c.store.values()]} "
+                                 f"of {c.max_len} positions, expected {want} (heads, dim) in {self.dtype} for {B} "
+                                 f"sequences of {max_len} (model.new_caches with the weights' dtype)")
+        self.max_len = max_len
         self._check_knobs()
         self._check_fits()
         warps, per_sm, module, regs = self._launch_shape()

@@ -489,7 +489,7 @@ def test_every_refusal_names_its_reason_and_the_limits_are_served():
 
 def test_caches_of_another_batch_or_length_and_foreign_caches_are_refused(monkeypatch):
     """Every layer's cache must hold the decoder's batch and max_len rows (the kernel strides them as the first
-    layer's): anything else is a ValueError naming the layer; a step given caches other than the ones the decoder
+    layer's): anything else, a later layer's own consistent max_len too, is a ValueError naming the layer; a step given caches other than the ones the decoder
     stacked is refused before it launches (it would read and write its own copy); MLP_COPIES 0 is refused by name."""
     monkeypatch.setattr(dm, "kernel_unavailable", lambda t, ops: None)
     monkeypatch.setattr(dm, "_triton_available", lambda: True)
@@ -500,6 +500,9 @@ def test_caches_of_another_batch_or_length_and_foreign_caches_are_refused(monkey
     caches = model.new_caches(1, 16)
     caches[1].max_len = 8  # its tensors keep 16 rows
     with pytest.raises(ValueError, match="layer 1's cache"):
+        dm.MegaDecoder(model, caches)
+    caches = model.new_caches(1, 16)[:1] + model.new_caches(1, 8)[1:]  # each consistent, not with the first layer
+    with pytest.raises(ValueError, match="layer 1's cache .* of 8 positions, .* of 16"):
         dm.MegaDecoder(model, caches)
     caches = model.new_caches(1, 16)
     dec = dm.MegaDecoder(model, caches)
