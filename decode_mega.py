@@ -862,7 +862,7 @@ class MegaDecoder:
         want = {"kv": (self.nKV, self.dk)} if self.shared else {"k": (self.nKV, self.dk), "v": (self.nKV, self.dv)}
         if len(caches) != self.n_layer:
             raise ValueError(f"MegaDecoder: {len(caches)} caches for {self.n_layer} layers")
-        max_len = caches[0].max_len if caches else 0  # every layer's, as the kernel strides them all alike
+        max_len = caches[0].max_len  # every layer's, as the kernel strides them all alike
         for i, c in enumerate(caches):
             got = {name: (t.size(1), t.size(3)) for name, t in c.store.items()}
             bad = [t for t in c.store.values() if t.dtype != self.dtype or t.size(0) != B or t.size(2) != c.max_len]

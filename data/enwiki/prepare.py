@@ -32,7 +32,6 @@ import json
 import lzma
 import os
 import re
-import signal
 import sys
 import time
 from collections import deque
@@ -298,21 +297,12 @@ def _pack_one(args):
     return dst.stat().st_size
 
 
-def _plain_worker() -> None:
-    """Pool initializer of pack's and unpack's workers: SIGTERM back to its default (main turns it into
-    KeyboardInterrupt for its clean-up, and forked workers inherit that: the pool's terminate() on leaving its block
-    then printed a worker's KeyboardInterrupt traceback after a run that succeeded)."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _map_in_workers(fn, jobs) -> list:
-    """fn over jobs, one worker process a job (pack's and unpack's). After a success the workers end on their own
-    (close, join), stopped by no signal: the pool's terminate() (a `with` block's exit) sent them SIGTERM, and one that
-    reached a worker before _plain_worker had put SIGTERM back to its default was lost (a Python handler tripped, then
-    replaced): that worker waited for a task forever and terminate() for it, a hang after a pack or unpack that had
-    succeeded (1 in ~25 under load; worker_pool now forks them with the default in place, so none is lost on the
-    error path either). An error or interrupt still terminates them."""
-    pool = worker_pool(len(jobs), initializer=_plain_worker)
+    """fn over jobs, one worker process a job (pack's and unpack's), forked with SIGTERM at its default (worker_pool:
+    main's handler would print a worker's KeyboardInterrupt traceback, or lose the signal). After a success the
+    workers end on their own (close, join), not by the SIGTERM of a `with` block's terminate(); an error or
+    interrupt still terminates them."""
+    pool = worker_pool(len(jobs))
     try:
         out = pool.map(fn, jobs)
         pool.close()
