@@ -20,7 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from checkpoint import log_losses, read_json, save_figure, write_text  # noqa: E402
 from model import COMPUTE_KEYS  # noqa: E402
 from scripts.bench_multigpu import fmt  # noqa: E402

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.kernel_compile import Recorder, compile_sm90  # noqa: E402
 

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.bench_decode import KNOB_MODULES, build_model, fill_caches  # noqa: E402
 from scripts.bench_train import VARIANTS, set_module_knobs  # noqa: E402

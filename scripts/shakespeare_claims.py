@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a file too
+if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
+    sys.path.insert(0, str(REPO))
 from atomic_files import write_text  # noqa: E402
 
 
