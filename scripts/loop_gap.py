@@ -110,6 +110,11 @@ def analyse(events, marks, top_n: int = 8) -> dict:
                                               key=lambda kv: -kv[1])[:top_n])}
 
 
+def _ms(value, spec: str = ".3f") -> str:
+    """A profiled median for the report: '-' where analyse found none (no iteration with a kernel, or no gap)."""
+    return "-" if value is None else format(value, spec)
+
+
 def _short(name: str) -> str:
     return name if len(name) <= 60 else name[:57] + "..."
 
@@ -335,6 +340,8 @@ def main(argv=None):
     args.suite, args.compile = "gpt2", True
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
+    if args.iters < 2:  # the first profiled iteration has no gap before it (no earlier kernel in the profile)
+        raise SystemExit(f"--iters must be >= 2 (the gap before an iteration needs one before it), got {args.iters}")
     device = torch.device(args.device)
     (batch_size, seq_len), = parse_shapes(args.shape)
     runs = plan_runs(args, batch_size, seq_len, device)  # the runs' arguments checked before the GPU is
@@ -381,13 +388,14 @@ def main(argv=None):
         results[name] = {"loop_ms": loops["item"]["mean_ms"], "loops": loops, **profile_loop(step, args.iters)}
         r = results[name]
         print(f"{name}: unprofiled loops (median of {args.rounds} rounds) {loops}; profiled: wall "
-              f"{r['median_wall_ms']:.2f} ms/iter, GPU busy {r['median_busy_ms']:.2f}, gap {r['median_gap_ms']:.3f}; "
+              f"{_ms(r['median_wall_ms'], '.2f')} ms/iter, GPU busy {_ms(r['median_busy_ms'], '.2f')}, gap {_ms(r['median_gap_ms'])}; "
               f"host in the gap: {r['host_in_gap_ms']}; idle inside {r['idle_inside_ms']:.3f}: {r['idle_inside_top_ms']}",
               flush=True)
     info = run_info(args, device, argv)
     body = [[name, f"{r['loop_ms']:.2f} ({r['loops']['item']['median_ms']:.2f})",
              f"{r['loops']['event_item']['mean_ms']:.2f} ({r['loops']['event_item']['median_ms']:.2f})",
-             f"{r['loops']['no_sync']['mean_ms']:.2f}", f"{r['median_wall_ms']:.2f}", f"{r['median_busy_ms']:.2f}", f"{r['median_gap_ms']:.3f}",
+             f"{r['loops']['no_sync']['mean_ms']:.2f}", _ms(r['median_wall_ms'], '.2f'), _ms(r['median_busy_ms'], '.2f'),
+             _ms(r['median_gap_ms']),
              "; ".join(f"{k} {v:.3f}" for k, v in r["host_in_gap_ms"].items()), f"{r['idle_inside_ms']:.3f}",
              "; ".join(f"`{k}` {v:.3f}" for k, v in r["idle_inside_top_ms"].items())] for name, r in results.items()]
     md_rounds = rounds_markdown(rounds, summary, list(steps))

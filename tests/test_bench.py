@@ -653,7 +653,27 @@ def test_bench_loss_cli_on_cpu(tmp_path):
     assert [r["row"] for r in out["rows"]] == ["logits_head (fwd+bwd)", "fused (torch rows)",
                                                "head_logits (d=8, fwd+bwd)", "head_fused (d=8, fwd+bwd)"]
     assert all(r["ms"] > 0 for r in out["rows"])
+    # GB/s: the bytes the pass must move (float32 logits on the CPU): the logits head reads them twice (forward and
+    # backward) and writes their gradient; the fused rows read once and write once; the whole heads have no count
+    logits_bytes = 32 * 100 * 4
+    head, fused = out["rows"][:2]
+    assert head["gbps"] == pytest.approx(3 * logits_bytes / head["ms"] / 1e6)
+    assert fused["gbps"] == pytest.approx(2 * logits_bytes / fused["ms"] / 1e6)
+    assert out["rows"][2]["gbps"] is None
     assert "logits head, 32x100, d=8" in (tmp_path / "bench_loss.md").read_text()
+
+
+def test_bench_gelu_units_and_timing():
+    """scripts/bench_gelu's error unit is the gap from a value to the next bfloat16 above it (bf16's bit pattern
+    plus one), and its timer reports the median of its repeats, not the quickest."""
+    import time
+    from scripts import bench_gelu
+    t = torch.tensor([1.0, 1.5, 3.0, 1000.0, 0.001, -2.5], dtype=torch.bfloat16)
+    up = (t.abs().view(torch.int16) + 1).view(torch.bfloat16)
+    assert torch.equal(bench_gelu.bf16_spacing(t.float()), up.double() - t.abs().double())
+    sleeps = iter([0, 0, 0, 0.03, 0.001, 0.012])  # 3 warm-up calls, then 3 repeats of 1 call
+    ms = bench_gelu.timed(lambda: time.sleep(next(sleeps)), calls=1, repeats=3, cuda=False)
+    assert 11 < ms < 25
 
 
 def test_bench_train_inductor_overrides():

@@ -26,6 +26,8 @@ def test_cpu_run_writes_every_row(tmp_path):
                                                       (96, "sdpa_flash")]
     assert rows[0]["fwd_ms_vs_base"] == 1.0 and rows[0]["fwd_bwd_ms_vs_base"] == 1.0
     assert rows[2]["flops_fwd_bwd_vs_base"] == pytest.approx(576 / 448) and rows[2]["fwd_bwd_ms"] > 0
+    # the wider scores' times are over the first --dims' base row, beside their FLOP ratio (not over their own)
+    assert rows[2]["fwd_bwd_ms_vs_base"] == pytest.approx(rows[2]["fwd_bwd_ms"] / rows[0]["fwd_bwd_ms"])
     for r in rows[:3]:
         assert r["error"] is None and r["err"] < 1e-5  # against the math backend in float32
     assert rows[3]["error"] and rows[3]["fwd_ms"] is None  # flash takes no 96-wide scores beside 64-wide values
@@ -44,8 +46,10 @@ def test_the_base_row_runs_first_whatever_the_order_given(tmp_path):
 @pytest.mark.parametrize("args, message", [(["--kernels", "sdpa_auto,cuda"], "allowed: sdpa_auto"),
                                            (["--dims", "96x64"], "is not QK/V"),
                                            (["--dims", "64/64,0/64"], "head dims must be >= 1"),
+                                           (["--dims", "64/0"], "'64/0': head dims must be >= 1"),
                                            (["--shapes", "2x0"], "--shapes 2x0 must be >= 1"),
                                            (["--iters", "0"], "--iters must be >= 1"),
+                                           (["--repeats", "0"], "--repeats must be >= 1"),
                                            (["--heads", "0"], "--heads must be >= 1"),
                                            (["--device", "bogus"], "is not a device")])
 def test_bad_options_are_refused(args, message):

@@ -32,11 +32,12 @@ def test_parse_defaults_and_quick():
     c = bk.parse_args(["--groups", "rope,tucker", "--warps", "2", "--rope_fp32", "false", "--tucker", "4:8:32:64:16"])
     assert c.groups == ["rope", "tucker"] and c.warps == [2] and c.rope_fp32 == [False]
     assert c.tucker == [(4, 8, 32, 64, 16)]
+    assert bk.parse_args(["--rope_fp32", "1,0,True,FALSE"]).rope_fp32 == [True, False, True, False]
 
 
 @pytest.mark.parametrize("argv", [["--cases", "T64r,NOPE"], ["--groups", "base,speed"], ["--rope_modes", "fast"],
                                   ["--qcores", "gemm"], ["--rope_fp32", "maybe"], ["--tucker", "32:12:64"],
-                                  ["--steps", "0"], ["--cases", ""]])
+                                  ["--steps", "0"], ["--reps", "0"], ["--cases", ""]])
 def test_parse_refuses(argv, capsys):
     with pytest.raises(SystemExit) as e:
         bk.parse_args(argv)

@@ -53,6 +53,13 @@ def test_model_layer_is_the_gpt_attention():
                                rtol=0, atol=0)
 
 
+def test_cost_is_the_kernels_time_only_from_a_cuda_profile():
+    """A row's cost: its kernels' ms per step when profiled on CUDA; else (a CPU profile, none) its wall time."""
+    assert bench_rope.cost({"ms": 2.0, "profile": {"source": "cuda", "kernel_ms_per_step": 1.5}}) == 1.5
+    assert bench_rope.cost({"ms": 2.0, "profile": {"source": "cpu", "kernel_ms_per_step": 1.5}}) == 2.0
+    assert bench_rope.cost({"ms": 2.0}) == 2.0
+
+
 def test_cli_on_cpu(tmp_path):
     bench_rope.main(["--device", "cpu", "--tiny", "--iters", "1", "--warmup", "0", "--formulations", "none,separate",
                      "--cat", "pointwise,concat", "--out_dir", str(tmp_path)])
@@ -60,7 +67,13 @@ def test_cli_on_cpu(tmp_path):
     assert [(r["formulation"], r["cat"]) for r in out["rows"]] == [
         ("none", "pointwise"), ("separate", "pointwise"), ("none", "concat"), ("separate", "concat")]
     assert all(r["ms"] > 0 and "rope_cost_pct" in r for r in out["rows"])
+    none_p, sep_p, none_c, sep_c = out["rows"]  # each cost over the 'none' row of its own shape and --cat
+    assert none_p["rope_cost_pct"] == 0.0 and none_c["rope_cost_pct"] == 0.0
+    assert sep_p["rope_cost_pct"] == pytest.approx(100 * (sep_p["ms"] / none_p["ms"] - 1))
+    assert sep_c["rope_cost_pct"] == pytest.approx(100 * (sep_c["ms"] / none_c["ms"] - 1))
     assert "| 2x16 | concat | separate |" in (tmp_path / "bench_rope.md").read_text()
+    with pytest.raises(SystemExit, match="--cat"):
+        bench_rope.main(["--device", "cpu", "--tiny", "--cat", ","])  # no lowering named: refused, not an empty table
     with pytest.raises(SystemExit, match="unknown"):
         bench_rope.main(["--device", "cpu", "--tiny", "--formulations", "rotary"])
     with pytest.raises(ValueError, match="allowed"):

@@ -25,8 +25,14 @@ def test_cpu_smoke_and_errors(tmp_path):
     for bad in ("WARPS=4", "BLOCK=", "BLOCK=a"):
         with pytest.raises(SystemExit, match="--sweep"):
             bench_sample.parse_sweep(bad)
+    assert rows[0]["vs_torch"] is None  # the torch form: the base of the ratios
+    assert rows[1]["vs_torch"] == pytest.approx(rows[1]["us"] / rows[0]["us"])  # x the torch form's time
     with pytest.raises(SystemExit, match="--vocab_limit 400 exceeds --vocab 300"):
         run(tmp_path, "--vocab_limit", "400")
+    assert run(tmp_path, "--sweep", "", "--batches", "1", "--vocab_limit", "300")  # every id kept: allowed
+    for flag in ("--steps", "--reps", "--temperature"):
+        with pytest.raises(SystemExit, match=f"{flag} must be > 0"):
+            run(tmp_path, flag, "0")
 
 
 @needs_child

@@ -17,6 +17,7 @@ def ev(name, device, start, end, parent=None):
 
 def test_busy_union_merges_overlaps():
     assert loop_gap.busy_union([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17
+    assert loop_gap.busy_union([(20, 25), (5, 12), (21, 22), (0, 10)]) == 17  # in any order (streams interleave)
     assert loop_gap.busy_union([]) == 0
 
 
@@ -43,6 +44,36 @@ def test_analyse_names_idle_stretches_inside_an_iteration():
               ev("Optimizer.step#AdamW.step", C, 300, 480, parent=it)]
     out = loop_gap.analyse(events, [0, 1000])
     assert out["idle_inside_ms"] == 0.2 and out["idle_inside_top_ms"] == {"fwd_kernel -> bwd_kernel": 0.2}
+    # kernel names of up to 60 characters are shown whole, longer ones cut to 60 with '...'
+    assert loop_gap._short("k" * 60) == "k" * 60 and loop_gap._short("k" * 61) == "k" * 57 + "..."
+
+
+def test_analyse_medians_boundaries_and_host_ops_per_gap():
+    """Three iterations (host marks 0, 1000, 2200, 3100 µs): the medians are the middle iteration's, not an extreme
+    one's; a kernel starting exactly at a mark is the new iteration's alone, and the GPU idle up to it is a gap
+    before that iteration, not idle inside one; an idle stretch of exactly 20 µs inside an iteration counts, per
+    iteration; host ops under the loop's own 'loop_gap.iter' ranges are top-level (the ranges themselves are not
+    ops), and host_in_gap keeps the top_n largest, ms per gap."""
+    C, G = DeviceType.CPU, DeviceType.CUDA
+    it1, it2, it3 = ev("loop_gap.iter", C, 0, 1000), ev("loop_gap.iter", C, 1000, 2200), ev("loop_gap.iter", C, 2200, 3100)
+    region = ev("Torch-Compiled Region", C, 1400, 2300)
+    events = [it1, it2, it3, region,
+              ev("kA", G, 100, 400), ev("kB", G, 1000, 1500), ev("kC", G, 2500, 2600), ev("kD", G, 2620, 2800),
+              ev("aten::item", C, 350, 1000, parent=it1), ev("aten::item", C, 1450, 1520, parent=it2),
+              ev("aten::mm", C, 1600, 1700, parent=region)]  # under the compiled region: not top-level
+    out = loop_gap.analyse(events, [0, 1000, 2200, 3100], top_n=1)
+    its = out["iterations"]
+    assert [r["kernels"] for r in its] == [1, 1, 2]
+    assert [r["gap_before_ms"] for r in its] == [None, pytest.approx(0.6), pytest.approx(1.0)]
+    assert out["median_wall_ms"] == pytest.approx(1.0)  # walls 1.0, 1.2, 0.9
+    assert out["median_busy_ms"] == pytest.approx(0.3)  # busy 0.3, 0.5, 0.28
+    assert out["median_gap_ms"] == pytest.approx(0.8)
+    assert out["idle_inside_ms"] == pytest.approx(0.02 / 3)  # kC -> kD, 20 µs, over three iterations
+    assert out["idle_inside_top_ms"] == {"kC -> kD": pytest.approx(0.02 / 3)}
+    # gaps 400..1000 and 1500..2500: aten::item 0.6 + 0.02 ms, the region 0.8 ms, over 2 gaps; top_n=1: the region
+    assert out["host_in_gap_ms"] == {"Torch-Compiled Region": pytest.approx(0.4)}
+    both = loop_gap.analyse(events, [0, 1000, 2200, 3100])["host_in_gap_ms"]
+    assert both == {"Torch-Compiled Region": pytest.approx(0.4), "aten::item": pytest.approx(0.31)}
 
 
 def test_timed_loops_runs_each_way():
@@ -114,6 +145,27 @@ def test_rounds_summary_ratio_per_round_and_medians():
     assert "x**" not in loop_gap.rounds_markdown(rounds[:1] + rounds[2:3], one, ["ours"])
 
 
+def test_rounds_markdown_rows_name_the_ratio_and_the_median_clock():
+    """The rounds' table: a column per run and way, each cell the loop's ms at the median SM clock (not its lowest)
+    and power; the ratio columns named second run over first, each round's own ratio in its row; a last row of
+    every run's median ms and the median ratios."""
+    def loops(item, no_sync):
+        clock = {"sm_mhz": 1800.0, "sm_mhz_min": 1500.0, "power_w": 690.0, "samples": 5}
+        return {w: {"mean_ms": ms, "median_ms": ms, "clock": clock}
+                for w, ms in (("item", item), ("event_item", item), ("no_sync", no_sync))}
+    runs = ["ours", "nanogpt"]
+    times = [((20.0, 19.0), (22.0, 19.95)), ((25.0, 24.0), (26.25, 25.2)), ((30.0, 29.0), (33.0, 30.45))]
+    rounds = [{"round": k, "run": run, "loops": loops(*t)} for k, pair in enumerate(times) for run, t in zip(runs, pair)]
+    s = loop_gap.rounds_summary(rounds, runs)
+    lines = loop_gap.rounds_markdown(rounds, s, runs).splitlines()
+    assert "| round | ours: item | ours: no_sync | nanogpt: item | nanogpt: no_sync | nanogpt / ours, item | no_sync |" \
+        in lines
+    assert "| 0 | 20.00 (1800 MHz, 690 W) | 19.00 (1800 MHz, 690 W) | 22.00 (1800 MHz, 690 W) | 19.95 (1800 MHz, 690 W) " \
+           "| 1.100x | 1.050x |" in lines
+    assert any(line.startswith("| 1 | 25.00 (1800") and line.endswith("| 1.050x | 1.050x |") for line in lines)
+    assert "| median | 25.00 | 24.00 | 26.25 | 25.20 | **1.100x** | **1.050x** |" in lines
+
+
 def test_timed_loops_reads_the_clock_log_per_way():
     class Log:
         windows = []
@@ -132,6 +184,22 @@ def test_timed_loops_reads_the_clock_log_per_way():
 def test_rounds_must_be_positive():
     with pytest.raises(SystemExit, match="--rounds"):
         loop_gap.main(["--rounds", "0"])  # refused before anything needs a GPU
+
+
+@pytest.mark.parametrize("iters", ["0", "1"])
+def test_iters_must_leave_a_gap_to_measure(iters):
+    """One profiled iteration has no gap before it (no earlier kernel in the profile): refused before any GPU work,
+    where it used to end in a TypeError formatting the missing median after every run had been timed."""
+    with pytest.raises(SystemExit, match="--iters must be >= 2"):
+        loop_gap.main(["--iters", iters])
+
+
+def test_a_profile_without_a_gap_reports_a_dash():
+    """analyse over one iteration finds no gap (None); the report's cells show '-' for it, numbers as before."""
+    out = loop_gap.analyse([ev("k1", DeviceType.CUDA, 100, 500)], [0, 1000])
+    assert out["median_gap_ms"] is None and out["median_wall_ms"] == 1.0
+    assert loop_gap._ms(out["median_gap_ms"]) == "-"
+    assert loop_gap._ms(out["median_wall_ms"], ".2f") == "1.00" and loop_gap._ms(0.0) == "0.000"
 
 
 def plan_args(*argv):
@@ -159,6 +227,10 @@ def test_against_runs_two_of_our_variants_in_order(monkeypatch):
         build()
     assert built == [("mha", 12, 1024, True), ("mla_shared128", 12, 1024, True)]
     assert list(loop_gap.plan_runs(plan_args(), 12, 1024, None)) == ["ours: MHA"]  # alone: no ratio
+    # every setting that changes our step is in its run's name (the tables' row and the JSON's key)
+    named = loop_gap.plan_runs(plan_args("--master_weights", "--knob", "fused_gelu.BLOCK=4096", "--knob",
+                                         "TENSORS_PER_LAUNCH=16"), 12, 1024, None)
+    assert list(named) == ["ours: MHA (master weights) fused_gelu.BLOCK=4096 TENSORS_PER_LAUNCH=16"]
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -36,6 +36,7 @@ def test_run_ratios_against_its_own_gqa8_row():
     assert no_count["mha"] == dict(time=pytest.approx(1.1), flops=None)  # a row without its FLOP count: no FLOP bar
     assert plot_llama.run_name(RUN) == "ours, H200, activation checkpointing"
     assert plot_llama.run_name(RUN, "call2") == "ours, H200, activation checkpointing (call2)"
+    assert plot_llama.run_name(dict(RUN, args=dict(suite="llama1b", graph_step=True))) == "ours, H200, graph step"
 
 
 def test_every_run_gets_its_bars_and_the_flops_come_from_any_run(tmp_path, monkeypatch):
