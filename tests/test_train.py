@@ -83,7 +83,7 @@ def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
     import train
     out = tmp_path / "eval"
     train.main([*TINY, *FAMILIES["tucker"], "--block_size=64", "--batch_size=16", f"--data_dir={small}",
-                f"--out_dir={out}", "--max_iters=2", "--eval_interval=2", "--eval_full_val=True", "--eval_iters=1"])
+                f"--out_dir={out}", "--max_iters=2", "--eval_interval=2", "--eval_full_val=True", "--eval_iters=3"])
     ckpt = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)
     model = GPT(GPTConfig(**ckpt["model_config"])).eval()
     model.load_state_dict(ckpt["model"])
@@ -97,7 +97,7 @@ def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
     assert logged["val_loss"] == pytest.approx(expected.item(), rel=1e-6)
     # the train loss stays the estimate of eval_iters random batches (drawn from seed + 1), not the whole split
     from evaluate import split_loss
-    train_loss = split_loss(model, str(small / "train.bin"), 64, 16, 1, False, torch.device("cpu"),
+    train_loss = split_loss(model, str(small / "train.bin"), 64, 16, 3, False, torch.device("cpu"),
                             seed=ckpt["config"]["seed"] + 1)
     assert logged["train_loss"] == pytest.approx(train_loss, rel=1e-6)
 
@@ -235,6 +235,27 @@ def test_wandb_offline_logging(data_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb")), "no offline wandb run written"
+
+
+@pytest.mark.parametrize("wandb_log", [True, False])
+def test_wandb_gets_every_log_record_only_when_asked(wandb_log, small_data, tmp_path, monkeypatch):
+    """wandb_log=True: one wandb run (wandb_project, wandb_run_name, the config), every log.jsonl record logged at its
+    iteration, the run finished at the end. wandb_log=False never touches wandb (a stand-in module here)."""
+    calls = []
+    fake = SimpleNamespace(init=lambda **kw: calls.append(("init", kw)),
+                           log=lambda record, step: calls.append(("log", step, record)),
+                           finish=lambda: calls.append(("finish",)))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    out = tmp_path / "run"
+    train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=2", "--eval_interval=2",
+                      f"--wandb_log={wandb_log}", "--wandb_project=proj", "--wandb_run_name=name"])
+    if not wandb_log:
+        assert calls == []
+        return
+    (init, kw), *logged, finish = calls
+    assert init == "init" and (kw["project"], kw["name"], kw["config"]["max_iters"]) == ("proj", "name", 2)
+    assert [(step, record) for _, step, record in logged] == [(r["iter"], r) for r in read_log(out)]
+    assert finish == ("finish",)
 
 
 def test_eval_only_on_a_resumed_checkpoint_evaluates(data_dir, tmp_path):
@@ -525,13 +546,16 @@ def test_token_id_check_is_fast_on_100M_tokens(tmp_path):
         check_token_file(str(path), 50257, 1024)
 
 
-@pytest.mark.parametrize("where", ["a_file", "under_a_file"])
+@pytest.mark.parametrize("where", ["a_file", "under_a_file", "a_nul_byte"])
 def test_impossible_out_dir(where, small_data, tmp_path, capsys):
+    """out_dir a file, under a file, or a path no file system takes (a NUL byte, from a config file): one line."""
     blocker = tmp_path / "file.txt"
     blocker.write_text("keep me")
-    out = blocker if where == "a_file" else blocker / "run"
-    err = train_error([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=1"], capsys)
-    assert "out_dir" in err and str(out) in err
+    out = {"a_file": blocker, "under_a_file": blocker / "run", "a_nul_byte": f"{tmp_path}/bad\x00name"}[where]
+    config = tmp_path / "config.py"
+    config.write_text(f"out_dir = {str(out)!r}\n")
+    err = train_error([f"--data_dir={small_data}", str(config), "--max_iters=1"], capsys)
+    assert f"out_dir={str(out)!r}" in err, err
     assert blocker.read_text() == "keep me"
 
 
@@ -623,11 +647,16 @@ def test_resume_drops_log_records_of_redone_iterations(small_run):
     assert not stale.exists()
 
 
-def test_resuming_a_finished_run_keeps_its_summary(small_run):
+def test_resuming_a_finished_run_keeps_its_summary(small_run, capsys):
+    """A run leaves its four files in out_dir and nothing else (the write check's probe is gone). Resuming it at its
+    max_iters trains nothing, says nothing of a checkpoint past max_iters (it is at it), and keeps its summary."""
     args, out = small_run
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "config.json", "log.jsonl", "summary.json"]
     first = json.loads((out / "summary.json").read_text())
     assert first["final_val_loss"] is not None
+    capsys.readouterr()
     train_in_process([*args, "--init_from=resume"])
+    assert "past max_iters" not in capsys.readouterr().err
     again = json.loads((out / "summary.json").read_text())
     assert again["finished"] and again["iters"] == 4
     assert again["final_val_loss"] == first["final_val_loss"] and again["best_val_loss"] == first["best_val_loss"]
@@ -817,6 +846,46 @@ def test_ddp_wrapper_is_gone_before_the_process_group(small_data, tmp_path, monk
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["finished"]
 
 
+def test_ddp_all_reduces_the_gradients_once_an_iteration(small_data, tmp_path, monkeypatch):
+    """Under DDP the micro-steps before the last keep their gradients local (no_sync) and the last all-reduces their
+    sum: one all-reduce of the (single) gradient bucket per iteration, whatever gradient_accumulation_steps (3 here).
+    Nor does DDP broadcast the RoPE tables (buffers) in a forward: a rank without an evaluation batch would never
+    join that broadcast (test_torchrun_two_processes_match_single_process). One rank of gloo, in process."""
+    import inspect
+    import socket
+
+    import train
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(k, v)
+    all_reduces, syncs_buffers = [], []
+
+    def counted(state, bucket):
+        all_reduces.append(bucket.index())
+        return allreduce_hook(state, bucket)
+
+    class CountedDDP(torch.nn.parallel.DistributedDataParallel):
+        __signature__ = inspect.signature(torch.nn.parallel.DistributedDataParallel)  # train.py reads its keywords
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.register_comm_hook(None, counted)
+            syncs_buffers.append(self.will_sync_module_buffers())
+
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", CountedDDP)
+    try:
+        train.main([*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'out'}", "--max_iters=2",
+                    "--eval_interval=2", "--save_checkpoint=False", "--gradient_accumulation_steps=3",
+                    "--pos_emb=rope"])
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    assert all_reduces == [0, 0] and syncs_buffers == [False]
+
+
 def test_compile_options_are_the_modes_plus_ours(monkeypatch):
     """train.py compiles with compile_mode's own inductor options plus model.TRAIN_INDUCTOR_OPTIONS (those this
     torch knows); torch.compile accepts them (it checks names and types when called); an unknown override is a
@@ -898,7 +967,10 @@ def test_a_fresh_runs_config_holds_the_model_keys_as_a_resumes_does(small_data, 
     fresh = json.loads((out / "config.json").read_text())
     assert fresh["tucker_ranks_post"] == [2, 8, 8]
     assert json.loads((out / "summary.json").read_text())["config"]["tucker_ranks_post"] == [2, 8, 8]
-    train_in_process([*args, "--init_from=resume", "--max_iters=3"])
+    # the dtype the run computed in, not the key's '' (which a table could not tell apart from bf16 on a GPU)
+    assert fresh["dtype"] == json.loads((out / "summary.json").read_text())["config"]["dtype"] == "float32"
+    # tucker_ranks_post=None given is the same model (the post ranks as tucker_ranks): not refused as another
+    train_in_process([*args, "--init_from=resume", "--max_iters=3", "--tucker_ranks_post=None"])
     resumed = json.loads((out / "config.json").read_text())
     assert {k: v for k, v in resumed.items() if k not in ("init_from", "max_iters")} == \
         {k: v for k, v in fresh.items() if k not in ("init_from", "max_iters")}
@@ -943,17 +1015,18 @@ def test_fail_says_or_waits_and_exits_with_its_code(says, monkeypatch, capsys):
     assert waited == ([] if says else [train.SILENT_FAIL_DELAY_S])
 
 
-@pytest.mark.parametrize("local_rank", [None, "0", "1"])
-def test_a_bad_key_under_torchrun_is_said_once_a_node(local_rank, monkeypatch, capsys):
+@pytest.mark.parametrize("rank,local_rank", [(None, None), ("0", "0"), ("1", "1"), ("3", "0")])
+def test_a_bad_key_under_torchrun_is_said_once_a_node(rank, local_rank, monkeypatch, capsys):
     """A bad key stops every process (exit 2), and one line comes from the node's first process (or the only one):
-    torchrun's processes all meet the same key, and used to print the same line each."""
+    torchrun's processes all meet the same key, and used to print the same line each. The first process of the
+    second node (RANK 3, LOCAL_RANK 0) says it too: that node's own log has the line."""
     import train
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     if local_rank is not None:
-        monkeypatch.setenv("RANK", local_rank)
+        monkeypatch.setenv("RANK", rank)
         monkeypatch.setenv("LOCAL_RANK", local_rank)
-        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("WORLD_SIZE", "6")
     waited = []
     monkeypatch.setattr(train.time, "sleep", waited.append)
     capsys.readouterr()
@@ -1035,6 +1108,7 @@ def test_scratch_into_a_trained_out_dir(small_data, tmp_path, capsys):
     train_in_process([*args, "--max_iters=2"])
     assert "holds an earlier run; this one starts from scratch" in capsys.readouterr().err
     assert len(read_log(out)) < records["log.jsonl"].count(b"\n")  # the log restarted with the new run
+    assert [r["iter"] for r in read_log(out) if "val_loss" in r] == [0, 2]  # its own iteration 0, once
     # the earlier run's checkpoint and summary set aside as the run started, with its log emptied
     assert (out / "ckpt.earlier.pt").read_bytes() == records["ckpt.pt"]
     assert (out / "summary.earlier.json").read_bytes() == records["summary.json"]
@@ -1159,3 +1233,245 @@ def test_missing_data_names_the_way_to_make_it(tmp_path, capsys):
     assert "python -m data.shakespeare.prepare" in err, err
     err = train_error(["--dataset=openwebtext2", f"--out_dir={tmp_path / 'o'}"], capsys)
     assert "no data/openwebtext2/prepare.py" in err and "--data_dir=FOLDER" in err, err
+
+
+# ---------------------------------------------------------------------------------------
+# Processes, dtypes and compile; the batch of an iteration; checkpoint cadence; log lines.
+
+def test_accumulation_steps_that_do_not_divide_among_the_processes_are_one_line(tmp_path, monkeypatch, capsys):
+    """gradient_accumulation_steps counts the micro-steps of all DDP processes together: 3 over 2 processes is one
+    line naming the key, before the run folder is made or a process group started."""
+    import train
+    from tiny import one_line_error
+    for k, v in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **kw: pytest.fail("a group was started"))
+    out = tmp_path / "never"
+    cfg = dict(train.DEFAULTS, device="cpu", out_dir=str(out), gradient_accumulation_steps=3)
+    err = one_line_error(lambda: train.setup(cfg, None), capsys)
+    assert "gradient_accumulation_steps=3 must be a multiple of the 2 DDP processes" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("dtype,computed", [("", torch.float32), ("float32", torch.float32),
+                                            ("bfloat16", torch.bfloat16), ("float16", torch.float16)])
+def test_each_dtype_computes_in_that_dtype(dtype, computed, tmp_path):
+    """dtype is what the forward's matrix products compute in (autocast for bfloat16 and float16; '' is float32 on
+    a CPU), and the dtype the run reports."""
+    import train
+    env = train.setup(dict(train.DEFAULTS, device="cpu", dtype=dtype, out_dir=str(tmp_path / "o")), None)
+    with env.autocast:
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == computed
+    assert env.dtype == str(computed).removeprefix("torch.")
+
+
+def test_fsdp_without_torchrun_trains_unsharded(small_data, tmp_path, capsys):
+    """fsdp=True in one process (no torchrun): nothing to shard; it says so and trains as any run."""
+    out = tmp_path / "run"
+    capsys.readouterr()
+    train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=2", "--eval_interval=2",
+                      "--fsdp=True"])
+    assert "fsdp=True without torchrun: one process, nothing to shard; training unsharded" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and summary["iters"] == 2
+
+
+def test_compile_runs_the_compiled_model_and_keeps_the_plain_one(small_data, tmp_path, monkeypatch):
+    """compile=True: forward and backward run on what torch.compile returns (a stand-in here: inductor takes long on
+    a CPU), while the checkpoint and the measurements read the plain GPT; compile=False compiles nothing."""
+    import train
+    from model import GPT
+    compiled = []
+
+    class Compiled(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *args, **kwargs):
+            return self.inner(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compiled.append(Compiled(model)) or compiled[-1])
+    for flag in (False, True):
+        cfg, gptconf, _ = train.configure([*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}",
+                                           f"--compile={flag}"])
+        run = train.build(cfg, gptconf, None, train.setup(cfg, gptconf))
+        assert type(run.raw_model) is GPT and len(compiled) == int(flag)
+        assert run.model is (compiled[0] if flag else run.raw_model)
+    assert compiled[0].inner is run.raw_model
+
+
+@pytest.mark.parametrize("dtype,master", [("float32", False), ("float16", False), ("bfloat16", False),
+                                          ("bfloat16", True)])
+def test_dtype_and_master_weights_reach_the_optimizer(dtype, master, small_data, tmp_path):
+    """The optimizer a run steps with: only float16 scales its loss (GradScaler; bf16 has float32's range);
+    master_weights=True is MasterAdamW over bf16 matrices, built for the run's micro-steps (their bf16 gradients
+    summed in float32), else AdamW over the float32 weights."""
+    import train
+    from master_adamw import MasterAdamW
+    cfg, gptconf, _ = train.configure([*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}",
+                                       f"--dtype={dtype}", f"--master_weights={master}",
+                                       "--gradient_accumulation_steps=2"])
+    run = train.build(cfg, gptconf, None, train.setup(cfg, gptconf))
+    assert run.scaler.is_enabled() == (dtype == "float16")
+    matrices = {p.dtype for p in run.raw_model.parameters() if p.dim() >= 2}
+    if master:
+        assert isinstance(run.optimizer, MasterAdamW) and run.optimizer.micro_steps == 2
+        assert matrices == {torch.bfloat16}
+    else:
+        assert type(run.optimizer) is torch.optim.AdamW and matrices == {torch.float32}
+
+
+def test_a_checkpoint_without_val_loss_and_tokens_resumes_with_them_derived(small_run):
+    """A checkpoint from before val_loss and tokens were saved: its last evaluation's loss is its best one's when that
+    was at its own iteration, and its tokens are its iterations at its own run's batch (not this resume's)."""
+    from checkpoint import save_checkpoint
+    args, out = small_run
+    first = json.loads((out / "summary.json").read_text())
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    assert ckpt["best_iter"] == ckpt["iter_num"] == 4
+    del ckpt["val_loss"], ckpt["tokens"]
+    save_checkpoint(out / "ckpt.pt", ckpt)
+    train_in_process([*args, "--init_from=resume", "--batch_size=1"])  # at its max_iters: nothing trained
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["final_val_loss"] == first["final_val_loss"] and summary["tokens"] == 4 * 2 * 16
+
+
+def test_each_rank_takes_its_own_micro_steps_of_the_global_batch(small_data, tmp_path, monkeypatch):
+    """Under DDP an iteration's global batch is one draw of gradient_accumulation_steps x batch_size windows, the same
+    on every rank; rank r of K runs micro-steps r*G/K .. (r+1)*G/K - 1 of it (so 1 or K processes see the same data),
+    and returns the mean of its micro-steps' losses (DDP averages the gradients over the ranks)."""
+    import copy
+
+    import train
+    from evaluate import Batches
+    cfg, gptconf, _ = train.configure([*SMALL, f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}",
+                                       "--gradient_accumulation_steps=4"])
+    env = train.Env(ddp=False, rank=1, local_rank=1, world=2, device=torch.device("cpu"), dtype="float32",
+                    autocast=train.nullcontext(), data_dir=str(small_data), out_dir=str(tmp_path / "o"))
+    run = train.build(cfg, gptconf, None, env)
+    drawn = Batches(str(small_data / "train.bin"), 16, 2, cfg["seed"]).draw(4)  # iteration 0's global batch
+    before = copy.deepcopy(run.raw_model)
+    seen, get = [], run.batches.get
+    monkeypatch.setattr(run.batches, "get", lambda offsets, device: seen.append(offsets) or get(offsets, device))
+    loss = train.train_step(run, train.PhaseTimer(env.device), timed=False, lr=1e-3)
+    assert torch.equal(torch.stack(seen), drawn[2:4])
+    with torch.no_grad():
+        expected = sum(before(*get(offsets, env.device))[1] for offsets in drawn[2:4]) / 2
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_micro_steps_accumulate_to_the_step_of_their_whole_batch(small_data, tmp_path):
+    """gradient_accumulation_steps=2 of batch_size 2 is one step over the 4 windows of batch_size 4 (one generator
+    draws the same offsets): the same logged losses and weights, up to float32 summation order; the tokens count
+    every micro-step."""
+    runs = []
+    for batch in (["--batch_size=4"], ["--batch_size=2", "--gradient_accumulation_steps=2"]):
+        out = tmp_path / batch[-1][2:]
+        train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=3", "--eval_interval=3", *batch])
+        runs.append((train_losses(out), torch.load(out / "ckpt.pt", weights_only=False)["model"],
+                     json.loads((out / "summary.json").read_text())["tokens"]))
+    (losses, weights, tokens), (accum_losses, accum_weights, accum_tokens) = runs
+    assert sorted(losses) == sorted(accum_losses) == [1, 2, 3]
+    assert [accum_losses[i] for i in (1, 2, 3)] == pytest.approx([losses[i] for i in (1, 2, 3)], rel=1e-5)
+    for k in weights:
+        torch.testing.assert_close(accum_weights[k], weights[k], rtol=1e-4, atol=1e-6)
+    assert tokens == accum_tokens == 3 * 4 * 16
+
+
+@pytest.mark.parametrize("always", [True, False])
+def test_checkpoint_at_every_evaluation_or_at_each_new_best(always, small_data, tmp_path, monkeypatch):
+    """always_save_checkpoint=True checkpoints at every evaluation (the last one's is on disk at the end); False only
+    at those that improve the val loss (the best one's is), each with its own evaluation's val loss and the best so
+    far. The evaluations' losses are scripted: best at 4."""
+    import train
+    val = iter([5.0, 4.5, 4.0, 4.2, 4.1])  # iterations 0, 2, 4, 6, 8
+    monkeypatch.setattr(train, "evaluate", lambda run: dict(train=4.0, val=next(val)))
+    out = tmp_path / "run"
+    train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", "--eval_interval=2", "--max_iters=8",
+                      f"--always_save_checkpoint={always}"])
+    assert json.loads((out / "summary.json").read_text())["best_iter"] == 4
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    assert (ckpt["iter_num"], ckpt["val_loss"], ckpt["best_val_loss"]) == ((8, 4.1, 4.0) if always else (4, 4.0, 4.0))
+
+
+def test_a_kept_log_record_ends_its_line(tmp_path):
+    """trim_log keeps a last record whose newline a kill cut off as a whole line: the next record appended starts a
+    line of its own (it was glued to it, and both were lost to readers)."""
+    import train
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"iter": 1, "loss": 2.0}\n{"iter": 2, "loss": 1.5}')
+    train.trim_log(str(log), 5)
+    with open(log, "a") as f:
+        f.write(json.dumps({"iter": 3, "loss": 1.0}) + "\n")
+    assert [r["iter"] for r in read_log(tmp_path)] == [1, 2, 3]
+
+
+def test_log_lines_report_each_interval_per_iteration(small_data, tmp_path, monkeypatch):
+    """On a clock where an iteration takes 1 s and an evaluation 100 s: every log line (log_interval 3) says 1000
+    ms/iter and tokens_per_iter tokens/s (the interval over its iterations; evaluation time is no iteration's), and
+    the MFU of this model at 1 s an iteration against peak_tflops, logged only once the interval lies past the
+    untimed first iterations (null before)."""
+    import train
+    from model import GPT, GPTConfig
+    clock = [0.0]
+    monkeypatch.setattr(train, "time", SimpleNamespace(time=lambda: clock[0], sleep=time.sleep,
+                                                       perf_counter=time.perf_counter))
+
+    def advancing(real, seconds):
+        def call(*args, **kwargs):
+            result = real(*args, **kwargs)
+            clock[0] += seconds
+            return result
+        return call
+
+    monkeypatch.setattr(train, "train_step", advancing(train.train_step, 1.0))
+    monkeypatch.setattr(train, "evaluate", advancing(train.evaluate, 100.0))
+    out = tmp_path / "run"
+    train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=12", "--eval_interval=6",
+                      "--log_interval=3", "--save_checkpoint=False", "--peak_tflops=1e-3"])
+    lines = [r for r in read_log(out) if "loss" in r]
+    assert [r["iter"] for r in lines] == [3, 6, 9, 12]
+    assert [r["ms_per_iter"] for r in lines] == [1000.0] * 4
+    assert [r["tokens_per_s"] for r in lines] == [2 * 16] * 4  # batch 2 x block 16 a second
+    config = json.loads((out / "summary.json").read_text())["model_config"]
+    mfu = GPT(GPTConfig(**config)).estimate_mfu(2 * 16, 1.0, 1e9)
+    assert [r["mfu"] for r in lines[:2]] == [None, None] and train.UNTIMED_ITERS == 5  # iterations 1-6 hold 1-5
+    assert [r["mfu"] for r in lines[2:]] == pytest.approx([mfu, mfu])
+
+
+def test_a_resume_of_a_never_evaluated_checkpoint_evaluates_first(small_run):
+    """A checkpoint no evaluation ever saw (best_iter -1: a converted model about to be fine-tuned) is evaluated at
+    its iteration when resumed (a resume of an evaluated one is not: it logged that evaluation already)."""
+    from checkpoint import save_checkpoint
+    args, out = small_run
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    ckpt.update(best_iter=-1, best_val_loss=math.inf, val_loss=None, bad_evals=0)
+    save_checkpoint(out / "ckpt.pt", ckpt)
+    (out / "log.jsonl").unlink()
+    train_in_process([*args, "--init_from=resume", "--max_iters=5"])
+    assert [r["iter"] for r in read_log(out) if "val_loss" in r] == [4, 5]
+    assert json.loads((out / "summary.json").read_text())["best_iter"] in (4, 5)
+
+
+def test_a_resume_takes_every_run_key_from_its_checkpoint(small_run, capsys):
+    """Each of train_config.RUN_KEYS that a resume does not give is its checkpoint's run's (here every one is set to
+    a value other than its default), and the note names them."""
+    import train
+    from checkpoint import save_checkpoint
+    from train_config import RUN_KEYS, TRAIN_DEFAULTS
+    args, out = small_run
+    data_dir = args[0].partition("=")[2]
+    run = dict(eval_interval=3, log_interval=2, eval_iters=3, eval_full_val=True, always_save_checkpoint=False,
+               save_checkpoint=False, patience=5, dataset="other", data_dir=data_dir, gradient_accumulation_steps=2,
+               batch_size=3, learning_rate=2e-3, max_iters=9, weight_decay=0.2, beta1=0.8, beta2=0.9, grad_clip=0.5,
+               decay_lr=False, warmup_iters=1, lr_decay_iters=9, min_lr=1e-4, seed=7)
+    assert sorted(run) == sorted(RUN_KEYS) and all(run[k] != TRAIN_DEFAULTS[k] for k in run)
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    ckpt["config"].update(run)
+    save_checkpoint(out / "ckpt.pt", ckpt)
+    capsys.readouterr()
+    cfg, _, _ = train.configure([f"--out_dir={out}", "--init_from=resume", "--device=cpu"])
+    assert {k: cfg[k] for k in RUN_KEYS} == run
+    err = capsys.readouterr().err
+    assert all(f"{k}={v!r}" in err for k, v in run.items()), err
