@@ -818,8 +818,10 @@ class GroupedQueryAttention(nn.Module):
     def load_per_head_weights(self, weights: Dict[str, Optional[torch.Tensor]]) -> None:
         """Set the layer from `weights`, named and shaped as per_head_weights() (any dtype): every
         tensor the layer has must be given, none it lacks. A second name of one shared tensor (MLA's
-        W_DV = W_DK, Tucker's U3_post = U3 with shared KV) may be left out, or must be equal."""
+        W_DV = W_DK, Tucker's U3_post = U3 with shared KV) may be left out, or must be equal. All or
+        nothing: every tensor is checked before the first is written, so a refused load leaves the layer as it was."""
         own = self.per_head_weights()
+        copies = []  # (target, value), written once every name has passed
         unknown = sorted(set(weights) - set(own))
         if unknown:
             raise ValueError(f"{type(self).__name__} has no {unknown}; its weights are {sorted(own)}")
@@ -838,6 +840,8 @@ class GroupedQueryAttention(nn.Module):
                 raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {tuple(target.shape)}")
             if first != name and not torch.equal(value.to(target), weights[first].to(target)):
                 raise ValueError(f"{name} is {first} in this layer (shared): the two must be equal")
+            copies.append((target, value))
+        for target, value in copies:
             target.copy_(value)
 
     def forward(self, x, rope, cache: Optional[LayerCache] = None):

@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import configurator
 import train
-from model import GPT, MLP, GPTConfig, LayerNorm, RMSNorm, SwiGLU
+from model import GPT, MLP, GPTConfig, LayerNorm, RMSNorm, StaticDecoder, SwiGLU
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,6 +104,21 @@ def test_rmsnorm_counts_and_values():
     assert torch.allclose(norm(x), ref, rtol=0, atol=1e-12)
     assert GPTConfig(norm="rmsnorm", norm_eps=1e-6).norm_eps == 1e-6
     assert GPT(GPTConfig(**{**TINY_LLAMA, "norm_eps": 1e-6})).transformer.ln_f.eps == 1e-6
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_norm_eps_is_the_epsilon_of_every_norm(norm):
+    """norm_eps is the epsilon of every norm of the model (the blocks' two and the final one), LayerNorm's as
+    RMSNorm's: on inputs whose variance is of its size each computes (x - mean) / sqrt(var + eps) (LayerNorm) or
+    x / sqrt(mean(x^2) + eps) (RMSNorm), times its weight (one at init)."""
+    model = GPT(GPTConfig(**{**TINY_LLAMA, "norm": norm, "norm_eps": 0.02})).double()
+    x = 0.1 * torch.randn(3, 5, 32, dtype=torch.float64)
+    centred = x - x.mean(-1, keepdim=True) if norm == "layernorm" else x
+    ref = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 0.02)
+    norms = [m for m in model.modules() if isinstance(m, (LayerNorm, RMSNorm))]
+    assert len(norms) == 2 * 2 + 1
+    for m in norms:
+        assert torch.allclose(m(x), ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -228,6 +243,11 @@ def test_tiny_llama_trains_and_decodes(name, overrides, tie):
     steps += [model(idx[:2, t:t + 1], caches=caches)[0] for t in range(10, 24)]
     out = torch.cat(steps, dim=1)
     assert ((out - full).norm() / full.norm()).item() < 1e-12
+    # the static decode step (GPT.decode_step: each RMSNorm inside the matmul after it, SwiGLU's gate and up
+    # projections in one call) on the trained weights, whose norm weights are no longer all one: the same logits
+    decoder = StaticDecoder(model, 2)
+    steps = [decoder.prefill(idx[:2, :7])] + [decoder.step(idx[:2, t:t + 1]) for t in range(7, 24)]
+    assert ((torch.stack(steps, dim=1) - full[:, 6:]).norm() / full[:, 6:].norm()).item() < 1e-12
 
 
 # ---------------------------------------------------------------------------------------

@@ -170,6 +170,23 @@ def test_low_precision_autocast_as_accurate_as_the_plain_head(dtype):
         assert err_chunked <= 1.5 * err_plain + 1e-6, (err_plain, err_chunked)
 
 
+def test_float16_weight_gradient_of_a_frequent_token_stays_finite():
+    """Under float16 autocast grad_weight's row of a token that is every row's target sums (p - 1) h over the chunk:
+    4096 rows of |h| = 20 give 8e4, past float16's 65504. The head scales h down for that matmul and back in the
+    backward, so the gradient is finite and float16-accurate (scaled the other way, or not at all, it is inf)."""
+    M, d, V = 4096, 16, 64
+    g = torch.Generator().manual_seed(0)
+    h = (20 * torch.ones(M, d) + torch.randn(M, d, generator=g)).requires_grad_()
+    w = (0.001 * torch.randn(V, d, generator=g)).requires_grad_()
+    t = torch.zeros(M, dtype=torch.long)
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = linear_cross_entropy(h, w, t, M)
+    (gw,) = torch.autograd.grad(loss, w)
+    h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    (ref,) = torch.autograd.grad(F.cross_entropy(h64 @ w64.t(), t), w64)
+    assert torch.isfinite(gw).all() and ((gw.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
 def test_evaluation_computes_no_gradients():
     """Under no_grad (evaluation) the chunked head does the forward matmul only: 1/3 of the FLOPs of a
     training call (forward, grad_h, grad_weight), though its inputs require grad."""

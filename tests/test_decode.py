@@ -81,18 +81,31 @@ def test_decode_step_equals_uncached_forward(variant, pos_emb, mla_rope):
 
 
 @pytest.mark.parametrize("variant", ["mla_q", "tucker_shared", "tucker_post"])
-def test_inference_form_follows_the_weights(variant):
+def test_inference_form_follows_the_weights(variant, monkeypatch):
     """The contracted cores / absorbed weights are built once, then rebuilt when any weight changes
-    in place (load_state_dict, an optimizer step): a stale form would decode with old weights."""
+    in place (load_state_dict, an optimizer step): a stale form would decode with old weights. Once per
+    layer and weight version, not once per step."""
     model = build(variant, "rope", None)
+    builds, real = [], type(model.transformer.h[0].attn).build_inference_form
+    monkeypatch.setattr(type(model.transformer.h[0].attn), "build_inference_form",
+                        lambda self: builds.append(self) or real(self))
     idx = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(2))
     before = decode_logits(model, idx, prompt=4)
+    assert len(builds) == 2  # one per layer for the 7 steps
     other = build(variant, "rope", None, seed=7)
     model.load_state_dict(other.state_dict())  # in-place copies into the same parameters
     after = decode_logits(model, idx, prompt=4)
+    assert len(builds) == 4
     ref = other(idx)[0][:, 3:11]
     assert (after - ref).abs().max().item() < 1e-10
     assert (after - before).abs().max().item() > 1e-3  # the weights did change the output
+    # replaced, not written: load_state_dict(assign=True) of fresh tensors (version 0, as torch.load gives them),
+    # twice, so that only the new storage tells the new weights from the old
+    for seed in (8, 9):
+        other = build(variant, "rope", None, seed=seed)
+        model.load_state_dict({k: v.clone() for k, v in other.state_dict().items()}, assign=True)
+        got = decode_logits(model, idx, prompt=4)
+        assert (got - other(idx)[0][:, 3:11]).abs().max().item() < 1e-10
 
 
 @pytest.mark.parametrize("variant", ["mha", "mla_shared", "tucker_shared"])
@@ -130,7 +143,8 @@ def test_sample_next_top_k_and_greedy():
     assert set(draws[:, 0].tolist()) == {1, 3} and set(draws[:, 1].tolist()) == {0, 4}
 
 
-@pytest.mark.parametrize("temperature,top_k,vocab_limit", [(0.8, 3, None), (1.0, None, None), (0.5, 2, 5), (2.0, 10, None)])
+@pytest.mark.parametrize("temperature,top_k,vocab_limit", [(0.8, 3, None), (1.0, None, None), (0.5, 2, 5), (2.0, 10, None),
+                                                         (1.5, 6, None)])  # top_k = vocab - 1: one token left out
 def test_sample_next_draws_from_the_top_k_softmax(temperature, top_k, vocab_limit):
     """200,000 draws (rows of one call, a fixed seed) follow softmax(logits / temperature) over the top_k
     tokens below vocab_limit: each frequency within 5 standard errors, nothing outside that set."""
@@ -485,6 +499,22 @@ def test_cache_holds_the_autocast_dtype():
     assert rel(unrotated, ref) > 3 * tol
 
 
+@pytest.mark.parametrize("variant", ["mha", "mla_q", "mla_shared", "tucker", "tucker_shared"])
+def test_decode_attention_gets_the_caches_dtype_under_autocast(variant, monkeypatch):
+    """fp32 weights under bf16 autocast: every decode step hands decode_attention its query, its new key and value
+    and the caches in one dtype, bf16, as its Triton kernel takes them (MLA's decoupled rotary dims are rotated
+    outside it, by rows of the activation dtype: rotated by float32 rows they came out float32)."""
+    import model as model_module
+    seen, real = [], model_module.decode_attention
+    monkeypatch.setattr(model_module, "decode_attention", lambda q, k, v, *a, **kw: seen.append(
+        {q.dtype, k.dtype, v.dtype} | {t.dtype for t in kw["new_kv"] if t is not None}) or real(q, k, v, *a, **kw))
+    model = build(variant, "rope", None).float()
+    idx = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(4))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        decode_logits(model, idx, prompt=3)
+    assert len(seen) == 2 * 2 and all(dtypes == {torch.bfloat16} for dtypes in seen), seen
+
+
 @pytest.mark.parametrize("variant", ["mha", "mla_shared", "tucker_shared"])
 def test_activation_checkpointing_same_gradients(variant):
     """activation_checkpointing recomputes each block in the backward: loss and every gradient are
@@ -623,11 +653,18 @@ def switched_decode_equals_forward(model: GPT, switch: str, seed: int, value: bo
 
 @pytest.mark.parametrize("variant,pos_emb", [("tucker_shared", "rope"), ("tucker_shared", "learned"),
                                              ("tucker", "learned"), ("tucker_post", "learned")])
-def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb):
+def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb, monkeypatch):
     """TuckerAttention.fused_decode: the per-head query and output cores inside
     decode_attention.tucker_decode_attention (its torch composition on the CPU) give the forward's
-    logits; a model switched to it gets a new decoder (a captured graph holds the old path)."""
-    switched_decode_equals_forward(build(variant, pos_emb, None), "fused_decode", seed=6)
+    logits; a model switched to it gets a new decoder (a captured graph holds the old path). The switch
+    takes that path over merged_decode (on by default at these ranks): every layer of every step calls it."""
+    import model as model_module
+    calls, real = [], model_module.tucker_decode_attention
+    monkeypatch.setattr(model_module, "tucker_decode_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    model = build(variant, pos_emb, None)
+    assert all(block.attn.merged_decode for block in model.transformer.h)
+    switched_decode_equals_forward(model, "fused_decode", seed=6)
+    assert len(calls) == 2 * 9  # 2 layers x the 9 single-token steps of decode_logits(prompt=4) over 14 tokens
 
 
 @pytest.mark.parametrize("pos_emb,mla_rope", POSITIONS)

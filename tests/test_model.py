@@ -234,6 +234,16 @@ def test_wide_rope_is_apply_rope():
     assert (y - x).abs().max() > 1e-2  # positions 1.. do rotate
 
 
+def test_rope_keeps_the_activations_dtype():
+    """bf16 activations rotated by the float32 tables (training and prefill under autocast) stay bf16, as SDPA takes
+    q, k and v in one dtype (the value is never rotated); the rotation is the float64 one to bf16 rounding."""
+    cos, sin = rope_cache(8, 6, 10000.0)  # float32, as the model's buffers
+    x = torch.randn(2, 6, 3, 8, dtype=torch.float64)
+    y = apply_rope(x.bfloat16(), cos[:, None], sin[:, None])
+    ref = apply_rope(x, cos.double()[:, None], sin.double()[:, None])
+    assert y.dtype == torch.bfloat16 and (y.double() - ref).abs().max() < 0.05
+
+
 # ---------------------------------------------------------------------------------------
 # KV cache: prefill + one token at a time == full forward; greedy tokens agree
 
@@ -312,7 +322,9 @@ def mla_reference(attn, x, rope):
         q_r = apply_rope(heads(c_q, w["W_QR"], w["b_QR"]), cos, sin)  # (B, nH, T, dR)
         k_r = apply_rope(add(x @ w["W_KR"], w["b_KR"]), cos, sin)  # (B, T, dR)
         scores = scores + q_r @ k_r[:, None].transpose(-1, -2)
-    scores = scores * attn.scale + torch.full((T, T), float("-inf"), dtype=x.dtype).triu(1)
+    # DeepSeek-V2's scale: the score sums dH + dR products (dR = 0 without decoupled RoPE)
+    dH, dR = w["W_UQ"].size(-1), 0 if w["W_QR"] is None else w["W_QR"].size(-1)
+    scores = scores / math.sqrt(dH + dR) + torch.full((T, T), float("-inf"), dtype=x.dtype).triu(1)
     o = scores.softmax(-1) @ v  # (B, nH, T, dH)
     return add(torch.einsum("bhtn,hnd->btd", o, w["W_O"]), w["b_O"])
 
@@ -334,6 +346,43 @@ def test_mla_stacked_projections_match_per_head_formulas(q_rank, shared_kv, pos,
     x = torch.randn(2, 16, TINY["n_embd"], dtype=torch.float64)
     tables = (model.rope_cos.double(), model.rope_sin.double()) if rope else None
     assert rel_err(attn(x, tables), mla_reference(attn, x, tables)) < 1e-12
+
+
+@pytest.mark.parametrize("name,overrides", [("mha_bias", dict(attn="mha", bias=True)), ("gqa2", dict(attn="gqa", n_kv_head=2)),
+                                            ("mla_shared_decoupled", ROPE_VARIANTS[3][1]),
+                                            ("tucker_shared_rope", ROPE_VARIANTS[7][1])])
+def test_per_head_weights_load_into_another_layer(name, overrides):
+    """load_per_head_weights(per_head_weights()) makes a layer of another seed the same attention (a shared tensor's
+    second name, MLA's W_DV = W_DK or Tucker's U3_post = U3, may be left out); what does not fit is a ValueError
+    naming the weight: an unknown name, a missing one, a weight the layer lacks, a shape that copy_ would broadcast
+    (one head's weights written into every head), and a second name of a shared tensor that differs from the first.
+    A refused load writes nothing: the layer is as it was, even where only the last weight does not fit."""
+    src, dst = make(overrides, seed=0).transformer.h[0].attn, make(overrides, seed=1).transformer.h[0].attn
+    x = torch.randn(2, 9, TINY["n_embd"], dtype=torch.float64)
+    rope = rope_cache(ATTENTION[overrides["attn"]].rope_dim(make(overrides).config), 9, 1e4, dtype=torch.float64)
+    weights = {k: None if v is None else v.detach().clone() for k, v in src.per_head_weights().items()}
+    shared = {"mla": "W_DV", "tucker": "U3_post"}.get(overrides["attn"])
+    bad = [({**weights, "W_X": weights[next(iter(weights))]}, r"has no \['W_X'\]")]
+    first = next(k for k, v in weights.items() if v is not None and v.dim() == 3)  # a per-head (or core) tensor
+    bad.append(({k: v for k, v in weights.items() if k != first}, f"{first} is missing"))
+    bad.append(({**weights, first: weights[first][:1]}, rf"{first}: shape \(1, "))
+    last = [k for k, v in weights.items() if v is not None][-1]  # every weight before it fits
+    bad.append(({**weights, last: weights[last][:1]}, rf"{last}: shape \(1,"))
+    absent = next((k for k, v in weights.items() if v is None), None)
+    if absent is not None:
+        bad.append(({**weights, absent: torch.zeros(3)}, f"has no {absent}"))
+    if overrides.get("shared_kv"):
+        bad.append(({**weights, shared: weights[shared] + 1}, f"{shared} is .* the two must be equal"))
+    before = {k: v.clone() for k, v in dst.state_dict().items()}
+    for wrong, says in bad:
+        with pytest.raises(ValueError, match=says):
+            dst.load_per_head_weights(wrong)
+        assert all(torch.equal(v, before[k]) for k, v in dst.state_dict().items()), says
+    if shared is not None and overrides.get("shared_kv"):
+        weights.pop(shared)
+    assert rel_err(dst(x, rope), src(x, rope)) > 1e-3  # another seed: another attention
+    dst.load_per_head_weights(weights)
+    assert rel_err(dst(x, rope), src(x, rope)) < 1e-14
 
 
 # ---------------------------------------------------------------------------------------
@@ -362,6 +411,18 @@ def test_forward_backward_finite(name, overrides):
     for n, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), n
         assert p.grad.abs().sum() > 0, f"no gradient reaches {n}"
+
+
+@pytest.mark.parametrize("name,overrides", [VARIANTS[1], VARIANTS[3], VARIANTS[6]])
+def test_dropout_only_in_training(name, overrides):
+    """dropout > 0 drops attention probabilities and activations in training mode only: in eval mode the model is
+    the function of the same weights with dropout=0 (what evaluating or sampling a model trained with dropout
+    relies on), while two training-mode calls differ."""
+    model, plain = make(overrides, dropout=0.3), make(overrides)  # one seed: the same weights
+    idx = tokens()
+    assert torch.equal(model(idx)[0], plain(idx)[0])
+    model.train()
+    assert not torch.equal(model(idx)[0], model(idx)[0])
 
 
 # ---------------------------------------------------------------------------------------
