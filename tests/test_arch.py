@@ -370,3 +370,10 @@ def test_attn_table_llama1b_json(monkeypatch, capsys):
     want = [f"{mha_params_mb:.2f}", "268", f"{2 * 268:.2f}", f"{mha_params_mb - 2 * 268:+.2f}"]
     assert [cell.split() for cell in mha.split("|")[1:3]] == [want, [f"{mha_kv_mb:.2f}", *want[1:3],
                                                                       f"{mha_kv_mb - 2 * 268:+.2f}"]]
+    # '*' and a line under "Notes:" for exactly the rows with a note (the paper's two outliers)
+    attn_table.print_rescaled(TABLES["llama1b"], rows)
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines() if line.endswith("| *")] == ["mla_sep128", "mla_sep64"]
+    notes = out.split("Notes:\n")[1].split("\n\n")[0].splitlines()
+    assert [line.split(":")[0].strip() for line in notes if not line.startswith("      ")] == ["mla_sep128/on",
+                                                                                          "mla_sep64/on"]

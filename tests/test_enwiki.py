@@ -556,3 +556,93 @@ def test_results_report(tmp_path):
     assert "other − Tucker +0.140 (noise band ±0.057): holds" in claims
     for png in ("pareto_attn_params.png", "pareto_kv_cache.png", "val_curves.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _summaries(runs, losses, **extra):
+    """A summary.json per seed of each (row, rope): the row's own config, its final val loss (no model counted)."""
+    for (row, rope), seeds in losses.items():
+        for seed, loss in zip((1337, 1, 2), seeds):
+            d = runs / f"{row}-rope_{rope}-s{seed}"
+            d.mkdir(parents=True)
+            s = {"config": build_config(TABLES["enwiki"].row(row), rope), "final_val_loss": loss, "best_iter": 1300,
+                 "finished": True, **{k: v(row, rope, seed) for k, v in extra.items()}}
+            (d / "summary.json").write_text(json.dumps(s))
+
+
+def test_results_claims_signs_and_verdicts(tmp_path):
+    """claims.md's differences have the sign its headings state (other − Tucker, shared − separated, on − off, latent −
+    decoupled, MLA − GQA-2, and the paper's the same way), each judged against its own band (MHA w/o RoPE run with 3
+    seeds, std 0.01: 2·0.01·sqrt(1/3 + 1) = 0.023 against a 1-seed row, 0.028 between two) in the direction the
+    claim expects; Tucker's share of MHA's attention parameters, its gap against the paper's (smaller / larger beyond
+    the band); the count of rows RoPE improves; the largest rise of the training loss after warmup, the worst seed's."""
+    from scripts import results
+    runs = tmp_path / "runs"
+    _summaries(runs, {("mha", "off"): [3.50, 3.51, 3.49], ("mha", "on"): [3.45], ("gqa2", "off"): [3.50],
+                      ("mla_gqa2_equiv", "off"): [3.55], ("mla_shared128", "off"): [3.70], ("mla_shared128", "on"): [3.60],
+                      ("mla_shared_latent128", "on"): [3.75], ("tucker_8_128_128", "off"): [3.53],
+                      ("tucker_8_128_64", "off"): [3.52], ("tucker_8_64_64", "off"): [3.60],
+                      ("tucker_8_64_64", "on"): [3.62]})
+    # logged training losses of MHA w/o RoPE: seed 1337 rises by 4 during warmup (not counted) and by 0.3 after it,
+    # seed 1 only falls
+    for seed, pts in ((1337, [(50, 5.0), (60, 9.0), (110, 4.0), (120, 4.3), (130, 3.9)]), (1, [(110, 4.0), (120, 3.9)])):
+        (runs / f"mha-rope_off-s{seed}" / "log.jsonl").write_text(
+            "".join(json.dumps({"iter": i, "loss": v, "lr": 1e-4}) + "\n" for i, v in pts))
+    recs = results.collect("enwiki", runs)
+    sigma, n_pooled = results.seed_noise(recs)
+    assert (sigma, n_pooled) == (pytest.approx(0.01), 1)
+    claims = results.enwiki_claims(recs, results.load_logs(runs), sigma, n_pooled)
+    # attention params by Table 1: Tucker [8,128,64] 2 (nH r1 + d r2 + d r3 + r1 r2 r3) per layer, MHA 4 d^2
+    share = 100 * 2 * (12 * 8 + 768 * 128 + 768 * 64 + 8 * 128 * 64) / (4 * 768**2)
+    share_128 = 100 * 2 * (12 * 8 + 2 * 768 * 128 + 8 * 128 * 128) / (4 * 768**2)
+    for line in [
+        f"- w/o RoPE, Tucker [8,128,128] ({share_128:.1f}% of MHA's attention params): loss 3.530 vs MHA 3.500, gap "
+        "+0.86% ± 0.66% (paper +0.24%); worse than MHA: holds; ours vs the paper's gap: agrees within noise",
+        f"- w/o RoPE, Tucker [8,128,64] ({share:.1f}% of MHA's attention params): loss 3.520 vs MHA 3.500, gap "
+        "+0.57% ± 0.66% (paper +1.96%); worse than MHA: within noise; ours vs the paper's gap: smaller",
+        "- w/o RoPE: Tucker [8,128,128] 3.530 vs GQA [nG=2] 3.500 (KV 6.291 vs 6.291 MB, attn 15.73 vs 33.03 MB; paper "
+        "2.868 vs 2.869): other − Tucker -0.030 (noise band ±0.028): does not hold (opposite sign, beyond noise)",
+        "  - Tucker [8,128,128] → Tucker [8,128,64] -0.010 (noise band ±0.028) (paper +0.049): within noise",
+        "- w/o RoPE: MLA shared K,V [dcK,dcQ=128] 3.700 vs MLA [GQA, nG=2 equiv.] 3.550 (paper +0.055): +0.150 "
+        "(noise band ±0.028): shared worse: holds",
+        "- MHA: 3.500 → 3.450: -0.050 (noise band ±0.023) (paper -0.030): RoPE better: holds",
+        "- Tucker [8,64,64]: 3.600 → 3.620: +0.020 (noise band ±0.028) (paper +0.000): RoPE better: within noise",
+        "- mean over 3 rows -0.043, 2/3 improve with RoPE",
+        "  - MLA shared K,V; latent RoPE [dcK,dcQ=128] 3.750 vs decoupled 3.600: +0.150 (noise band ±0.028) (latent "
+        "worse beyond noise)",
+        "- w/o RoPE: MLA 3.550 vs GQA-2 3.500: MLA − GQA-2 +0.050 (noise band ±0.028): does not hold (MLA worse beyond "
+        "noise)",
+    ]:
+        assert line in claims.splitlines() or any(x.startswith(line) for x in claims.splitlines()), line
+    assert claims.split("## 7. Training stability")[1].splitlines()[-1] == "- MHA w/o RoPE: largest rise +0.300"
+    # no seed spread yet: every difference unjudged (no comparison with the paper's gap), a side without a run 'not run'
+    unjudged = results.enwiki_claims(recs, {}, None, 0).splitlines()
+    for line in ["- w/o RoPE, Tucker [8,128,64] (18.1% of MHA's attention params): loss 3.520 vs MHA 3.500, gap +0.57% "
+                 "(paper +1.96%); worse than MHA: unjudged (no seed spread yet)",
+                 "- w/ RoPE: Tucker [8,128,64] not run vs MLA shared K,V [dcK,dcQ=128] 3.600 (paper 2.908 vs 2.885): "
+                 "other − Tucker not run: not run",
+                 "- w/o RoPE: MLA 3.550 vs GQA-2 3.500: MLA − GQA-2 +0.050: unjudged (no seed spread yet)"]:
+        assert line in unjudged, line
+
+
+def test_results_table_header_counts_runs_seeds_and_rows_not_run(tmp_path, capsys):
+    """table.md's header line counts the (row, RoPE) entries with runs and the runs themselves, names the devices
+    (runs that do not say are no device), gives the range of wall times over every run; below the table, the entries
+    not run and the seed rows without their three seeds (two are not three). A run of a RoPE setting its row does not
+    have (latent RoPE without RoPE) is named and counted nowhere."""
+    from scripts import results
+    runs = tmp_path / "runs"
+    walls = {("mha", "off"): (100.0, 110.0, 120.0), ("tucker_8_64_64", "off"): (150.0, 200.0), ("gqa2", "on"): (None,)}
+    _summaries(runs, {("mha", "off"): [3.50, 3.51, 3.49], ("tucker_8_64_64", "off"): [3.60, 3.62],
+                      ("gqa2", "on"): [3.55]},
+               wall_time_s=lambda row, rope, seed: walls[(row, rope)][(1337, 1, 2).index(seed)],
+               device_name=lambda row, rope, seed: "NVIDIA H100" if seed == 1 else None)
+    d = runs / "mla_gqa2_equiv_latent-rope_off-s1337"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"final_val_loss": 3.5, "best_iter": 1300, "finished": True}))
+    recs = results.collect("enwiki", runs)
+    assert "warning: runs for ('mla_gqa2_equiv_latent', 'off') match no row of enwiki; ignored" in capsys.readouterr().err
+    md = results.enwiki_markdown(recs, runs, *results.seed_noise(recs))
+    assert f"Runs from `{runs}`: 3/18 (row, RoPE) entries, 6 runs; devices: NVIDIA H100; wall time per run 100–200 s; " \
+           "seed spread (pooled sample std over 2 entries with several seeds): " in md
+    assert "Not run: mha/on, gqa4/off, gqa4/on, gqa2/off, mla_gqa2_equiv/off, mla_gqa2_equiv/on, " in md
+    assert "Seed runs (1337, 1, 2) incomplete for: mha/on, tucker_8_64_64/off, tucker_8_64_64/on.\n" in md

@@ -482,14 +482,21 @@ def test_results_owt_zeroshot_columns(tmp_path):
         d = runs / f"mha-rope_off-s{seed}"
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps({"best_val_loss": 2.9, "best_iter": 100, "finished": True}))
-        (d / "zeroshot.json").write_text(json.dumps({"row": {k: v + shift for k, v in row.items()}, "limit": limit}))
+        zs = {k: v + shift for k, v in row.items()}
+        if seed == 2:  # a metric lm-eval did not give: paper_row's None, the mean over the runs that have it
+            zs["cbt_ne_acc"] = None
+        (d / "zeroshot.json").write_text(json.dumps({"row": zs, "limit": limit}))
     results.main(["owt", "--runs", str(runs), "--out", str(out)])
     recs = {(r["row"], r["rope"]): r for r in json.loads((out / "table.json").read_text())}
     mha = recs[("mha", "off")]
     assert mha["zeroshot"]["wikitext2_ppl"] == pytest.approx(41.0) and mha["n_zeroshot"] == 2
+    assert mha["zeroshot"]["cbt_ne_acc"] == pytest.approx(60.0)
     assert recs[("gqa4", "off")]["zeroshot"]["mean_acc"] is None
     md = (out / "table.md").read_text()
     assert "Zero-shot" in md and "41.00 / 37.15" in md  # ours / the paper's WikiText2 ppl for MHA
+    zs_md = md.split("# Zero-shot")[1]
+    mha_row = next(line for line in zs_md.splitlines() if line.startswith("| MHA |"))
+    assert mha_row.endswith(" | 2 |")  # n: the runs evaluated (seed 3's quick check is not), not the 3 seeds
 
 
 def test_evaluate_py_run_as_a_script_says_it_is_a_library():

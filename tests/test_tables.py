@@ -173,7 +173,16 @@ def test_paper_remarks_of_enwiki_are_owts():
 
 
 def test_run_overrides():
+    """A run's overrides as train.py reads them: the RoPE switch, a tuple as one argv word the configurator parses
+    back; a row or RoPE setting the table lacks is an error naming it."""
+    from configurator import parse_config
+    from scripts.paper_tables import default_train_keys, format_override
     mha = TABLES["shakespeare"].row("mha")
+    assert format_override("tucker_ranks", (8, 64, 64)) == "--tucker_ranks=(8,64,64)"
+    assert parse_config([format_override("tucker_ranks", (8, 64, 64)), format_override("pos_emb", "rope")],
+                        default_train_keys())["tucker_ranks"] == (8, 64, 64)
+    with pytest.raises(KeyError, match="no row 'mhaa' in table 'enwiki'; rows: \\['mha', 'gqa4'"):
+        TABLES["enwiki"].row("mhaa")
     assert run_overrides(mha, "off")["pos_emb"] == "learned"
     assert run_overrides(mha, "on")["pos_emb"] == "rope"
     with pytest.raises(ValueError, match=r"row owt/mla_gqa2_equiv has no RoPE setting 'on' \(has \('off',\)\)"):
@@ -312,6 +321,46 @@ def test_attn_table_owt_text(monkeypatch, capsys):
     kv_mb = (64 + 64) * L * N * 2 / 1e6  # r3 + r~3 values per token per layer
     assert [cell.split() for cell in lines[("tucker_8_64_64", "off")]] == [
         [f"{params_mb:.2f}", "6.31", f"{params_mb - 6.31:+.2f}"], [f"{kv_mb:.3f}", "3.14", f"{kv_mb - 3.14:+.3f}"]]
+
+
+def test_attn_table_notes_where_the_paper_disagrees_with_table1(monkeypatch):
+    """attn_table's notes: a paper cell is flagged when it is off its Table 1 formula by more than 1.5 units of its
+    last printed digit, above or below (33.02 for GQA-2's 33.030 is not), with what it leaves unaccounted per layer
+    (params) or per token and layer (KV values), by hand below; a remark on a row is among its notes. A model whose
+    count drifts from Table 1 (one parameter a layer) is flagged though its KV cache agrees."""
+    from scripts import attn_table
+    rows = attn_table.compute("shakespeare")
+    flagged = {(r["row"], r["rope"], n.split(" != ")[0].split()[1]) for r in rows for n in r["notes"] if " != " in n}
+    mla = {("mla_sep128", "off", "attn"), ("mla_sep128", "on", "attn"), ("mla_sep128", "on", "KV"),
+           ("mla_sep64", "off", "attn"), ("mla_sep64", "on", "KV"), ("mla_sep32", "off", "attn"),
+           ("mla_sep32", "on", "attn"), ("mla_sep32", "on", "KV"), ("mla_shared128", "on", "attn"),
+           ("mla_shared128", "on", "KV"), ("mla_shared64", "on", "KV"), ("mla_shared32", "on", "attn"),
+           ("mla_shared32", "on", "KV"), ("mla_shared_latent128", "on", "attn"), ("mla_shared_latent64", "on", "attn"),
+           ("mla_shared_latent32", "on", "attn")}
+    tucker = {(f"tucker{kind}_{ranks}", rope, "attn") for kind, ranks in (("", "6_64_64"), ("_shared", "8_128_128"),
+              ("_shared", "8_64_64"), ("_shared", "6_64_64")) for rope in ("off", "on")}
+    assert flagged == mla | tucker | {("tucker_shared_6_32_32", rope, "KV") for rope in ("off", "on")}
+    by = {(r["row"], r["rope"]): r for r in rows}
+    # Tucker [6,64,64]: 2 (nH r1 + 2 d r2 + r1 r2 r3) params a layer by Table 1; the paper's 5.92 MB leaves the rest
+    formula_mb = 2 * (12 * 6 + 2 * 768 * 64 + 6 * 64 * 64) * 12 * 2 / 1e6
+    assert by[("tucker_6_64_64", "off")]["notes"] == [
+        f"paper attn params 5.92 MB != Table 1 formula {formula_mb:.3f} MB "
+        f"({(5.92 - formula_mb) * 1e6 / 2 / 12:+.0f} params/layer unaccounted)"]
+    # shared Tucker [6,32,32] caches r3 = 32 values a token and layer: 0.1875 MiB, the paper's 0.375 is 32 more
+    assert by[("tucker_shared_6_32_32", "off")]["notes"] == [
+        "paper KV 0.375 MiB != Table 1 formula 0.1875 MiB (+32.0 values/token/layer unaccounted)",
+        "paper KV 0.375 MiB is twice the r3=32 shared cache (0.1875, as printed for [4,32,32]); separated-KV value?"]
+    assert "-2981 params/layer" in by[("mla_sep128", "on")]["note"]  # below the formula: flagged too
+
+    real = attn_table.instantiate
+
+    def drifted(cfg):
+        model = real(cfg)
+        n = model.attn_params()
+        model.attn_params = lambda: n + cfg["n_layer"]
+        return model
+    monkeypatch.setattr(attn_table, "instantiate", drifted)
+    assert all(r["note"].startswith("MODEL DIFFERS from Table 1") for r in attn_table.compute("owt"))
 
 
 def _dry_run(results_dir, *extra):
@@ -686,6 +735,7 @@ def test_sweep_plans_the_tables_rows_in_order_into_the_committed_runs(tmp_path):
     is one line, not a run silently left out."""
     from scripts import sweep
     from scripts.paper_tables import all_runs
+    assert sweep.plan("shakespeare", rows=[], results_dir=tmp_path) == []  # `--rows ,`: no row, not the whole table
     runs = sweep.plan("shakespeare", seeds=(1337, 1), results_dir=tmp_path)
     want = [sweep.run_name(row.id, rope, seed) for row, rope in all_runs("shakespeare") for seed in (1337, 1)]
     assert [name for name, _, _ in runs] == want and len(set(want)) == len(want) == 92
@@ -855,12 +905,62 @@ def test_results_tables_and_plots(tmp_path):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_results_pareto_front_keeps_only_undominated_points():
+    """The Pareto plots' fronts (lower is better in both): the points no other point beats in both x and y, by x; of
+    points tied in x only the lower, and a point tied in y with a cheaper one is dominated, not on the front."""
+    from scripts.results import pareto_front
+    pts = [(4.0, 3.0), (1.0, 5.0), (2.0, 4.0), (3.0, 4.5), (1.0, 4.8), (5.0, 3.0), (6.0, 2.0)]
+    assert pareto_front(pts) == [(1.0, 4.8), (2.0, 4.0), (4.0, 3.0), (6.0, 2.0)]
+    assert pareto_front([(2.0, 1.0)]) == [(2.0, 1.0)] and pareto_front([]) == []
+
+
+def test_results_seed_noise_compare_and_verdict():
+    """The claims' statistics: the seed spread pools the sample variances of the entries run with 2 or more seeds,
+    each weighted by its n - 1 degrees of freedom (none: no spread); compare gives b − a and a band of twice the std
+    of a difference of two means, 2σ·sqrt(1/n_a + 1/n_b) (no band without a spread, nothing where either side has no
+    loss); a difference within its band, the edge included, is 'within noise', beyond it 'holds' when its sign is
+    the one the claim expects."""
+    from scripts.results import compare, seed_noise, verdict
+
+    def rec(loss, n, std=None):
+        return {"val_loss": loss, "n_seeds": n, "val_loss_std": std}
+    sigma, n = seed_noise([rec(3.5, 2, 0.03), rec(3.6, 4, 0.01), rec(3.7, 1), rec(None, 0)])
+    assert n == 2 and sigma == pytest.approx(math.sqrt((1 * 0.03**2 + 3 * 0.01**2) / (1 + 3)))
+    assert seed_noise([rec(3.7, 1), rec(None, 0)]) == (None, 0)
+    d, band = compare(rec(3.5, 4), rec(3.6, 1), 0.02)
+    assert d == pytest.approx(0.1) and band == pytest.approx(2 * 0.02 * math.sqrt(1 / 4 + 1 / 1))
+    assert compare(rec(3.6, 1), rec(3.5, 4), 0.02) == (pytest.approx(-0.1), pytest.approx(band))
+    assert compare(rec(3.5, 4), rec(None, 0), 0.02) == (None, None) == compare(None, rec(3.5, 1), 0.02)
+    assert compare(rec(3.5, 1), rec(3.6, 1), None) == (pytest.approx(0.1), None)
+    assert verdict(0.1, 0.05) == "holds" and verdict(-0.1, 0.05) == "does not hold (opposite sign, beyond noise)"
+    assert verdict(-0.1, 0.05, expect_positive=False) == "holds" and verdict(0.1, 0.05, expect_positive=False) != "holds"
+    assert verdict(0.25, 0.25) == verdict(-0.25, 0.25) == verdict(0.0, 0.25) == "within noise"
+    assert verdict(0.1, None) == "unjudged (no seed spread yet)" and verdict(None, 0.05) == "not run"
+
+
+def test_results_describe_mixed_names_values_by_their_number_of_runs():
+    """The note on mixed settings: each key's values, the most-run first, with their number of runs and the first
+    three runs' names (', ...' only when there are more)."""
+    from scripts.results import describe_mixed
+    mixed = {"n_layer": {"2": ["e"], "12": ["a", "b", "c", "d"]}, "max_iters": {"4": ["a", "b", "c"], "10": ["d", "e"]}}
+    assert describe_mixed(mixed) == ["n_layer = 12: 4 run(s) (a, b, c, ...); 2: 1 run(s) (e)",
+                                     "max_iters = 4: 3 run(s) (a, b, c); 10: 2 run(s) (d, e)"]
+
+
+def test_results_show_runs_folders_relative_to_the_repository(tmp_path):
+    """The tables name the runs' folder relative to the repository (no machine's prefix in a committed table); a
+    folder elsewhere as given."""
+    from scripts.results import shown_path
+    assert shown_path(REPO / "results" / "enwiki" / "runs") == "results/enwiki/runs"
+    assert shown_path(tmp_path / "runs") == str(tmp_path / "runs")
+
+
 def test_results_name_mixed_settings_overrides_and_runs_left_out(tmp_path, capsys):
     """scripts.results compares the runs' whole training configs: a setting the runs disagree on beyond what the rows
     vary by design (one seed of MHA with 2 layers, the other with 12) is a warning and a note in table.md naming the
     values and runs (before: averaged silently, 10.745 ± 0.110 over a 1-layer and a 2-layer model); settings that
-    every run shares beside the config files are listed (the committed tables: eval_interval=50, patience=6); an
-    unfinished run left out is named on stderr."""
+    every run shares beside the config files are listed (the committed tables: eval_interval=50, patience=6), not
+    the keys train.py adds to a run's config (world_size); an unfinished run left out is named on stderr."""
     from configurator import parse_config
     from scripts import results
     from scripts.paper_tables import default_train_keys, format_override, run_overrides
@@ -874,8 +974,8 @@ def test_results_name_mixed_settings_overrides_and_runs_left_out(tmp_path, capsy
                            default_train_keys())
         d = runs / f"{rid}-rope_{rope}-s{seed}"
         d.mkdir(parents=True)
-        (d / "summary.json").write_text(json.dumps({**_summary(row, rope, seed, loss), "config": cfg,
-                                                    "finished": finished}))
+        (d / "summary.json").write_text(json.dumps({**_summary(row, rope, seed, loss), "finished": finished,
+                                                    "config": {**cfg, "world_size": 1}}))  # as train.py writes it
     write("mha", "off", 1337, 3.8)
     write("mha", "off", 1, 3.9, n_layer=2)
     write("tucker_8_64_64", "off", 1337, 3.9)
@@ -895,8 +995,9 @@ def test_results_name_mixed_settings_overrides_and_runs_left_out(tmp_path, capsy
     assert mixed == {} and overrides == {"patience": 6}
     # model keys as train.py writes them since session 40 (filled in: tucker_ranks_post = tucker_ranks, MLA's
     # decoupled rope_head_dim) beside runs that hold None: one setting (they were reported as mixed), the MLA RoPE
-    # row's filled rope_head_dim not an override
+    # row's filled rope_head_dim not an override; another seed of a row is no other setting
     write("mla_shared128", "on", 1337, 3.9)
+    write("tucker_8_64_64", "off", 1, 3.91)
     for name, key, value in (("tucker_8_64_64-rope_off-s1337", "tucker_ranks_post", [8, 64, 64]),
                              ("mla_shared128-rope_on-s1337", "rope_head_dim", 32)):
         summary = json.loads((runs / name / "summary.json").read_text())
@@ -952,9 +1053,54 @@ def test_results_count_only_runs_with_a_loss(tmp_path, capsys):
     assert rec["val_loss"] == pytest.approx(3.81) and rec["val_loss_std"] == pytest.approx(0.014142, abs=1e-6)
 
 
-def test_enwiki_table_counts_runs_without_a_wall_time(tmp_path):
+def test_results_read_each_run_folder_once_in_seed_order(tmp_path, capsys):
+    """What load_summaries and collect make of a runs folder: a row's runs come in seed order (2 before 10 before
+    1337, not the folders' order); a best_iter of 0 is an iteration (the mean over seeds counts it); the run's own summary gives the attention MB and the KV cache (its n_layer from
+    model_config when its config lacks one), over the row's count from model.py; a folder whose run was killed before
+    its summary is named as left out, and with --include-unfinished read from its log, unless the log holds no
+    evaluation or config.json is missing (skipped, not a crash); runs of a row the table does not have are named."""
+    from scripts import results
+    runs = tmp_path / "runs"
+    t = TABLES["shakespeare"]
+    for seed, loss, best_iter in ((1337, 3.80, 500), (2, 3.82, 0), (10, 3.84, 100)):
+        d = runs / f"mha-rope_off-s{seed}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(_summary(t.row("mha"), "off", seed, loss, best_iter)))
+    d = runs / "gqa4-rope_off-s1337"  # the trained model's own accounting; n_layer only in model_config
+    d.mkdir()
+    s = _summary(t.row("gqa4"), "off", 1337, 3.9)
+    s.update(model_config=s.pop("config"), attn_params=1_000_000, kv_values_per_token_per_layer=100)
+    (d / "summary.json").write_text(json.dumps(s))
+    killed = {"gqa2": [{"iter": 0, "val_loss": 4.1}, {"iter": 50, "val_loss": 3.95}],  # read from its log
+              "gqa1": [{"iter": 1, "loss": 9.0}],  # killed before its first evaluation
+              "mla_sep128": [{"iter": 0, "val_loss": 4.0}]}  # no config.json
+    for rid, log in killed.items():
+        d = runs / f"{rid}-rope_off-s1337"
+        d.mkdir()
+        (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+        if rid != "mla_sep128":
+            (d / "config.json").write_text(json.dumps(build_config(t.row(rid), "off")))
+    (runs / "mhaa-rope_off-s1").mkdir()
+    (runs / "mhaa-rope_off-s1" / "summary.json").write_text(json.dumps(_summary(t.row("mha"), "off", 1, 3.0)))
+    found = results.load_summaries(runs)
+    assert "note: 3 unfinished run(s) not in the table (--include-unfinished counts them): gqa1-rope_off-s1337, " \
+           "gqa2-rope_off-s1337, mla_sep128-rope_off-s1337" in capsys.readouterr().err
+    assert sorted(s["_seed"] for s in found[("mha", "off")]) == [2, 10, 1337] and ("gqa2", "off") not in found
+    by = {(r["row"], r["rope"]): r for r in results.collect("shakespeare", runs, include_unfinished=True)}
+    assert "warning: runs for ('mhaa', 'off') match no row of shakespeare; ignored" in capsys.readouterr().err
+    mha = by[("mha", "off")]
+    assert mha["seeds"] == [2, 10, 1337] and mha["best_iters"] == [0, 100, 500]
+    assert mha["runs"] == ["mha-rope_off-s2", "mha-rope_off-s10", "mha-rope_off-s1337"]
+    assert mha["best_iter"] == pytest.approx(200) and mha["val_loss"] == pytest.approx(3.82)
+    assert by[("gqa4", "off")]["attn_params_mb"] == pytest.approx(2.0)
+    assert by[("gqa4", "off")]["kv_cache_mb"] == pytest.approx(100 * 12 * 256 * 2 / 2**20)
+    assert (by[("gqa2", "off")]["val_loss"], by[("gqa2", "off")]["best_iter"]) == (pytest.approx(3.95), 50)
+    assert by[("gqa1", "off")]["n_seeds"] == by[("mla_sep128", "off")]["n_seeds"] == 0
+
+
+def test_enwiki_table_counts_runs_without_a_wall_time(tmp_path, capsys):
     """Interrupted runs read from their log (--include-unfinished) have no wall time: the table still says how many
-    runs it holds (the wall-time clause alone is left out), not 'none yet'."""
+    runs it holds (the wall-time clause alone is left out), not 'none yet', and so does the command's last line."""
     from scripts import results
     runs = tmp_path / "runs"
     t = TABLES["enwiki"]
@@ -968,19 +1114,22 @@ def test_enwiki_table_counts_runs_without_a_wall_time(tmp_path):
     results.main(["enwiki", "--runs", str(runs), "--out", str(out), "--include-unfinished"])
     md = (out / "table.md").read_text()
     assert "none yet" not in md and "(row, RoPE) entries, 1 runs" in md and "wall time per run" not in md
+    assert capsys.readouterr().out.startswith("1/18 (row, RoPE) entries have runs; wrote ")
     rec = next(r for r in json.loads((out / "table.json").read_text()) if (r["row"], r["rope"]) == ("mha", "off"))
     assert rec["val_loss"] == pytest.approx(3.8) and rec["best_iter"] == 500  # enwiki's loss: the last evaluation
 
 
 def test_results_llama1b_compares_in_bf16_megabytes(tmp_path):
     """llama1b's paper columns are millions of parameters / cached values (MHA: 268 and 268): beside ours, in MB of
-    bf16, they are doubled; the header names the table's model."""
+    bf16, they are doubled; the header names the table's model. The table has RoPE runs only: no empty w/o RoPE
+    section; two seeds that agree exactly show their spread, 0.000 (not a one-seed row)."""
     from scripts import results
     runs = tmp_path / "runs"
     t = TABLES["llama1b"]
-    d = runs / "mha-rope_on-s1337"
-    d.mkdir(parents=True)
-    (d / "summary.json").write_text(json.dumps(_summary(t.row("mha"), "on", 1337, 2.5)))
+    for seed in (1337, 1):
+        d = runs / f"mha-rope_on-s{seed}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(_summary(t.row("mha"), "on", seed, 2.5)))
     out = tmp_path / "out"
     results.main(["llama1b", "--runs", str(runs), "--out", str(out)])
     rec = next(r for r in json.loads((out / "table.json").read_text()) if r["row"] == "mha")
@@ -989,6 +1138,7 @@ def test_results_llama1b_compares_in_bf16_megabytes(tmp_path):
     assert rec["kv_cache_mb"] == pytest.approx(rec["paper"]["kv_cache_mb"], rel=0.01)
     md = (out / "table.md").read_text()
     assert "LLaMA-3 1B" in md and "GPT-2 124M" not in md
+    assert "## w/ RoPE" in md and "w/o RoPE" not in md and "| 2.500 ± 0.000 | 2.550 |" in md
 
 
 def test_default_train_keys_are_train_py_keys():
@@ -1001,7 +1151,7 @@ def test_default_train_keys_are_train_py_keys():
 
 def test_results_refuses_a_missing_or_empty_runs_folder(tmp_path):
     """scripts/results writes nothing when --runs is not a folder or holds no finished run of the table: a
-    mistyped folder must not replace a table with one of dashes."""
+    mistyped folder must not replace a table with one of dashes; an --out that is a file is one line, the file kept."""
     from scripts import results
     out = tmp_path / "out"
     out.mkdir()
@@ -1013,6 +1163,12 @@ def test_results_refuses_a_missing_or_empty_runs_folder(tmp_path):
         results.main(["shakespeare", "--runs", str(tmp_path / "runs"), "--out", str(out)])
     assert sorted(p.name for p in out.iterdir()) == ["table.md"]
     assert (out / "table.md").read_text() == "the table as it was\n"
+    d = tmp_path / "runs" / "mha-rope_off-s1337"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps(_summary(TABLES["shakespeare"].row("mha"), "off", 1337, 3.8)))
+    with pytest.raises(SystemExit, match="is a file, not a folder"):
+        results.main(["shakespeare", "--runs", str(tmp_path / "runs"), "--out", str(out / "table.md")])
+    assert (out / "table.md").read_text() == "the table as it was\n"
 
 
 def test_shakespeare_claims_reproduce_and_refuse_a_partial_table(tmp_path, capsys):
@@ -1023,12 +1179,15 @@ def test_shakespeare_claims_reproduce_and_refuse_a_partial_table(tmp_path, capsy
     out = tmp_path / "claims.md"
     shakespeare_claims.main(["--out", str(out)])
     assert out.read_text() == (REPO / "results/shakespeare/claims.md").read_text()
+    not_a_table = tmp_path / "object.json"  # JSON, but no list of rows
+    not_a_table.write_text(json.dumps({"row": "mha", "rope": "off"}))
     partial = tmp_path / "partial.json"  # Tucker [8,64,64] without RoPE left out: read first (a KeyError traceback)
     partial.write_text(json.dumps([r for r in json.loads((REPO / "results/shakespeare/table.json").read_text())
                                    if (r["row"], r["rope"]) != ("tucker_8_64_64", "off")]))
     for args, says in [(["--table", str(REPO / "results/shakespeare/long/table.json")], "has no loss for row"),
                        (["--table", str(partial)], "has no loss for row 'tucker_8_64_64' with RoPE off"),
                        (["--table", str(tmp_path / "none.json")], "--table"),
+                       (["--table", str(not_a_table)], "is not scripts.results' table.json"),
                        (["--out", str(tmp_path / "no" / "c.md")], "does not exist")]:
         with pytest.raises(SystemExit) as e:
             shakespeare_claims.main([*args, "--out", str(tmp_path / "x.md")] if "--out" not in args else args)
