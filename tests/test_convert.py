@@ -87,6 +87,36 @@ def test_structured_spectra_equal_direct_svd(overrides):
                 assert torch.allclose((U_gram * U_ref[:, :2]).sum(0).abs(), torch.ones(2, dtype=U.dtype), atol=1e-8)
 
 
+def test_mode_vectors_past_the_tensors_rank_complete_an_orthonormal_basis():
+    """A Tucker layer's W has rank r2 = 12 in mode 2 and r3 = 10 in mode 3: asked for all d vectors, mode_svd gives
+    an orthonormal basis of R^d whose leading r_j span Mat_j's column space (the rest: its complement)."""
+    attn = make(TUCKER_SEP).transformer.h[0].attn
+    f = cv.factored_tensors(attn)[0]
+    W = attention_tensors(attn)[0]
+    for mode, r in ((2, 12), (3, 10)):
+        U = cv.mode_svd(f, mode, rank=D)[1]
+        assert U.shape == (D, D)
+        assert torch.allclose(U.t() @ U, torch.eye(D, dtype=U.dtype), atol=1e-12)
+        assert torch.allclose(U[:, :r] @ U[:, :r].t(), leading_projector(unfold(W, mode), r), atol=1e-10)
+
+
+def test_head_mode_takes_the_exact_svd_up_to_the_dense_limit_inclusive():
+    """Mode 1 is an exact SVD while its core has at most dense_limit entries (nH d d for MHA, the limit included),
+    resolving a singular value ~1e-10 of the largest; past it the nH x nH Gram matrix cannot (sqrt of float64 eps ~
+    1e-8)."""
+    W = cv.factored_tensors(make().transformer.h[0].attn)[0]
+    a, b = W.a.clone(), W.b.clone()
+    a[-1], b[-1] = a[0], b[0] + 1e-10 * b[-1]  # the last head ~ the first: T_last = T_0 + 1e-10 a_0 b_last^T
+    f = cv.Factored(a, b)
+    S_ref = torch.linalg.svdvals(unfold(f.dense(), 1))
+    assert S_ref[-1] < 1e-9 * S_ref[0]
+    entries = NH * D * D
+    S = cv.mode_svd(f, 1, dense_limit=entries)[0]
+    assert S[-1] == pytest.approx(S_ref[-1].item(), rel=1e-4)
+    S_gram = cv.mode_svd(f, 1, dense_limit=entries - 1)[0]
+    assert S_gram[-1] != pytest.approx(S_ref[-1].item(), rel=1e-2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("overrides", [TUCKER_SEP, TUCKER_SHARED], ids=["separated", "shared"])
 def test_tucker_spectra_have_exactly_the_ranks(overrides, dtype):
@@ -302,6 +332,16 @@ def test_errors_name_the_problem():
         cv.convert(make(), "tucker", ranks=(5, 16, 16))  # r1 > n_head
 
 
+def test_only_tucker_takes_a_gqa_source():
+    """A GQA source converts to Tucker (Theorem B.3) but not to GQA or MLA, whose conversions read MHA's per-head
+    keys and values: refused, naming the MHA source they need."""
+    gqa = make(dict(attn="gqa", n_kv_head=2))
+    for kwargs in (dict(to="gqa", n_kv_head=1), dict(to="mla", kv_rank=8)):
+        with pytest.raises(ValueError, match="the source must be an MHA model, got attn='gqa'"):
+            cv.convert(gqa, **kwargs)
+    assert cv.convert(gqa, "tucker", ranks=(2, 8, 8))[0].config.attn == "tucker"
+
+
 # ---------------------------------------------------------------------------------------
 # Command lines and files
 
@@ -419,6 +459,22 @@ def test_from_hf_gpt2_gives_the_hf_logits():
     with pytest.warns(UserWarning, match="GELU"):
         cv.from_hf_gpt2(transformers.GPT2LMHeadModel(transformers.GPT2Config(
             n_embd=D, n_head=NH, n_layer=1, n_positions=8, vocab_size=61, bos_token_id=0, eos_token_id=0)))
+
+
+def test_from_hf_gpt2_refuses_what_our_gpt_cannot_reproduce():
+    """A GPT-2 whose MLP width, attention scaling or LayerNorm epsilon our GPT does not have, or a vocabulary padded
+    to fewer tokens than it has, is a ValueError naming the setting (not a model with other logits, or a torch
+    error from inside the copy)."""
+    transformers = pytest.importorskip("transformers")
+    base = dict(n_embd=D, n_head=NH, n_layer=1, n_positions=8, vocab_size=61, activation_function="gelu",
+                bos_token_id=0, eos_token_id=0)
+    for extra, says in [(dict(n_inner=3 * D), "n_inner"), (dict(scale_attn_by_inverse_layer_idx=True), "scaling"),
+                        (dict(scale_attn_weights=False), "scaling"), (dict(layer_norm_epsilon=1e-6), "layer_norm_epsilon")]:
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**base, **extra))
+        with pytest.raises(ValueError, match=says):
+            cv.from_hf_gpt2(hf)
+    with pytest.raises(ValueError, match="vocab_size=60 is smaller"):
+        cv.from_hf_gpt2(transformers.GPT2LMHeadModel(transformers.GPT2Config(**base)), vocab_size=60)
 
 
 # ---------------------------------------------------------------------------------------
@@ -655,7 +711,9 @@ def test_convert_checks_every_option_before_converting(tmp_path, capsys, monkeyp
                         (["--to=gqa", "--n_kv_head=2", f"--data_dir={data}", "--eval_batches=0"], "--eval_batches=0"),
                         (["--to=gqa", "--n_kv_head=2", f"--data_dir={data}", "--batch_size=0"], "--batch_size=0"),
                         (["--to=gqa", "--n_kv_head=2", f"--data_dir={tmp_path / 'nodata'}"], "has no val.bin"),
-                        (["--to=gqa", "--n_kv_head=2", "--device=tpu"], "device")]:
+                        (["--to=gqa", "--n_kv_head=2", "--device=tpu"], "device"),
+                        (["--to=gqa", "--n_kv_head=2", "--ranks_post=1,2,3"], "--ranks_post is an option of --to tucker"),
+                        (["--to=mla", "--kv_rank=8", "--ranks_post=1,2,3"], "--ranks_post is an option of --to tucker")]:
         err = convert_error([*base, *extra], capsys)
         assert says in err, err
     assert not (tmp_path / "new").exists()
@@ -674,10 +732,35 @@ def test_convert_checks_every_option_before_converting(tmp_path, capsys, monkeyp
     assert "is a file" in convert_error([f"--in_dir={src}", f"--out_dir={tmp_path / 'a_file'}", *gqa], capsys)
     assert "the source's own folder" in convert_error([f"--in_dir={src}", f"--out_dir={src}", *gqa], capsys)
     assert "the source's own folder" in convert_error([f"--in_dir={src / 'ckpt.pt'}", f"--out_dir={src}", *gqa], capsys)
-    cv.main([*base, *gqa])
+    for held in ("summary.json", "log.jsonl"):  # a run that has not saved a checkpoint yet is a run too
+        (tmp_path / held).mkdir()
+        (tmp_path / held / held).write_text("{}")
+        err = convert_error([f"--in_dir={src}", f"--out_dir={tmp_path / held}", *gqa], capsys)
+        assert f"holds a run ({held})" in err, err
+    info = cv.main([*base, *gqa, f"--data_dir={data}", "--eval_batches=1", "--batch_size=1"])  # the least allowed
+    assert info["eval_batches"] == 1 and info["batch_size"] == 1 and math.isfinite(info["val_loss_after"])
     before = (tmp_path / "new" / "ckpt.pt").read_bytes()
     err = convert_error([*base, "--to=tucker", "--ranks=3,16,16"], capsys)  # the first conversion is kept
     assert "holds a run (ckpt.pt)" in err and (tmp_path / "new" / "ckpt.pt").read_bytes() == before
+
+
+def test_convert_names_a_missing_or_malformed_target_option(tmp_path, capsys):
+    """A target without its required option, rank lists of another length or not integers, and a source folder
+    without a checkpoint: one line naming the option (or the path), exit 2, nothing written."""
+    src = tmp_path / "mha"
+    save_train_ckpt(make().float(), src)
+    base = [f"--in_dir={src}", f"--out_dir={tmp_path / 'new'}"]
+    for extra, says in [(["--to=gqa"], "--n_kv_head"), (["--to=mla"], "--kv_rank"), (["--to=tucker"], "--ranks"),
+                        (["--to=tucker", "--ranks=3,16"], "--ranks='3,16': give 3 comma-separated integers"),
+                        (["--to=tucker", "--ranks=3,16,16,2"], "--ranks='3,16,16,2': give 3"),
+                        (["--to=tucker", "--ranks=3,x,16"], "--ranks='3,x,16': give 3"),
+                        (["--to=tucker", "--ranks=3,16,16", "--ranks_post=2,8"], "--ranks_post='2,8': give 3")]:
+        err = convert_error([*base, *extra], capsys)
+        assert says in err, err
+    err = convert_error([f"--in_dir={tmp_path / 'missing'}", f"--out_dir={tmp_path / 'new'}", "--to=gqa",
+                         "--n_kv_head=2"], capsys)
+    assert "no checkpoint at" in err, err
+    assert not (tmp_path / "new").exists()
 
 
 def test_allow_rope_change_is_an_option_of_the_targets_that_change_rope(tmp_path, capsys):

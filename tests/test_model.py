@@ -59,6 +59,10 @@ def change_head_bases(tucker, seed=0):
     (dict(attn="mla", kv_rank=7, pos_emb="rope"), "keeps positions only"),  # decoupled RoPE, odd kv_rank
     (dict(attn="mha", pos_emb="rope"), "keeps positions only"),
     (dict(attn="mha", bias=True), "needs bias=False"),
+    # mla_rope is inert outside MLA (a config file may still set it): head-dim RoPE stays refused
+    (dict(attn="mha", pos_emb="rope", mla_rope="latent"), "keeps positions only"),
+    (dict(attn="gqa", n_kv_head=2, pos_emb="rope", mla_rope="latent"), "keeps positions only"),
+    (dict(attn="tucker", tucker_ranks=(3, 12, 10)), "already Tucker"),
 ])
 def test_to_tucker_names_why_a_model_has_no_exact_form(overrides, says):
     """The conversion's own reason, before the Tucker config's checks (an odd kv_rank under decoupled RoPE was
@@ -100,6 +104,38 @@ def test_exact_tucker_form(name, overrides):
     y_tucker = tucker.transformer.h[0].attn(x, rope)
     assert rel_err(y_tucker, y_src) < 1e-10
     assert rel_err(tucker(idx)[0], model(idx)[0]) < 1e-10
+
+
+def test_a_tucker_layer_is_exactly_tucker_at_its_own_ranks():
+    """tucker_ranks_of a Tucker config: its own pre- and post-softmax ranks (given apart, not the pre twice)."""
+    from tensor_forms import tucker_ranks_of
+    config = GPTConfig(**TINY, attn="tucker", tucker_ranks=(3, 12, 10), tucker_ranks_post=(2, 14, 6))
+    assert tucker_ranks_of(config) == ((3, 12, 10), (2, 14, 6))
+
+
+def test_converted_model_is_in_eval_mode_with_the_sources_function():
+    """to_tucker of a model trained with dropout: the Tucker model is returned in eval mode (no dropout), so its
+    logits are the source's, deterministically."""
+    model = make(dict(attn="mha"), dropout=0.3)
+    tucker = to_tucker(model)
+    assert not tucker.training
+    idx = tokens()
+    assert rel_err(tucker(idx)[0], model(idx)[0]) < 1e-10
+
+
+def test_with_attention_refuses_what_does_not_fit_the_source():
+    """with_attention names a config whose weights outside the attention differ from the source's, and refuses an
+    attention list of another length than the model's layers (a layer would be left at its random init)."""
+    from dataclasses import replace
+    from tensor_forms import to_tucker_state, with_attention
+    model = make(dict(attn="mha"))
+    config = tucker_config_of(model.config)
+    states = [to_tucker_state(b.attn, model.config) for b in model.transformer.h]
+    assert rel_err(with_attention(model, config, states)(tokens())[0], model(tokens())[0]) < 1e-10
+    with pytest.raises(ValueError):
+        with_attention(model, config, states[:-1])
+    with pytest.raises(ValueError, match="differ outside the attention"):
+        with_attention(model, replace(config, mlp="swiglu"), states)
 
 
 def test_gqa_with_all_heads_is_mha_and_one_head_is_mqa():
