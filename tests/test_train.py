@@ -804,20 +804,26 @@ def test_ddp_split_graph_must_be_bool(small_data, tmp_path, capsys):
     assert "ddp_split_graph" in err
 
 
-def test_ddp_wrapper_is_gone_before_the_process_group(small_data, tmp_path, monkeypatch):
-    """At the end of a DDP run nothing but the registry holds the process group when it is destroyed: DDP's
-    reducer holds it from C++ with a destructor that keeps the GIL, and a group torn down there can deadlock
-    with gloo's worker threads (a 2-process job hung at main's return). One rank of gloo, in process."""
-    import inspect
+def one_gloo_rank(monkeypatch) -> None:
+    """The environment torchrun gives a job of one process (rank 0 of 1, a free local port): train.py then runs
+    DDP over gloo in this process."""
     import socket
-    import weakref
-
-    import train
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     for k, v in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
         monkeypatch.setenv(k, v)
+
+
+def test_ddp_wrapper_is_gone_before_the_process_group(small_data, tmp_path, monkeypatch):
+    """At the end of a DDP run nothing but the registry holds the process group when it is destroyed: DDP's
+    reducer holds it from C++ with a destructor that keeps the GIL, and a group torn down there can deadlock
+    with gloo's worker threads (a 2-process job hung at main's return). One rank of gloo, in process."""
+    import inspect
+    import weakref
+
+    import train
+    one_gloo_rank(monkeypatch)
     wrappers, alive_at_destroy = [], []
 
     class RecordedDDP(torch.nn.parallel.DistributedDataParallel):
@@ -852,15 +858,10 @@ def test_ddp_all_reduces_the_gradients_once_an_iteration(small_data, tmp_path, m
     Nor does DDP broadcast the RoPE tables (buffers) in a forward: a rank without an evaluation batch would never
     join that broadcast (test_torchrun_two_processes_match_single_process). One rank of gloo, in process."""
     import inspect
-    import socket
 
     import train
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
-        monkeypatch.setenv(k, v)
+    one_gloo_rank(monkeypatch)
     all_reduces, syncs_buffers = [], []
 
     def counted(state, bucket):
