@@ -40,6 +40,7 @@ import torch  # noqa: E402
 
 from graph_step import WARMUP as GRAPH_WARMUP  # noqa: E402
 
+from scripts.bench_multigpu import fmt  # noqa: E402
 from scripts.bench_train import (VARIANTS, _ANNOTATION, TRAIN_KNOB_MODULES, add_common_args, add_knob_arg, apply_blas,
                                  set_module_knobs, markdown_table, parse_shapes,  # noqa: E402
                                  row_config, run_info, select_variants, write_report)
@@ -108,11 +109,6 @@ def analyse(events, marks, top_n: int = 8) -> dict:
             "idle_inside_ms": inner_total / max(1, len(iters)),
             "idle_inside_top_ms": dict(sorted(((k, v / max(1, len(iters))) for k, v in inner.items()),
                                               key=lambda kv: -kv[1])[:top_n])}
-
-
-def _ms(value, spec: str = ".3f") -> str:
-    """A profiled median for the report: '-' where analyse found none (no iteration with a kernel, or no gap)."""
-    return "-" if value is None else format(value, spec)
 
 
 def _short(name: str) -> str:
@@ -388,14 +384,15 @@ def main(argv=None):
         results[name] = {"loop_ms": loops["item"]["mean_ms"], "loops": loops, **profile_loop(step, args.iters)}
         r = results[name]
         print(f"{name}: unprofiled loops (median of {args.rounds} rounds) {loops}; profiled: wall "
-              f"{_ms(r['median_wall_ms'], '.2f')} ms/iter, GPU busy {_ms(r['median_busy_ms'], '.2f')}, gap {_ms(r['median_gap_ms'])}; "
+              f"{fmt(r['median_wall_ms'], '.2f')} ms/iter, GPU busy {fmt(r['median_busy_ms'], '.2f')}, "
+              f"gap {fmt(r['median_gap_ms'], '.3f')}; "
               f"host in the gap: {r['host_in_gap_ms']}; idle inside {r['idle_inside_ms']:.3f}: {r['idle_inside_top_ms']}",
               flush=True)
     info = run_info(args, device, argv)
     body = [[name, f"{r['loop_ms']:.2f} ({r['loops']['item']['median_ms']:.2f})",
              f"{r['loops']['event_item']['mean_ms']:.2f} ({r['loops']['event_item']['median_ms']:.2f})",
-             f"{r['loops']['no_sync']['mean_ms']:.2f}", _ms(r['median_wall_ms'], '.2f'), _ms(r['median_busy_ms'], '.2f'),
-             _ms(r['median_gap_ms']),
+             f"{r['loops']['no_sync']['mean_ms']:.2f}", fmt(r['median_wall_ms'], '.2f'), fmt(r['median_busy_ms'], '.2f'),
+             fmt(r['median_gap_ms'], '.3f'),
              "; ".join(f"{k} {v:.3f}" for k, v in r["host_in_gap_ms"].items()), f"{r['idle_inside_ms']:.3f}",
              "; ".join(f"`{k}` {v:.3f}" for k, v in r["idle_inside_top_ms"].items())] for name, r in results.items()]
     md_rounds = rounds_markdown(rounds, summary, list(steps))

@@ -195,11 +195,12 @@ def test_iters_must_leave_a_gap_to_measure(iters):
 
 
 def test_a_profile_without_a_gap_reports_a_dash():
-    """analyse over one iteration finds no gap (None); the report's cells show '-' for it, numbers as before."""
+    """analyse over one iteration finds no gap (None); the report's cells (loop_gap.fmt) show '-' for it, numbers as
+    before."""
     out = loop_gap.analyse([ev("k1", DeviceType.CUDA, 100, 500)], [0, 1000])
     assert out["median_gap_ms"] is None and out["median_wall_ms"] == 1.0
-    assert loop_gap._ms(out["median_gap_ms"]) == "-"
-    assert loop_gap._ms(out["median_wall_ms"], ".2f") == "1.00" and loop_gap._ms(0.0) == "0.000"
+    assert loop_gap.fmt(out["median_gap_ms"], ".3f") == "-"
+    assert loop_gap.fmt(out["median_wall_ms"], ".2f") == "1.00" and loop_gap.fmt(0.0, ".3f") == "0.000"
 
 
 def plan_args(*argv):
