@@ -147,12 +147,16 @@ def test_scaling_where_no_run_finishes_fails(setup, tmp_path):
     assert "| tiny | ddp | 1 | NO |" in (tmp_path / "none" / "scaling.md").read_text()
 
 
+def llama_row(name, ms, fwd, bwd, mode="ddp", nproc=4):
+    """A bench_multigpu result row of the paper's LLaMA-1B config `name`."""
+    return dict(config=f"config/owt2_llama1b_{name}.py", mode=mode, nproc=nproc, ms_per_iter=ms, fwd_ms=fwd, bwd_ms=bwd)
+
+
 def test_llama_rows_beside_the_paper():
     """Rows whose configs are the paper's LLaMA-1B rows get the paper's ratios (its train-iteration,
     forward and backward times over GQA-8's and MHA's) beside ours, and each model's FLOP count; MHA's
     extra FLOPs over GQA-8 are exactly its extra key/value projections."""
-    def row(name, ms, fwd, bwd, mode="ddp"):
-        return dict(config=f"config/owt2_llama1b_{name}.py", mode=mode, nproc=4, ms_per_iter=ms, fwd_ms=fwd, bwd_ms=bwd)
+    row = llama_row
     res = dict(block_size=4096, rows=[row("gqa8", 2000.0, 600.0, 1300.0), row("tucker_32_64_64", 1800.0, 540.0, 1200.0),
                                       row("mha", 2200.0, 700.0, 1450.0), row("mha", 2100.0, 650.0, 1400.0, mode="fsdp"),
                                       row("mqa", None, None, None),  # no time: left out
@@ -310,8 +314,7 @@ def test_paper_ratios_only_at_the_same_gpu_count():
     """A paper row's ratio over GQA-8 is taken against GQA-8's run at its own mode and GPU count only; the table's
     last pair of columns is ours and the paper's iteration time over MHA's."""
     def row(name, ms, nproc):
-        return dict(config=f"config/owt2_llama1b_{name}.py", mode="ddp", nproc=nproc, ms_per_iter=ms, fwd_ms=ms / 3,
-                    bwd_ms=ms / 2)
+        return llama_row(name, ms, ms / 3, ms / 2, nproc=nproc)
     res = dict(block_size=256, rows=[row("gqa8", 2000.0, 4), row("mha", 2200.0, 4), row("tucker_32_64_64", 1800.0, 4),
                                      row("tucker_32_64_64", 1000.0, 8)])
     items = bm.paper_comparison(res)
