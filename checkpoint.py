@@ -183,7 +183,12 @@ def read_checkpoint(path: str, keys=MODEL_KEYS) -> dict:
     `keys`, or an invalid model_config), each one line naming the file."""
     path = checkpoint_path(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}")
+        run = read_json(os.path.join(os.path.dirname(path), "config.json"))  # the run's resolved config
+        why = ""
+        if isinstance(run, dict) and run.get("save_checkpoint") is False:  # a sweep's runs, by default
+            why = (f" (the run in {os.path.dirname(path) or '.'} was trained with save_checkpoint=False and wrote none: "
+                   "train it again with --save_checkpoint=True, in a sweep --save-checkpoints)")
+        raise FileNotFoundError(f"no checkpoint at {path}{why}")
     if os.path.getsize(path) == 0:
         raise ValueError(f"{path} is empty: not a checkpoint (an interrupted copy?)")
     try:

@@ -109,6 +109,8 @@ def main(argv):
     start = cfg["start"]
     if start.startswith("FILE:"):
         path = os.path.expanduser(start[len("FILE:"):])  # the shell leaves a ~ after FILE: as it is
+        if not path:
+            fail("--start=FILE: names no file: give --start=FILE:path")
         if not os.path.exists(path):
             fail(f"prompt file {path} not found")
         if os.path.isdir(path):

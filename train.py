@@ -863,18 +863,9 @@ def finish(run: Run, reason: str, wall: float, timer: PhaseTimer) -> None:
         fail(reason, says=env.master, code=1)  # every process stopped for the same reason: said once
 
 
-def main(argv):
-    cfg, gptconf, checkpoint = configure(argv)
-    env = setup(cfg, gptconf)
-    try:
-        run = build(cfg, gptconf, checkpoint, env)
-    except ValueError as e:  # weights that do not fit the checkpoint's own model_config
-        fail(str(e))
-    checkpoint = None  # free memory
-    open_outputs(run)
+def train_loop(run: Run, timer: PhaseTimer, mfu: SteadyMFU):
+    """Evaluate, checkpoint, step and log until the run stops; return (why it stopped, its wall seconds)."""
     cfg, s = run.cfg, run.state
-    timer = PhaseTimer(env.device)
-    mfu = SteadyMFU(run.raw_model, run.tokens_per_iter, env.world, cfg["peak_tflops"] * 1e12)
     start_iter = s.iter_num
     # a resumed run has already evaluated (and checkpointed) its first iteration, unless the checkpoint
     # never saw an evaluation (best_iter < 0: e.g. a converted model about to be fine-tuned); eval_only asks anew
@@ -908,7 +899,49 @@ def main(argv):
             if reason:
                 break
             t_last, n_since = now, 0
-    finish(run, reason, t_before + time.time() - t_start, timer)
+    return reason, t_before + time.time() - t_start
+
+
+def say_interrupted(run: Run) -> None:
+    """After a Ctrl-C: one line (from one process a node, as fail's) saying where the run stopped and how it goes
+    on. The checkpoint on disk is whole whenever the interrupt came (atomic writes)."""
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    if os.path.isfile(run.ckpt_path):
+        how = (f"`python train.py <the same arguments> --init_from=resume` continues from its last checkpoint, "
+               f"{run.ckpt_path}")
+    elif not run.cfg["save_checkpoint"]:
+        how = "this run writes no checkpoint (save_checkpoint=False): running it again starts over"
+    else:
+        how = "no checkpoint was written yet: running it again starts over"
+    print(f"interrupted at iteration {run.state.iter_num}: {how}", file=sys.stderr, flush=True)
+
+
+def end_by_sigint() -> None:
+    """End this process by SIGINT's default action: the status an uncaught KeyboardInterrupt gives (a shell's 130, a
+    parent's -2: a sweep or torchrun sees what it saw before), without the traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(130)  # not reached where the signal ends the process (POSIX)
+
+
+def main(argv):
+    cfg, gptconf, checkpoint = configure(argv)
+    env = setup(cfg, gptconf)
+    try:
+        run = build(cfg, gptconf, checkpoint, env)
+    except ValueError as e:  # weights that do not fit the checkpoint's own model_config
+        fail(str(e))
+    checkpoint = None  # free memory
+    open_outputs(run)
+    timer = PhaseTimer(env.device)
+    mfu = SteadyMFU(run.raw_model, run.tokens_per_iter, env.world, run.cfg["peak_tflops"] * 1e12)
+    try:
+        reason, wall = train_loop(run, timer, mfu)
+    except KeyboardInterrupt:  # Ctrl-C: say how the run goes on; an in-process caller still gets the exception
+        say_interrupted(run)
+        raise
+    finish(run, reason, wall, timer)
 
 
 if __name__ == "__main__":
@@ -916,4 +949,7 @@ if __name__ == "__main__":
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     if help_requested(sys.argv[1:], __doc__, DEFAULTS):
         sys.exit(0)
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:  # the traceback through the loop tells a user nothing: main said what to do
+        end_by_sigint()

@@ -1,4 +1,4 @@
-"""
+r"""
 Do train.py runs that differ only in how they compute follow the same loss curve? (issue 14: the
 fast training path, torch.compile with CUDA graphs and the chunked loss head, against the plain one.)
 
@@ -193,7 +193,9 @@ def plot(res: dict, path: Path, title: str) -> bool:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    # what it does and the usage example after it (the first paragraph alone ended mid-sentence or at a colon)
+    ap = argparse.ArgumentParser(description="\n\n".join(__doc__.strip().split("\n\n")[:2]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="train.py run folders; the first is the reference")
     ap.add_argument("--out", required=True, help="folder for <name>.json / .md / .png")
     ap.add_argument("--name", default="compare", help="file name stem")

@@ -620,7 +620,9 @@ def check_args(args) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    # what it does and the usage example after it (the first paragraph alone ended mid-sentence or at a colon)
+    ap = argparse.ArgumentParser(description="\n\n".join(__doc__.strip().split("\n\n")[:2]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--in_dir", help="folder with ckpt.pt of an MHA model (or a .pt path)")
     src.add_argument("--hf", help="Hugging Face GPT-2 name or path (needs transformers), e.g. gpt2")

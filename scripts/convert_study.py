@@ -551,7 +551,9 @@ def main(argv=None):
         ap.add_argument("--scratch_dir", default="", help="refresh the from-scratch column from these runs first")
         a = ap.parse_args(argv)
         return plot_only(a.results_dir, a.spectra_dir, a.scratch_dir)
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    # what it does and the usage example after it (the first paragraph alone ended mid-sentence or at a colon)
+    ap = argparse.ArgumentParser(description="\n\n".join(__doc__.strip().split("\n\n")[:2]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mha", nargs="+", required=True, help="trained MHA run folders (with ckpt.pt), learned and/or RoPE")
     ap.add_argument("--tucker", help="a trained Tucker run folder, for the spectra")
     ap.add_argument("--data_dir", required=True, help="folder with train.bin and val.bin")

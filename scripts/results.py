@@ -791,11 +791,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("table", choices=sorted(TABLES))
     ap.add_argument("--runs", default=None, help="default: results/<table>/runs")
-    ap.add_argument("--out", default=None, help="default: results/<table>")
+    ap.add_argument("--out", default=None, help="default: results/<table> for the committed runs, else the --runs "
+                    "folder (a table of your runs never replaces the committed one)")
     ap.add_argument("--include-unfinished", dest="include_unfinished", action="store_true")
     args = ap.parse_args(argv)
-    runs_dir = Path(args.runs) if args.runs else REPO / "results" / args.table / "runs"
-    out = Path(args.out) if args.out else REPO / "results" / args.table
+    committed = REPO / "results" / args.table / "runs"
+    runs_dir = Path(args.runs) if args.runs else committed
+    # other runs' table goes beside them, never over the committed one in results/<table> (a --runs without --out did)
+    out = Path(args.out) if args.out else (REPO / "results" / args.table if runs_dir.resolve() == committed.resolve()
+                                           else runs_dir)
     if not runs_dir.is_dir():
         raise SystemExit(f"error: --runs {runs_dir} is not a folder (the sweep's --results_dir)")
     recs = collect(args.table, runs_dir, args.include_unfinished)

@@ -4,7 +4,7 @@ for every layer, the singular values of Mat_1, Mat_2, Mat_3 of the pre-softmax t
 (W_i = W_Q,i W_K,i^T: head, query, key modes) and of the post-softmax tensor W~
 (W~_i = (W_V,i W_O,i)^T: head, output, value modes), each divided by its largest.
 
-    python -m scripts.spectrum out-mha out-tucker --out results/spectra --labels MHA,Tucker
+    python -m scripts.spectrum out-mha out-tucker --out out-spectra --labels MHA,Tucker
 
 Any variant works (MHA, GQA, MLA, Tucker; tensor_forms.attention_tensors semantics, decoupled
 RoPE's rotary dims left out). The tensors are not formed whole: scripts/convert.py's `Factored`
@@ -112,7 +112,9 @@ def load_results(json_path: str) -> List[dict]:
 def main(argv: Optional[List[str]] = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoints", nargs="+", help="out_dir folders (with ckpt.pt) or .pt files")
-    ap.add_argument("--out", default="results/spectra", help="folder for the PNGs and spectrum.json")
+    # not results/spectra: that folder is the committed study's (convert_study writes it), and a quick look at some
+    # checkpoint without --out replaced its figures and spectrum.json, out of step with its energy.md
+    ap.add_argument("--out", default="out-spectra", help="folder for the PNGs and spectrum.json (default: %(default)s)")
     ap.add_argument("--labels", help="comma-separated labels, one per checkpoint (default: folder names)")
     args = ap.parse_args(argv)
     labels = args.labels.split(",") if args.labels else [Path(p.rstrip("/")).name for p in args.checkpoints]

@@ -314,7 +314,12 @@ def main(argv=None):
     ap.add_argument("--progress", type=float, default=600, metavar="S",
                     help="every S seconds, a line for each running run: its last logged iteration and loss (0 = none)")
     ap.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the commands, run nothing")
-    args = ap.parse_args(argv)
+    args, unknown = ap.parse_known_args(argv)
+    if unknown:  # most often train.py's keys given without the `--` before them
+        keys = [a for a in unknown if a.startswith("--") and "=" in a]
+        ap.error(f"unrecognized arguments: {' '.join(unknown)}" + (
+            f" (train.py's keys go after a bare `--`: python -m scripts.sweep {args.table} ... -- {' '.join(keys)})"
+            if keys else ""))
     if args.nproc < 1:
         ap.error(f"--nproc {args.nproc}: GPUs per run, allowed >= 1")
     groups = gpu_groups(args.gpus, args.nproc)

@@ -147,6 +147,17 @@ def test_unreadable_checkpoints_are_one_line_errors(kind, tmp_path):
         assert "is empty" in message, message
 
 
+def test_a_run_trained_without_checkpoints_says_so(tmp_path):
+    """A sweep's run (save_checkpoint=False) has a folder but no ckpt.pt: reading it says why, not only 'no
+    checkpoint' (sample.py added 'train one first' to a run that had been trained)."""
+    (tmp_path / "config.json").write_text(json.dumps({"out_dir": str(tmp_path), "save_checkpoint": False}))
+    with pytest.raises(FileNotFoundError, match="trained with save_checkpoint=False and wrote none"):
+        ck.read_checkpoint(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"out_dir": str(tmp_path), "save_checkpoint": True}))
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at .*ckpt\.pt$"):  # killed before its first save
+        ck.read_checkpoint(tmp_path)
+
+
 def test_write_json_is_valid_json_without_nan(tmp_path):
     path = tmp_path / "summary.json"
     ck.write_json(path, {"final_val_loss": math.nan, "best": math.inf, "nested": [1.5, -math.inf], "ok": 2.0})

@@ -60,6 +60,15 @@ def test_bad_input_is_one_line(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_help_shows_what_it_does_and_the_example(capsys):
+    """--help gave the docstring's first line only, cut mid-sentence ("(issue 14: the"), and no example."""
+    with pytest.raises(SystemExit):
+        compare_runs.main(["--help"])
+    out = capsys.readouterr().out
+    assert "against the plain one.)" in out
+    assert "out-curve/tucker-fast \\\n        --out results/bench/fastpath_curve --name tucker" in out
+
+
 def test_final_val_losses_name_their_iterations(tmp_path):
     ref = write_run(tmp_path / "short", {1: 2.0, 2: 1.5}, {0: 3.0, 2: 1.6})
     long = write_run(tmp_path / "long", {1: 2.0, 2: 1.5, 3: 1.0, 4: 0.9}, {0: 3.0, 4: 1.0})

@@ -332,6 +332,16 @@ def test_errors_name_the_problem():
         cv.convert(make(), "tucker", ranks=(5, 16, 16))  # r1 > n_head
 
 
+def test_help_shows_the_examples(capsys):
+    """convert's and convert_study's --help ended at the colon that introduces their example commands."""
+    from scripts import convert_study
+    for main, example in ((cv.main, "python -m scripts.convert --in_dir=out-mha --to=tucker --ranks=8,64,64"),
+                          (convert_study.main, "python -m scripts.convert_study \\\n        --mha out-enwiki/runs/")):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        assert example in capsys.readouterr().out
+
+
 def test_only_tucker_takes_a_gqa_source():
     """A GQA source converts to Tucker (Theorem B.3) but not to GQA or MLA, whose conversions read MHA's per-head
     keys and values: refused, naming the MHA source they need."""
@@ -401,6 +411,17 @@ def test_spectrum_cli_writes_plots_and_json(tmp_path, capsys):
     err = one_line_error(lambda: spectrum.main([str(tmp_path / "mha"), str(tmp_path / "tucker"), "--out", str(out),
                                                 "--labels", "MHA"]), capsys)  # not one label per checkpoint
     assert "1 labels for 2 checkpoints" in err
+
+
+def test_spectrum_without_out_leaves_the_committed_spectra_alone(tmp_path, monkeypatch):
+    """`python -m scripts.spectrum RUN` without --out writes into out-spectra/, not over results/spectra (the
+    committed study's figures and spectrum.json, which it silently replaced)."""
+    save_train_ckpt(make().float(), tmp_path / "mha")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(spectrum, "plot", lambda results, out_dir: [])  # the figures are the test above's
+    spectrum.main([str(tmp_path / "mha")])
+    assert (tmp_path / "out-spectra" / "spectrum.json").is_file()
+    assert not (tmp_path / "results").exists()
 
 
 def test_energy_is_the_share_a_rank_truncation_keeps(tmp_path):

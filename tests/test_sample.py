@@ -450,6 +450,8 @@ def test_prompt_outside_the_models_vocabulary(tmp_path, gpt2_ranks_file, capsys)
 def test_an_empty_prompt_is_one_line(out_dir, gpt2_ranks_file, capsys):
     err = sample_error(sample_args(out_dir, gpt2_ranks_file, "--start="), capsys)
     assert "the prompt is empty" in err, err
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, "--start=FILE:"), capsys)  # was "prompt file  not found"
+    assert "--start=FILE: names no file" in err, err
 
 
 def test_generate_vocab_limit_cached_equals_uncached():

@@ -750,6 +750,16 @@ def test_sweep_plans_the_tables_rows_in_order_into_the_committed_runs(tmp_path):
         sweep.main(["shakespeare", "--dry-run", "--rows", "mha,mhaa", "--results_dir", str(tmp_path)])
 
 
+def test_sweep_says_where_train_keys_go(tmp_path, capsys):
+    """train.py's keys given without the bare `--` before them: argparse's 'unrecognized arguments' now says
+    where they go."""
+    from scripts import sweep
+    with pytest.raises(SystemExit):
+        sweep.main(["shakespeare", "--dry-run", "--rows", "mha", "--results_dir", str(tmp_path), "--max_iters=3"])
+    assert "unrecognized arguments: --max_iters=3 (train.py's keys go after a bare `--`: python -m scripts.sweep " \
+           "shakespeare ... -- --max_iters=3)" in capsys.readouterr().err
+
+
 def test_sweep_refuses_seeds_that_are_no_integers_in_one_line(tmp_path, capsys):
     """--seeds takes comma-separated integers; anything else is argparse's one-line error, not a traceback."""
     from scripts import sweep
@@ -1169,6 +1179,28 @@ def test_results_refuses_a_missing_or_empty_runs_folder(tmp_path):
     with pytest.raises(SystemExit, match="is a file, not a folder"):
         results.main(["shakespeare", "--runs", str(tmp_path / "runs"), "--out", str(out / "table.md")])
     assert (out / "table.md").read_text() == "the table as it was\n"
+
+
+def test_results_of_other_runs_without_out_go_beside_them(tmp_path, monkeypatch):
+    """`scripts.results shakespeare --runs out-sweep` without --out writes the table into out-sweep, not over the
+    committed results/shakespeare (it replaced the committed table.md with a table of the user's runs); without
+    --runs, or with the committed runs folder named, it still rebuilds results/<table>."""
+    from scripts import results
+    monkeypatch.setattr(results, "REPO", tmp_path / "repo")  # stands in for the checkout: nothing real is written
+    monkeypatch.setattr(results, "plot_pareto", lambda *a, **k: None)  # the figures are another test's
+    committed = tmp_path / "repo" / "results" / "shakespeare"
+    (committed / "runs").mkdir(parents=True)
+    (committed / "table.md").write_text("the committed table\n")
+    mine = tmp_path / "out-sweep"
+    for runs in (mine, committed / "runs"):
+        d = runs / "mha-rope_off-s1337"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(_summary(TABLES["shakespeare"].row("mha"), "off", 1337, 3.8)))
+    results.main(["shakespeare", "--runs", str(mine)])
+    assert (committed / "table.md").read_text() == "the committed table\n"
+    assert (mine / "table.md").is_file() and (mine / "table.json").is_file()
+    results.main(["shakespeare", "--runs", str(committed / "runs")])
+    assert (committed / "table.md").read_text() != "the committed table\n"
 
 
 def test_shakespeare_claims_reproduce_and_refuse_a_partial_table(tmp_path, capsys):

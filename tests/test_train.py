@@ -117,10 +117,16 @@ def test_sigusr1_prints_where_the_job_is(data_dir, tmp_path):
         proc.send_signal(signal.SIGUSR1)
         time.sleep(1.0)
         assert proc.poll() is None  # still training
+        proc.send_signal(signal.SIGINT)  # then Ctrl-C: one line, no traceback, the status of a process SIGINT ended
+        proc.wait(timeout=60)
     finally:
         proc.kill()
         err = proc.communicate(timeout=60)[1]
     assert "Current thread" in err and 'train.py", line' in err and "in main" in err, err[-3000:]
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, err[-3000:])
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert err.splitlines()[-1].startswith("interrupted at iteration ") and err.splitlines()[-1].endswith(
+        ": this run writes no checkpoint (save_checkpoint=False): running it again starts over"), err[-3000:]
 
 
 def test_kill_and_resume_continues_exactly(data_dir, tmp_path):
@@ -567,6 +573,33 @@ def test_config_file_errors_are_one_line(small_data, tmp_path, capsys):
     bad.write_text("batch_size = 4\nimport math\nlearning_rate = math.log(0)\n")
     err = train_error([str(bad), f"--data_dir={small_data}", f"--out_dir={tmp_path / 'o'}"], capsys)
     assert f"{bad}, line 3" in err and "ValueError" in err
+
+
+def test_an_interrupted_run_says_how_it_goes_on(small_data, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in the loop (here at iteration 3, after the checkpoint of iteration 2): main says where the run stopped
+    and how it continues, then raises KeyboardInterrupt on (an in-process caller sees it; the script ends by SIGINT:
+    the SIGUSR1 test above); before any checkpoint it says a run again starts over."""
+    import train
+    step = train.train_step
+
+    def interrupt_at_3(run, *args, **kwargs):
+        if run.state.iter_num == 3:
+            raise KeyboardInterrupt
+        return step(run, *args, **kwargs)
+
+    monkeypatch.setattr(train, "train_step", interrupt_at_3)
+    out = tmp_path / "run"
+    for eval_interval, expected in ((2, f"interrupted at iteration 3: `python train.py <the same arguments> "
+                                        f"--init_from=resume` continues from its last checkpoint, {out / 'ckpt.pt'}"),
+                                    (8, "interrupted at iteration 3: no checkpoint was written yet: running it again "
+                                        "starts over")):
+        with pytest.raises(KeyboardInterrupt):
+            train_in_process([f"--data_dir={small_data}", f"--out_dir={out}", "--max_iters=8",
+                              f"--eval_interval={eval_interval}", "--always_save_checkpoint=True"])
+        assert capsys.readouterr().err.splitlines()[-1] == expected
+        if eval_interval == 2:
+            assert torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] == 2
+            (out / "ckpt.pt").unlink()
 
 
 @pytest.fixture
