@@ -70,7 +70,7 @@ REPO = Path(__file__).resolve().parents[1]
 if not __package__:  # run as a file, the repository's modules are not importable
     sys.exit("run from the repository root as a module: python -m scripts.convert_study ...")
 
-from checkpoint import load_checkpoint, read_json, read_log  # noqa: E402
+from checkpoint import load_checkpoint, read_json, read_log, write_text  # noqa: E402
 from evaluate import Batches, split_loss  # noqa: E402
 from model import GPT  # noqa: E402
 from scripts import convert as cv  # noqa: E402
@@ -364,9 +364,11 @@ class Study:
         entries.append(("random init (MHA)", f"GPT(config of {sources[0]['path']}), seed {self.args.init_seed}",
                         GPT(sources[0]["model"].config)))
         labels = [e[0] for e in entries]
-        old = read_json(out / "spectrum.json")
-        if old and [c["label"] for c in old["checkpoints"]] == labels and (out / "energy.json").exists():
-            self.say(f"skip spectra ({out}/spectrum.json has {labels})")
+        old, old_energy = read_json(out / "spectrum.json"), read_json(out / "energy.json")
+        # the same checkpoints (labels and paths: another source or --init_seed is another path) and the same ranks
+        if (old and old_energy and [(c["label"], c["path"]) for c in old["checkpoints"]] == [(e[0], str(e[1])) for e in entries]
+                and old_energy.get("ranks") == spectrum.energy_ranks(ranks)):
+            self.say(f"skip spectra ({out}/spectrum.json has {labels}, energy.json their ranks)")
             return
         results = []
         for label, path, model in entries:
@@ -441,9 +443,9 @@ def write_tables(study: Study, sources: list, rows: list):
 
 def write_saved(saved: dict, out: Path) -> bool:
     """table.json, table.md (from table.json's contents alone) and finetune.png (True if drawn)."""
-    (out / "table.json").write_text(json.dumps(saved, indent=1) + "\n")
+    write_text(out / "table.json", json.dumps(saved, indent=1) + "\n")  # atomically: --plot_only rewrites it in place
     md = table_markdown(saved)
-    (out / "table.md").write_text(md)
+    write_text(out / "table.md", md)
     print(md)
     try:
         plot_finetune(saved["rows"], out / "finetune.png")

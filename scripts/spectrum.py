@@ -167,10 +167,15 @@ def energy(s: np.ndarray, r: int) -> float:
     return float(s2[:r].sum() / total) if total > 0 else 1.0
 
 
+def energy_ranks(ranks: List[List[int]]) -> Dict[str, List[int]]:
+    """energy.json's `ranks`: per mode, the ranks the Tucker targets ([(r1, r2, r3), ...]) use there, largest first."""
+    return {f"mode{m}": sorted({r[m - 1] for r in ranks}, reverse=True) for m in (1, 2, 3)}
+
+
 def write_energy(results: List[dict], ranks: List[List[int]], out_dir: str) -> dict:
     """energy.json and energy.md: per checkpoint, tensor (W, W~), mode and layer, the energy kept at
     every rank the Tucker targets use in that mode (ranks: [(r1, r2, r3), ...])."""
-    per_mode = {f"mode{m}": sorted({r[m - 1] for r in ranks}, reverse=True) for m in (1, 2, 3)}
+    per_mode = energy_ranks(ranks)
     data = dict(note="energy(r) = sum of the r largest squared singular values / sum of all, per mode unfolding "
                      "and layer; ranks = the Tucker targets' (r1, r2, r3)", ranks=per_mode, checkpoints=[])
     lines = ["Energy kept at each rank: sum_{k<=r} s_k^2 / sum_k s_k^2 of each mode unfolding, per layer "

@@ -392,7 +392,10 @@ def test_convert_cli_checkpoint_loads_in_sample_and_resumes_in_train(tmp_path):
     assert after["optimizer"]["param_groups"][0]["weight_decay"] == 0.05  # the converted checkpoint's
 
 
-def test_spectrum_cli_writes_plots_and_json(tmp_path, capsys):
+def test_spectrum_cli_writes_plots_and_json(tmp_path, capsys, monkeypatch):
+    replaced = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (replaced.append(os.path.basename(dst)), real_replace(src, dst)))
     save_train_ckpt(make().float(), tmp_path / "mha")
     save_train_ckpt(make(TUCKER_SEP).float(), tmp_path / "tucker")
     out = tmp_path / "spectra"
@@ -405,12 +408,22 @@ def test_spectrum_cli_writes_plots_and_json(tmp_path, capsys):
     assert len(tucker["pre"]["mode2"]) == 2 and len(tucker["pre"]["mode2"][0]) == D
     assert sum(v > 1e-6 for v in tucker["post"]["mode1"][0]) == 2  # r~1 = 2
     assert not [p for p in out.iterdir() if ".tmp." in p.name]  # written atomically: no temp file left
+    assert "spectrum.json" in replaced  # (a temp file renamed onto it)
+    # load_results gives back what was written: labels, paths, the spectra to 8 significant digits
+    loaded = spectrum.load_results(str(out / "spectrum.json"))
+    assert [(r["label"], r["path"]) for r in loaded] == [("MHA", str(tmp_path / "mha")), ("Tucker", str(tmp_path / "tucker"))]
+    exact = spectrum.attention_spectra(make(TUCKER_SEP).float())
+    for t in spectrum.TENSORS:
+        for m in ("mode1", "mode2", "mode3"):
+            np.testing.assert_allclose(np.stack(loaded[1]["spectra"][t][m]), np.stack(exact[t][m]), rtol=1e-7, atol=1e-12)
     (tmp_path / "a_file").write_text("")
     with pytest.raises(SystemExit):
         spectrum.main([str(tmp_path / "mha"), "--out", str(tmp_path / "a_file")])  # one line, exit 2
     err = one_line_error(lambda: spectrum.main([str(tmp_path / "mha"), str(tmp_path / "tucker"), "--out", str(out),
                                                 "--labels", "MHA"]), capsys)  # not one label per checkpoint
     assert "1 labels for 2 checkpoints" in err
+    err = one_line_error(lambda: spectrum.main([str(tmp_path / "missing"), "--out", str(out)]), capsys)
+    assert "missing" in err, err
 
 
 def test_spectrum_without_out_leaves_the_committed_spectra_alone(tmp_path, monkeypatch):
@@ -433,6 +446,7 @@ def test_energy_is_the_share_a_rank_truncation_keeps(tmp_path):
     for r in range(7):
         kept = (U[:, :r] * S[:r]) @ Vh[:r]
         assert spectrum.energy(S.numpy(), r) == pytest.approx(((kept.norm() / M.norm()) ** 2).item(), rel=1e-12, abs=1e-15)
+    assert spectrum.energy(np.zeros(4), 1) == 1.0  # a zero matrix: any truncation is exact (relative error 0)
     c = make(TUCKER_SEP).config  # pre (3, 12, 10), post (2, 10, 6)
     results = [dict(label="tucker", path="-", model_config=c.to_dict(), spectra=spectrum.attention_spectra(make(TUCKER_SEP)))]
     data = spectrum.write_energy(results, [list(c.tucker_ranks), list(c.tucker_ranks_post)], str(tmp_path))
@@ -443,6 +457,69 @@ def test_energy_is_the_share_a_rank_truncation_keeps(tmp_path):
             assert energy[name][f"mode{mode}"][str(r)] == pytest.approx([1.0] * TINY["n_layer"], abs=1e-12)
     for mode, r in ((1, 2), (2, 10), (3, 6)):  # below W's ranks: less than all of it
         assert all(e < 1 - 1e-6 for e in energy["pre"][f"mode{mode}"][str(r)]), (mode, r)
+
+
+def test_energy_table_is_each_layers_own_truncation_and_their_mean(tmp_path, monkeypatch):
+    """energy.json holds, per tensor, mode and layer, the share of that layer's unfolding a rank-r truncation keeps
+    (from its explicit SVD), energy.md's mean row their mean over the layers, both files written atomically; a layer
+    whose W is zero has a spectrum of zeros (not NaN) and loses nothing at any rank (energy 1)."""
+    from tensor_forms import attention_tensors
+    replaced = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (replaced.append(os.path.basename(dst)), real_replace(src, dst)))
+    model = make(n_layer=3)
+    with torch.no_grad():
+        model.transformer.h[2].attn.c_attn.weight[:2 * D].zero_()  # layer 2: no queries or keys, W = 0
+    spectra = spectrum.attention_spectra(model)
+    assert all((S == 0).all() for m in ("mode1", "mode2", "mode3") for S in spectra["pre"][m][2:])
+    ranks = (2, 10, 6)
+    data = spectrum.write_energy([dict(label="mha", path="-", model_config={}, spectra=spectra)], [list(ranks)], str(tmp_path))
+    table = data["checkpoints"][0]["energy"]
+    for i, block in enumerate(model.transformer.h):
+        for name, T in zip(spectrum.TENSORS, attention_tensors(block.attn)):
+            for mode, r in zip((1, 2, 3), ranks):
+                s2 = torch.linalg.svdvals(unfold(T, mode)) ** 2
+                kept = (s2[:r].sum() / s2.sum()).item() if s2.sum() > 0 else 1.0
+                assert table[name][f"mode{mode}"][str(r)][i] == pytest.approx(kept, rel=1e-9, abs=1e-12), (i, name, mode)
+    assert table["pre"]["mode2"]["10"][2] == 1.0
+    mean = next(line for line in (tmp_path / "energy.md").read_text().splitlines() if line.startswith("| mean |"))
+    cells = [c.strip() for c in mean.strip("| ").split("|")][1:]
+    assert cells == [f"{np.mean(table[t][f'mode{m}'][str(r)]):.3f}" for t in spectrum.TENSORS for m, r in zip((1, 2, 3), ranks)]
+    assert {"energy.json", "energy.md"} <= set(replaced)
+
+
+def test_spectrum_figures_draw_each_tensors_own_spectra(tmp_path, monkeypatch):
+    """The median line of every panel is the median over layers of that tensor's, that mode's spectra (the W~ figure
+    draws W~'s, not W's)."""
+    figures = {}
+    monkeypatch.setattr(spectrum, "save_figure", lambda fig, path, **kw: figures.__setitem__(os.path.basename(path), fig))
+    model = make(TUCKER_SEP)
+    results = [dict(label="tucker", path="-", model_config={}, spectra=spectrum.attention_spectra(model))]
+    spectrum.plot(results, str(tmp_path))
+    for name in spectrum.TENSORS:
+        axes = figures[f"spectrum_{name}.png"].axes
+        for m in (1, 2, 3):
+            S = np.clip(np.stack(results[0]["spectra"][name][f"mode{m}"]), spectrum.FLOOR, None)
+            np.testing.assert_allclose(axes[m - 1].lines[0].get_ydata(), np.median(S, axis=0), rtol=1e-12)
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
+def test_attention_spectra_take_the_dense_limit_given():
+    """attention_spectra's dense_limit reaches the head mode: at the default, the exact SVD resolves a head-mode value
+    ~1e-10 of the largest (the last head ~ the first); with dense_limit=0 the nH x nH Gram matrix cannot."""
+    from tensor_forms import attention_tensors
+    model = make()
+    attn, hd = model.transformer.h[0].attn, D // NH
+    with torch.no_grad():
+        q, k = attn.c_attn.weight[:D], attn.c_attn.weight[D:2 * D]  # views: rows of W_Q^T, W_K^T
+        q[-hd:] = q[:hd]
+        k[-hd:] = k[:hd] + 1e-10 * k[-hd:]
+    S_ref = torch.linalg.svdvals(unfold(attention_tensors(attn)[0], 1))
+    smallest = (S_ref[-1] / S_ref[0]).item()
+    assert smallest < 1e-9
+    assert spectrum.attention_spectra(model)["pre"]["mode1"][0][-1] == pytest.approx(smallest, rel=1e-4)
+    assert spectrum.attention_spectra(model, dense_limit=0)["pre"]["mode1"][0][-1] != pytest.approx(smallest, rel=1e-2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -541,6 +618,7 @@ def test_convert_study_end_to_end_on_tiny_checkpoints(tmp_path, capsys):
         # train.py's iteration-0 evaluation of the converted checkpoint is the study's own evaluation
         assert r["finetune_curve"]["0"] == pytest.approx(r["converted_val_loss"], rel=1e-5)
         assert r["finetuned_val_loss"]["2"] == r["finetune_curve"]["2"] != r["converted_val_loss"]
+        assert list(r["finetuned_val_loss"]) == ["2"]  # the fine-tuned lengths: 0 is the converted column
         log = (tmp_path / "work" / pos / target / "finetune" / "log.jsonl").read_text()
         assert all(json.loads(line)["lr"] == pytest.approx(1e-3) for line in log.splitlines())
     # the rows' W / W~ errors are the conversion's own, per layer, and their means
@@ -649,6 +727,7 @@ def test_output_errors_feed_each_layer_the_source_residual_stream():
         assert errors["logit_rel_err"] == pytest.approx(rel_err(converted(idx)[0], logits), rel=1e-9)
     assert len(expected) == TINY["n_layer"] and min(expected) > 1e-3
     assert errors["attn_out_rel_err_layers"] == pytest.approx(expected, rel=1e-9)
+    assert errors["attn_out_rel_err_mean"] == pytest.approx(sum(expected) / len(expected), rel=1e-9)
 
 
 def test_study_scratch_column_takes_the_latent_rope_mla_row_first(tmp_path):
@@ -660,6 +739,8 @@ def test_study_scratch_column_takes_the_latent_rope_mla_row_first(tmp_path):
         (tmp_path / f"{row}-rope_{rope}-s7" / "summary.json").write_text(json.dumps({"final_val_loss": loss, "iters": 9}))
     assert scratch_of("mla_shared8", "on", tmp_path, 7)["row"] == "mla_shared_latent8"
     assert scratch_of("mla_shared8", "off", tmp_path, 7)["final_val_loss"] == 3.25
+    (tmp_path / "mla_shared_latent8-rope_on-s7" / "summary.json").write_text(json.dumps({"iters": 3}))  # no loss yet
+    assert scratch_of("mla_shared8", "on", tmp_path, 7)["row"] == "mla_shared8"
     (tmp_path / "mla_shared_latent8-rope_on-s7" / "summary.json").unlink()
     assert scratch_of("mla_shared8", "on", tmp_path, 7)["row"] == "mla_shared8"
 
@@ -710,6 +791,184 @@ def test_study_redoes_a_source_whose_checkpoint_changed(tmp_path):
     # the checkpoint file itself given: its run's summary.json is the one beside it (it had been looked for under
     # the file, so a finished run was skipped as unfinished)
     assert study.load_source(str(src / "ckpt.pt"))["val_loss_reevaluated"] == again
+
+
+def finished_source(tmp_path, summary_config=None):
+    """A finished tiny MHA run's folder (train.py's checkpoint, its summary.json with `summary_config` as the run's
+    resolved keys) and 400 tokens of val data beside it."""
+    src = tmp_path / "mha"
+    save_train_ckpt(make().float(), src)  # the checkpoint's own config: seed 1337
+    (src / "summary.json").write_text(json.dumps({"finished": True, "final_val_loss": 4.0, "config": summary_config or {}}))
+    write_data(tmp_path / "data", n=400)
+    return src
+
+
+def test_study_measures_a_conversion_against_its_source_on_the_first_val_windows(tmp_path):
+    """eval.json's errors are those of the converted model against its source on the first err_windows val windows,
+    one after another (the source's denominators); the checkpoint a fine-tune starts from takes the run's resolved
+    keys (its summary.json's over the checkpoint's), and a CPU study evaluates in float32 whatever the run trained in."""
+    from scripts.convert_study import Study, target_kwargs
+    src_dir = finished_source(tmp_path, dict(seed=7, weight_decay=0.05, dtype="bfloat16"))
+    study = Study(study_args(tmp_path, err_windows=2))
+    src = study.load_source(str(src_dir))
+    assert src["cfg"]["seed"] == 7 and src["dtype"] == "float32"
+    ev = study.convert_one(src, "gqa2", finetune=True)
+    T = TINY["block_size"]
+    val = np.fromfile(tmp_path / "data" / "val.bin", dtype=np.uint16).astype(np.int64)
+    idx = torch.from_numpy(val[:2 * T]).view(2, T)
+    source = src["model"]
+    converted = cv.convert(source, **target_kwargs("gqa2", source.config))[0].float().eval()
+    with torch.no_grad():
+        logits_src, logits_conv = source(idx)[0].double(), converted(idx)[0].double()
+    assert ev["logit_rel_err"] == pytest.approx(rel_err(logits_conv, logits_src), rel=1e-5)
+    ckpt = torch.load(tmp_path / "work" / "learned" / "gqa2" / "convert" / "ckpt.pt", map_location="cpu", weights_only=False)
+    assert {g["weight_decay"] for g in ckpt["optimizer"]["param_groups"]} == {0.05, 0.0}
+    assert ckpt["config"]["seed"] == 7
+
+
+def test_study_converts_again_only_where_a_fine_tune_needs_the_checkpoint(tmp_path):
+    """A conversion evaluated without a fine-tune (no checkpoint written) is converted again when a fine-tune needs its
+    checkpoint; one whose fine-tune finished is not, its checkpoint gone or not."""
+    from scripts.convert_study import Study
+    study = Study(study_args(tmp_path, err_windows=1))
+    src = study.load_source(str(finished_source(tmp_path)))
+    conv = tmp_path / "work" / "learned" / "gqa2" / "convert"
+    study.convert_one(src, "gqa2", finetune=False)
+    assert (conv / "eval.json").exists() and not (conv / "ckpt.pt").exists()
+    study.convert_one(src, "gqa2", finetune=True)
+    assert (conv / "ckpt.pt").exists()
+    (conv / "ckpt.pt").unlink()
+    (conv.parent / "finetune").mkdir()
+    (conv.parent / "finetune" / "summary.json").write_text(json.dumps({"finished": True}))
+    study.convert_one(src, "gqa2", finetune=True)
+    assert not (conv / "ckpt.pt").exists()
+
+
+def test_study_starts_nothing_past_its_time_budget(tmp_path):
+    """Past --time_budget no conversion, fine-tune or spectra computation starts: nothing is written."""
+    from scripts.convert_study import Study
+    study = Study(study_args(tmp_path, time_budget=1.0, err_windows=1, spectra_dir=str(tmp_path / "spectra"),
+                             tucker=None, init_seed=1))
+    study.t0 -= 2.0  # 2 s into a 1 s budget
+    src = dict(tag="learned", path="-", rope="off", model=make().float(), cfg={}, dtype="float32")
+    assert study.convert_one(src, "gqa2", finetune=True) is None
+    study.finetune(src, "gqa2")
+    study.spectra([src], [[2, 8, 8]])
+    assert not (tmp_path / "work").exists() and not (tmp_path / "spectra").exists()
+
+
+def test_study_finetune_redoes_an_unfinished_run_from_scratch(tmp_path):
+    """A fine-tune folder of a run that did not finish (cut off) is run again from a clean folder: its curve holds
+    none of the earlier run's evaluations, and no checkpoint is left in it (the converted one stays)."""
+    from scripts.convert_study import Study, finished, val_curve
+    study = Study(study_args(tmp_path, err_windows=1, finetune_iters=[0, 2]))
+    src = study.load_source(str(finished_source(tmp_path)))
+    study.convert_one(src, "gqa2", finetune=True)
+    ft = tmp_path / "work" / "learned" / "gqa2" / "finetune"
+    ft.mkdir()
+    (ft / "log.jsonl").write_text(json.dumps({"iter": 1, "val_loss": 9.0}) + "\n")
+    (ft / "summary.json").write_text(json.dumps({"finished": False}))
+    study.finetune(src, "gqa2")
+    assert finished(ft) and sorted(val_curve(ft)) == [0, 2]
+    assert not (ft / "ckpt.pt").exists() and (ft.parent / "convert" / "ckpt.pt").exists()
+
+
+def test_study_finetune_keeps_the_source_runs_training_keys(tmp_path):
+    """The fine-tune's batch, accumulation, optimizer keys, seed and data are the source run's (a --batch_size given
+    wins), it writes no checkpoint, and it runs max(--finetune_iters) iterations evaluated every gcd of them."""
+    import configurator
+    import train
+    from scripts.convert_study import Study
+    source_cfg = dict(batch_size=12, gradient_accumulation_steps=3, weight_decay=0.05, beta1=0.8, beta2=0.99,
+                      grad_clip=0.5, seed=7, min_lr=1e-4)
+    for given_batch, batch in ((None, 12), (5, 5)):
+        study = Study(study_args(tmp_path, finetune_iters=[300, 0, 200], batch_size=given_batch))
+        cfg = configurator.parse_config(study.finetune_argv(dict(cfg=source_cfg, dtype="float32"), tmp_path / "ft", "cpu"),
+                                        train.DEFAULTS, set())
+        expected = {**{k: v for k, v in source_cfg.items() if k != "min_lr"}, "batch_size": batch}
+        assert {k: cfg[k] for k in expected} == expected
+        assert cfg["learning_rate"] == 1e-4 and cfg["save_checkpoint"] is False and cfg["data_dir"] == study.args.data_dir
+        assert cfg["max_iters"] == 300 and cfg["eval_interval"] == 100
+
+
+def no_figures(*args, **kwargs):
+    raise ImportError("figures are not under test here")
+
+
+def test_study_spectra_are_redone_for_other_ranks_or_checkpoints(tmp_path, monkeypatch):
+    """The spectra's random initialization is --init_seed's; a re-run skips the spectra only where spectrum.json holds
+    the same checkpoints (labels and paths) and energy.json the same ranks: without energy.json, for other target
+    ranks or for another source they are computed again."""
+    from model import GPT
+    from scripts.convert_study import Study
+    monkeypatch.setattr(spectrum, "plot", no_figures)
+    out = tmp_path / "spectra"
+    study = Study(study_args(tmp_path, spectra_dir=str(out), tucker=None, init_seed=5))
+    src = dict(tag="learned", path="mha-a", model=make().float())
+    study.spectra([src], [[2, 8, 8]])
+    torch.manual_seed(5)
+    init = spectrum.attention_spectra(GPT(src["model"].config))
+    saved = spectrum.load_results(str(out / "spectrum.json"))
+    assert [r["label"] for r in saved] == ["MHA learned", "random init (MHA)"]
+    for t in spectrum.TENSORS:
+        for m in ("mode1", "mode2", "mode3"):
+            np.testing.assert_allclose(np.stack(saved[1]["spectra"][t][m]), np.stack(init[t][m]), rtol=1e-7, atol=1e-15)
+
+    def energy_ranks():
+        return json.loads((out / "energy.json").read_text())["ranks"]
+    (out / "energy.json").unlink()
+    study.spectra([src], [[2, 8, 8]])
+    assert energy_ranks() == {"mode1": [2], "mode2": [8], "mode3": [8]}
+    study.spectra([src], [[4, 16, 16]])  # other targets
+    assert energy_ranks() == {"mode1": [4], "mode2": [16], "mode3": [16]}
+    study.spectra([dict(src, path="mha-b", model=make(seed=1).float())], [[4, 16, 16]])  # another source
+    assert spectrum.load_results(str(out / "spectrum.json"))[0]["path"] == "mha-b"
+
+
+def test_study_command_takes_each_target_once_and_one_source_per_positions(tmp_path, monkeypatch):
+    """tucker_full given in --targets is one row, not two; --finetune_iters 0 fine-tunes nothing (no fine-tune folder,
+    no checkpoint written for one); table.json and table.md are written atomically (--plot_only rewrites them in
+    place); a second source of the same positions (an unfinished run taken with --allow_unfinished) is refused."""
+    from scripts import convert_study
+    monkeypatch.setattr(convert_study, "plot_finetune", no_figures)
+    replaced = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (replaced.append(os.path.basename(dst)), real_replace(src, dst)))
+    src = finished_source(tmp_path)
+    argv = ["--mha", str(src), f"--data_dir={tmp_path / 'data'}", f"--work_dir={tmp_path / 'work'}",
+            f"--results_dir={tmp_path / 'convert'}", "--spectra_dir=", "--targets", "tucker_full", "gqa2",
+            "--finetune_iters", "0", "--device=cpu", "--inprocess", "--err_windows=1"]
+    rows = convert_study.main(argv)
+    assert [r["target"] for r in rows] == ["tucker_full", "gqa2"]
+    assert not list((tmp_path / "work").rglob("finetune")) and not list((tmp_path / "work").rglob("ckpt.pt"))
+    assert {"table.json", "table.md"} <= set(replaced)
+    save_train_ckpt(make(seed=1).float(), tmp_path / "mha2")
+    (tmp_path / "mha2" / "summary.json").write_text(json.dumps({"finished": False}))
+    with pytest.raises(SystemExit, match="at most one MHA source per positions setting"):
+        convert_study.main(["--mha", str(src), str(tmp_path / "mha2"), "--allow_unfinished", *argv[2:]])
+
+
+def test_study_evaluates_float32_without_autocast():
+    """A float32 evaluation, and any on the CPU, runs without autocast; a 16-bit one on the GPU autocasts to it."""
+    import contextlib
+    import warnings
+    from scripts.convert_study import autocast_for
+    cuda = torch.device("cuda")
+    assert isinstance(autocast_for(cuda, "float32"), contextlib.nullcontext)
+    assert isinstance(autocast_for(torch.device("cpu"), "bfloat16"), contextlib.nullcontext)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no CUDA here: the context is built, disabled
+        ctx = autocast_for(cuda, "bfloat16")
+    assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16
+
+
+def test_study_refuses_a_target_id_with_a_tail():
+    """A row id with something after its ranks (a fourth rank, a typo) is an unknown target naming it, not the row
+    of its leading part."""
+    from scripts.convert_study import target_kwargs
+    for bad in ("tucker_2_8_8_4", "tucker_shared_2_8_8x", "gqa2x", "mla_shared8_4"):
+        with pytest.raises(ValueError, match=f"unknown target '{bad}'"):
+            target_kwargs(bad, make().config)
 
 
 def convert_error(argv, capsys) -> str:

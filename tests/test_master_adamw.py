@@ -1,15 +1,17 @@
 """master_adamw.MasterAdamW: AdamW over float32 masters of a model whose matrices it turns bf16.
 
-Properties: the masters follow torch's AdamW fed the same (bf16) gradients, and each bf16 matrix is its master rounded;
-vectors stay float32 and take AdamW's update; the clip folded into the step is torch's clip over the float32
-gradients, for one step; micro-steps' gradients are summed in float32 (a bf16 sum would fail the same comparison)
-and the sums are zeroed by the step or by zero_grad; the model's state_dict with the masters in place is the float32
-one; state_dict has AdamW's layout both ways, and a run rebuilt from its checkpoint (masters = the saved float32
-weights) continues exactly, also through train.py, with either value of master_weights; a tiny GPT trains (loss
-goes down) with its residual stream in float32; errors name what is wrong. CPU: the torch ops, and the Triton
-kernels (a launch per tensor, and the multi-tensor kernel) through the interpreter (tests/interpreted.py); CUDA
-(skipped without a GPU): the kernels against the torch ops, graph_step's replays against plain iterations, and
-train.py's runs graphed, plain and under autocast.
+Properties: the masters follow torch's AdamW fed the same (bf16) gradients, and each bf16 matrix is its master
+rounded; vectors stay float32 and take AdamW's update; the clip folded into the step is torch's clip over the float32
+gradients, for one step; micro-steps' gradients are summed in float32 (a bf16 sum would fail the same comparison) and
+the sums are zeroed by the step or by zero_grad; the model's state_dict with the masters in place is the float32 one;
+state_dict has AdamW's layout both ways, and a run rebuilt from its checkpoint (masters = the saved float32 weights)
+continues exactly, also through train.py, with either value of master_weights; a tiny GPT trains (loss goes down) with
+its residual stream in float32; each group's own lr, betas and eps are used (and lr may change between steps); a
+consumed gradient sum serves one step; the masters are the optimizer's own copies; configure_optimizers gives it
+AdamW's groups, and train.py clips through its clip; errors name what is wrong. CPU: the torch ops, and the Triton
+kernels (a launch per tensor, and the multi-tensor kernel, which bump the version counters) through the interpreter
+(tests/interpreted.py); CUDA (skipped without a GPU): the kernels against the torch ops, graph_step's replays against
+plain iterations, and train.py's runs graphed, plain and under autocast.
 """
 import copy
 
@@ -354,6 +356,110 @@ def test_model_converted_trains_with_a_float32_stream():
     assert losses[-1] < 0.5 * losses[0]
 
 
+def test_each_groups_own_lr_betas_and_eps_are_torchs_adamw():
+    """Groups with their own lr, betas and eps (none the constructor's defaults), lr changed between steps as train.py's
+    schedule does, and an eps large enough to weigh in the update: AdamW's masters and vectors."""
+    w, b = make_params()
+    w_ref, b_ref = make_params()
+    groups = [dict(weight_decay=0.1, lr=1e-2, betas=(0.8, 0.9), eps=1e-2), dict(weight_decay=0.0, lr=2e-3,
+                                                                              betas=(0.7, 0.95), eps=3e-2)]
+    opt = ma.MasterAdamW([{"params": [w], **groups[0]}, {"params": [b], **groups[1]}], **HYPER)
+    ref = torch.optim.AdamW([{"params": [w_ref], **groups[0]}, {"params": [b_ref], **groups[1]}], foreach=False,
+                            **HYPER)
+    for s in range(4):
+        for o in (opt, ref):
+            for group, scale in zip(o.param_groups, (1.0, 0.5)):
+                group["lr"] = [1e-2, 3e-2, 5e-3, 2e-2][s] * scale
+        gw, gb = grads(s)
+        w.grad, b.grad = gw.to(torch.bfloat16), gb
+        w_ref.grad, b_ref.grad = gw.to(torch.bfloat16).float(), gb
+        opt.step()
+        ref.step()
+    torch.testing.assert_close(opt.master(w), w_ref.detach(), **F32)
+    torch.testing.assert_close(b.detach(), b_ref.detach(), **F32)
+
+
+def test_state_dict_numbers_parameters_as_adamw_does_and_is_a_snapshot():
+    """A first parameter without a gradient (no state) still takes its number, as in AdamW's state_dict (the others'
+    states under the same keys); the groups hold AdamW's keys (not the optimizer's own device lr); and the saved
+    steps are copies: steps taken after state_dict leave them as saved."""
+    w, b = make_params()
+    w_ref, b_ref = make_params()
+    opt = ma.MasterAdamW([{"params": [b], "weight_decay": 0.0}, {"params": [w], "weight_decay": 0.1}], **HYPER)
+    ref = torch.optim.AdamW([{"params": [b_ref], "weight_decay": 0.0}, {"params": [w_ref], "weight_decay": 0.1}],
+                            foreach=False, **HYPER)
+    for s in range(2):
+        gw, _ = grads(s)
+        w.grad, w_ref.grad = gw.to(torch.bfloat16), gw.to(torch.bfloat16).float()
+        opt.step()
+        ref.step()
+    sd, ref_sd = opt.state_dict(), ref.state_dict()
+    assert sd["state"].keys() == ref_sd["state"].keys() == {1}
+    assert [g["params"] for g in sd["param_groups"]] == [g["params"] for g in ref_sd["param_groups"]] == [[0], [1]]
+    assert [set(g) for g in sd["param_groups"]] == [set(g) for g in ref_sd["param_groups"]]
+    torch.testing.assert_close(sd["state"][1]["exp_avg_sq"], ref_sd["state"][1]["exp_avg_sq"], rtol=1e-6, atol=1e-8)
+    w.grad = grads(2)[0].to(torch.bfloat16)
+    opt.step()
+    assert float(opt.state[w]["step"]) == 3.0 and float(sd["state"][1]["step"]) == 2.0
+
+
+def test_clip_without_gradients_is_zero_and_changes_nothing():
+    """clip_grad_norm_ before any gradient (torch's clip of no gradients): a total norm of 0, and the step after it
+    updates nothing."""
+    w, b = make_params()
+    opt = ma.MasterAdamW([w, b], **HYPER)
+    before = opt.master(w).clone(), b.detach().clone()
+    assert float(opt.clip_grad_norm_(CLIP)) == 0.0
+    opt.step()
+    assert torch.equal(opt.master(w), before[0]) and torch.equal(b.detach(), before[1])
+    assert float(opt.state[w]["step"]) == float(opt.state[b]["step"]) == 0.0
+
+
+def test_a_summed_gradient_serves_one_step():
+    """micro_steps=2: a step consumes the float32 sums. A second step with no backward (nor zero_grad) in between
+    finds no gradient for the matrix and leaves it as it was, its step not counted (not a step on a zero sum), while
+    the vector, whose p.grad stays, is stepped again as AdamW would step it."""
+    w, b = make_params()
+    opt = ma.MasterAdamW([w, b], micro_steps=2, **HYPER)
+    for micro in range(2):
+        gw, gb = micro_grads(0, micro)
+        ((w.float() * gw).sum() + (b * gb).sum()).backward()
+    opt.step()
+    master = opt.master(w).clone()
+    opt.step()
+    assert torch.equal(opt.master(w), master) and float(opt.state[w]["step"]) == 1.0
+    assert float(opt.state[b]["step"]) == 2.0
+
+
+def test_the_masters_are_the_optimizers_own():
+    """The masters are copies of the float32 weights given: a tensor the caller kept of them (the model's state_dict
+    taken before the conversion) is left as it was by the steps."""
+    w, b = make_params()
+    kept = w.detach()  # shares the float32 storage the optimizer converts from
+    before = kept.clone()
+    opt = ma.MasterAdamW([w, b], **HYPER)
+    w.grad, b.grad = grads(0)[0].to(torch.bfloat16), grads(0)[1]
+    opt.step()
+    assert not torch.equal(opt.master(w), before) and torch.equal(kept, before)
+
+
+def test_configure_optimizers_master_weights_has_adamws_groups():
+    """model.configure_optimizers(master_weights=True): the groups plain AdamW gets (the same parameters, weight decay
+    on the matrices only) with the run's lr, betas and eps."""
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64, bias=True))
+    plain = copy.deepcopy(model).configure_optimizers(0.2, 4e-3, (0.85, 0.9), "cpu")
+    opt = model.configure_optimizers(0.2, 4e-3, (0.85, 0.9), "cpu", master_weights=True)
+    assert isinstance(opt, ma.MasterAdamW) and len(opt.param_groups) == len(plain.param_groups) == 2
+    for g, ref in zip(opt.param_groups, plain.param_groups):
+        assert [p.shape for p in g["params"]] == [p.shape for p in ref["params"]]
+        for key in ("lr", "betas", "eps", "weight_decay"):
+            assert g[key] == ref[key], key
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.0]
+    assert all(p.dim() >= 2 for p in opt.param_groups[0]["params"])
+
+
 def test_errors():
     w = torch.nn.Parameter(torch.randn(4, 4, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="float32 parameters"):
@@ -460,6 +566,25 @@ def test_train_py_master_weights_refuses_what_it_cannot_train(args, what, small_
     assert "master_weights=False" in err and not (tmp_path / "out" / "ckpt.pt").exists()
 
 
+def test_train_py_master_weights_clips_with_the_optimizers_own_clip(small_data, tmp_path, monkeypatch):
+    """train.py with master_weights and grad_clip clips through MasterAdamW.clip_grad_norm_ (the float32 norm of the
+    float32 sums), once an iteration, never through torch's clip (which, with two micro-steps, would not see the
+    matrices' gradients: they are in the sums, not in p.grad)."""
+    calls = []
+    own = ma.MasterAdamW.clip_grad_norm_
+    monkeypatch.setattr(ma.MasterAdamW, "clip_grad_norm_", lambda self, max_norm: calls.append(max_norm) or
+                        own(self, max_norm))
+
+    def torch_clip(*args, **kwargs):
+        raise AssertionError("torch's clip_grad_norm_ called under master_weights")
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", torch_clip)
+    train_py(tmp_path / "out", small_data, "--max_iters=2", "--master_weights=True", "--gradient_accumulation_steps=2",
+             "--eval_interval=100")
+    assert calls == [0.05, 0.05]
+
+
+
+
 # ----------------------------------------------------------------------------------------
 # The kernel through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
 
@@ -555,6 +680,26 @@ def test_interp_kernel_takes_a_beta_of_zero(betas, monkeypatch):
     w_ref, b_ref, ref, _ = run_master(3, backend="torch")
     torch.testing.assert_close(opt.master(w), ref.master(w_ref), **F32)
     torch.testing.assert_close(b.detach(), b_ref.detach(), **F32)
+
+
+@needs_child
+@pytest.mark.parametrize("per_launch", [1, 16])
+def test_interp_kernel_step_bumps_the_version_counters(per_launch, monkeypatch):
+    """The kernels write through pointers: the step tells autograd's version counters (what decode caches built from
+    the weights compare), as the torch ops' in-place writes do; an empty parameter beside them counts its step."""
+    monkeypatch.setattr(ma, "BLOCK", 256)
+    monkeypatch.setattr(ma, "TENSORS_PER_LAUNCH", per_launch)
+    w, b = make_params()
+    e = torch.nn.Parameter(torch.zeros(0, 4))
+    opt = ma.MasterAdamW([w, b, e], backend="triton", **HYPER)
+    versions = [p._version for p in (w, b)]
+    w.grad, b.grad = grads(0)[0].to(torch.bfloat16), grads(0)[1]
+    e.grad = torch.zeros(0, 4, dtype=torch.bfloat16)
+    opt.step()
+    assert all(p._version > v for p, v in zip((w, b), versions))
+    assert e.dtype == torch.bfloat16 and float(opt.state[e]["step"]) == 1.0
+
+
 
 
 # ----------------------------------------------------------------------------------------
