@@ -277,7 +277,8 @@ class GPTConfig:
     def inert_keys(self) -> Dict[str, str]:
         """{key: why} for the keys with a default of their own that this configuration never reads (keys whose
         default is None are refused by _validate when set for another family): train.py refuses such a key given
-        on its command line with a value other than the default, where it would silently change nothing."""
+        on its command line with a value other than the default, where it would silently change nothing (gelu and
+        mla_rope_kernels, how a part is computed: train.IMPLEMENTATION_KEYS, it only notes)."""
         rope = self.pos_emb == "rope"
         reads = {"mla_rope": (self.attn == "mla" and rope, "only MLA with pos_emb='rope' reads it"),
                  "mla_rope_kernels": (self.attn == "mla" and rope and self.mla_rope == "decoupled",

@@ -3,13 +3,14 @@ The conversion study (issue 17): trained MHA checkpoints converted into Tucker, 
 val loss right after conversion and after a short fine-tune, against the same variant trained from
 scratch; and the mode spectra of W and W~ (trained MHA, trained Tucker, random initialization) with
 the energy each rank keeps, per layer. One command on the GPU machine (scripts/gpu_session.sh's
-`convert` stage runs it after training the checkpoints):
+`enwiki_convert=DEADLINE` stage runs it, as below but into its own results folders, after training the seed-2
+checkpoints; results/convert/README.md):
 
     python -m scripts.convert_study \\
-        --mha out-enwiki/runs/mha-rope_off-s1337 out-enwiki/runs/mha-rope_on-s1337 \\
-        --tucker out-enwiki/runs/tucker_8_64_64-rope_off-s1337 --data_dir data/enwiki \\
+        --mha out-enwiki/runs/mha-rope_off-s2 out-enwiki/runs/mha-rope_on-s2 \\
+        --tucker out-enwiki/runs/tucker_8_64_64-rope_off-s2 --data_dir data/enwiki \\
         --work_dir out-convert --results_dir results/convert --spectra_dir results/spectra \\
-        --gpus 0,1,2,3 --time_budget 420
+        --gpus 0,1 --time_budget 420
 
 For every MHA source (one with learned positions, one with RoPE; the work folder is named by
 pos_emb) and every target of --targets (row ids of scripts/paper_tables.py's enwiki table:

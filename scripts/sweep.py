@@ -7,9 +7,9 @@ Run the rows of a paper table: one training run per (row, RoPE setting, seed).
     python -m scripts.sweep owt --rows mha --nproc 8             # one run at a time over 8 GPUs (torchrun)
 
 Without --results_dir the runs go to results/<table>/runs, which for shakespeare and enwiki holds the committed
-runs (shakespeare's trained with --eval_interval=50 --patience=6 --eval_iters=10, but for six GQA runs at eval_iters
-200: results/shakespeare/table.md lists them): a command that would train one of them with other settings stops,
-naming them.
+runs (shakespeare's trained with --eval_interval=50 --patience=6 --eval_iters=10, but for six runs at eval_iters
+200, MHA, GQA-4 and GQA-2 in both RoPE settings: results/shakespeare/table.md lists them): a command that would
+train one of them with other settings stops, naming them.
 
 Each run is `python train.py <row config> <RoPE override> --seed=S --out_dir=<results_dir>/<name>
 --save_checkpoint=False` plus whatever follows `--` on this command line, with name `<row_id>-rope_<off|on>-s<seed>`;
