@@ -1660,8 +1660,8 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
         raise ValueError(f"backend={backend!r}: expected one of {SAMPLE_BACKENDS}")
     if not temperature >= 0:  # nan too
         raise ValueError(f"temperature={temperature} must be >= 0 (0: argmax)")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k={top_k} must be >= 1 (or None: every id)")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
+        raise ValueError(f"top_k={top_k!r} must be >= 1, an int (or None: every id)")
     if vocab_limit is not None:
         logits = logits[:, :vocab_limit]  # (B, vocab_limit): an index is the same token id
     kernels = sample_kernels(logits, backend)  # fused_sample, or None for the torch ops
@@ -1918,9 +1918,24 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None, caches=None, last_only: bool = False):
         """idx (B, T) token ids -> (logits, loss). With `caches` (one LayerCache per layer, from
         `new_caches`) the tokens continue a cached prefix. `last_only` returns logits of the last
-        position only (generation); the loss needs targets (B, T), ignore_index -1."""
+        position only (generation); the loss needs targets (B, T), ignore_index -1 (any other target outside
+        0 .. vocab_size - 1, e.g. -100, makes the loss nan: a check would read the device every step). Shapes and
+        dtypes are checked here (ValueError), never left to an error inside a layer; token ids are not (the
+        embedding raises IndexError on the CPU)."""
         if last_only and targets is not None:
             raise ValueError("forward(last_only=True) returns the last position's logits and no loss: drop targets")
+        # host-side checks of shapes and dtypes only (no device read; under torch.compile, guards it has anyway)
+        if idx.dim() != 2 or idx.dtype not in (torch.long, torch.int32):
+            raise ValueError(f"idx of shape {tuple(idx.shape)} and dtype {idx.dtype}: allowed (B, T) token ids of "
+                             "dtype torch.long (or torch.int32)")
+        if targets is not None and (targets.shape != idx.shape or targets.dtype not in (torch.long, torch.int32)):
+            raise ValueError(f"targets of shape {tuple(targets.shape)} and dtype {targets.dtype}: allowed idx's shape "
+                             f"{tuple(idx.shape)}, dtype torch.long (or torch.int32), -1 = ignored")
+        if caches is not None:
+            rows = next(iter(caches[0].store.values())).size(0)
+            if len(caches) != len(self.transformer.h) or rows != idx.size(0):
+                raise ValueError(f"caches of {len(caches)} layers for {rows} sequences, idx of {idx.size(0)}: allowed "
+                                 f"model.new_caches({idx.size(0)}) ({len(self.transformer.h)} layers)")
         T = idx.size(1)  # idx (B, T)
         start = caches[0].pos if caches is not None else 0
         if start + T > self.config.block_size:
@@ -1993,16 +2008,26 @@ class GPT(nn.Module):
             self.note_weight_changes()
             self.__dict__["_untracked_writes_seen"] = _UNTRACKED_WRITES[0]
 
+    def __getstate__(self):
+        """Pickling (torch.save(model), copy.deepcopy, multiprocessing) leaves out the decoders generate keeps: a
+        compiled one holds a torch.compile'd step that pickle cannot take (PicklingError after
+        generate(compile=True)), and each holds its KV caches; a copy builds its own on its first generate."""
+        state = super().__getstate__()
+        state.pop("_static_decoders", None)
+        return state
+
     def static_decoder(self, batch_size: int, device, use_graph: bool, compile: bool = False,
                        compile_mode: str = "default", mega: bool = False) -> "StaticDecoder":
         """The StaticDecoder for this batch size, device, activation dtype and mode, kept on the model and
         reused by later generate calls (its caches, and its captured graph: capture and, the first time,
         the Triton compile cost more than a short sample). A new one is made when any weight changed
-        since it was built (the graph holds the old inference forms) or the activation dtype differs."""
+        since it was built (the graph holds the old inference forms), the activation dtype differs, or it was built
+        under torch.inference_mode() and this call is not (its caches and position are inference tensors, which only
+        inference mode may write in place)."""
         paths = tuple((getattr(block.attn, "fused_decode", False), getattr(block.attn, "merged_decode", False))
                       for block in self.transformer.h)  # a captured graph holds its layers' decode paths
         key = (batch_size, torch.device(device), activation_dtype(self.lm_head.weight), use_graph, compile,
-               compile_mode if compile else "default", paths, mega)
+               compile_mode if compile else "default", paths, mega, torch.is_inference_mode_enabled())
         weights = tuple((p.data_ptr(), p._version) for p in self.parameters())
         decoders = self.__dict__.setdefault("_static_decoders", {})  # plain attribute: not a module or buffer
         entry = decoders.get(key)
@@ -2037,8 +2062,15 @@ class GPT(nn.Module):
         RuntimeError then says they were not (the tokens are not returned)."""
         check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
-        if idx.dim() != 2 or idx.size(0) == 0 or idx.size(1) == 0:
-            raise ValueError(f"idx of shape {tuple(idx.shape)}: allowed (B, T), B >= 1 rows of T >= 1 prompt tokens")
+        if idx.dim() != 2 or idx.size(0) == 0 or idx.size(1) == 0 or idx.dtype not in (torch.long, torch.int32):
+            raise ValueError(f"idx of shape {tuple(idx.shape)} and dtype {idx.dtype}: allowed (B, T), B >= 1 rows of "
+                             "T >= 1 prompt tokens, dtype torch.long (or torch.int32)")
+        # the prompt's ids, read once before the loop (on CUDA an id past the embedding is a device-side assert that
+        # ends the process's CUDA context; on the CPU an IndexError from inside the embedding)
+        low, high = torch.stack(idx.aminmax()).tolist()  # one read
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(f"idx holds token id {low if low < 0 else high}: allowed "
+                             f"0 .. vocab_size - 1 = {self.config.vocab_size - 1}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens={max_new_tokens!r} is out of range: allowed an int >= 0")
         if vocab_limit is not None and not 1 <= vocab_limit <= self.config.vocab_size:

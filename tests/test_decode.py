@@ -254,6 +254,59 @@ def test_decode_mode_is_validated():
             check_decode(decode, device, False, True)
 
 
+def test_generate_names_a_prompt_outside_the_vocabulary_a_float_prompt_and_a_float_top_k():
+    """generate's own ValueErrors, before any decoder is built: a prompt id outside 0 .. vocab_size - 1 (before: an
+    IndexError from inside the embedding on the CPU, a device-side assert on CUDA), a float prompt, a top_k that is no
+    int (before: a TypeError from inside torch.topk)."""
+    model = build("tucker", "learned", None)
+    idx = torch.zeros(2, 3, dtype=torch.long)
+    for bad, says in ((50, "token id 50: allowed 0 .. vocab_size - 1 = 49"), (-1, "token id -1")):
+        prompt = idx.clone()
+        prompt[1, 2] = bad
+        for use_cache in (True, False):
+            with pytest.raises(ValueError, match=says):
+                model.generate(prompt, 2, use_cache=use_cache, decode="eager")
+    with pytest.raises(ValueError, match=r"idx of shape \(2, 3\) and dtype torch.float32: allowed"):
+        model.generate(idx.float(), 2, decode="eager")
+    for top_k in (2.5, True):
+        with pytest.raises(ValueError, match=f"top_k={top_k} must be >= 1, an int"):
+            model.generate(idx, 2, top_k=top_k, decode="eager")
+    assert model.generate(idx.int(), 2, top_k=3, decode="eager").shape == (2, 5)
+
+
+def test_a_model_that_generated_pickles_without_its_kept_decoder():
+    """torch.save(model) / pickle / deepcopy after generate: the decoder generate keeps on the model is left out (after
+    generate(compile=True) its step is a torch.compile'd function, which pickle refuses: PicklingError; here a local
+    function stands in for it, as unpicklable, without the compile's seconds); the copy decodes the same tokens."""
+    import copy
+    import io
+    model = build("tucker", "learned", None)
+    idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(0))
+    tokens = model.generate(idx, 6, temperature=0, decode="eager")
+    (_, decoder), = model.__dict__["_static_decoders"].values()
+    decoder.step_fn = lambda *args, step=decoder.step_fn: step(*args)  # unpicklable, as a compiled step is
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for copied in (torch.load(buffer, weights_only=False), copy.deepcopy(model)):
+        assert "_static_decoders" not in copied.__dict__
+        assert torch.equal(copied.generate(idx, 6, temperature=0, decode="eager"), tokens)
+    assert model.__dict__["_static_decoders"]  # the original keeps its own
+
+
+def test_generate_under_inference_mode_and_then_outside_it():
+    """A decoder kept by a generate under torch.inference_mode() holds inference tensors (its caches, its position),
+    which only inference mode may write in place: the next generate outside it builds its own (before: RuntimeError
+    "Inplace update to inference tensor outside InferenceMode"). The same tokens either way."""
+    model = build("mla_q", "rope", "decoupled")
+    idx = torch.randint(0, 50, (2, 4), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        inside = model.generate(idx, 6, temperature=0, decode="eager")
+    assert torch.equal(model.generate(idx, 6, temperature=0, decode="eager"), inside)
+    with torch.inference_mode():  # and back: a decoder built outside serves inside too
+        assert torch.equal(model.generate(idx, 6, temperature=0, decode="eager"), inside)
+
+
 def test_a_cpu_process_leaves_dynamo_and_inductor_unimported():
     """A process without CUDA that imports model, builds and trains models with the Triton paths chosen (the fused
     loss head, the GELU kernels, MLA's decoupled-RoPE kernels) imports neither torch._dynamo nor torch._inductor,

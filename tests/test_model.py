@@ -782,6 +782,24 @@ def test_targets_outside_the_vocabulary_make_the_loss_nan():
         model(idx, targets=idx, last_only=True)
 
 
+def test_forward_names_a_bad_idx_targets_or_caches():
+    """forward checks what it is given (shapes, dtypes, the caches' batch) with a ValueError naming it, before any
+    layer: a float, 1-D or 3-D idx, targets of another shape or a float dtype, caches built for another batch (before:
+    IndexError / RuntimeError from inside the embedding, the position add, the loss or the cache write). int32 ids
+    stay accepted, as the embedding takes them."""
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
+    idx = torch.randint(0, 32, (2, 8))
+    for bad in (idx.float(), idx.to(torch.uint8), idx[0], idx[None]):
+        with pytest.raises(ValueError, match=r"idx of shape .* allowed \(B, T\) token ids"):
+            model(bad)
+    for bad in (idx[:, :4], idx.reshape(-1), idx.float()):
+        with pytest.raises(ValueError, match=r"targets of shape .* allowed idx's shape \(2, 8\)"):
+            model(idx, bad)
+    with pytest.raises(ValueError, match=r"caches of 1 layers for 3 sequences, idx of 2: allowed model.new_caches\(2\)"):
+        model(idx, caches=model.new_caches(3))
+    assert model(idx.int(), idx.int())[1].isfinite()
+
+
 def test_generate_at_block_size_1():
     """The smallest context: each cached step refills the cache from the last token, as the uncached path crops."""
     torch.manual_seed(0)
