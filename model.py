@@ -63,6 +63,9 @@ COMPUTE_KEYS = ("mla_rope_kernels", "gelu", "activation_checkpointing", "loss_he
 
 @dataclass
 class GPTConfig:
+    """Every key of the model (one comment a field). Two are filled in when left None: tucker_ranks_post (= the
+    pre-softmax ranks) and MLA's decoupled rope_head_dim (= dH / 2). dataclasses.replace keeps their filled values:
+    changing tucker_ranks, n_embd or n_head that way, give them again (or None, to fill them anew)."""
     # --- GPT-2 shapes (defaults: GPT-2 124M) ---
     block_size: int = 1024  # context length N the model is built for (learned positions, RoPE table)
     vocab_size: int = 50304  # GPT-2's 50257 tokens padded up to a multiple of 64 for fast matmuls
@@ -2059,7 +2062,8 @@ class GPT(nn.Module):
         block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
         crops the context each step instead, as nanoGPT does). Sampling (temperature > 0) never waits on the
         device inside the loop: whether every step's probabilities were finite is read once after it, and a
-        RuntimeError then says they were not (the tokens are not returned)."""
+        RuntimeError then says they were not (the tokens are not returned). The model's mode is left as it is:
+        call model.eval() first where it has dropout (the prefill would drop, the decode steps not)."""
         check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
         if idx.dim() != 2 or idx.size(0) == 0 or idx.size(1) == 0 or idx.dtype not in (torch.long, torch.int32):
