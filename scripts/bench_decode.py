@@ -172,7 +172,7 @@ KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega", "decode_wide
 
 def set_knobs(pairs) -> dict:
     """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
-    default), decode_linear, decode_mega or decode_wide, the value a Python literal (bench_train.set_knobs)."""
+    default), decode_linear, decode_mega or decode_wide, the value a Python literal (bench_train.set_module_knobs)."""
     return set_module_knobs(pairs, KNOB_MODULES)
 
 

@@ -142,7 +142,7 @@ def main(argv=None):
         del logits, leaf
         if args.d_model:
             head_rows(M, V, args, device, clock, gen, add, profiles)
-    md = [f"# The loss head's cross-entropy alone\n", f"{info['date']} on {info['gpu']}, torch {info['torch']}\n",
+    md = ["# The loss head's cross-entropy alone\n", f"{info['date']} on {info['gpu']}, torch {info['torch']}\n",
           f"`{info['command']}`\n",
           markdown_table(["logits", "row", "ms", "GB/s"],
                          [[r["shape"], r["row"], fmt(r["ms"], ".3f"), fmt(r["gbps"], ".0f")] for r in rows])]

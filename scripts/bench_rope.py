@@ -42,7 +42,6 @@ c_attn's output is cat(rotated dq, rotated dk, dv).
 
 import argparse
 import glob
-import math
 import os
 import shutil
 import statistics

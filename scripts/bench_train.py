@@ -454,7 +454,6 @@ NANOGPT_FILES = ("bench.py", "model.py", "configurator.py")
 NANOGPT_RESULT = re.compile(r"time per iteration: ([0-9.]+)ms, MFU: (-?[0-9.]+)%")
 NANOGPT_OVERRIDE = re.compile(r"^Overriding: (\w+) = (.*)$", re.M)
 NANOGPT_LOSS = re.compile(r"^(\d+)/(\d+) loss: (\S+)$", re.M)
-NANOGPT_PEAK_TFLOPS = 312.0  # its MFU line's peak (A100 bf16)
 NANOGPT_STEPS = 20  # its timed iterations (after 10 burn-in); our loop_ms uses as many
 
 
@@ -542,7 +541,7 @@ def bench_one(variant: Variant, batch_size: int, seq_len: int, args, device: tor
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     data = []
-    for _ in range(N_BATCHES):  # (x, y) as train.py's get_batch returns them: contiguous, y = x shifted by one
+    for _ in range(N_BATCHES):  # (x, y) as evaluate.Batches.get returns them to train.py: contiguous, y = x shifted by one
         tokens = torch.randint(cfg.vocab_size, (batch_size, seq_len + 1), device=device, generator=gen)
         data.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
     clock = Clock(device)

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import sys
@@ -67,7 +66,7 @@ from model import GPT, GPTConfig, LatentAttention, TuckerAttention  # noqa: E402
 from checkpoint import load_checkpoint, write_json  # noqa: E402  (load_checkpoint re-exported: convert.load_checkpoint)
 from configurator import check_device, make_current  # noqa: E402
 from evaluate import check_token_file, split_loss  # noqa: E402
-from tensor_forms import head_factors, with_attention  # noqa: E402
+from tensor_forms import _concat_heads, head_factors, with_attention  # noqa: E402
 
 Tensor = torch.Tensor
 
@@ -335,11 +334,6 @@ def _check_source(model: GPT, to: str, allow_rope_change: bool):
 def _weights64(attn) -> Dict[str, Optional[Tensor]]:
     """attn.per_head_weights() in float64 (copies)."""
     return {k: None if v is None else v.detach().double() for k, v in attn.per_head_weights().items()}
-
-
-def _concat_heads(W: Tensor) -> Tensor:
-    """Per-head maps W_i (n, d, k) side by side: [W_1 | ... | W_n] (d, n k)."""
-    return W.transpose(0, 1).reshape(W.size(1), -1)
 
 
 def _split_heads(M: Tensor, n: int) -> Tensor:

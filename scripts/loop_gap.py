@@ -118,7 +118,6 @@ def _short(name: str) -> str:
 def profile_loop(step, n: int) -> dict:
     """torch.profiler (CPU + CUDA) over n iterations of step(i) (each ends with loss.item(), nanoGPT's way)."""
     from torch.profiler import ProfilerActivity, profile, record_function
-    marks = []
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(n):

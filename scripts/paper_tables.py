@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO / "config"
 
 ROPE_SETTINGS = ("off", "on")
 

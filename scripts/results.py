@@ -423,7 +423,7 @@ def plot_pareto(table_name, recs, xkey, xlabel, path, ykey="val_loss", paper_yke
                 ax.errorbar(x, y, yerr=r.get(yerr_key) or None, color=color, marker=marker, ms=7,
                             linestyle="none", capsize=2)
                 ours.append((x, y))
-        for pts, style, lab in ((ours, "-", "ours"), (paper, "--", "paper")):
+        for pts, style in ((ours, "-"), (paper, "--")):  # our Pareto front solid, the paper's dashed
             front = pareto_front(pts)
             if len(front) > 1:
                 xs, ys = zip(*front)
