@@ -313,7 +313,7 @@ def main(argv=None):
         ap.error(f"--tasks {args.tasks!r} names no task")
     # a quick check (--limit, other tasks than the paper's, another checkpoint than the run's) never replaces the
     # table's full evaluation: it goes to zeroshot.partial.json, which scripts/results.py does not read
-    partial = args.limit is not None or tasks != list(PAPER_TASKS) or args.ckpt != "ckpt.pt"
+    partial = args.limit is not None or sorted(tasks) != sorted(PAPER_TASKS) or args.ckpt != "ckpt.pt"  # any order
     path = Path(args.output) if args.output else Path(args.out_dir) / ("zeroshot.partial.json" if partial else
                                                                         "zeroshot.json")
     if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):  # now, not after hours of evaluation

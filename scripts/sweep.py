@@ -66,9 +66,10 @@ def run_name(row_id: str, rope: str, seed: int) -> str:
 def is_finished(out_dir: Path) -> bool:
     try:
         with open(out_dir / "summary.json") as f:
-            return bool(json.load(f).get("finished"))
+            summary = json.load(f)
     except (OSError, ValueError):
         return False
+    return isinstance(summary, dict) and bool(summary.get("finished"))  # JSON that is no object: no summary
 
 
 # keys that say where and how a run ran, not what it trained: train_config's keys of how a process runs a run (those

@@ -253,6 +253,8 @@ def test_paper_row(ez):
     assert row["hellaswag_acc"] == pytest.approx(45.0) and row["lambada_acc"] == pytest.approx(30.0)
     assert row["mean_acc"] == pytest.approx((30 + 80 + 60 + 45 + 50 + 45 + 45 + 45) / 8)
     assert ez.paper_row(metrics, "acc")["arc_c_acc"] == pytest.approx(25.0)
+    zero = ez.paper_row({**metrics, "winogrande": {"acc": 0.0}})  # a metric of 0 is a value, not a task not run
+    assert zero["winogrande_acc"] == 0.0 and zero["mean_acc"] == pytest.approx((30 + 80 + 60 + 45 + 45 + 45 + 45) / 8)
     partial = ez.paper_row({"lambada_openai": {"perplexity": 20.0, "acc": 0.3}})
     assert partial["lambada_ppl"] == 20.0 and partial["mean_ppl"] is None and partial["mean_acc"] is None
 
@@ -429,6 +431,10 @@ def test_bad_options_are_one_line_before_the_evaluation(ez, tmp_path, gpt2_ranks
     monkeypatch.setattr(ez, "TaskManager", Tasks)
     ez.main(base + ["--ckpt", "ckpt.earlier.pt"])  # the paper's tasks, another checkpoint
     assert (out_dir / "zeroshot.partial.json").is_file() and not (out_dir / "zeroshot.json").exists()
+    ez.main(base + ["--tasks", ",".join([*ez.PAPER_TASKS, ez.PAPER_TASKS[0]])])  # one task twice: not the table's
+    assert not (out_dir / "zeroshot.json").exists()
+    ez.main(base + ["--tasks", ",".join(reversed(ez.PAPER_TASKS))])  # the paper's tasks in another order: the table's
+    assert (out_dir / "zeroshot.json").is_file()
 
 
 
@@ -470,6 +476,130 @@ def test_main_routes_quick_checks_and_builds_the_row_with_mc_metric(ez, tmp_path
         err = capsys.readouterr().err
         assert e.value.code == 2 and says in err.strip().splitlines()[-1] and "Traceback" not in err, err
     assert len(evaluated) == runs
+
+
+def test_tucker_lm_takes_any_batch_size_from_one_and_scores_in_eval_mode(ez, gpt2_ranks_file):
+    """batch_size='auto' (lm-eval's) is refused by name; 1 is a batch size (one request a forward pass: the same
+    scores); a model handed over in training mode is scored in eval mode (dropout off: the same score twice)."""
+    torch.manual_seed(2)
+    model = GPT(GPTConfig(**{**CONFIG, "dropout": 0.5})).double().train()
+    with pytest.raises(ValueError, match="batch_size='auto' is not supported"):
+        ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file), batch_size="auto:4")
+    reqs = [_req("loglikelihood", "Once upon a time", " there was"), _req("loglikelihood", "A", " b c")]
+    one = ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file), batch_size=1)
+    assert not any(m.training for m in one.model.modules())
+    got = one.loglikelihood(reqs)
+    assert got == one.loglikelihood(reqs)
+    three = ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file), batch_size=3).loglikelihood(reqs)
+    assert [ll for ll, _ in got] == pytest.approx([ll for ll, _ in three], abs=1e-9, rel=1e-12)
+
+
+def test_bfloat16_logits_are_log_softmaxed_in_float32(ez, model, gpt2_ranks_file):
+    """Under bfloat16 autocast the score is the log-softmax of the model's bfloat16 logits taken in float32 (in
+    bfloat16 every log-prob rounds to 3 significant digits: a sum off by hundredths)."""
+    import copy
+    m32 = copy.deepcopy(model).float()
+    seen = []
+    m32.lm_head.register_forward_hook(lambda mod, inp, out: seen.append(out.detach()))
+    lm = ez.TuckerLM(model=m32, tokenizer=str(gpt2_ranks_file), dtype="bfloat16")
+    ctx, cont = lm.tok_encode("Once upon a time there was"), lm.tok_encode(" a king who ruled the land")
+    (ll, _), = lm.score_tokens([(ctx, cont)])
+    [logits] = seen
+    assert logits.dtype == torch.bfloat16
+    n = len(ctx) + len(cont) - 1
+    logp = F.log_softmax(logits[0, n - len(cont):n, :VOCAB_SIZE].float(), dim=-1)
+    want = logp.gather(-1, torch.tensor(cont)[:, None]).sum().item()
+    assert ll == pytest.approx(want, abs=1e-4)
+
+
+def test_each_request_type_reaches_lm_evals_cache(ez, model, gpt2_ranks_file):
+    """lm-eval's cache (--use_cache) gets each request's own result under its request type: (log-likelihood,
+    is_greedy), a document's total, the generated text."""
+    calls = []
+
+    class Hook:
+        def add_partial(self, attr, req, res):
+            calls.append((attr, req, res))
+    lm = ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file), batch_size=3)
+    lm.set_cache_hook(Hook())
+    ll = lm.loglikelihood([_req("loglikelihood", "Once upon a time", " there was")])
+    rolling = lm.loglikelihood_rolling([_req("loglikelihood_rolling", "To be, or not to be")])
+    text = lm.generate_until([_req("generate_until", "ROMEO:", {"until": ["never"], "max_gen_toks": 4})])
+    assert calls == [("loglikelihood", ("Once upon a time", " there was"), ll[0]),
+                     ("loglikelihood_rolling", ("To be, or not to be",), rolling[0]),
+                     ("generate_until", ("ROMEO:", {"until": ["never"], "max_gen_toks": 4}), text[0])]
+    assert isinstance(ll[0], tuple) and len(ll[0]) == 2 and isinstance(text[0], str) and text[0]
+
+
+def test_generate_until_warns_once_about_sampling_and_takes_until_none(ez, model, gpt2_ranks_file, monkeypatch,
+                                                                     capsys):
+    """do_sample asked of a greedy model: one warning for all the requests, not one each; until=None is no stop
+    string (the text still stops at <|endoftext|>)."""
+    enc = get_gpt2_encoding(str(gpt2_ranks_file))
+    out = enc.encode("Hello world") + [EOT] + enc.encode(" after")
+    monkeypatch.setattr(model, "generate", lambda x, n, temperature, use_cache: torch.cat(
+        [x, torch.tensor([out[:n]])], dim=1))
+    lm = ez.TuckerLM(model=model, tokenizer=str(gpt2_ranks_file))
+    got = lm.generate_until([_req("generate_until", "ROMEO:", {"do_sample": True, "until": None, "max_gen_toks": 8}),
+                             _req("generate_until", "JULIET:", {"do_sample": True, "max_gen_toks": 8})])
+    assert got == ["Hello world"] * 2
+    err = capsys.readouterr().err
+    assert err.count("warning: tucker-gpt generates greedily") == 1, err
+
+
+def test_main_passes_its_options_and_writes_its_summary_atomically(ez, tmp_path, gpt2_ranks_file, monkeypatch,
+                                                                   capsys):
+    """The script around lm-eval (stand-ins for it): a missing checkpoint and an --output whose folder is a file are
+    one error line before anything runs; the repository's tasks (eval_tasks) are always included, lm-eval's own
+    indexed only when a task needs them; --tasks' names stripped; --bootstrap_iters reaches lm-eval, samples are not
+    logged; the summary says the tasks, checkpoint, batch size, limit, the row's metric, the device the model ran on
+    (none asked: where it was loaded) and lm-eval's n-samples; it is written whole, by a rename of this process's own temporary file beside
+    it, and the last line says where."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    model = GPT(GPTConfig(**CONFIG))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    save_checkpoint(str(out_dir / "ckpt.pt"), make_checkpoint(model, optimizer, {}, best_val_loss=10.0))
+    base = ["--out_dir", str(out_dir), "--tokenizer", str(gpt2_ranks_file)]
+    for extra, says in ((["--ckpt", "nosuch.pt"], "no checkpoint at"),
+                        (["--output", str(out_dir / "ckpt.pt" / "z.json")], "is not a writable folder")):
+        with pytest.raises(SystemExit) as e:
+            ez.main(base + extra)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and says in err.strip().splitlines()[-1] and "Traceback" not in err, err
+    managers, evaluated = [], []
+
+    class Tasks:  # the repository's folder alone knows CBT; lm-eval's own index knows the rest
+        def __init__(self, include_path, include_defaults=True):
+            managers.append((include_path, include_defaults))
+            self.all_tasks = list(ez.PAPER_TASKS) if include_defaults else ["cbt_cn", "cbt_ne"]
+    monkeypatch.setattr(ez, "TaskManager", Tasks)
+    n_samples = {"wikitext": {"original": 62, "effective": 31}}
+    monkeypatch.setattr(ez.lm_eval, "simple_evaluate", lambda **kw: evaluated.append(kw) or {
+        "results": {t: {"alias": t, "acc,none": 0.0} for t in kw["tasks"]}, "n-samples": n_samples})
+    replaced = []
+    real_replace = ez.os.replace
+    monkeypatch.setattr(ez.os, "replace", lambda src, dst: replaced.append((Path(src), Path(dst))) or
+                        real_replace(src, dst))
+    summary = ez.main(base + ["--tasks", "cbt_cn"])  # the repository's task: lm-eval's own not indexed
+    assert managers == [([str(ez.EVAL_TASKS_DIR)], False)] and summary["row"]["cbt_cn_acc"] == 0.0
+    managers.clear()
+    import shutil
+    shutil.copy(out_dir / "ckpt.pt", out_dir / "ckpt.other.pt")
+    summary = ez.main(base + ["--tasks", " wikitext , cbt_ne", "--limit", "0.5", "--mc_metric", "acc",
+                              "--bootstrap_iters", "7", "--ckpt", "ckpt.other.pt", "--batch_size", "5"])
+    assert [include for include, _ in managers] == [[str(ez.EVAL_TASKS_DIR)]] * 2 and managers[0][1] is False
+    kw = evaluated[-1]
+    assert kw["tasks"] == ["wikitext", "cbt_ne"] and kw["bootstrap_iters"] == 7 and kw["log_samples"] is False
+    path = out_dir / "zeroshot.partial.json"
+    written = json.loads(path.read_text())
+    assert written["limit"] == 0.5 and written["mc_metric"] == "acc" and written["n_samples"] == n_samples
+    assert written["tasks"] == ["wikitext", "cbt_ne"] and written["ckpt"] == "ckpt.other.pt"
+    assert written["batch_size"] == 5
+    assert written["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    [(tmp, dst)] = replaced[1:]
+    assert dst == path and tmp.parent == path.parent and str(ez.os.getpid()) in tmp.name and not tmp.exists()
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {path}"
 
 
 def test_results_owt_zeroshot_columns(tmp_path):

@@ -640,6 +640,10 @@ def test_sweep_progress_line_reads_the_runs_log(tmp_path):
                                    + "\n" + json.dumps({"loss": 3.0}) + "\n" + json.dumps({"iter": 3, "loss": "x"}) + "\n")
     (run / "config.json").write_text(json.dumps(["max_iters"]))
     assert sweep.progress_line("r", run, time.time()) == "r: iter 1, loss 4.000, 0 min"
+    # a config.json cut short, or one whose max_iters is no integer, gives no "/max_iters"; the line still comes
+    for text in ('{"max_iters": 5', json.dumps({"max_iters": "500"}), json.dumps({"max_iters": 500.0})):
+        (run / "config.json").write_text(text)
+        assert sweep.progress_line("r", run, time.time()) == "r: iter 1, loss 4.000, 0 min", text
 
 
 def test_sweep_counts_a_run_finished_only_where_its_summary_says_so(tmp_path):
@@ -649,7 +653,8 @@ def test_sweep_counts_a_run_finished_only_where_its_summary_says_so(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     assert not sweep.is_finished(run)  # no summary yet
-    for text in (json.dumps({"finished": False}), json.dumps({"config": {"max_iters": 30}}), '{"finished": tr', ""):
+    for text in (json.dumps({"finished": False}), json.dumps({"config": {"max_iters": 30}}), '{"finished": tr', "",
+                 "[]", "null", '["finished"]'):  # JSON that is no object: no summary (it crashed the sweep)
         (run / "summary.json").write_text(text)
         assert not sweep.is_finished(run), text
     (run / "summary.json").write_text(json.dumps({"finished": True}))
@@ -828,6 +833,10 @@ def test_sweep_progress_reads_a_record_cut_by_its_blocks(tmp_path):
         assert sweep.last_record(log, "val_loss", block=block) == lines[0], block
     assert sweep.last_record(log, "val_loss", block=16, limit=size // 2) is None
     assert sweep.last_record(log, "val_loss", block=16, limit=size) == lines[0]
+    for block in (8, 16):  # a limit of whole blocks reads that many: the first line is found only within it
+        for limit in range(block, size + 2 * block, block):
+            found = sweep.last_record(log, "val_loss", block=block, limit=limit)
+            assert (found == lines[0]) == (limit >= size) and found in (None, lines[0]), (block, limit, size)
 
 
 def test_sweep_skips_a_finished_run_resumed_with_another_compute_path(tmp_path, capsys):
@@ -849,6 +858,254 @@ def test_sweep_skips_a_finished_run_resumed_with_another_compute_path(tmp_path, 
         assert (rc, out) == (0, ""), err
     (out_dir / "summary.json").write_text(json.dumps({"finished": True, "config": {**cfg, "max_iters": 3}}))
     assert sweep.main(["owt", "--dry-run", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path)]) == 2
+
+
+def test_sweep_commands_carry_every_option_to_train_py(tmp_path, capsys):
+    """What each planned command gives train.py: --nproc N launches torchrun standalone with N processes; --patience
+    reaches train.py even at 0 (a row's file may set another); --rows' empty names are skipped; the seeds in the order
+    given; a run folder inside the
+    repository named relative to it (as committed runs' configs record it); the dry run says how many finished runs
+    it skipped; an unknown option without `=` is no train.py key, so no hint about `--`."""
+    from scripts import sweep
+
+    def dry(*extra, results_dir=tmp_path):
+        rc = sweep.main(["shakespeare", "--dry-run", "--rows", "mha", "--rope", "off",
+                         *(["--results_dir", str(results_dir)] if results_dir else []), *extra])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        return [shlex.split(line) for line in out.splitlines() if line.strip()], err
+    [cmd], _ = dry("--nproc", "2")
+    assert cmd[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"]
+    [cmd], _ = dry("--patience", "0")
+    assert "--patience=0" in cmd
+    rc = sweep.main(["shakespeare", "--dry-run", "--rows", "mha,,", "--rope", "off", "--results_dir", str(tmp_path)])
+    assert rc == 0 and len(capsys.readouterr().out.splitlines()) == 1  # empty names in --rows are no rows
+    cmds, _ = dry("--seeds", "3,1")
+    assert [c[c.index("train.py") + 1:] and next(a for a in c if a.startswith("--seed=")) for c in cmds] == \
+        ["--seed=3", "--seed=1"]
+    [(_, _, committed)] = sweep.plan("shakespeare", ["mha"], ("off",))
+    assert "--out_dir=results/shakespeare/runs/mha-rope_off-s1337" in committed
+    done = tmp_path / "mha-rope_off-s1"
+    done.mkdir()
+    (done / "summary.json").write_text(json.dumps({"finished": True}))
+    cmds, err = dry("--seeds", "1,2,3")
+    assert len(cmds) == 2 and "(1 finished run(s) skipped)" in err, err
+    with pytest.raises(SystemExit):
+        sweep.main(["shakespeare", "--dry-run", "--results_dir", str(tmp_path), "--bogus"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --bogus" in err and "bare `--`" not in err, err
+
+
+def test_sweep_refuses_before_any_run_what_every_or_some_run_would_fail_on(tmp_path, capsys, monkeypatch):
+    """Before any run, as one line: a config file given after `--` that is not there; gradient_accumulation_steps
+    that --nproc does not divide (3 at 2: more micro-steps than processes, still no multiple); a dataset with no
+    prepare script in data/ (said so, no made-up command); an override only some rows' models refuse (--n_head=4:
+    Tucker's mode-1 rank 8 > 4; every command is checked, not the first); every run named. A checkpoint whose
+    config.json holds a JSON value that is no object is no config (it crashed the sweep); a summary's such config
+    is none to compare."""
+    from scripts import sweep
+    args = ["shakespeare", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path / "runs")]
+    nowhere = f"--data_dir={tmp_path / 'nowhere'}"
+    with pytest.raises(SystemExit, match="command for mha-rope_off-s1337 does not parse: config file not found"):
+        sweep.main(args + ["--", "no_such_config.py", nowhere])
+    with pytest.raises(SystemExit, match="gradient_accumulation_steps=3 must be a multiple of --nproc 2"):
+        sweep.main(args + ["--nproc", "2", "--", "--gradient_accumulation_steps=3", nowhere])
+    assert sweep.main(args + ["--", "--dataset=no_such_dataset"]) == 2
+    assert "make it first (its prepare script), or give -- --data_dir=FOLDER" in capsys.readouterr().err
+    sweep = _stand_in(monkeypatch, lambda run: 0)  # mha's command passes: were tucker's not checked, mha would run
+    with pytest.raises(SystemExit, match=r"command for tucker_8_64_64-rope_off-s1337: tucker_ranks\[0\]"):
+        sweep.main(["shakespeare", "--rows", "mha,tucker_8_64_64", "--rope", "off", "--results_dir",
+                    str(tmp_path / "runs"), "--", "--n_head=4", _tiny_data(tmp_path)])
+    assert _StandIn.started == []
+    assert not (tmp_path / "runs").exists()
+
+    [(name, out_dir, cmd)] = sweep.plan("owt", ["mha"], ("off",), results_dir=tmp_path / "owt", save_checkpoints=True)
+    out_dir.mkdir(parents=True)
+    (out_dir / "ckpt.pt").write_bytes(b"")
+    for text in ("[1]", '"config"', "5"):
+        (out_dir / "config.json").write_text(text)
+        rc = sweep.main(["owt", "--dry-run", "--rows", "mha", "--rope", "off", "--results_dir", str(tmp_path / "owt")])
+        assert rc == 2 and f"{name}: config.json holds no config" in capsys.readouterr().err, text
+        (out_dir / "summary.json").write_text(json.dumps({"finished": True, "config": json.loads(text)}))
+        assert sweep.settings_differ(cmd, out_dir) == []
+        (out_dir / "summary.json").unlink()
+
+
+def test_sweep_lists_every_finished_run_of_other_settings(tmp_path, capsys):
+    """Two of four runs finished with other settings: the refusal counts the two and names each."""
+    from scripts import sweep
+    runs = sweep.plan("shakespeare", ["mha", "gqa2"], ("off",), seeds=(1, 2), results_dir=tmp_path)
+    for name, out_dir, cmd in runs[1::2]:
+        out_dir.mkdir()
+        (out_dir / "summary.json").write_text(json.dumps({"finished": True, "config": {
+            **sweep.resolved(cmd), "max_iters": 30}}))
+    rc = sweep.main(["shakespeare", "--dry-run", "--rows", "mha,gqa2", "--rope", "off", "--seeds", "1,2",
+                     "--results_dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error: 2 finished run(s) were trained with other settings" in err, err
+    assert all(f"  {name}: max_iters=30 (this command: " in err for name, _, _ in runs[1::2]), err
+
+
+class _StandIn:
+    """train.py as the sweep's run loop sees it (no process): `behave(self)` runs in wait() and returns the exit
+    status."""
+    started = []
+    behave = staticmethod(lambda run: 0)
+
+    def __init__(self, cmd, cwd, stdout, stderr, env):
+        import time
+        self.cmd, self.env, self.t = cmd, env, time.time()
+        self.out_dir = Path(next(a.split("=", 1)[1] for a in cmd if a.startswith("--out_dir=")))
+        self.name = self.out_dir.name
+        _StandIn.started.append(self)
+
+    def wait(self, timeout=None):
+        import time
+        rc = self.behave(self)
+        self.end = time.time()
+        return rc
+
+
+def _stand_in(monkeypatch, behave):
+    import subprocess
+    import types
+    from scripts import sweep
+    _StandIn.started = []
+    monkeypatch.setattr(_StandIn, "behave", staticmethod(behave))
+    monkeypatch.setattr(sweep, "subprocess", types.SimpleNamespace(
+        Popen=_StandIn, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired))
+    return sweep
+
+
+def _tiny_data(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val"):
+        (data / f"{split}.bin").write_bytes(b"\0\0")
+    return f"--data_dir={data}"
+
+
+def test_sweep_counts_what_it_ran_against_what_was_to_do_within_its_budget(tmp_path, capsys, monkeypatch):
+    """The run loop's report (train.py stood in for): the header counts the runs, those finished before and those to
+    do, one at once by default; a run that wrote a finished summary but exited non-zero failed; a run's line counts
+    it among those to do (not the skipped one); the time budget is in seconds (0.3 s: the second run, due after
+    0.6 s, is not started), not counted finished and said beside the failures; no progress line before --progress
+    seconds; train.log keeps an earlier attempt's output; the environment (PYTHONPATH) reaches train.py, and --gpus
+    pins a single job too."""
+    import time
+    data = _tiny_data(tmp_path)
+
+    def behave(run):
+        time.sleep(0.6)
+        (run.out_dir / "summary.json").write_text(json.dumps({"finished": True}))
+        return 1
+    sweep = _stand_in(monkeypatch, behave)
+    monkeypatch.setenv("PYTHONPATH", "/sweep/test/path")
+    runs = tmp_path / "runs"
+    first = runs / "mha-rope_off-s1337"
+    first.mkdir(parents=True)
+    (first / "train.log").write_text("an earlier attempt\n")
+    (runs / "gqa2-rope_off-s1337").mkdir()
+    (runs / "gqa2-rope_off-s1337" / "summary.json").write_text(json.dumps({"finished": True}))
+    capsys.readouterr()
+    rc = sweep.main(["shakespeare", "--rows", "mha,gqa4,gqa2", "--rope", "off", "--time_budget", "0.3", "--progress",
+                     "5", "--gpus", "3", "--results_dir", str(runs), "--", data])
+    out, err = capsys.readouterr()
+    assert rc == 1 and [r.name for r in _StandIn.started] == ["mha-rope_off-s1337"], out
+    assert _StandIn.started[0].env.get("PYTHONPATH") == "/sweep/test/path"
+    assert _StandIn.started[0].env.get("CUDA_VISIBLE_DEVICES") == "3"  # one job, one GPU: still pinned
+    lines = out.splitlines()
+    assert lines[0] == "shakespeare: 3 runs, 1 already finished, 2 to do, 1 at once", out
+    assert lines[1].startswith("[1/2] mha-rope_off-s1337: FAILED (rc=1) in ") and lines[2].startswith("0/2 runs finished")
+    assert lines[3:] == ["time budget reached: 1 run(s) not started; re-run the same command to continue"], out
+    log = (first / "train.log").read_text()
+    assert log.startswith("an earlier attempt\n$ ") and "--out_dir=" in log
+
+
+def test_sweep_gives_each_slot_its_group_and_reports_only_running_runs(tmp_path, capsys, monkeypatch):
+    """--nproc 2 --gpus 0,1,2,3 --jobs 2: each run's CUDA_VISIBLE_DEVICES is a whole group. --jobs 0 runs as 1 (it
+    left no slot: the sweep waited forever). Progress lines name only the runs running (not one that ended), each
+    with its own start time, and a report that fails is a line, not the sweep's end."""
+    import queue
+    import threading
+    import time
+    data = _tiny_data(tmp_path)
+    both = threading.Barrier(2)
+
+    def behave(run):
+        both.wait(timeout=10)
+        (run.out_dir / "summary.json").write_text(json.dumps({"finished": True}))
+        return 0
+    sweep = _stand_in(monkeypatch, behave)
+    assert sweep.main(["shakespeare", "--rows", "mha,gqa2", "--rope", "off", "--jobs", "2", "--nproc", "2", "--gpus",
+                       "0,1,2,3", "--progress", "0", "--results_dir", str(tmp_path / "a"), "--",
+                       "--gradient_accumulation_steps=2", data]) == 0
+    assert sorted(r.env["CUDA_VISIBLE_DEVICES"] for r in _StandIn.started) == ["0,1", "2,3"]
+
+    class Slots(queue.Queue):  # a slot that never comes is an error here, not a hang
+        def get(self):
+            return super().get(timeout=5)
+    monkeypatch.setattr(sweep, "Queue", Slots)
+    reports = []
+
+    def report(name, out_dir, since):
+        reports.append((name, since, time.time()))
+        raise RuntimeError("unreadable")
+
+    def slow(run):
+        time.sleep(1.0)
+        (run.out_dir / "summary.json").write_text(json.dumps({"finished": True}))
+        return 0
+    monkeypatch.setattr(_StandIn, "behave", staticmethod(slow))
+    monkeypatch.setattr(sweep, "progress_line", report)
+    _StandIn.started = []
+    capsys.readouterr()
+    assert sweep.main(["shakespeare", "--rows", "mha,gqa2", "--rope", "off", "--jobs", "0", "--progress", "0.2",
+                       "--results_dir", str(tmp_path / "b"), "--", data]) == 0
+    out = capsys.readouterr().out
+    assert "  mha-rope_off-s1337: progress unreadable (RuntimeError: unreadable)" in out and "2/2 runs finished" in out
+    first, second = _StandIn.started
+    assert reports and all(name == first.name and since <= first.t or name == second.name and since >= first.end
+                           for name, since, _ in reports), reports
+    assert not [r for r in reports if r[0] == first.name and r[2] > second.t + 0.3], reports
+
+
+def test_sweep_interrupted_stops_its_runs_by_sigterm_and_counts_none_failed(tmp_path, capsys, monkeypatch, request):
+    """Ctrl-C in the run loop: the running run is asked to stop (terminate: a torchrun launcher passes SIGTERM on to
+    its processes, a SIGKILL would leave them running), not reported as failed; the line says the runs start over
+    (no checkpoints kept); exit 130. A run that cannot be started is the sweep's error, never a success."""
+    import _thread
+    import signal
+    import threading
+    import time
+    data = _tiny_data(tmp_path)
+    calls, stopped = [], threading.Event()
+    # Ctrl-C raises KeyboardInterrupt (a shell's background job, nohup, ignores SIGINT: interrupt_main did nothing)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
+
+    def behave(run):  # the worker's wait, then the sweep's own after terminate()
+        if not stopped.is_set():
+            time.sleep(0.3)  # Ctrl-C once the sweep waits on its runs (not while it still starts this worker thread)
+            _thread.interrupt_main()
+        assert stopped.wait(timeout=10)
+        return -15
+    sweep = _stand_in(monkeypatch, behave)
+    monkeypatch.setattr(_StandIn, "terminate", lambda self: calls.append("terminate") or stopped.set(), raising=False)
+    monkeypatch.setattr(_StandIn, "kill", lambda self: calls.append("kill") or stopped.set(), raising=False)
+    capsys.readouterr()
+    args = ["shakespeare", "--rows", "mha", "--rope", "off", "--progress", "0", "--results_dir", str(tmp_path / "r")]
+    assert sweep.main(args + ["--", data]) == 130
+    out, err = capsys.readouterr()
+    assert calls == ["terminate"] and "FAILED" not in out, out
+    assert err.splitlines()[-1] == ("interrupted: 1 running run(s) stopped (they start over on a re-run), 0 finished "
+                                    "here kept; re-run the same command to continue")
+
+    def cannot_start(cmd, **kwargs):
+        raise PermissionError("train.py: not allowed")
+    monkeypatch.setattr(sweep.subprocess, "Popen", cannot_start)
+    with pytest.raises(PermissionError):
+        sweep.main(args + ["--results_dir", str(tmp_path / "s"), "--", data])
 
 
 def _summary(row, rope, seed, loss, best_iter=500):
