@@ -124,8 +124,9 @@ def main(argv):
             fail(f"prompt file {path} is not UTF-8 text ({e.reason} at byte {e.start + mark})")
     try:
         model = load_model(cfg["out_dir"], cfg["ckpt"], device)
-    except FileNotFoundError as e:
-        fail(f"{e}: train one first (python train.py ... --out_dir={cfg['out_dir']})")
+    except FileNotFoundError as e:  # a run trained without checkpoints says so itself, and how to get one
+        fail(str(e) if "save_checkpoint=False" in str(e) else
+             f"{e}: train one first (python train.py ... --out_dir={cfg['out_dir']})")
     except ValueError as e:
         fail(str(e))
     try:

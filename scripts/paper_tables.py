@@ -419,6 +419,9 @@ def all_runs(table: str, rows=None, ropes=ROPE_SETTINGS):
 
 
 if __name__ == "__main__":
+    import argparse  # --help says what this prints (it printed the tables instead)
+    argparse.ArgumentParser(description="The paper's result tables as data; prints each table's rows (id, config file, "
+                            "RoPE settings, label).").parse_args()
     for name, t in TABLES.items():
         n = sum(len(r.rope_settings) for r in t.rows)
         print(f"{name} ({t.paper_label}): {len(t.rows)} rows, {n} runs, N={t.seq_len}, KV in {t.kv_unit}")

@@ -1,6 +1,7 @@
 """sample.py in process on a tiny checkpoint: invalid keys and unreadable checkpoints are one line and
 exit 2, the decode key reaches GPT.generate where it has one, the decode speed goes to stderr."""
 
+import json
 import re
 
 import pytest
@@ -109,6 +110,15 @@ def test_unreadable_checkpoint(damage, out_dir, gpt2_ranks_file, capsys):
         assert "train one first" in err
     if damage == "foreign":  # torch's KeyError says only '101': the error names its kind
         assert "KeyError" in err, err
+
+
+def test_a_run_without_checkpoints_is_not_told_to_train(out_dir, gpt2_ranks_file, capsys):
+    """A run trained with save_checkpoint=False (a sweep's) has no ckpt.pt: the one line says so and how to get one,
+    not 'train one first' after it (it was trained)."""
+    (out_dir / "ckpt.pt").unlink()
+    (out_dir / "config.json").write_text(json.dumps({"out_dir": str(out_dir), "save_checkpoint": False}))
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file), capsys)
+    assert "trained with save_checkpoint=False and wrote none" in err and "train one first" not in err, err
 
 
 def test_a_checkpoint_whose_model_is_not_weights_is_one_line(out_dir, gpt2_ranks_file, capsys):

@@ -1482,3 +1482,13 @@ def test_shakespeare_claims_reproduce_and_refuse_a_partial_table(tmp_path, capsy
             shakespeare_claims.main([*args, "--out", str(tmp_path / "x.md")] if "--out" not in args else args)
         assert says in str(e.value) and str(e.value).startswith("error:") and "\n" not in str(e.value)
     assert not (tmp_path / "x.md").exists()
+
+
+def test_paper_tables_help_says_what_it_prints(monkeypatch, capsys):
+    """`python -m scripts.paper_tables --help` printed the tables (it read no arguments): now argparse's help."""
+    import runpy
+    monkeypatch.setattr(sys, "argv", ["paper_tables.py", "--help"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("scripts.paper_tables", run_name="__main__")
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "prints each table's rows" in out and "tab_shake" not in out, out
