@@ -526,7 +526,8 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["render"]:  # python -m scripts.bench_multigpu render DIR [DIR ...]
         for d in argv[1:]:
-            print("wrote " + ", ".join(render(d)))
+            written = render(d)
+            print(f"{d}: " + ("wrote " + ", ".join(written) if written else "nothing to render (no result files)"))
         return None
     extra = []
     if "--" in argv:

@@ -26,8 +26,8 @@ loss is each run's final_val_loss (the whole val split after the last iteration)
 table.md / table.json (val loss, gap to MHA in %, attention MB, KV cache; rows without runs say
 "not run"), pareto_attn_params.png / pareto_kv_cache.png (gap to MHA in %, ours vs the paper's,
 since the two corpora's losses are not comparable), val_curves.png (validation and training loss
-of MHA, GQA-2, MLA shared 128 and Tucker over the iterations, as the paper's OpenWebText figure)
-and claims.md (the paper's claims checked against the seed spread).
+of MHA, GQA-2, MLA shared 128 and the two Tucker rows, [8,128,64] and [8,64,64], over the iterations, as the
+paper's OpenWebText figure) and claims.md (the paper's claims checked against the seed spread).
 """
 import argparse
 import json

@@ -268,7 +268,7 @@ def scaling_row(config, nproc, ms, **kw):
                      losses={}), **kw)
 
 
-def test_scaling_table_ratios_and_render(tmp_path):
+def test_scaling_table_ratios_and_render(tmp_path, capsys):
     """The scaling table: each row's ms against the first config's at the same mode and GPU count, the efficiency as
     a percentage, the loss curve first -> last iteration in iteration order (the JSON's keys are strings: '10' after
     '9'), and `render` rewrites the .md from the .json with its footer."""
@@ -284,6 +284,10 @@ def test_scaling_table_ratios_and_render(tmp_path):
     (tmp_path / "scaling.json").write_text(json.dumps(dict(res, gpu="H200", gpus_visible=4, torch_version="2.x",
                                                            date="2026-01-01")))
     assert bm.render(str(tmp_path)) == [str(tmp_path / "scaling.md")]
+    (tmp_path / "logs").mkdir()
+    bm.main(["render", str(tmp_path), str(tmp_path / "logs")])  # a folder without results says so (was "wrote ")
+    assert capsys.readouterr().out.splitlines() == [f"{tmp_path}: wrote {tmp_path / 'scaling.md'}",
+                                                    f"{tmp_path / 'logs'}: nothing to render (no result files)"]
     md = (tmp_path / "scaling.md").read_text()
     assert "| b | ddp | 2 | yes | 30.0 | 0.500 | 33,333 | 133.3% | 1.0 / 2.0 / 0.5 | 3.00 | yes (2) | 0.0e+00 (10) " \
            "| 4.900 → 4.000 |" in md
