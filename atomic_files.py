@@ -136,6 +136,18 @@ def worker_pool(processes: int, initializer=None, initargs=()):
         signal.signal(signal.SIGTERM, previous)
 
 
+def terminate_pool(pool, timeout: float = 10.0) -> bool:
+    """pool.terminate() that stops waiting after `timeout` s; True if it finished. CPython's own can hang for ever
+    (python/cpython#73945, #78178): its task handler, caught writing a task larger than the pipe's buffer (a chunk of
+    documents) while terminate drains the pipe holding the workers' read lock, blocks once the workers are gone, and
+    terminate joins it (seen: 1 kill in ~50 of a prepare, which then hung instead of exiting). The workers are ended
+    before that join; the stuck thread is a daemon, left behind. Never pool.join() a pool this gave up on."""
+    t = threading.Thread(target=pool.terminate, name="terminate_pool", daemon=True)
+    t.start()
+    t.join(timeout)
+    return not t.is_alive()
+
+
 def _interrupted(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 

@@ -498,3 +498,48 @@ def test_interrupt_on_sigterm_raises_keyboardinterrupt_inside_and_restores_the_h
     finally:
         signal.signal(signal.SIGTERM, before)
     assert after is before
+
+
+def test_a_worker_pool_made_outside_the_main_thread_works():
+    """Only the main thread can set signal handlers: worker_pool made in another thread is a plain pool (not
+    signal's ValueError), its workers working."""
+    from atomic_files import worker_pool
+    got = []
+
+    def make():
+        pool = worker_pool(1)
+        try:
+            got.append(pool.apply(abs, (-3,)))
+        finally:
+            pool.terminate()
+            pool.join()
+    t = threading.Thread(target=make)
+    t.start()
+    t.join(60)
+    assert got == [3]
+
+
+def test_terminate_pool_waits_a_bounded_time_in_a_daemon_thread():
+    """terminate_pool returns True once the pool's terminate has finished, and False after `timeout` s when it hangs
+    (CPython's can), leaving it in a daemon thread that cannot hold the interpreter's exit."""
+    import time
+
+    from atomic_files import terminate_pool
+    release, calls = threading.Event(), []
+
+    class Hangs:
+        def terminate(self):
+            calls.append(threading.current_thread())
+            release.wait(5)
+
+    class Ends:
+        def terminate(self):
+            calls.append(threading.current_thread())
+
+    assert terminate_pool(Ends(), timeout=5) is True
+    t0 = time.time()
+    try:
+        assert terminate_pool(Hangs(), timeout=0.2) is False and time.time() - t0 < 2
+        assert calls[1].is_alive() and calls[1].daemon
+    finally:
+        release.set()

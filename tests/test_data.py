@@ -207,6 +207,48 @@ def test_openwebtext_interrupted_keeps_the_old_pair(num_proc, tmp_path, gpt2_ran
     assert len(terminated) == (num_proc > 1)  # the pool's workers stopped, not waited for (close and join)
 
 
+def test_an_interrupted_prepare_does_not_wait_on_a_pool_terminate_that_hangs(tmp_path, gpt2_ranks_file, monkeypatch):
+    """CPython's Pool.terminate can hang for ever (its task handler blocked writing a task no worker will read:
+    python/cpython#73945; seen in 1 kill of ~50 of a prepare, which then never exited): an interrupted prepare
+    removes its temp files first and waits on the terminate a bounded time (atomic_files.terminate_pool), then
+    raises the interrupt; it neither joins the pool nor blocks."""
+    import multiprocessing.pool
+    import threading
+    import time
+
+    import atomic_files
+    files, _ = _write_docs(tmp_path)
+    real_write, real_terminate, release = owt.write_tokens, multiprocessing.pool.Pool.terminate, threading.Event()
+
+    def interrupted(docs, tmps, pool, **k):
+        def cut():
+            for i, item in enumerate(docs):
+                if i == 14:
+                    raise KeyboardInterrupt
+                yield item
+        return real_write(cut(), tmps, pool, **k)
+
+    def hangs(pool):  # CPython's hang, for 3 s (then the real terminate ends the workers)
+        release.wait(3)
+        real_terminate(pool)
+
+    monkeypatch.setattr(owt, "write_tokens", interrupted)
+    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", hangs)
+    joined = []  # a pool whose terminate hangs must not be joined (that waits on the same stuck thread)
+    monkeypatch.setattr(multiprocessing.pool.Pool, "join", lambda pool: joined.append(pool))
+    monkeypatch.setattr(owt, "terminate_pool", lambda pool: atomic_files.terminate_pool(pool, timeout=0.2),
+                        raising=False)
+    t0 = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        owt.prepare(out_dir=tmp_path / "o", files=files, num_proc=2, val_fraction=0.1, chunk_docs=2,
+                    ranks_file=str(gpt2_ranks_file))
+    elapsed = time.time() - t0
+    release.set()  # let the stand-in's terminate end the workers now
+    assert elapsed < 2.5, elapsed
+    assert joined == []
+    assert not list((tmp_path / "o").glob("*.tmp*"))
+
+
 @pytest.mark.parametrize("texts", [[], ["one document"], ["", ""]])
 def test_openwebtext_too_few_documents_or_tokens(texts, tmp_path, gpt2_ranks_file):
     src = tmp_path / "docs.jsonl"
@@ -850,3 +892,289 @@ def test_split_loss_sums_in_float64(tmp_path):
             return None, losses[self.calls - 1]
     got = split_loss(KnownLosses(), str(path), 1, 1, len(losses), False, torch.device("cpu"))
     assert got == pytest.approx(math.fsum(losses.double().tolist()) / len(losses), rel=1e-12, abs=0)
+
+
+# -----------------------------------------------------------------------------
+# second mutation audit: progress, chunking, messages, what a re-run compares, meta.json, temp names, tokenizer
+
+
+def test_write_tokens_prints_progress_once_an_interval_and_a_final_line(tmp_path, gpt2_ranks_file, enc, monkeypatch,
+                                                                       capsys):
+    """The progress line (stderr; not a terminal here, so every 10 s) gives the percent of the total, the documents
+    and the tokens so far; its first line comes one interval after the start, then one an interval, and close() prints
+    the final one. prepare passes the documents' total (100.0% at the end) and prints each split's counts."""
+    import tokenizer
+    tokenizer.init_worker(str(gpt2_ranks_file))
+    clock = [1000.0]
+    monkeypatch.setattr(owt, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    docs = [("train", f"document {i}, with some words.") for i in range(8)]
+
+    def ticking():  # 4 s a document
+        for item in docs:
+            clock[0] += 4.0
+            yield item
+    owt.write_tokens(ticking(), {"train": tmp_path / "t.tmp", "val": tmp_path / "v.tmp"}, None, total=16, chunk_docs=1)
+    tokens = np.cumsum([len(enc.encode_ordinary(d)) + 1 for _, d in docs])
+    want = [f"tokenizing: {100 * k / 16:5.1f}% {k} docs (0 docs/s), {tokens[k - 1]:,} tokens, {4 * k}s"
+            for k in (3, 6, 8)]
+    assert capsys.readouterr().err.splitlines() == want
+    monkeypatch.undo()
+    files, _ = _write_docs(tmp_path)
+    meta = owt.prepare(out_dir=tmp_path / "o", files=files, num_proc=1, val_fraction=0.1,
+                       ranks_file=str(gpt2_ranks_file))
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-1].startswith("tokenizing: 100.0% 17 docs (")
+    assert err.splitlines()[-1].split("), ")[1].startswith(f"{meta['train_tokens'] + meta['val_tokens']:,} tokens, ")
+    for s in ("train", "val"):
+        assert f"{s}: {meta[f'{s}_documents']:,} documents, {meta[f'{s}_tokens']:,} tokens" in out.splitlines()
+
+
+def test_write_tokens_sends_chunks_of_chunk_docs_and_removes_its_files_when_stopped(tmp_path, gpt2_ranks_file):
+    """Each split's chunks hold chunk_docs documents (its last one the rest); an error or an interrupt in the middle
+    propagates and removes every temp file write_tokens made (its own clean-up, whoever calls it)."""
+    import tokenizer
+    tokenizer.init_worker(str(gpt2_ranks_file))
+    sizes = []
+
+    class Result:
+        def __init__(self, value):
+            self.value = value
+
+        def get(self):
+            return self.value
+
+    class Pool:
+        def apply_async(self, fn, args):
+            sizes.append(len(args[0]))
+            return Result(fn(*args))
+
+    docs = [("val" if i in (2, 5, 8) else "train", f"document {i}.") for i in range(10)]
+    tmps = {s: tmp_path / f"{s}.bin.tmp" for s in ("train", "val")}
+    counts = owt.write_tokens(iter(docs), tmps, Pool(), chunk_docs=3, max_inflight=8)
+    assert sizes == [3, 3, 3, 1] and counts["train"][1] == 7 and counts["val"][1] == 3
+    for exc in (KeyboardInterrupt, RuntimeError):
+        def stopped():
+            yield from docs[:5]
+            raise exc("stopped")
+        with pytest.raises(exc, match="stopped"):
+            owt.write_tokens(stopped(), tmps, Pool(), chunk_docs=2)
+        assert not list(tmp_path.iterdir())
+
+
+def test_local_file_errors_say_where_and_json_files_are_utf8(tmp_path):
+    """The position a bad file names is its own (the byte that is not UTF-8, the JSON error's line and column, the
+    list item's index from 0); a record that is not an object is a ValueError (not an AttributeError); .json and
+    .jsonl are read as UTF-8 (non-ASCII text intact, other bytes refused); only .txt/.jsonl/.json are documents."""
+    import re
+
+    def error(name, content):
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+        with pytest.raises(ValueError) as e:
+            list(owt.iter_local_documents([path]))
+        return str(e.value)
+
+    assert error("a.txt", b"ok \xe9 more") == (f"{tmp_path / 'a.txt'}: not UTF-8 text (invalid continuation byte "
+                                                f"at byte 3)")
+    line = '{"text": "x",}'
+    try:
+        json.loads(line)
+    except json.JSONDecodeError as e:
+        colno = e.colno
+    assert re.search(rf"b.jsonl:2: not a JSON object \(.* at column {colno}\)$",
+                     error("b.jsonl", '{"text": "fine"}\n' + line + "\n"))
+    assert re.search(r"c.json: not JSON \(.* at line 3, column 3\)$", error("c.json", '[\n  {"text": "a"},\n  oops\n]'))
+    assert "d.json[1]: expected an object with a string 'text' field" in error("d.json", '[{"text": "a"}, {"body": 1}]')
+    for record in ('"a bare string"', '["text"]'):
+        assert "e.jsonl:1: expected an object" in error("e.jsonl", record + "\n")
+    assert "f.jsonl: not UTF-8 text" in error("f.jsonl", b'{"text": "caf\xe9"}\n')
+    assert "g.json: not UTF-8 text" in error("g.json", b'[{"text": "caf\xe9"}]')
+    for name in ("notes.text", "UPPER.TXT"):
+        assert "unsupported file type" in error(name, "a document")
+    texts = ["café ünïcode ☃", "日本語のテキスト"]
+    (tmp_path / "h.json").write_text(json.dumps([{"text": t} for t in texts], ensure_ascii=False), encoding="utf-8")
+    assert list(owt.iter_local_documents([tmp_path / "h.json"])) == texts
+
+
+def test_a_rerun_tokenizes_again_after_a_damaged_meta_a_longer_token_file_or_another_file_order(tmp_path,
+                                                                                             gpt2_ranks_file,
+                                                                                             monkeypatch):
+    """A meta.json that is not JSON or not an object, a token file longer than meta.json records, or the same files
+    in another order (the documents' order, so the files' bytes, differ) is no complete earlier output: tokenized
+    again, not an error and not 'nothing to do'."""
+    files, _ = _write_docs(tmp_path)
+    kw = dict(num_proc=1, val_fraction=0.1, seed=3, ranks_file=str(gpt2_ranks_file))
+    out = tmp_path / "out"
+    first = owt.prepare(out_dir=out, files=files, **kw)
+    train = (out / "train.bin").read_bytes()
+    real, runs = owt.write_tokens, []
+    monkeypatch.setattr(owt, "write_tokens", lambda *a, **k: runs.append(1) or real(*a, **k))
+    for damage in ("{not json", "[]"):
+        (out / "meta.json").write_text(damage)
+        assert owt.prepare(out_dir=out, files=files, **kw) == first
+    with open(out / "val.bin", "ab") as f:
+        f.write(b"\0\0")
+    owt.prepare(out_dir=out, files=files, **kw)
+    assert runs == [1, 1, 1] and (out / "val.bin").stat().st_size == 2 * first["val_tokens"]
+    owt.prepare(out_dir=out, files=files[::-1], **kw)
+    assert runs == [1, 1, 1, 1] and (out / "train.bin").read_bytes() != train
+
+
+def test_openwebtext_meta_records_its_sources_split_and_temp_names(tmp_path, gpt2_ranks_file, monkeypatch):
+    """meta.json of --files: dataset 'local', every source file (resolved), the fraction and the seed, and the inputs
+    a re-run compares; the temp files carry the pid (a killed prepare's are then found stale) and a dead writer's
+    left beside the outputs are removed; a folder in --files says to give its files."""
+    import os
+    files, _ = _write_docs(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = out / f"val.bin.tmp.{_dead_pid()}"
+    dead.write_bytes(b"\0" * 6)
+    real, temps = owt.replace_together, []
+    monkeypatch.setattr(owt, "replace_together", lambda d, t, m: temps.extend(t.values()) or real(d, t, m))
+    meta = owt.prepare(out_dir=out, files=files, num_proc=1, val_fraction=0.1, seed=3, ranks_file=str(gpt2_ranks_file))
+    resolved = [str(Path(f).resolve()) for f in files]
+    assert meta["dataset"] == "local" and meta["sources"] == resolved
+    assert (meta["val_fraction"], meta["seed"]) == (0.1, 3) and not dead.exists()
+    assert [s["path"] for s in meta["inputs"]["sources"]] == resolved and meta["inputs"]["seed"] == 3
+    assert sorted(Path(t).name for t in temps) == [f"train.bin.tmp.{os.getpid()}", f"val.bin.tmp.{os.getpid()}"]
+    with pytest.raises(FileNotFoundError, match=r"is a folder: give its files \(e\.g\. .*\*\.jsonl\)"):
+        owt.prepare(out_dir=out, files=[tmp_path], num_proc=1, ranks_file=str(gpt2_ranks_file))
+
+
+def test_openwebtext_hf_meta_and_an_empty_split(tmp_path, gpt2_ranks_file, monkeypatch):
+    """HF's path records its source (in the inputs a re-run compares too), the fraction and the seed; a split that
+    HF's train_test_split left without a document is a ValueError (an empty val.bin is a file train.py refuses)."""
+    class Split:
+        def __init__(self, texts):
+            self.texts = texts
+
+        def __len__(self):
+            return len(self.texts)
+
+        def iter(self, batch_size):
+            yield {"text": self.texts}
+
+    class Dataset(Split):
+        def train_test_split(self, test_size, seed, shuffle):
+            return {"train": Split(self.texts[n_val:]), "test": Split(self.texts[:n_val])}
+
+    texts = [f"web page number {i}." for i in range(4)]
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=lambda name, num_proc: {
+        "train": Dataset(texts)}))
+    n_val = 1
+    meta = owt.prepare(out_dir=tmp_path / "a", num_proc=1, val_fraction=0.25, seed=9, ranks_file=str(gpt2_ranks_file))
+    assert meta["inputs"]["sources"] == ["hf:openwebtext"] and (meta["val_fraction"], meta["seed"]) == (0.25, 9)
+    n_val = 0
+    with pytest.raises(ValueError, match="the val split has no tokens"):
+        owt.prepare(out_dir=tmp_path / "b", num_proc=1, ranks_file=str(gpt2_ranks_file))
+    assert not list((tmp_path / "b").glob("*.bin*"))
+
+
+def test_openwebtext_out_dir_that_is_a_file_is_one_line(tmp_path, gpt2_ranks_file):
+    import subprocess
+    (tmp_path / "a.txt").write_text("one document")
+    (tmp_path / "out").write_text("a file")
+    r = subprocess.run([sys.executable, "-m", "data.openwebtext.prepare", "--out_dir", str(tmp_path / "out"),
+                        "--tokenizer", str(gpt2_ranks_file), "--files", str(tmp_path / "a.txt")],
+                       capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode != 0 and r.stderr.strip() == f"error: --out_dir {tmp_path / 'out'} is a file, not a folder"
+
+
+def test_shakespeare_bounds_messages_temp_names_and_an_interrupted_download(tmp_path, gpt2_ranks_file, monkeypatch):
+    """Too little text counts characters (10 pass, 9 two-byte ones do not); a file not UTF-8 names the byte; a given
+    --input that is missing is its own error (not the environment variable's, which names a file that exists); the
+    temp files carry the pid; a download interrupted while written leaves no input.txt (a re-run would take a part
+    for the text)."""
+    import io
+    import os
+    kw = dict(ranks_file=str(gpt2_ranks_file))
+    src = tmp_path / "in.txt"
+    src.write_text("é" * 9, encoding="utf-8")
+    with pytest.raises(ValueError, match="holds 9 characters"):
+        shakespeare.prepare(input_path=src, out_dir=tmp_path / "a", **kw)
+    src.write_text("0123456789")
+    real, temps = shakespeare.replace_together, []
+    monkeypatch.setattr(shakespeare, "replace_together", lambda d, t, m: temps.extend(t.values()) or real(d, t, m))
+    assert shakespeare.prepare(input_path=src, out_dir=tmp_path / "b", **kw)["val_chars"] == 1
+    assert sorted(Path(t).name for t in temps) == [f"train.bin.tmp.{os.getpid()}", f"val.bin.tmp.{os.getpid()}"]
+    src.write_bytes(b"abc\xe9 and more text")
+    with pytest.raises(ValueError, match=r"in.txt is not UTF-8 text \(invalid continuation byte at byte 3\)"):
+        shakespeare.prepare(input_path=src, out_dir=tmp_path / "c", **kw)
+    src.write_text("a text from the environment variable")
+    monkeypatch.setenv("TUCKER_SHAKESPEARE_TXT", str(src))
+    with pytest.raises(FileNotFoundError) as e:
+        shakespeare.prepare(input_path=tmp_path / "missing.txt", out_dir=tmp_path / "d", **kw)
+    assert "TUCKER_SHAKESPEARE_TXT" not in str(e.value) and "missing.txt" in str(e.value)
+    monkeypatch.delenv("TUCKER_SHAKESPEARE_TXT")
+    monkeypatch.setattr(shakespeare.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"x" * 1000))
+    real_write = Path.write_bytes
+
+    def killed_midway(self, data):
+        real_write(self, data[:100])
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Path, "write_bytes", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        shakespeare.prepare(out_dir=tmp_path / "e", **kw)
+    monkeypatch.setattr(Path, "write_bytes", real_write)
+    assert list((tmp_path / "e").iterdir()) == []
+
+
+def test_tokenizer_paths_and_ranks_lines(gpt2_ranks_file, tmp_path, monkeypatch):
+    """A relative ranks path is the file in the current folder now (not a cached one of another folder); an empty
+    ranks_file falls back to TUCKER_GPT2_TIKTOKEN; a folder is no ranks file; a rank that is not an integer is a bad
+    line, shown cut to 60 bytes; any failure of tiktoken's download (not only OSError) says to set the variable."""
+    import os
+
+    import tiktoken
+
+    import tokenizer
+    lines = gpt2_ranks_file.read_bytes().splitlines(keepends=True)
+    hello, world = 31373, 995
+    swapped = list(lines)
+    swapped[hello], swapped[world] = (lines[hello].split()[0] + b" %d\n" % world,
+                                      lines[world].split()[0] + b" %d\n" % hello)
+    for name, content in (("a", swapped), ("b", lines)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "gpt2.tiktoken").write_bytes(b"".join(content))
+    tokenizer._encoding_from_ranks.cache_clear()
+    try:
+        monkeypatch.chdir(tmp_path / "a")
+        assert get_gpt2_encoding("gpt2.tiktoken").encode("hello world") == [world, hello]
+        monkeypatch.chdir(tmp_path / "b")
+        assert get_gpt2_encoding("gpt2.tiktoken").encode("hello world") == [hello, world]
+        monkeypatch.setenv("TUCKER_GPT2_TIKTOKEN", str(tmp_path / "a" / "gpt2.tiktoken"))
+        assert get_gpt2_encoding("").encode("hello world") == [world, hello]
+        with pytest.raises(FileNotFoundError, match="GPT-2 ranks file not found: .*TUCKER_GPT2_TIKTOKEN"):
+            get_gpt2_encoding(str(tmp_path / "a"))
+        bad = tmp_path / "bad.tiktoken"
+        bad.write_bytes(lines[0].split()[0] + b" 0.0\n" + b"".join(lines[1:]))
+        with pytest.raises(ValueError, match=rf"{bad}, line 1: not a `base64\(token\) rank` line"):
+            get_gpt2_encoding(str(bad))
+        bad.write_bytes(b"QUJD " + b"9" * 500 + b"x\n")
+        with pytest.raises(ValueError) as e:
+            get_gpt2_encoding(str(bad))
+        assert str(e.value).endswith(repr(b"QUJD " + b"9" * 55))
+    finally:
+        tokenizer._encoding_from_ranks.cache_clear()
+
+    def broken(name):
+        raise ValueError("hash mismatch")
+    monkeypatch.delenv("TUCKER_GPT2_TIKTOKEN")
+    monkeypatch.setattr(tiktoken, "get_encoding", broken)
+    with pytest.raises(RuntimeError, match="ValueError: hash mismatch.*set TUCKER_GPT2_TIKTOKEN="):
+        get_gpt2_encoding()
+    assert os.getcwd() == str(tmp_path / "b")
+
+
+def test_init_worker_in_the_main_process_keeps_its_sigterm_handler(gpt2_ranks_file):
+    """In-process tokenizing (num_proc=1) calls init_worker in prepare's own process: SIGTERM stays the interrupt that
+    runs the clean-up (only a pool's worker puts the default back)."""
+    import signal
+
+    import tokenizer
+    from atomic_files import interrupt_on_sigterm
+    with interrupt_on_sigterm():
+        inside = signal.getsignal(signal.SIGTERM)
+        tokenizer.init_worker(str(gpt2_ranks_file))
+        assert signal.getsignal(signal.SIGTERM) is inside

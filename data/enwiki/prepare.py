@@ -41,7 +41,7 @@ from pathlib import Path
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.enwiki.prepare ...")
 from atomic_files import (interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
-                          worker_pool, write_json)
+                          terminate_pool, worker_pool, write_json)
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -246,15 +246,16 @@ def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, 
                       f"{' (= README)' if full else ''}, {stats['seconds']:.1f}s")
         ok = True
     finally:
+        if not ok:  # leave no partial output: both splits are renamed into place, or neither (first: a terminate
+            for t in tmps.values():  # that hangs must not leave them)
+                t.unlink(missing_ok=True)
         if pool is not None:
             if ok:
                 pool.close()
-            else:  # an error or an interrupt: the workers' results will never be read, do not wait for them
-                pool.terminate()
-            pool.join()
-        if not ok:  # leave no partial output: both splits are renamed into place, or neither
-            for t in tmps.values():
-                t.unlink(missing_ok=True)
+                pool.join()
+            else:  # an error or an interrupt: the workers' results will never be read, do not wait for them;
+                terminate_pool(pool)  # bounded (CPython's terminate can hang on a chunk larger than the pipe's
+                # buffer), and then no join
     meta["seconds"] = round(time.time() - t_all, 2)
     # meta.json with the new lengths first, then both renames: evaluate.check_token_file refuses a pair that an
     # interrupt left half replaced
@@ -305,13 +306,12 @@ def _map_in_workers(fn, jobs) -> list:
     pool = worker_pool(len(jobs))
     try:
         out = pool.map(fn, jobs)
-        pool.close()
-        return out
     except BaseException:
-        pool.terminate()
+        terminate_pool(pool)  # bounded, as the tokenizing pool's; then no join
         raise
-    finally:
-        pool.join()
+    pool.close()
+    pool.join()
+    return out
 
 
 def _recorded_meta(bin_dir: Path):

@@ -33,7 +33,8 @@ import numpy as np
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.openwebtext.prepare ...")
-from atomic_files import interrupt_on_sigterm, remove_stale_outputs, replace_together, worker_pool  # noqa: E402
+from atomic_files import (interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
+                          terminate_pool, worker_pool)
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -328,10 +329,11 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
         # old pair, or a pair that evaluate.check_token_file refuses against meta.json: never one read mixed)
         replace_together(out_dir, tmps, meta)
     except BaseException:
-        if pool is not None:
-            pool.terminate()  # an interrupt must not wait on workers that will never report
-        for tmp in tmps.values():
+        for tmp in tmps.values():  # first: a terminate that hangs must not leave them
             tmp.unlink(missing_ok=True)
+        if pool is not None:  # an interrupt must not wait on workers that will never report
+            terminate_pool(pool)  # bounded (CPython's can hang), and then no close and join
+            pool = None
         raise
     finally:
         if pool is not None:
