@@ -44,6 +44,32 @@ def small_data(tmp_path) -> Path:
 
 
 @pytest.fixture
+def hanging_pool_terminate(monkeypatch):
+    """CPython's Pool.terminate hanging (python/cpython#73945), as a stand-in: terminate waits 3 s (or until the test
+    sets the returned event), then ends the workers for real; Pool.join only records its pool (a pool whose terminate
+    hangs must not be joined: that waits on the same stuck thread). Returns (joined, release); a module's
+    terminate_pool under test is given a 0.2 s limit with the `bounded(module)` the fixture also returns."""
+    import multiprocessing.pool
+    import threading
+
+    import atomic_files
+    real_terminate, release, joined = multiprocessing.pool.Pool.terminate, threading.Event(), []
+
+    def hangs(pool):
+        release.wait(3)
+        real_terminate(pool)
+
+    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", hangs)
+    monkeypatch.setattr(multiprocessing.pool.Pool, "join", lambda pool: joined.append(pool))
+
+    def bounded(module):  # raising=False: the code before terminate_pool did not import it
+        monkeypatch.setattr(module, "terminate_pool", lambda pool: atomic_files.terminate_pool(pool, timeout=0.2),
+                            raising=False)
+    yield joined, release, bounded
+    release.set()  # the stand-in's terminates end their workers now
+
+
+@pytest.fixture
 def processes_running():
     """processes_running(*words): the pids of live processes whose command line holds those words in a row."""
     def find(*words: str) -> list:

@@ -207,18 +207,17 @@ def test_openwebtext_interrupted_keeps_the_old_pair(num_proc, tmp_path, gpt2_ran
     assert len(terminated) == (num_proc > 1)  # the pool's workers stopped, not waited for (close and join)
 
 
-def test_an_interrupted_prepare_does_not_wait_on_a_pool_terminate_that_hangs(tmp_path, gpt2_ranks_file, monkeypatch):
+def test_an_interrupted_prepare_does_not_wait_on_a_pool_terminate_that_hangs(tmp_path, gpt2_ranks_file, monkeypatch,
+                                                                           hanging_pool_terminate):
     """CPython's Pool.terminate can hang for ever (its task handler blocked writing a task no worker will read:
     python/cpython#73945; seen in 1 kill of ~50 of a prepare, which then never exited): an interrupted prepare
     removes its temp files first and waits on the terminate a bounded time (atomic_files.terminate_pool), then
     raises the interrupt; it neither joins the pool nor blocks."""
-    import multiprocessing.pool
-    import threading
     import time
 
-    import atomic_files
+    joined, release, bounded = hanging_pool_terminate
     files, _ = _write_docs(tmp_path)
-    real_write, real_terminate, release = owt.write_tokens, multiprocessing.pool.Pool.terminate, threading.Event()
+    real_write = owt.write_tokens
 
     def interrupted(docs, tmps, pool, **k):
         def cut():
@@ -228,16 +227,8 @@ def test_an_interrupted_prepare_does_not_wait_on_a_pool_terminate_that_hangs(tmp
                 yield item
         return real_write(cut(), tmps, pool, **k)
 
-    def hangs(pool):  # CPython's hang, for 3 s (then the real terminate ends the workers)
-        release.wait(3)
-        real_terminate(pool)
-
     monkeypatch.setattr(owt, "write_tokens", interrupted)
-    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", hangs)
-    joined = []  # a pool whose terminate hangs must not be joined (that waits on the same stuck thread)
-    monkeypatch.setattr(multiprocessing.pool.Pool, "join", lambda pool: joined.append(pool))
-    monkeypatch.setattr(owt, "terminate_pool", lambda pool: atomic_files.terminate_pool(pool, timeout=0.2),
-                        raising=False)
+    bounded(owt)
     t0 = time.time()
     with pytest.raises(KeyboardInterrupt):
         owt.prepare(out_dir=tmp_path / "o", files=files, num_proc=2, val_fraction=0.1, chunk_docs=2,

@@ -301,18 +301,16 @@ def test_pack_refuses_a_pair_half_replaced_by_an_interrupted_prepare(tmp_path, t
     assert enwiki.main(["--pack", str(tmp_path / "carry"), "--out_dir", str(out)]) == 0
 
 
-def test_an_interrupted_prepare_does_not_wait_on_a_pool_terminate_that_hangs(tmp_path, gpt2_ranks_file, monkeypatch):
+def test_an_interrupted_prepare_does_not_wait_on_a_pool_terminate_that_hangs(tmp_path, gpt2_ranks_file, monkeypatch,
+                                                                           hanging_pool_terminate):
     """As OpenWebText's (tests/test_data.py): CPython's Pool.terminate can hang for ever on a task larger than the
     pipe's buffer (enwiki's chunks are 1 MB), so an interrupted tokenizing removes its temp files first and waits on
     the terminate a bounded time (atomic_files.terminate_pool), never joining the pool; the interrupt comes out."""
-    import multiprocessing.pool
-    import threading
     import time
 
-    import atomic_files
+    joined, release, bounded = hanging_pool_terminate
     src = _write_src(tmp_path / "src", xz=False)
-    real_tokenize, real_terminate, release = enwiki.tokenize_to_file, multiprocessing.pool.Pool.terminate, \
-        threading.Event()
+    real_tokenize = enwiki.tokenize_to_file
 
     def interrupted(articles, path, pool, split, **kwargs):
         if split == "val":  # train.bin's temp file written, val's begun
@@ -320,16 +318,8 @@ def test_an_interrupted_prepare_does_not_wait_on_a_pool_terminate_that_hangs(tmp
             raise KeyboardInterrupt
         return real_tokenize(articles, path, pool, split, **kwargs)
 
-    def hangs(pool):  # CPython's hang, for 3 s (then the real terminate ends the workers)
-        release.wait(3)
-        real_terminate(pool)
-
     monkeypatch.setattr(enwiki, "tokenize_to_file", interrupted)
-    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", hangs)
-    joined = []  # a pool whose terminate hangs must not be joined (that waits on the same stuck thread)
-    monkeypatch.setattr(multiprocessing.pool.Pool, "join", lambda pool: joined.append(pool))
-    monkeypatch.setattr(enwiki, "terminate_pool", lambda pool: atomic_files.terminate_pool(pool, timeout=0.2),
-                        raising=False)
+    bounded(enwiki)
     t0 = time.time()
     with pytest.raises(KeyboardInterrupt):
         enwiki.prepare(src=str(src), out_dir=tmp_path / "out", num_proc=2, ranks_file=str(gpt2_ranks_file),
