@@ -136,13 +136,43 @@ def worker_pool(processes: int, initializer=None, initargs=()):
         signal.signal(signal.SIGTERM, previous)
 
 
+def stop_pool(pool) -> None:
+    """pool.terminate() for an error or an interrupt, one that cannot hang on a worker the same signal already ended.
+    A SIGTERM to the whole process group (`kill -TERM -- -PGID`, a scheduler's stop) ends the workers at once (SIGTERM
+    at its default: worker_pool); an idle worker waits for its next task holding the task queue's read lock (one
+    writing its result, the result queue's write lock), and with its process gone nothing releases it: terminate()
+    waited for that lock forever (seen: both prepares hung so). So the pool's worker handler is stopped first (no
+    replacement workers: one forked now would hold the parent's SIGTERM handler, and could lose terminate()'s signal),
+    every worker is killed (their results are never read), the locks a dead worker held are released, then
+    terminate(). Pool's private attributes: where one is missing (another Python), just terminate()."""
+    import multiprocessing.pool as mpool
+    handler, notifier = getattr(pool, "_worker_handler", None), getattr(pool, "_change_notifier", None)
+    queues = getattr(pool, "_inqueue", None), getattr(pool, "_outqueue", None)
+    if handler is not None and notifier is not None and None not in queues and hasattr(pool, "_pool"):
+        handler._state = mpool.TERMINATE
+        notifier.put(None)
+        if handler is not threading.current_thread():
+            handler.join()
+        for p in list(pool._pool):
+            if p.exitcode is None:
+                p.kill()
+            p.join()
+        for lock in (queues[0]._rlock, queues[1]._wlock):
+            if lock is not None:
+                try:
+                    lock.release()  # held by a dead worker (every worker is dead now: no live holder is robbed)
+                except ValueError:  # not held
+                    pass
+    pool.terminate()
+
+
 def terminate_pool(pool, timeout: float = 10.0) -> bool:
-    """pool.terminate() that stops waiting after `timeout` s; True if it finished. CPython's own can hang for ever
-    (python/cpython#73945, #78178): its task handler, caught writing a task larger than the pipe's buffer (a chunk of
-    documents) while terminate drains the pipe holding the workers' read lock, blocks once the workers are gone, and
-    terminate joins it (seen: 1 kill in ~50 of a prepare, which then hung instead of exiting). The workers are ended
-    before that join; the stuck thread is a daemon, left behind. Never pool.join() a pool this gave up on."""
-    t = threading.Thread(target=pool.terminate, name="terminate_pool", daemon=True)
+    """stop_pool(pool) that stops waiting after `timeout` s; True if it finished. What stop_pool cannot prevent can
+    still hang for ever (python/cpython#73945, #78178): terminate's task handler, caught writing a task larger than
+    the pipe's buffer (a chunk of documents), blocks once the workers are gone, and terminate joins it (seen: 1 kill in
+    ~50 of a prepare, which then hung instead of exiting). The workers are ended before that join; the stuck thread
+    is a daemon, left behind. Never pool.join() a pool this gave up on."""
+    t = threading.Thread(target=stop_pool, args=(pool,), name="terminate_pool", daemon=True)
     t.start()
     t.join(timeout)
     return not t.is_alive()

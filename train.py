@@ -777,7 +777,11 @@ def open_outputs(run: Run) -> None:
           f"{env.world} process(es){' (FSDP)' if env.fsdp else ''}")
     if cfg["wandb_log"]:  # first: a wandb that cannot start (no API key, offline without WANDB_MODE) is one line
         # before the folder is touched (it was raised after an earlier run's checkpoint had been set aside)
-        import wandb  # noqa: lazy, optional
+        try:
+            import wandb  # noqa: lazy, optional
+        except ImportError:
+            fail("wandb_log=True, but wandb is not installed: pip install wandb (requirements.txt pins it), or give "
+                 "--wandb_log=False")
         try:
             wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
         except Exception as e:  # wandb raises its own kinds (UsageError, CommError, ...)

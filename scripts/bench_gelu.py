@@ -113,6 +113,8 @@ def main(argv=None):
     p.add_argument("--name", default="bench_gelu")
     args = p.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():  # torch's "not compiled with CUDA" traceback came later
+        raise SystemExit("No CUDA device: run with --device cpu --shapes 64x32 --calls 1 --repeats 1 for a smoke test")
     cuda = device.type == "cuda"
     info = run_info(args, device, argv, "scripts.bench_gelu")
     gen = torch.Generator(device=device).manual_seed(0)

@@ -111,6 +111,8 @@ def main(argv=None):
     p.add_argument("--name", default="bench_loss")
     args = p.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():  # torch's "not compiled with CUDA" traceback came later
+        raise SystemExit("No CUDA device: run with --device cpu --shapes 32x100 --iters 1 --d_model 8 for a smoke test")
     info = run_info(args, device, argv, "scripts.bench_loss")
     clock = Clock(device)
     gen = torch.Generator(device=device).manual_seed(0)

@@ -78,6 +78,8 @@ def main(argv=None):
     p.add_argument("--name", default="bench_mla_rope")
     args = p.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():  # torch's "not compiled with CUDA" traceback came later
+        raise SystemExit("No CUDA device: run with --device cpu --shapes 2x16 --calls 1 --repeats 1 for a smoke test")
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     nH, dH, dR = args.heads, args.head_dim, args.rope_dim

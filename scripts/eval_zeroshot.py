@@ -48,11 +48,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import lm_eval
-from lm_eval.api.model import LM
-from lm_eval.api.registry import register_model
-from lm_eval.tasks import TaskManager
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+try:
+    import lm_eval
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+except ImportError as e:  # one line, not a traceback (--help too: the wrapper class below is lm-eval's LM)
+    sys.exit(f"error: scripts.eval_zeroshot needs lm-evaluation-harness ({e}): pip install lm_eval "
+             f"(the version requirements.txt pins), or pip install -r requirements.txt")
 
 REPO = Path(__file__).resolve().parents[1]
 if not __package__:  # run as a file, the repository's modules are not importable

@@ -139,6 +139,11 @@
 #  --tokenizer ../shared/tokenizers/gpt2.tiktoken --out_dir .carry/shakespeare).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -h|--help) sed -n '2,/^set -uo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
+if ! command -v nvidia-smi >/dev/null; then  # it printed nvidia-smi's "command not found" twice and exited 0
+    echo "error: no NVIDIA GPU here (nvidia-smi not found): gpu_session.sh is one sitting on a lent GPU machine; on a CPU run the tests (python -m pytest -q tests)" >&2
+    exit 2
+fi
 OUT=${OUT:-out-gpu}
 WORK=${WORK:-out-gpu-session}
 mkdir -p "$OUT" "$WORK/bench"

@@ -17,6 +17,11 @@
 #   ez                    eval_zeroshot's TuckerLM on CUDA, float32 and bfloat16 (skipped where lm_eval is missing)
 set -u
 PY=${PY:-python3}
+case "${1:-}" in -h|--help) sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
+if ! $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then  # 16 failed steps said less
+    echo "error: no CUDA device here (torch.cuda.is_available() is False): gpu_smoke.sh runs the CUDA-only paths on a GPU; on a CPU run the tests (python -m pytest -q tests)" >&2
+    exit 2
+fi
 A=${OUT:?set OUT}/smoke; mkdir -p "$A"; : > "$A/rc.txt"
 r() { local n=$1; shift; timeout "${STEP_TIMEOUT:-150}" "$@" > "$A/$n.out" 2> "$A/$n.err"; echo "$n rc=$?" | tee -a "$A/rc.txt"; }
 r prepare $PY -m data.shakespeare.prepare --out_dir "$A/data"

@@ -974,3 +974,16 @@ def test_generate_profile_is_per_token(monkeypatch):
     assert (prof["calls_per_step"], prof["kernel_ms_per_step"], prof["step_ms"], prof["busy_pct"]) == pytest.approx(
         (1.0, 0.1, 0.5, 20.0))
     assert prof["tokens"] == 8 and prof["source"] == "cpu"
+
+
+@pytest.mark.parametrize("name", ["bench_gelu", "bench_loss", "bench_mla_rope"])
+def test_kernel_benches_without_cuda_say_so_in_one_line(name, monkeypatch):
+    """At their default --device=cuda on a machine without a GPU, scripts.bench_gelu / bench_loss / bench_mla_rope
+    stop with one line naming the CPU smoke test (as bench_sample and bench_attention do), before any tensor is made:
+    they raised torch's "Torch not compiled with CUDA enabled" traceback."""
+    import importlib
+    bench = importlib.import_module(f"scripts.{name}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        bench.main([])
+    assert str(e.value.code).startswith("No CUDA device: run with --device cpu"), e.value.code

@@ -240,6 +240,43 @@ def test_an_interrupted_prepare_does_not_wait_on_a_pool_terminate_that_hangs(tmp
     assert not list((tmp_path / "o").glob("*.tmp*"))
 
 
+def test_openwebtext_interrupt_after_its_workers_were_killed_does_not_hang(tmp_path, gpt2_ranks_file, monkeypatch):
+    """A SIGTERM to the whole process group (`kill -TERM -- -PGID`, a scheduler's stop) ends the idle workers at once,
+    one of them holding the task queue's lock; the prepare's KeyboardInterrupt then stopped the pool with
+    pool.terminate(), which waited for that lock forever. It now ends at once (atomic_files.stop_pool)."""
+    import os
+    import signal
+    import threading
+    import time
+    files, _ = _write_docs(tmp_path)
+    real = owt.write_tokens
+
+    def group_sigterm(docs, tmps, pool, **k):
+        workers = list(pool._pool)
+        pool.map(abs, range(4), chunksize=1)  # the workers started; now idle, one waiting in the queue's lock
+        for p in workers:
+            os.kill(p.pid, signal.SIGTERM)
+        deadline = time.time() + 5
+        while any(p.exitcode is None for p in workers) and time.time() < deadline:
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(owt, "write_tokens", group_sigterm)
+    raised = []
+
+    def run():
+        try:
+            owt.prepare(out_dir=tmp_path / "o", files=files, num_proc=2, val_fraction=0.1,
+                        ranks_file=str(gpt2_ranks_file))
+        except KeyboardInterrupt:
+            raised.append(True)
+    t = threading.Thread(target=run, daemon=True)  # daemon: a hang fails the test instead of holding the run
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive(), "the prepare hung stopping a pool whose workers a signal had ended"
+    assert raised == [True] and not list((tmp_path / "o").glob("*.tmp*"))
+
+
 @pytest.mark.parametrize("texts", [[], ["one document"], ["", ""]])
 def test_openwebtext_too_few_documents_or_tokens(texts, tmp_path, gpt2_ranks_file):
     src = tmp_path / "docs.jsonl"

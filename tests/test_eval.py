@@ -639,3 +639,16 @@ def test_evaluate_py_run_as_a_script_says_it_is_a_library():
     r = subprocess.run([sys.executable, str(repo / "evaluate.py"), "--out_dir=x"], capture_output=True, text=True,
                        cwd=repo, timeout=120)
     assert r.returncode == 2 and "is a library" in r.stderr and "--eval_only=True" in r.stderr, r.stderr
+
+
+def test_eval_zeroshot_without_lm_eval_says_what_to_install(monkeypatch):
+    """Without lm-evaluation-harness, python -m scripts.eval_zeroshot (its --help too: the model wrapper is lm-eval's
+    LM) is one `error:` line naming the package to install, not an ImportError traceback."""
+    import importlib
+    import sys
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # None: an import of it fails, as when it is not installed
+    monkeypatch.delitem(sys.modules, "scripts.eval_zeroshot", raising=False)
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module("scripts.eval_zeroshot")
+    msg = str(e.value.code)
+    assert msg.startswith("error: ") and "pip install lm_eval" in msg and "\n" not in msg, msg

@@ -38,3 +38,25 @@ def test_every_key_is_a_train_or_sample_key():
     assert {"out_dir", "decode", "temperature", "compile", "batch_size", "max_new_tokens"} <= sample_keys
     assert train_keys - set(train.DEFAULTS) == set()
     assert sample_keys - set(sample.DEFAULTS) == set()
+
+
+def test_on_a_machine_without_a_gpu_both_scripts_refuse_in_one_line(tmp_path):
+    """gpu_smoke.sh and gpu_session.sh on a CPU machine: one `error:` line and exit 2, nothing made under OUT or
+    WORK (gpu_smoke ran its 16 steps to 16 failures; gpu_session printed nvidia-smi's "command not found" and
+    exited 0); --help prints the header."""
+    import shutil
+    import sys
+
+    import pytest
+    import torch
+    if torch.cuda.is_available() or shutil.which("nvidia-smi"):
+        pytest.skip("a GPU machine: the scripts would run")
+    env = {"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "w")}
+    for script in ("gpu_smoke.sh", "gpu_session.sh"):
+        run = subprocess.run(["bash", str(ROOT / "scripts" / script), "tests"], capture_output=True, text=True, env=env,
+                             timeout=60)
+        assert run.returncode == 2 and run.stderr.startswith("error: no ") and run.stderr.count("\n") == 1, run
+        assert not list(tmp_path.iterdir()), script
+        usage = subprocess.run(["bash", str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True,
+                               env=env, timeout=60)
+        assert usage.returncode == 0 and "OUT=" in usage.stdout and "#" not in usage.stdout[:5], usage

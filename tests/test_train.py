@@ -369,6 +369,20 @@ def test_errors_come_before_the_note_on_an_earlier_run(data_dir, tmp_path, capsy
     assert (out / "ckpt.pt").exists()
 
 
+def test_wandb_log_without_wandb_installed_is_one_line(data_dir, tmp_path, capsys, monkeypatch):
+    """--wandb_log=True without wandb installed: one `error:` line saying what to install (exit 2), before the folder
+    is touched; it was a ModuleNotFoundError traceback."""
+    import train
+    monkeypatch.setitem(sys.modules, "wandb", None)  # None: an import of it fails, as when it is not installed
+    out = tmp_path / "w"
+    with pytest.raises(SystemExit) as e:
+        train.main([*TINY, *FAMILIES["mha"], f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=1",
+                    "--wandb_log=True"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error: wandb_log=True, but wandb is not installed: pip install wandb")
+    assert "\n" not in err and not (out / "ckpt.pt").exists(), err
+
+
 def test_a_wandb_that_cannot_start_touches_nothing(data_dir, tmp_path, capsys, monkeypatch):
     """wandb.init failing (no API key, say) is one line, before an earlier run's checkpoint is set aside and its log
     emptied (they were, and its resume then found no checkpoint)."""

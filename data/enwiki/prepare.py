@@ -79,7 +79,9 @@ def find_source(src_dir: Path, split: str) -> Path:
     for name in (f"{split}.txt", f"{split}.txt.xz"):
         if (src_dir / name).is_file():
             return src_dir / name
-    raise PrepareError(f"{src_dir} has neither {split}.txt nor {split}.txt.xz ({NO_SOURCE})")
+    raise PrepareError(f"{src_dir} has neither {split}.txt nor {split}.txt.xz: give the folder holding train.txt.xz and "
+                       f"val.txt.xz (the English Wikipedia subset shipped beside the checkout in ../shared/data/enwiki; "
+                       f"see data/enwiki/README.md)")
 
 
 def read_text(path: Path) -> bytes:
