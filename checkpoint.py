@@ -177,6 +177,10 @@ def checkpoint_path(path: str, ckpt: str = CKPT_NAME) -> str:
     return os.path.join(path, ckpt) if os.path.isdir(path) else path
 
 
+class NoCheckpointWritten(FileNotFoundError):
+    """No ckpt.pt in a run folder whose run was trained with save_checkpoint=False: the message says how to get one."""
+
+
 def read_checkpoint(path: str, keys=MODEL_KEYS) -> dict:
     """The checkpoint dict at `path` (a file, or a folder holding ckpt.pt), on the CPU. Raises
     FileNotFoundError (no file) or ValueError (empty, truncated, not a checkpoint, missing one of
@@ -184,11 +188,11 @@ def read_checkpoint(path: str, keys=MODEL_KEYS) -> dict:
     path = checkpoint_path(path)
     if not os.path.isfile(path):
         run = read_json(os.path.join(os.path.dirname(path), "config.json"))  # the run's resolved config
-        why = ""
         if isinstance(run, dict) and run.get("save_checkpoint") is False:  # a sweep's runs, by default
-            why = (f" (the run in {os.path.dirname(path) or '.'} was trained with save_checkpoint=False and wrote none: "
-                   "train it again with --save_checkpoint=True, in a sweep --save-checkpoints)")
-        raise FileNotFoundError(f"no checkpoint at {path}{why}")
+            raise NoCheckpointWritten(f"no checkpoint at {path} (the run in {os.path.dirname(path) or '.'} was trained "
+                                      "with save_checkpoint=False and wrote none: train it again with "
+                                      "--save_checkpoint=True, in a sweep --save-checkpoints)")
+        raise FileNotFoundError(f"no checkpoint at {path}")
     if os.path.getsize(path) == 0:
         raise ValueError(f"{path} is empty: not a checkpoint (an interrupted copy?)")
     try:

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 
 import torch
 
-from checkpoint import load_model
+from checkpoint import NoCheckpointWritten, load_model
 from configurator import check_device, help_requested, make_current, parse_config
 from model import NonFiniteLogits, check_compile_mode, check_decode
 from tokenizer import get_gpt2_encoding
@@ -124,9 +124,10 @@ def main(argv):
             fail(f"prompt file {path} is not UTF-8 text ({e.reason} at byte {e.start + mark})")
     try:
         model = load_model(cfg["out_dir"], cfg["ckpt"], device)
-    except FileNotFoundError as e:  # a run trained without checkpoints says so itself, and how to get one
-        fail(str(e) if "save_checkpoint=False" in str(e) else
-             f"{e}: train one first (python train.py ... --out_dir={cfg['out_dir']})")
+    except NoCheckpointWritten as e:  # the run was trained: the message says how to get a checkpoint
+        fail(str(e))
+    except FileNotFoundError as e:
+        fail(f"{e}: train one first (python train.py ... --out_dir={cfg['out_dir']})")
     except ValueError as e:
         fail(str(e))
     try:
