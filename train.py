@@ -61,13 +61,19 @@ SILENT_FAIL_DELAY_S = 2.0  # fail(): how long a process that does not print the 
 UNTIMED_ITERS = 5  # the first iterations of a (re)start (torch.compile, allocator warm-up) are not timed
 
 
+def says_for_node() -> bool:
+    """Whether this process prints a message every process of the job meets: one a node (LOCAL_RANK 0, or no
+    torchrun), as torchrun would otherwise show it once for each."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
 def fail(msg: str, says: Optional[bool] = None, code: int = 2):
     """A one-line error that says what to do: exit 2 for a bad key, file or checkpoint (before any work is done), 1
     for a run stopped in training. Every process exits; the line comes from one process a node (LOCAL_RANK 0, or no
     torchrun): the others meet the same key or file, and torchrun would print it once for each of them. `says`
     overrides that for an error that only some processes meet."""
     if says is None:
-        says = os.environ.get("LOCAL_RANK", "0") == "0"
+        says = says_for_node()
     if says:
         print(f"error: {msg}", file=sys.stderr)
     else:  # torchrun stops the other processes when one ends: the silent ones end later, not the one that says why
@@ -909,7 +915,7 @@ def train_loop(run: Run, timer: PhaseTimer, mfu: SteadyMFU):
 def say_interrupted(run: Run) -> None:
     """After a Ctrl-C: one line (from one process a node, as fail's) saying where the run stopped and how it goes
     on. The checkpoint on disk is whole whenever the interrupt came (atomic writes)."""
-    if os.environ.get("LOCAL_RANK", "0") != "0":
+    if not says_for_node():
         return
     if os.path.isfile(run.ckpt_path):
         how = (f"`python train.py <the same arguments> --init_from=resume` continues from its last checkpoint, "
