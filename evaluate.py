@@ -13,6 +13,8 @@ import json
 import math
 import os
 from contextlib import nullcontext
+from time import monotonic
+from typing import Optional
 
 import numpy as np
 import torch
@@ -21,6 +23,7 @@ from configurator import float64_device
 
 TOKEN_DTYPE = np.uint16
 CHUNK = 1 << 24  # tokens per read when scanning a file for its largest id (32 MB)
+PROGRESS_EVERY_S = 30.0  # split_loss's default interval between two progress reports
 
 
 def min_tokens(block_size: int) -> int:
@@ -106,7 +109,8 @@ class Batches:
 
 @torch.no_grad()
 def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: int, full: bool, device,
-               autocast=nullcontext(), seed: int = 0, rank: int = 0, world: int = 1, even: bool = False) -> float:
+               autocast=nullcontext(), seed: int = 0, rank: int = 0, world: int = 1, even: bool = False,
+               progress=None, progress_every_s: Optional[float] = None) -> float:
     """Token-mean loss of `model` on a token file: every non-overlapping block_size window in order
     (full=True, deterministic; the targets after the last whole window, fewer than block_size + 1 of
     them, are not scored: 218 of Shakespeare's 36,059 val tokens at block_size 256, every run alike),
@@ -114,7 +118,11 @@ def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: in
     (the same batches every call). Under DDP each rank takes every world-th batch and the sums
     are reduced, so every rank returns the same number. even=True (FSDP, where every forward
     all-gathers weights, a collective): every rank runs the same number of forwards; a rank with
-    no batch left reruns the first one and drops its result (the same batches, the same number)."""
+    no batch left reruns the first one and drops its result (the same batches, the same number).
+    progress: None, or a callable(done, total) called after a batch once progress_every_s seconds
+    (default PROGRESS_EVERY_S) have passed since the start or the last call, so that a long
+    evaluation (the whole split at a small block_size) is not silent; it reads the clock only,
+    never the device (no sync)."""
     batches = Batches(path, block_size, batch_size, seed=seed)
     if full:
         chunks = list(torch.arange(0, batches.n_tokens - block_size, block_size).split(batch_size))
@@ -127,6 +135,8 @@ def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: in
     at = float64_device(device)  # the device, or the CPU for MPS (no float64 there)
     total = torch.zeros(2, device=at, dtype=torch.float64)  # (sum of token losses, tokens)
     stop = rank + math.ceil(len(chunks) / world) * world if even else len(chunks)
+    every = PROGRESS_EVERY_S if progress_every_s is None else progress_every_s
+    said = monotonic()
     for j in range(rank, stop, world):
         X, Y = batches.get(chunks[j if j < len(chunks) else 0], device)
         with autocast:
@@ -134,6 +144,9 @@ def split_loss(model, path: str, block_size: int, batch_size: int, n_batches: in
         if j < len(chunks):
             total[0] += loss.to(at, torch.float64) * Y.numel()
             total[1] += Y.numel()
+        if progress is not None and monotonic() - said >= every:
+            progress(min(j + 1, len(chunks)), len(chunks))
+            said = monotonic()
     if world > 1:
         torch.distributed.all_reduce(total)
     model.train(was_training)

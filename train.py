@@ -579,9 +579,16 @@ def evaluate(run: Run) -> dict:
     """Mean loss on train (eval_iters random batches from a fixed generator: the same batches at
     every evaluation) and val (the same, or the whole split in order), over all ranks."""
     cfg, env = run.cfg, run.env
+
+    def said(split):  # a long evaluation (the whole val split at a small block_size: minutes) shows its progress
+        if not env.master:
+            return None
+        return lambda done, total: print(f"evaluating {split} at iter {run.state.iter_num}: batch {done} of {total}",
+                                         flush=True)
     losses = {split: split_loss(run.model, os.path.join(env.data_dir, f"{split}.bin"), run.raw_model.config.block_size,
                                 cfg["batch_size"], cfg["eval_iters"], split == "val" and cfg["eval_full_val"], env.device,
-                                env.autocast, seed=cfg["seed"] + 1, rank=env.rank, world=env.world, even=env.fsdp)
+                                env.autocast, seed=cfg["seed"] + 1, rank=env.rank, world=env.world, even=env.fsdp,
+                                progress=said(split))
               for split in ("train", "val")}
     if env.fsdp:  # a no-grad forward leaves the root group (embeddings, final norm) gathered: shard it again
         run.raw_model.reshard()

@@ -221,7 +221,7 @@ def main(argv=None):
     p.add_argument("--shapes", default="12x1024,64x256", help="comma-separated BxT")
     p.add_argument("--cat", default="pointwise", help="comma-separated of " + ", ".join(CAT_LOWERINGS)
                    + ": how inductor lowers torch.cat (each formulation runs once per value)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="cuda", help="cuda (default), or cpu with --tiny for a smoke test")
     p.add_argument("--tiny", action="store_true", help="a 32-wide layer (CPU smoke test)")
     p.add_argument("--compile", type=lambda s: s.lower() in ("1", "true", "yes"), default=None,
                    help="torch.compile the layer (default: on CUDA)")
@@ -233,6 +233,8 @@ def main(argv=None):
     p.add_argument("--name", default="bench_rope")
     args = p.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():  # was: full-size rows on the CPU, silent for minutes
+        raise SystemExit("no CUDA device: run with --device cpu --tiny for a smoke test")
     if args.compile is None:
         args.compile = device.type == "cuda"
     forms = [f.strip() for f in args.formulations.split(",") if f.strip()]

@@ -236,7 +236,8 @@ class Study:
     def full_val(self, model: GPT, dtype: str) -> float:
         return split_loss(model, os.path.join(self.args.data_dir, "val.bin"), model.config.block_size,
                           self.args.eval_batch_size, 0, full=True, device=self.device,
-                          autocast=autocast_for(self.device, dtype))
+                          autocast=autocast_for(self.device, dtype),
+                          progress=lambda done, total: self.say(f"  val loss: batch {done} of {total}"))
 
     def error_batch(self, block_size: int) -> torch.Tensor:
         b = Batches(os.path.join(self.args.data_dir, "val.bin"), block_size, 1, seed=0)

@@ -320,6 +320,8 @@ def main(argv=None):
     partial = args.limit is not None or sorted(tasks) != sorted(PAPER_TASKS) or args.ckpt != "ckpt.pt"  # any order
     path = Path(args.output) if args.output else Path(args.out_dir) / ("zeroshot.partial.json" if partial else
                                                                         "zeroshot.json")
+    if not Path(args.out_dir).is_dir():  # the run's folder itself is missing: say so (not "--output", not given)
+        ap.error(f"--out_dir {args.out_dir}: not a folder (the run's folder, holding {args.ckpt})")
     if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):  # now, not after hours of evaluation
         ap.error(f"--output {path}: its folder {path.parent} is not a writable folder")
     t0 = time.time()

@@ -140,6 +140,25 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in -h|--help) sed -n '2,/^set -uo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
+# every stage the loop below knows (tests/test_gpu_smoke.py checks this list against the loop's case labels): a
+# misspelt stage is refused before anything runs, not found after an hour of the stages before it
+STAGES="tests tests_loss loss_kernel train_output_code tests_step decode decode_compiled decode_autotune decode_llama
+decode_generate decode_profile_check kernel_narrow decode_linear_tune decode_pdl blas_train blas_decode
+decode_compiled_check decode_profile1 decode_profile32 decode_vs_base decode_vs_base_rope decode_vs_base_llama
+train_vs_base tests_graph_step train_graph_step train_master_all train_graph_autotune train_graph_rope train_loop
+train_inductor_knobs train_mix_order_on loop_gap_graph loop_gap_rounds variant_rounds master_multi mega tests_master
+master_weights train_sdpa_flash train_coordesc train_default qkv_split train_graphs_nanogpt train_graphs_all rope train
+train_graphs train_loss_chunk train_gpt2_loss_chunk train_llama_graph train_llama enwiki_convert=DEADLINE
+fastpath_curve mg_scaling mg_llama_table mg_resume mg_kill mg_fsdp enwiki=ROWS:BUDGET"
+[[ $# -gt 0 ]] || { echo "error: no stage given: OUT=\$OUT bash scripts/gpu_session.sh STAGE [STAGE ...] (--help lists them)" >&2; exit 2; }
+for st in "$@"; do
+    case $st in
+    enwiki_convert=*|enwiki=*) [[ -n ${st#*=} ]] && continue ;;
+    *) [[ " ${STAGES//$'\n'/ } " == *" $st "* && $st != *=* ]] && continue ;;
+    esac
+    echo "error: unknown stage '$st' (nothing run); the stages: ${STAGES//$'\n'/ }" >&2
+    exit 2
+done
 if ! command -v nvidia-smi >/dev/null; then  # it printed nvidia-smi's "command not found" twice and exited 0
     echo "error: no NVIDIA GPU here (nvidia-smi not found): gpu_session.sh is one sitting on a lent GPU machine; on a CPU run the tests (python -m pytest -q tests)" >&2
     exit 2
@@ -263,7 +282,6 @@ for st in "$@"; do
                                  --modes graph_merged --batches 1,32 --contexts 4096,16384) ;;
         decode_vs_base_llama) FA=(--suite llama1b --variants gqa8,tucker_32_64_64,tucker_32_128_64,mha,mla_sep128
                                   --modes graph,graph_merged --batches 1 --contexts 4096) ;;
-        *) echo "unknown stage $st"; continue ;;
         esac
         B="$PWD/$WORK/bench"
         stage ${st}_base bash -c "cd .carry/base && python3 -m scripts.bench_decode ${FA[*]} --out_dir $B --name ${st}_base"
@@ -472,7 +490,6 @@ for st in "$@"; do
             --gpus "$gpus" --results_dir out-enwiki/runs --time_budget "$budget" --save-checkpoints \
             > "$WORK/enwiki_sweep.log" 2>&1 &
         ENWIKI_PID=$! ;;
-    *) echo "unknown stage $st" ;;
     esac
 done
 

@@ -72,6 +72,9 @@ def test_cli_on_cpu(tmp_path):
     assert sep_p["rope_cost_pct"] == pytest.approx(100 * (sep_p["ms"] / none_p["ms"] - 1))
     assert sep_c["rope_cost_pct"] == pytest.approx(100 * (sep_c["ms"] / none_c["ms"] - 1))
     assert "| 2x16 | concat | separate |" in (tmp_path / "bench_rope.md").read_text()
+    if not torch.cuda.is_available():  # the default device is the GPU: no silent full-size rows on the CPU
+        with pytest.raises(SystemExit, match="^no CUDA device: run with --device cpu --tiny for a smoke test$"):
+            bench_rope.main([])
     with pytest.raises(SystemExit, match="--cat"):
         bench_rope.main(["--device", "cpu", "--tiny", "--cat", ","])  # no lowering named: refused, not an empty table
     with pytest.raises(SystemExit, match="unknown"):

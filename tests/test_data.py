@@ -277,6 +277,17 @@ def test_openwebtext_interrupt_after_its_workers_were_killed_does_not_hang(tmp_p
     assert raised == [True] and not list((tmp_path / "o").glob("*.tmp*"))
 
 
+@pytest.mark.parametrize("num_proc", [0, -1, 1.5, True])
+def test_openwebtext_refuses_a_worker_count_below_one(num_proc, tmp_path, gpt2_ranks_file):
+    """--num_proc 0 (or a negative or non-integer count): a ValueError naming the key before anything is read
+    or written, not a pool of no workers."""
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("one", "two")))
+    with pytest.raises(ValueError, match=r"^--num_proc=.*an integer of at least 1"):
+        owt.prepare(out_dir=tmp_path / "o", files=[src], num_proc=num_proc, ranks_file=str(gpt2_ranks_file))
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("texts", [[], ["one document"], ["", ""]])
 def test_openwebtext_too_few_documents_or_tokens(texts, tmp_path, gpt2_ranks_file):
     src = tmp_path / "docs.jsonl"
@@ -864,6 +875,25 @@ def test_split_loss_is_measured_without_dropout_and_leaves_the_mode_as_it_was(tm
     assert not model.training
     model.train()
     assert split_loss(model, path, 24, 2, 0, True, cpu) == expected and model.training
+
+
+def test_split_loss_reports_progress_on_a_long_evaluation_and_its_number_is_unchanged(tmp_path, monkeypatch):
+    """progress: called with (batches done, of how many) once progress_every_s has passed since the start or the
+    last call, never otherwise; the loss is the same number with or without it. (A clock that advances 10 s a
+    read, each call reading it twice: every second batch reports at a 15 s interval, every third at the default 30 s.)"""
+    import evaluate
+    model, path, cpu = _split_loss_setup(tmp_path)
+    quiet = evaluate.split_loss(model, path, 24, 2, 0, True, cpu)  # 400 tokens: 16 windows of 24, 8 batches
+    clock = iter(range(0, 10_000, 10))
+    monkeypatch.setattr(evaluate, "monotonic", lambda: next(clock))
+    calls = []
+    loss = evaluate.split_loss(model, path, 24, 2, 0, True, cpu, progress=lambda *a: calls.append(a),
+                               progress_every_s=15)
+    assert loss == quiet
+    assert calls == [(2, 8), (4, 8), (6, 8), (8, 8)]
+    calls.clear()
+    evaluate.split_loss(model, path, 24, 2, 0, True, cpu, progress=lambda *a: calls.append(a))
+    assert calls == [(3, 8), (6, 8)]
 
 
 def test_split_loss_with_no_batch_is_an_error_not_nan(tmp_path):

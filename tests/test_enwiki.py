@@ -200,6 +200,14 @@ def test_prepare_cli_errors(tmp_path, monkeypatch, capsys):
     assert enwiki.main(["--src", str(tmp_path / "train.txt.xz"), "--out_dir", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
     assert "is not a folder: give the folder holding train.txt.xz" in err and "no source given" not in err
+    src = tmp_path / "src"  # a good source, no worker to tokenize it: one line, nothing written
+    _write_src(src)
+    for bad in ("0", "-2"):
+        assert enwiki.main(["--src", str(src), "--out_dir", str(tmp_path / "n"), "--num_proc", bad]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err == f"error: --num_proc={bad}: the number of tokenizer processes, an integer of at least 1 (1 " \
+                      f"tokenizes in this process)"
+    assert not (tmp_path / "n").exists()
 
 
 def test_pack_unpack_roundtrip(tmp_path, tiny_data):

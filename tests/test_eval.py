@@ -406,7 +406,9 @@ def test_bad_options_are_one_line_before_the_evaluation(ez, tmp_path, gpt2_ranks
                               (["--device", "bogus"], "device='bogus' is unknown", 2),
                               (["--limit", "0"], "--limit", 2), (["--limit", "-3"], "--limit", 2),
                               (["--limit", "inf"], "--limit", 2), (["--limit", "nan"], "--limit", 2),
-                              (["--tasks", ","], "names no task", 2)]:
+                              (["--tasks", ","], "names no task", 2),
+                              (["--out_dir", str(tmp_path / "none")],  # argparse takes the later --out_dir
+                               f"--out_dir {tmp_path / 'none'}: not a folder (the run's folder, holding ckpt.pt)", 2)]:
         with pytest.raises(SystemExit) as e:
             ez.main(base + extra)
         err = capsys.readouterr().err

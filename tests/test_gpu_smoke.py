@@ -60,3 +60,35 @@ def test_on_a_machine_without_a_gpu_both_scripts_refuse_in_one_line(tmp_path):
         usage = subprocess.run(["bash", str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True,
                                env=env, timeout=60)
         assert usage.returncode == 0 and "OUT=" in usage.stdout and "#" not in usage.stdout[:5], usage
+
+
+def test_gpu_session_knows_each_stage_of_its_loop_and_refuses_any_other_before_running(tmp_path):
+    """gpu_session.sh's STAGES list is its loop's case labels (a stage added to the loop but not the list would be
+    refused; one in the list but not the loop would do nothing), and a misspelt stage, an empty enwiki budget or no
+    stage at all is refused with one `error:` line and exit 2 before any stage runs or anything is made (an unknown
+    stage used to print a line among the others' logs and exit 0 at the end)."""
+    import re
+    import sys
+    text = (ROOT / "scripts" / "gpu_session.sh").read_text()
+    listed = re.search(r'^STAGES="([^"]*)"', text, re.M).group(1).split()
+    loop = text[text.rindex('for st in "$@"; do\n    case $st in'):]  # the stages' loop, after the check's
+    labels = re.findall(r"^    ([A-Za-z0-9_=*|]+)\)", loop, re.M)
+    expanded = []
+    for label in labels:
+        if label == "decode_vs_base*":  # its own case below names the three
+            expanded += re.findall(r"^        (decode_vs_base\w*)\)", loop, re.M)
+        else:
+            expanded.append(label.replace("=*", "="))
+    assert sorted(expanded) == sorted(re.sub(r"=.*", "=", s) for s in listed)
+    assert len(listed) == len(set(listed)) == 59
+    env = {"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "w")}
+    for args, said in ((["tests", "decod"], "error: unknown stage 'decod' (nothing run); the stages: tests "),
+                       (["enwiki="], "error: unknown stage 'enwiki='"), (["enwiki_convert=DEADLINE2x", "tests"], None),
+                       ([], "error: no stage given")):
+        run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), *args], capture_output=True,
+                             text=True, env=env, timeout=60)
+        if said is None:  # a stage with a value is accepted here (the GPU check or the stage judges the value)
+            assert "unknown stage" not in run.stderr, run
+            continue
+        assert run.returncode == 2 and run.stderr.startswith(said) and run.stderr.count("\n") == 1, run
+        assert not list(tmp_path.iterdir()), args

@@ -71,8 +71,9 @@ def test_each_family_learns(family, data_dir, tmp_path):
     assert summary["git_commit"] and summary["kv_values_per_token_per_layer"] > 0
 
 
-def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
-    """eval_full_val: the val loss is the token-weighted mean over all non-overlapping windows."""
+def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path, monkeypatch, capsys):
+    """eval_full_val: the val loss is the token-weighted mean over all non-overlapping windows. A long evaluation
+    says how far it has got (here every batch: the interval set to 0)."""
     import shutil
     import numpy as np
     from model import GPT, GPTConfig
@@ -80,10 +81,15 @@ def test_full_val_evaluation_is_the_mean_over_every_window(data_dir, tmp_path):
     small.mkdir()
     shutil.copy(data_dir / "train.bin", small / "train.bin")
     np.fromfile(data_dir / "val.bin", dtype=np.uint16)[:5000].tofile(small / "val.bin")
+    import evaluate
     import train
+    monkeypatch.setattr(evaluate, "PROGRESS_EVERY_S", 0.0)
     out = tmp_path / "eval"
     train.main([*TINY, *FAMILIES["tucker"], "--block_size=64", "--batch_size=16", f"--data_dir={small}",
                 f"--out_dir={out}", "--max_iters=2", "--eval_interval=2", "--eval_full_val=True", "--eval_iters=3"])
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("evaluating")]
+    assert said == [f"evaluating {split} at iter {it}: batch {b} of {n}"
+                    for it in (0, 2) for split, n in (("train", 3), ("val", 5)) for b in range(1, n + 1)]
     ckpt = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)
     model = GPT(GPTConfig(**ckpt["model_config"])).eval()
     model.load_state_dict(ckpt["model"])

@@ -189,6 +189,9 @@ def _check_counts(split, stats):
 
 def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, quiet=False) -> dict:
     """Tokenize <src>/{train,val}.txt[.xz] into out_dir/{train,val}.bin; return the meta dict."""
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError(f"--num_proc={num_proc}: the number of tokenizer processes, an integer of at least 1 "
+                         f"(1 tokenizes in this process)")
     src = src or os.environ.get(ENV_VAR)
     if not src:
         raise PrepareError(NO_SOURCE)
