@@ -527,6 +527,53 @@ def test_interp_tucker_fused_matches_float64(case, qcore, poisoned, monkeypatch)
     assert err(y, ref_tucker(q_lat, G, k, v, G_post, length, 0.2, tables, q_pos)) < 5e-5
 
 
+@needs_child
+def test_interp_tucker_fused_many_splits_and_query_core_chunks(poisoned, monkeypatch):
+    """The fused Tucker kernel with several splits a sequence, some empty (77 rows of 200: two splits of four), and
+    r2 = 56 in four chunks of the 'dot' query-core loop: the combine weighs each split's normalized, projected partial
+    by its share 2^(m_s - max m) l_s, an empty split's partial is 0 at weight 0, and each (head, r2 chunk) step adds
+    to its own head's query (as many chunks as heads: a loop that took step t for head t % heads would give each head
+    one chunk). TUCKER_CASES run one split and one r2 chunk."""
+    monkeypatch.setattr(da, "TUCKER_QCORE", "dot")
+    monkeypatch.setattr(da, "TUCKER_QCORE_BLOCK_J", 16)
+    monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 16)
+    B, nH, r2, r3, p2, p3, L = 2, 4, 56, 32, 12, 24, 200  # r2: four chunks of 16 (the last partial) for 4 heads
+    assert da.num_splits(B, 1, L, "cpu", da.BLOCK_N) == 4  # one block of 64 rows each
+    g = torch.Generator().manual_seed(5)
+    q_lat = torch.randn(B, r2, generator=g)
+    G = torch.randn(nH, r2, r3, generator=g) / math.sqrt(r2)
+    G_post = torch.randn(nH, p2, p3, generator=g) / math.sqrt(p3)
+    k, v = torch.randn(B, 1, L, r3, generator=g), torch.randn(B, 1, L, p3, generator=g)
+    length = torch.tensor([200, 77])
+    tables = rope_cache(r3, L, theta=100.0)
+    y = da.tucker_decode_attention(q_lat, G, k, v, G_post, length, scale=0.3, rope=tables, backend="triton")
+    assert err(y, ref_tucker(q_lat, G, k, v, G_post, length, 0.3, tables)) < 5e-5
+
+
+@needs_child
+def test_interp_scores_beyond_exp2_range_and_combine_column_blocks(poisoned, monkeypatch):
+    """Softmax is shift-invariant, and so must the kernels be for scores far outside exp2's range (base 2, fp32: 2^-149
+    .. 2^128): sequence 1's every score ~200 below 0, so the combine's padded split slot may not count as m = 0 (every
+    weight would underflow); sequence 0's row 0 ~200 above the rest of its split, so the running max must carry over
+    the split's later block (2^200 overflows). Three splits of two blocks each (a padded slot in the combine's tile of
+    four), and a combine of three column blocks (Dv = 40 in tiles of 16; on a GPU: 32 splits or more and Dv > 128)."""
+    monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 128)
+    monkeypatch.setattr(da, "COMBINE_TILE", 64)
+    B, nH, L, Dk, Dv = 2, 4, 384, 32, 40
+    assert da.num_splits(B, 1, L, "cpu", da.BLOCK_N) == 3
+    q, k, v, _, _ = make_case(B, nH, 1, L, Dk, Dv)
+    length = torch.tensor([L, 300])
+    scale = 1.0 / math.sqrt(Dk)
+    q[..., :2] = 28.0  # 28 * 28 * scale = 139 nats = 200 in base 2, exact in fp32
+    k[..., 0] = -28.0  # every score down by 200 (base 2), the other 30 columns' scores ~N(0, 1) nats on top
+    k[..., 1] = 0.0
+    k[0, :, 0, 1] = 28.0  # sequence 0's row 0 back up to ~0
+    out = da.decode_attention(q, k, v, length, scale=scale, backend="triton")
+    ref = ref_decode(q, k, v, length, scale)
+    assert (ref[0] - v[0, 0, 0].double()).abs().max() < 1e-6  # sequence 0: row 0 takes all the weight
+    assert err(out, ref) < 1e-4  # fp32 scores of magnitude ~200 carry ~1e-5 of rounding
+
+
 # ----------------------------------------------------------------------------------------
 # CUDA: the compiled kernels at decode sizes
 

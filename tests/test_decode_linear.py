@@ -184,6 +184,34 @@ def test_interp_fp16_matches_float64(case):
     check(dl.decode_linear(a, weight, **kw, backend="triton"), a, weight, kw, 1e-2)
 
 
+@needs_child
+@pytest.mark.parametrize("norm,K", [("layernorm_bias", 96), ("rmsnorm", 100), ("layernorm", 3000)])
+def test_interp_norm_eps_of_near_constant_rows(norm, K):
+    """Rows whose variance (1e-6; LayerNorm's eps 1e-5) or mean square (2e-6; RMSNorm's eps 1e-6) is of the order of
+    the norm's eps, in one chunk and in the loop over K chunks: there eps inside the rsqrt sets the scale (CASES' rows
+    have variance ~9, where dropping eps changes nothing fp32 can see)."""
+    a, weight, kw = make(2, K, 24, torch.float32, norm=norm)
+    a = 1e-3 + 1e-3 * torch.randn(2, K, generator=torch.Generator().manual_seed(1))
+    assert dl._config(2, 24, K, a.device)[3] == (K < 1000)
+    check(dl.decode_linear(a, weight, **kw, backend="triton"), a, weight, kw, 2e-5)
+
+
+@needs_child
+@pytest.mark.parametrize("K", [64, 3000], ids=["one_chunk", "k_loop"])
+def test_interp_row_strides_and_mixed_weight_layouts(K):
+    """a and the residual as row slices of wider buffers (only a unit column stride is required: a row stride past
+    the width), and SwiGLU's weight2 (N, K) contiguous beside weight the transpose of a (K, N) matrix: each tensor is
+    read by its own strides."""
+    M, N = 3, 40
+    a, weight, kw = make(M, K, N, torch.float32, norm="layernorm_bias", act="swiglu", residual=True, kn=True)
+    kw["weight2"] = torch.randn(N, K, generator=torch.Generator().manual_seed(2)) * K ** -0.5
+    a = F.pad(a, (0, 7))[:, :K]
+    kw["residual"] = F.pad(kw["residual"], (0, 5))[:, :N]
+    assert a.stride(0) == K + 7 and kw["residual"].stride(0) == N + 5 and weight.stride(0) != kw["weight2"].stride(0)
+    assert dl._config(M, N, K, a.device)[3] == (K == 64)
+    check(dl.decode_linear(a, weight, **kw, backend="triton"), a, weight, kw, 2e-5)
+
+
 # ----------------------------------------------------------------------------------------
 # CUDA
 

@@ -245,6 +245,54 @@ def test_interp_q_in_place_matches_torch_form(case):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
+@needs_child
+def test_interp_batch_strides_not_token_multiples():
+    """The kernels read their inputs by batch, token and head strides, not as flat token rows: q, the latent c_K and
+    k^R views into (B, T + 1, ...) buffers (their batch stride not T times their token stride; `inputs` and
+    `latent_inputs` make only such multiples), through the copying forward and through K_UP_IN_KERNEL's; Q, K and
+    every gradient against the torch form."""
+    B, T, nH, dH, dR, dc = 2, 5, 3, 12, 6, 20
+    g = torch.Generator().manual_seed(6)
+    leaves, cos, sin = inputs(B, T, nH, dH, dR)
+    leaves[0] = torch.randn(B, T + 1, nH + 1, dH + dR + 4, generator=g)  # q = [:, :T, :nH, :dH + dR]
+    wide = torch.randn(B, T + 1, dc + dR + 5, generator=g)  # c_K = [:, :T, 2:2 + dc], k^R the next dR columns
+    w = torch.randn(nH * dH, dc, generator=g) / dc ** 0.5
+    gq, gk = torch.randn(2, B, T, nH, dH + dR, generator=g)
+    out = {}
+    for backend in ("triton", "torch"):
+        xs = [x.detach().clone().requires_grad_() for x in leaves + [wide, w]]
+        q, k, k_rope = views([xs[0][:, :T, :nH, :dH + dR]] + xs[1:3], nH, dH, dR)
+        Q, K = fm.decoupled_qk(q, k, k_rope, cos, sin, backend=backend)
+        c_k, k_rope2 = xs[3][:, :T, 2:2 + dc], xs[3][:, :T, 2 + dc:2 + dc + dR]
+        Q2, K2 = fm.decoupled_qk_from_latent(q * 1, c_k, xs[4], None, k_rope2, cos, sin, backend=backend)
+        torch.autograd.backward([Q, K, Q2, K2], [gq, gk, gq, gk])
+        out[backend] = [Q.detach(), K.detach(), Q2.detach(), K2.detach()] + [x.grad for x in xs]
+    for a, b in zip(out["triton"], out["torch"]):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+
+
+@needs_child
+def test_interp_fp16_rounded_once_from_float32():
+    """fp16: Q, K and every gradient are the float32 form's (from the tables rounded to fp16 first, as apply_rope's
+    .to(x.dtype)) rounded once, within one fp16 spacing: the tables rounded before use, not kept in float32 (their
+    rounding shows where the rotation cancels), and dK^R's heads summed in float32 (one head's dK^R ~ +1000, another's
+    ~ -1000: an fp16 sum loses the rest, spacing 0.5 there)."""
+    B, T, nH, dH, dR = 1, 4, 4, 8, 8
+    leaves, cos, sin = inputs(B, T, nH, dH, dR, dtype=torch.float16)
+    g = torch.Generator().manual_seed(7)
+    gq = torch.randn(B, T, nH, dH + dR, generator=g).half()
+    gk = torch.randn(B, T, nH, dH + dR, generator=g)
+    gk[:, :, 0, dH:] += 1000.0
+    gk[:, :, nH - 1, dH:] -= 1000.0
+    gk = gk.half()
+    got = run("triton", leaves, cos, sin, nH, dH, dR, (gq, gk))
+    tables = [t.half().float() for t in (cos, sin)]
+    want = run("torch", [x.float() for x in leaves], *tables, nH, dH, dR, (gq.float(), gk.float()))
+    for a, b in zip([got[0], got[1], *got[2]], [want[0], want[1], *want[2]]):
+        spacing = torch.finfo(torch.float16).eps * b.abs().clamp_min(2.0 ** -14)  # fp16's spacing at b (or less)
+        assert a.dtype == torch.float16 and ((a.float() - b).abs() <= spacing).all()
+
+
 def latent_inputs(B, T, nH, dH, dR, dc, bias, dtype, seed=4):
     """decoupled_qk_from_latent's leaves: q; the latent c_K and k^R column slices of one wider tensor (the stacked
     down-projection's output); k_up's weight (nH dH, dc) and bias; cos, sin."""
