@@ -153,6 +153,21 @@ def test_interp_sizes_and_fp16(n, monkeypatch):
     torch.testing.assert_close(fg.gelu(h, backend="triton"), exact_gelu(h).half(), rtol=1e-3, atol=1e-4)
 
 
+@needs_child
+def test_interp_kernels_store_their_n_elements_only():
+    """Each kernel writes its n values and nothing past them: outputs into the front of a wider buffer (n = 100, blocks
+    of 64: a partial last block) leave the rest of it as it was."""
+    n, block = 100, 64
+    x = (3 * torch.randn(n + block, generator=torch.Generator().manual_seed(3)))[:n]  # reads past n stay in the buffer
+    g = torch.linspace(-2.0, 3.0, n + block)[:n]
+    for kernel, args, ref in ((fg._gelu_fwd_kernel, (x,), exact_gelu(x)),
+                              (fg._gelu_bwd_kernel, (g, x), g.double() * exact_gelu_grad(x)[0])):
+        out = torch.full((n + block,), 7.0)
+        kernel[(2,)](*args, out, n, BLOCK=block)
+        torch.testing.assert_close(out[:n].double(), ref, rtol=1e-5, atol=1e-7)
+        assert (out[n:] == 7.0).all()
+
+
 # ----------------------------------------------------------------------------------------
 # On the GPU
 
@@ -170,6 +185,24 @@ def test_cuda_every_bf16_input_correctly_rounded_and_the_gradient():
     err = (xb.grad.double() - (g.double() * ref).to(torch.bfloat16).double()).abs()
     spacing = (g.double().abs() * size).clamp_min(1e-30) * 2 ** -7  # one bf16 spacing of the terms' size
     assert (err <= spacing).all()
+
+
+@needs_cuda
+def test_cuda_offsets_past_2_31_elements():
+    """A tensor of 2^31 + 3,000 fp16 elements: its last programs' element offsets are past int32's range (the kernels
+    compute them in int64), so the end of the output is the GELU of the end of the input, forward and backward
+    (4.3 GB a tensor, four of them; skipped where the GPU has less free memory)."""
+    n, tail = 2 ** 31 + 3000, 8192
+    if torch.cuda.mem_get_info()[0] < 5 * 2 * n:
+        pytest.skip("needs ~22 GB of free GPU memory")
+    x = torch.zeros(n, dtype=torch.float16, device="cuda")
+    x[-tail:] = (3 * torch.randn(tail, generator=torch.Generator().manual_seed(0))).half().cuda()
+    end = x[-tail:].float()
+    y = fg.gelu(x, backend="triton")
+    torch.testing.assert_close(y[-tail:], exact_gelu(end).half(), rtol=1e-3, atol=1e-4)
+    del y
+    dx = fg._BWD(torch.ones_like(x), x)
+    torch.testing.assert_close(dx[-tail:], exact_gelu_grad(end)[0].half(), rtol=1e-3, atol=1e-4)
 
 
 @needs_cuda

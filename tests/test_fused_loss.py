@@ -247,6 +247,24 @@ def test_interp_kernel_rows_with_minus_inf_blocks(monkeypatch):
 
 
 @needs_child
+@pytest.mark.parametrize("l2_hints", [True, False])
+def test_interp_kernel_strided_rows_either_load_path(l2_hints, monkeypatch):
+    """Logits a view of wider rows (row stride 260, V = 200: its gradient, a new tensor, has stride 200), a row whose
+    largest logits are in a later block, a row of logits near -110 (exp(x) below float32's range: the running max is
+    the row's, not a start at 0), with the L2 hints' loads and stores or the plain ones (L2_HINTS off)."""
+    monkeypatch.setattr(fl, "BLOCK", 64)
+    monkeypatch.setattr(fl, "L2_HINTS", l2_hints)
+    wide, _ = make(4, 260, torch.float32, seed=4)
+    wide[:, 150:] += 6.0  # the running max rises in the row's last blocks
+    wide[3] = -110.0 + 0.5 * torch.randn(260, generator=torch.Generator().manual_seed(5))
+    logits, targets = wide[:, :200], torch.tensor([199, 5, 120, 7])
+    assert logits.stride(0) == 260
+    loss, grad = fl.cross_entropy_rows(logits, targets, True, backend="triton")
+    assert grad.stride(0) == 200
+    check(loss, grad, logits, targets, 1e-5, loss_tol=1e-6)
+
+
+@needs_child
 def test_interp_model_head_matches_nanogpt_head():
     """A small model trained one step with the fused head (the kernel under the interpreter) gives nanoGPT's
     head's loss and gradients (float32)."""

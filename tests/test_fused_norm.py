@@ -97,6 +97,27 @@ def test_interp_kernel_reads_an_expanded_delta():
     check(s, y, x, delta, norm, 2e-5)
 
 
+@needs_child
+@pytest.mark.parametrize("kind", list(NORMS))
+def test_interp_kernel_eps_the_rounded_sum_and_strided_rows(kind):
+    """fp32 rows of mean square ~2e-6, the eps's size (1e-5 LayerNorm, 1e-6 RMSNorm): eps is in the kernel's
+    denominator as in the norm's; x a view of wider rows (row stride 130, d = 100: s and y, new tensors, have 100).
+    fp16 rows 2048 + delta, |delta| < 0.5: the sum rounds to 2048 (the spacing there is 1-2), so the statistics are
+    those of the rounded sum (LayerNorm: a constant row, its bias), not of x + delta."""
+    x, delta, norm = make(kind, 3, 100, torch.float32)
+    wide = torch.randn(3, 1, 130)
+    wide[..., :100] = x * 3e-4
+    x, delta = wide[..., :100], delta * 1e-3
+    s, y = fn.add_norm(x, delta, norm, backend="triton")
+    assert x.stride(0) == 130 and s.stride(0) == y.stride(0) == 100
+    check(s, y, x, delta, norm, 2e-5)
+    x, delta, norm = make(kind, 3, 100, torch.float16, seed=1)
+    x, delta = torch.full_like(x, 2048.0), (delta.float().clamp(-1, 1) * 0.45).half()
+    s, y = fn.add_norm(x, delta, norm, backend="triton")
+    assert (s == 2048).all()
+    check(s, y, x, delta, norm, 1e-2)
+
+
 # ----------------------------------------------------------------------------------------
 # CUDA
 
@@ -104,8 +125,9 @@ def test_interp_kernel_reads_an_expanded_delta():
 @needs_cuda
 @pytest.mark.parametrize("kind", list(NORMS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_kernel_matches_float64(kind, dtype):
-    x, delta, norm = make(kind, 32, 2048, dtype, device="cuda")
+@pytest.mark.parametrize("d", [2048, 1000])  # 1000: masked lanes (what the masked loads' `other` fills) on the GPU
+def test_cuda_kernel_matches_float64(kind, dtype, d):
+    x, delta, norm = make(kind, 32, d, dtype, device="cuda")
     assert fn.add_norm_backend(x, delta, norm) == "triton"
     s, y = fn.add_norm(x, delta, norm)
     # bf16: the output's own rounding (values up to ~5: an ulp of 2^-5), fp32: reduction order only

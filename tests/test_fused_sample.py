@@ -298,6 +298,40 @@ def test_interp_first_id_on_tied_scores(monkeypatch):
 
 
 @needs_child
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_interp_signed_zeros_negative_nans_and_minus_inf_blocks(dtype, monkeypatch):
+    """What the other rows miss (blocks of 64, V = 200, the last partial). The draw (noise 1, temperature 1: the scores
+    are x - max, exactly torch's): a row whose maximum is +0 with a -0 in an earlier block (scores -0 and +0, equal:
+    the first id wins; with top_k 1 the k-th largest is +0 and both are kept), and a row of negatives only (the kernel
+    subtracts its max, not a masked lane's 0); an id outside the top-k against a kept id's low score. argmax: a nan
+    with its sign bit set (a nan: torch.argmax picks it), and a row whose first block is all -inf (the finite flag is
+    the row's winner's, not the first block's)."""
+    monkeypatch.setattr(fs, "BLOCK", 64)
+    V = 200
+    g = torch.Generator().manual_seed(11)
+    zeros = torch.full((V,), -1.0)
+    zeros[10], zeros[150] = -0.0, 0.0
+    logits = torch.stack([zeros, -1.0 - torch.rand(V, generator=g)]).to(dtype)
+    q = torch.ones(2, V)
+    for top_k in (None, 1):
+        finite, best = torch.ones((), dtype=torch.bool), torch.full((2,), float("nan"))
+        token = fs.draw(logits, q, 1.0, top_k, finite, best)
+        scores = gumbel_scores(logits, q, 1.0, top_k)
+        assert finite.item() and token.tolist() == [10, int(scores[1].argmax())], (top_k, token)
+        assert torch.equal(best, scores.max(dim=-1).values), (top_k, best)
+    # top_k 1 keeps id 0 alone: id 1, outside it, never wins, however low id 0's score (q = 10: -log q = -2.3)
+    token = fs.draw(torch.tensor([[2.0, 1.5, 0.0, -1.0]]).to(dtype), torch.tensor([[10.0, 1.0, 1.0, 1.0]]), 1.0, 1,
+                    torch.ones((), dtype=torch.bool))
+    assert token.tolist() == [0]
+    rows = torch.randn(2, V, generator=g)
+    rows[0, 100] = -torch.tensor(float("nan"))  # bits 0xffc00000: the sign set
+    rows[1, :64] = float("-inf")
+    rows = rows.to(dtype)
+    assert rows[0, 100].view(torch.int16 if dtype == torch.float16 else torch.int32) < 0
+    check_argmax(rows)
+
+
+@needs_child
 def test_interp_sample_next_draws_the_torch_forms_tokens():
     """The same generator seed through either backend: the same noise, so the same tokens, and the same state after."""
     logits = torch.randn(4, 500, generator=torch.Generator().manual_seed(1)) * 3

@@ -640,6 +640,29 @@ def test_interp_multi_tensor_launches_match_torch_ops(per_launch, monkeypatch):
 
 
 @needs_child
+def test_interp_one_launch_keeps_each_tensors_step_and_stays_in_bounds(monkeypatch):
+    """Two vectors in one multi-tensor launch with different step counts (the second gradient-free for two steps: its
+    own bias corrections, not its neighbour's), the first a view into a wider buffer (65 values in blocks of 64: a
+    last block of one) whose values past the view the kernel leaves alone; against the torch ops."""
+    monkeypatch.setattr(ma, "BLOCK", 64)
+    results = []
+    for backend in ("triton", "torch"):
+        g = torch.Generator().manual_seed(2)
+        buf = torch.randn(65 + 64, generator=g)
+        b, c = torch.nn.Parameter(buf[:65]), torch.nn.Parameter(torch.randn(65, generator=g))
+        opt = ma.MasterAdamW([b, c], backend=backend, weight_decay=0.1, **HYPER)
+        tail = buf[65:].clone()
+        for s in range(4):
+            b.grad, c.grad = grads(s)[1], (None if s < 2 else grads(s + 10)[1])
+            opt.step()
+        assert float(opt.state[b]["step"]) == 4.0 and float(opt.state[c]["step"]) == 2.0
+        assert torch.equal(buf[65:], tail)
+        results.append((b.detach().clone(), c.detach().clone()))
+    for got, ref in zip(*results):
+        torch.testing.assert_close(got, ref, **F32)
+
+
+@needs_child
 def test_interp_kernel_sums_micro_steps_as_torch_ops(monkeypatch):
     """micro_steps=2 through the kernel (it reads the float32 sum and zeroes it) against the torch ops."""
     monkeypatch.setattr(ma, "BLOCK", 256)
