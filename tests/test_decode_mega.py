@@ -136,13 +136,57 @@ def test_interp_mlp_switched_on_a_live_decoder_and_a_tile_past_the_hidden_units(
     model = tiny("tucker", n_embd=48, n_head=4, bias=True)
     assert model.transformer.h[0].mlp.c_fc.out_features == 192
     got, want, caches, ref, mega = decode_both(model, 2, 20, 1, programs=3)
-    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-4)
+    assert_matches_the_model(got, want, caches, ref, mega, rows=21)  # the caches too: layer 1's k, v rows
     for fused, i in ((False, 0), (True, 1)):
         monkeypatch.setattr(dm, "FUSED_MLP", fused)
         tok, pos = torch.tensor([[5 + i], [9]]), torch.tensor([21])  # (the row both write, rewritten)
         want = model.decode_step(tok, ref, pos)
         torch.testing.assert_close(mega.decode_step(tok, caches, pos), want, rtol=1e-4, atol=1e-4)
         assert mega.weights["wpr"].shape[1:] == ((48, 192) if not fused else (192, 48))
+
+
+@needs_child
+def test_interp_step_kernel_with_value_heads_wider_than_the_keys_and_an_odd_width(monkeypatch):
+    """Tucker with U~3 twice U3's rank (keys 16 wide, values 32: every other case has Dk = Dv, where a key stride
+    used for a value, or the reverse, goes unseen) at n_embd 48 (the row tiles 64 wide, masked) with RMSNorm
+    (its mean square over the 48 columns): one step from a 20-row cache, split over programs (16-row chunks), at
+    2 sequences (the second's cache rows strided by the value width); logits and the cache rows equal the model's."""
+    monkeypatch.setattr(dm, "BLOCK_N", 16)
+    monkeypatch.setattr(dm, "MIN_CHUNK", 16)
+    model = tiny("tucker", tucker_ranks_post=(2, 16, 32), n_layer=1, n_embd=48, norm="rmsnorm", bias=True)
+    results = decode_both(model, 2, 20, 1, programs=4)
+    assert (results[-1].dk, results[-1].dv, results[-1].d) == (16, 32, 48)
+    assert_matches_the_model(*results, rows=21)
+
+
+@needs_child
+@pytest.mark.parametrize("batch", [1, 5])
+def test_interp_step_kernel_merges_splits_whose_scores_are_all_very_negative(batch):
+    """Every score of every head near -144 (MQA, q and k from the biases alone, q = 6 and k = -6 in each of 16 dims,
+    scaled by 1/sqrt(16); the cached keys the same within noise): the softmax is shift-invariant, the model's step is
+    fine, and so must the merge of the splits be, its max taken over the real splits only (an unused split slot,
+    here the second of the two splits the 11 rows could take, weighing in at 0 would send exp2(score - max) below
+    fp32's range and the output to 0 / 0). At 1 sequence (decode_mega's merge) and 5 (decode_wide's)."""
+    model = tiny("mqa", bias=True, n_layer=1)
+    with torch.no_grad():
+        attn = model.transformer.h[0].attn
+        attn.c_attn.weight[:80].zero_()  # q's 4 heads and the one k head
+        attn.c_attn.bias[:64].fill_(6.0)
+        attn.c_attn.bias[64:80].fill_(-6.0)
+    gen = torch.Generator().manual_seed(1)
+    ref = model.new_caches(batch, 12)
+    ref[0].store["k"].copy_(-6.0 + 0.1 * torch.randn(ref[0].store["k"].shape, generator=gen))
+    ref[0].store["v"].copy_(torch.randn(ref[0].store["v"].shape, generator=gen))
+    caches = model.new_caches(batch, 12)
+    for name in caches[0].store:
+        caches[0].store[name].copy_(ref[0].store[name])
+    mega = dm.step_decoder(model, caches, programs=2 * batch)
+    tok, pos = torch.arange(batch).reshape(batch, 1) + 3, torch.tensor([10])
+    with torch.no_grad():
+        want = model.decode_step(tok, ref, pos).float()
+        got = mega.decode_step(tok, caches, pos).float()
+    assert mega.s_max == 2
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @needs_child

@@ -64,6 +64,21 @@ def test_interp_wide_step_matches_the_model(variant, batch, knobs, norm, bias, c
 
 
 @needs_child
+def test_interp_wide_step_with_value_heads_wider_than_the_keys_and_an_odd_width(monkeypatch):
+    """Tucker with U~3 twice U3's rank (keys 16 wide, values 32: the other cases all have Dk = Dv) at n_embd 48 (the
+    embeddings' rows and the products' K masked inside a 64-wide tile; LayerNorm's sums over the 48 columns), 5
+    sequences, a 40-row cache as one split on 8 programs: a whole 32-row step (two groups of 16), then a partial
+    one at the advanced row pointers; one step's logits and cache rows equal the model's."""
+    monkeypatch.setattr(dw, "ATTN_ROWS", {False: 32, True: 32})
+    monkeypatch.setattr(dw, "ATTN_GROUPS", 2)
+    monkeypatch.setattr(dm, "MIN_CHUNK", 16)
+    model = tiny("tucker", tucker_ranks_post=(2, 16, 32), n_layer=1, n_embd=48, bias=True)
+    results = decode_both(model, 5, 40, 1, programs=8)
+    assert isinstance(results[-1], dw.WideDecoder) and (results[-1].dk, results[-1].dv) == (16, 32)
+    assert_matches_the_model(*results, rows=41)
+
+
+@needs_child
 def test_interp_static_decoder_at_batch_6_matches_eager():
     """StaticDecoder(mega=True) at 6 sequences runs the wide step: prefill then four greedy steps, the eager
     step's logits."""
