@@ -580,7 +580,8 @@ def evaluate(run: Run) -> dict:
     every evaluation) and val (the same, or the whole split in order), over all ranks."""
     cfg, env = run.cfg, run.env
 
-    def said(split):  # a long evaluation (the whole val split at a small block_size: minutes) shows its progress
+    def progress_printer(split):  # a long evaluation (the whole val split at a small block_size: minutes) says
+        # how far it has got, from one process
         if not env.master:
             return None
         return lambda done, total: print(f"evaluating {split} at iter {run.state.iter_num}: batch {done} of {total}",
@@ -588,7 +589,7 @@ def evaluate(run: Run) -> dict:
     losses = {split: split_loss(run.model, os.path.join(env.data_dir, f"{split}.bin"), run.raw_model.config.block_size,
                                 cfg["batch_size"], cfg["eval_iters"], split == "val" and cfg["eval_full_val"], env.device,
                                 env.autocast, seed=cfg["seed"] + 1, rank=env.rank, world=env.world, even=env.fsdp,
-                                progress=said(split))
+                                progress=progress_printer(split))
               for split in ("train", "val")}
     if env.fsdp:  # a no-grad forward leaves the root group (embeddings, final norm) gathered: shard it again
         run.raw_model.reshard()
