@@ -38,7 +38,7 @@ def typed(kernel, args, kwargs):
         if isinstance(v, bool):
             return "i1"
         if isinstance(v, int):
-            return "i64" if abs(v) >= 2 ** 31 else "i32"
+            return "i32" if -2 ** 31 <= v < 2 ** 31 else "u64" if v >= 2 ** 63 else "i64"  # the launcher's widths
         if isinstance(v, float):
             return "fp32"
         if isinstance(v, tuple):  # a tuple argument (master_adamw's multi-tensor kernel): its elements' types

@@ -418,6 +418,8 @@ def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
     with EARLY_ARRIVE the next phase's weight loads are issued after each release atomic (in flight while the
     program polls), without it before the atomic, whose MEMBAR then waits for them; 16-byte weight loads, no
     spills; PRODUCT_2D keeps every weight tile in the layout it was loaded in."""
+    import re
+
     import triton
     from pathlib import Path
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -431,6 +433,9 @@ def test_sass_has_the_weight_loads_after_the_arrival(monkeypatch, tmp_path):
     monkeypatch.setattr(dm, "EARLY_ARRIVE", False)
     late = mega_sass.compile_step("tucker_8_64_64", tmp_path / "late")
     assert early["stack"] == 0 and early["loads"].get("LDG.E.128", 0) > 0
+    sass = (tmp_path / "early" / "tucker_8_64_64.sass").read_text()  # cuobjdump's count holds every register named
+    assert max(int(n) for n in re.findall(r"\bR(\d+)\b", sass)) < early["registers"] <= 255
+    assert early["membars"] >= len(early["barriers"])  # a MEMBAR before each release atomic
 
     def tiles(r):  # converted tensors of weight-tile shape: rows x a whole row of K
         return [shape for shape, dt in r["converts"] if len(shape) == 2 and shape[0] > 1 and shape[1] == 1024]
@@ -562,3 +567,198 @@ def test_static_decoder_refuses_mega_with_compile():
     model (before any kernel check)."""
     with pytest.raises(ValueError, match="exclude each other"):
         StaticDecoder(tiny("mha"), 1, max_len=8, mega=True, compile=True)
+
+
+SASS = """\
+        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/                   STG.E.128 desc[UR4][R6.64], R4 ;
+        /*0020*/                   LDG.E.128 R8, desc[UR4][R2.64+0x10] ;
+        /*0030*/                   LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;
+        /*0040*/                   LDG.E R9, desc[UR4][R2.64+0x20] ;
+        /*0050*/               @P3 MEMBAR.ALL.GPU ;
+        /*0060*/               @P3 ATOMG.E.ADD.STRONG.GPU PT, R33, desc[UR28][R32.64], R35 ;
+        /*0070*/                   LDG.E.128 R12, desc[UR4][R2.64+0x30] ;
+        /*0080*/                   ATOMG.E.CAS.STRONG.GPU PT, R48, [R48], R52, R53 ;
+.L_x_1:
+        /*0090*/                   LDG.E.128 R4, desc[UR4][R2.64+0x40] ;
+        /*00a0*/                   RED.E.ADD.STRONG.GPU desc[UR4][R6.64], R4 ;
+        /*00b0*/                   LDG.E.64 R4, desc[UR4][R2.64+0x50] ;
+        /*00c0*/                   REDUX.OR UR20, R50 ;
+        /*00d0*/                   LDG.E.64 R6, desc[UR4][R2.64+0x58] ;
+        /*00e0*/                   LDL.64 R8, [R1+0x8] ;
+        /*00f0*/               @P3 ATOMG.E.ADD.STRONG.GPU PT, R33, desc[UR28][R32.64], R35 ;
+        /*0100*/                   LDG.E.128 R12, desc[UR4][R2.64+0x60] ;
+        /*0110*/                   STG.E.128 desc[UR4][R6.64], R12 ;
+        /*0120*/                   LDG.E.128 R12, desc[UR4][R2.64+0x70] ;
+        /*0130*/                   EXIT ;
+"""
+
+
+def test_sass_parsers_on_a_known_snippet():
+    """mega_sass's parsers on a hand-made nvdisasm snippet. barrier_loads: for each release atomic (ATOMG.E.ADD), the
+    global loads (LDG, not LDGSTS nor LDL) back to the last store (STG or RED, not REDUX), then those up to the poll
+    (ATOMG.E.CAS) or the end: (2, 1) and (2, 2). phase_sections: instructions (not labels) from the start, then from
+    each poll, to the next arrival, and after the last poll: 6, 7, 12. layout_converts: every convert_layout's
+    source shape and element type."""
+    from scripts.mega_sass import barrier_loads, layout_converts, phase_sections
+    assert barrier_loads(SASS) == [(2, 1), (2, 2)]
+    assert phase_sections(SASS) == [6, 7, 12]
+    ttgir = """\
+    %a = ttg.convert_layout %x_1 : tensor<16x1024xbf16, #blocked> -> tensor<16x1024xbf16, #mma> loc(#loc1)
+    %b = ttg.local_alloc %x_2 : (tensor<64x64xf16, #blocked>) -> !ttg.memdesc<64x64xf16>
+    %c = ttg.convert_layout %x_3 : tensor<1024xf32, #blocked6> -> tensor<1024xf32, #ttg.slice<{dim = 0}>> loc(#loc2)
+    %d = ttg.convert_layout %x_4 : tensor<2x16x64xi1, #blocked2> -> tensor<2x16x64xi1, #blocked3>
+"""
+    assert layout_converts(ttgir) == [((16, 1024), "bf16"), ((1024,), "f32"), ((2, 16, 64), "i1")]
+
+
+def test_sass_main_passes_its_arguments_and_reports(monkeypatch, capsys, tmp_path):
+    """mega_sass.main (compile_step stubbed): --variant, --out_dir, --batch (1 by default) and --rope reach
+    compile_step, a --knob is set before it compiles; the report names decode_wide's phases above MAX_ROWS
+    sequences only, lists the weight-tile-shaped conversions alone (more than 1 row by at least 256 columns) and each
+    release atomic's two load counts."""
+    from scripts import mega_sass
+    monkeypatch.setattr(dm, "EARLY_ARRIVE", dm.EARLY_ARRIVE)  # the knob set below, restored after the test
+    calls = []
+
+    def compile_step(variant, out_dir, batch=1, rope=False):
+        calls.append((variant, out_dir, batch, rope, dm.EARLY_ARRIVE))
+        return dict(registers=90, stack=0, shared=1024, hmma=0, ldgsts=0, membars=5, loads={"LDG.E.128": 7},
+                    sections=[3, 4], barriers=[(2, 0), (0, 3)],
+                    converts=[((16, 1024), "bf16"), ((1, 1024), "bf16"), ((16, 128), "fp32"), ((512,), "bf16")])
+    monkeypatch.setattr(mega_sass, "compile_step", compile_step)
+    mega_sass.main(["--out_dir", str(tmp_path), "--knob", "decode_mega.EARLY_ARRIVE=False"])
+    out = capsys.readouterr().out
+    assert calls == [("tucker_8_64_64", tmp_path, 1, False, False)]
+    assert "(A, B1, B2D, MLP, ..., LM head): 3, 4" in out and "columns): 1 (16x1024 bf16)" in out
+    assert "release atomic 1: 0 global loads since the phase's last store, 3 between it and the first poll" in out
+    for batch, wide in ((dm.MAX_ROWS, False), (dm.MAX_ROWS + 1, True)):
+        mega_sass.main(["--variant", "mha", "--out_dir", str(tmp_path), "--batch", str(batch), "--rope"])
+        assert calls[-1][:4] == ("mha", tmp_path, batch, True)
+        assert ("(the embeddings, A, B1, B2, D, E, F, ..., LM head)" in capsys.readouterr().out) == wide
+
+
+def test_sass_compiles_decode_megas_kernel_up_to_max_rows(monkeypatch, tmp_path):
+    """mega_sass.compile_step at MAX_ROWS sequences (its compile stubbed: the recorded launch handed over) records
+    decode_mega's step kernel, not decode_wide's (above MAX_ROWS: tests/test_decode_wide.py's sass tests), its
+    one-launch step (ONLY 0) untimed; the modules' kernels and device gates are restored after."""
+    import decode_attention as da
+    import decode_wide as dw
+    from scripts import mega_sass
+    from scripts.kernel_compile import typed
+    saved = (da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel)
+    seen = []
+
+    class Recorded(Exception):
+        pass
+
+    def compile_sm90(kernel, args, kwargs):
+        seen.append((kernel, args, kwargs))
+        raise Recorded
+    monkeypatch.setattr(mega_sass, "compile_sm90", compile_sm90)
+    with pytest.raises(Recorded):
+        mega_sass.compile_step("tucker_8_64_64", tmp_path, batch=dm.MAX_ROWS)
+    (kernel, args, kwargs), = seen
+    assert kernel is dm._mega_step_kernel
+    const = typed(kernel, args, kwargs)[1]
+    assert const["ONLY"] == 0 and not const["TIMING"]
+    assert (da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel) == saved
+
+
+def test_barrier_phases_median_work_is_each_programs_own():
+    """barrier_phases' `median work` is the median over programs of each program's arrival minus its OWN release
+    from the barrier before (not the median release), and `timer step` reads ns stamps only (slot 0's third column
+    holds the program's SM): 1 layer, 3 programs arriving 100 p ns after a slot's base, released 420, 400 and 410 ns
+    after it, on SMs 7, 8, 9."""
+    from scripts.profile_mega import PHASES, barrier_phases
+    stamps = torch.zeros(3, 7, 4, dtype=torch.int64)
+    for b in range(7):
+        for p, off in enumerate((20, 0, 10)):
+            stamps[p, b, 0], stamps[p, b, 2] = 1000 * b + 100 * p, 1000 * b + 400 + off
+    stamps[:, 0, 2] = torch.tensor([7, 8, 9])  # the start slot's SM ids
+    got = barrier_phases(stamps, 1)
+    # B1: own work 1000 + 100 p - (400 + off_p) = 580, 700, 790 ns: median 0.70 us (the median release's 0.69)
+    assert got[PHASES[1]] == pytest.approx(dict(span=1.0, work=0.79, sync=0.21, median_work=0.70))
+    assert got["timer step"] == pytest.approx(0.01)  # releases 10 ns apart, never the SM ids' 1
+
+
+def _events(us):
+    from types import SimpleNamespace
+    return [SimpleNamespace(time_range=SimpleNamespace(elapsed_us=lambda x=x: x)) for x in us]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_profile_variant_attributes_each_launch_to_its_phase(fused, monkeypatch):
+    """profile_variant on recorded kernel times (setup and the profiler stubbed): a step's launches are each layer's
+    PHASE_LAUNCHES in order, then the LM head; a phase's time sums its launches over the layers, the median over
+    the steps; F's row 0 with the fused MLP (no launch); a record count not steps x (layers x launches + 1) refused."""
+    from types import SimpleNamespace
+    from scripts import profile_mega as pm
+    monkeypatch.setattr(dm, "FUSED_MLP", fused)
+    order = dm.PHASE_LAUNCHES[fused]
+    model = SimpleNamespace(config=SimpleNamespace(n_layer=2))
+    monkeypatch.setattr(pm, "setup", lambda name, context, batch: (model, None, None, None, None))
+    steps = []
+    for s in (1, 3, 2):  # step s's launch of ONLY k in layer l takes s (10 k + l) us, its LM head s 100 us
+        steps += [s * (10 * k + l) for l in range(2) for k in order] + [s * 100]
+    records = {"n": len(steps)}
+
+    def launches(mega, tokens, caches, pos, n, kernel):
+        assert kernel == "_mega_step_kernel" and n == 3
+        return _events(steps[:records["n"]])
+    monkeypatch.setattr(pm, "phase_launches", launches)
+    got = pm.profile_variant("mha", 16, 1, 3)
+    want = {p: (2 * (10 * (i + 1) * 2 + 1) if i + 1 in order else 0.0) for i, p in enumerate(pm.PHASES)}
+    assert got == {**want, "LM head": 200}
+    records["n"] -= 1
+    with pytest.raises(RuntimeError, match=f"{len(steps) - 1} kernel records, expected 3 x {2 * len(order) + 1}"):
+        pm.profile_variant("mha", 16, 1, 3)
+
+
+def test_profile_wide_attributes_each_launch_to_its_phase(monkeypatch):
+    """profile_wide likewise on decode_wide's launches: the embeddings first, each layer's PHASES, the LM head."""
+    from types import SimpleNamespace
+    import decode_wide as dw
+    from scripts import profile_mega as pm
+    model = SimpleNamespace(config=SimpleNamespace(n_layer=2))
+    monkeypatch.setattr(pm, "setup", lambda name, context, batch: (model, None, None, None, None))
+    steps = []
+    for s in (1, 3, 2):
+        steps += [s * 7] + [s * (10 * k + l) for l in range(2) for k in dw.PHASES] + [s * 100]
+    monkeypatch.setattr(pm, "phase_launches", lambda mega, tokens, caches, pos, n, kernel: _events(
+        steps if kernel == "_wide_step_kernel" else []))
+    got = pm.profile_wide("mha", 16, 32, 3)
+    want = {pm.WIDE_PHASES[k - 1]: 2 * (10 * k * 2 + 1) for k in dw.PHASES}
+    assert got == {"embeddings": 14, **want, "LM head": 200}
+    with pytest.raises(RuntimeError, match=f"{len(steps)} kernel records, expected 2 x {2 * 6 + 2}"):
+        pm.profile_wide("mha", 16, 32, 2)
+
+
+@pytest.mark.parametrize("batch", [dm.MAX_ROWS, dm.MAX_ROWS + 1])
+def test_time_barriers_reads_each_decoders_layout(batch, monkeypatch):
+    """time_barriers (setup stubbed, timed_step's stamps made up): decode_mega's slot layout up to MAX_ROWS
+    sequences, decode_wide's (the embeddings' barrier first, six phases a layer) above; each entry the median over
+    the steps (three steps, stamps 1x, 3x and 2x one step's); the decoder checked after the timed steps."""
+    from types import SimpleNamespace
+    from scripts import profile_mega as pm
+    wide = batch > dm.MAX_ROWS
+    slots = 1 + 6 + 2 if wide else 5 + 2
+    base = torch.zeros(3, slots, 4, dtype=torch.int64)
+    for b in range(slots):
+        for p in range(3):
+            base[p, b, 0], base[p, b, 2] = 1000 * b + 100 * p + 1000, 1000 * b + 1400 + 10 * p
+    runs = iter([base] * 3 + [base * 1, base * 3, base * 2])  # 3 warm-up steps, then the 3 timed
+    calls = []
+    mega = SimpleNamespace(decode_step=lambda *a: calls.append("step"),
+                           timed_step=lambda *a: (calls.append("timed"), next(runs))[1],
+                           check=lambda: calls.append("check"))
+    model = SimpleNamespace(config=SimpleNamespace(n_layer=1))
+    monkeypatch.setattr(pm, "setup", lambda name, context, b: (model, None, mega, None, None))
+    got = pm.time_barriers("mha", 16, batch, 3)
+    assert calls[-4:] == ["timed"] * 3 + ["check"]
+    layout = dict(phases=pm.WIDE_PHASES, lead=("embeddings",)) if wide else {}
+    want = pm.barrier_phases(base * 2, 1, **layout)  # every entry linear in the stamps: the median step's
+    assert set(got) == set(want)
+    for k, v in want.items():
+        assert got[k] == (pytest.approx(v) if not isinstance(v, dict) else {f: pytest.approx(x) for f, x in v.items()})
+    assert ("embeddings" in got) == wide

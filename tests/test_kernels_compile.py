@@ -15,6 +15,8 @@ import torch
 
 pytest.importorskip("triton")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 import decode_attention as da  # noqa: E402
 import decode_linear as dl  # noqa: E402
 import fused_gelu as fg  # noqa: E402
@@ -352,3 +354,83 @@ def test_sample_grid_takes_rows_on_its_first_axis(record, monkeypatch):
     V = 65_535 * 16 + 1
     with pytest.raises(ValueError, match="65,536 programs a row.*fused_sample.BLOCK"):
         fs.draw(torch.zeros(1, V, dtype=torch.bfloat16), torch.ones(1, V), 0.8, 3, torch.ones((), dtype=torch.bool))
+
+
+@triton.jit
+def _probe_kernel(X, C: tl.constexpr):  # one argument at a time beside a constexpr divisible by 16
+    pass
+
+
+def test_typed_and_specialization_are_the_launchers():
+    """typed() types an argument as Triton's JIT launcher does (triton.runtime.jit.mangle_type): a tensor of every dtype
+    in DTYPE_NAMES, integers either side of 2^31, -2^31 and 2^63, bools, floats, a tuple; specialization() marks
+    tt.divisibility 16 exactly where the launcher's CUDA specialization (native_specialize_impl) marks 'D' (pointers
+    16-byte aligned or not, integers divisible by 16, by 8 only or not at all, 0 and negatives among them), never a
+    constexpr, and makes a constexpr of an integer exactly where the launcher does (1, never True); num_warps the
+    launcher's default where the launch names none."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton._utils import type_canonicalisation_dict
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.runtime.jit import mangle_type
+
+    from scripts.kernel_compile import DTYPE_NAMES, specialization
+    canon = lambda t: type_canonicalisation_dict.get(t, t)  # 'i1' and 'u1' are one type (int1) to the front end
+    tensors = [torch.zeros(64, dtype=dt) for dt in DTYPE_NAMES]
+    values = ([*tensors, *(t[1:] for t in tensors), torch.zeros(64, dtype=torch.uint8)[16:]]
+              + [0, 1, 2, 16, 17, 24, 48, -16, -1, 2 ** 31 - 1, 2 ** 31, 2 ** 31 + 16, -2 ** 31, -2 ** 31 - 1,
+                 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 16, True, False, 0.5, 16.0])
+    default_warps = CUDABackend(GPUTarget("cuda", 90, 32)).parse_options({}).num_warps
+    for v in values:
+        sig, const, warps = typed(_probe_kernel, (v, 16), {})
+        assert const == {"C": 16} and warps == default_warps
+        assert canon(sig["X"]) == canon(mangle_type(v)), v
+        attrs = specialization(_probe_kernel, (v, 16), {}, sig, const)
+        ty, key = native_specialize_impl(CUDABackend, v, False, True, True)
+        assert (attrs.get((0,)) == [["tt.divisibility", 16]]) == (key == "D"), v
+        assert set(attrs) <= {(0,)}
+        assert (sig["X"] == "constexpr") == (ty == "constexpr"), v
+        if ty == "constexpr":
+            assert const["X"] == v and type(const["X"]) is int
+    sig, _, _ = typed(_probe_kernel, ((2, tensors[0], 2 ** 31), 3), {})  # a tuple: its elements' types
+    assert sig["X"] == tuple(mangle_type(x) for x in (2, tensors[0], 2 ** 31))
+    assert typed(_probe_kernel, (2, 3), {"num_warps": 8})[2] == 8
+
+
+@triton.jit
+def _copy_kernel(X, Y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offs, tl.load(X + offs, mask=offs < n), mask=offs < n)
+
+
+def test_compile_sm90_takes_the_launchs_options_and_specialization():
+    """compile_sm90 compiles a recorded launch for sm_90 with its num_warps, num_stages and maxnreg (Triton's defaults
+    where the launch names none) and the launcher's specialization: 16-aligned pointers and a length divisible by 16
+    marked tt.divisibility 16 in the TTIR (then 16-byte vector loads), none of them for pointers 2 bytes off and an
+    odd length (2-byte loads)."""
+    from pathlib import Path
+
+    from scripts.kernel_compile import compile_sm90
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("Triton's wheel has no ptxas here")
+    x = torch.zeros(4096, dtype=torch.bfloat16)
+    rec = Recorder(_copy_kernel)
+    rec[(2,)](x, x, 1024, BLOCK=512, num_warps=2, num_stages=2, maxnreg=64)
+    rec[(4,)](x[1:], x[1:], 1023, BLOCK=256)
+    aligned, odd = (compile_sm90(rec.kernel, *launch) for launch in rec.launches)
+    assert (aligned.metadata.num_warps, aligned.metadata.num_stages, aligned.metadata.maxnreg) == (2, 2, 64)
+    assert ".maxnreg 64" in aligned.asm["ptx"] and aligned.metadata.target.arch == 90
+    assert (odd.metadata.num_warps, odd.metadata.num_stages, odd.metadata.maxnreg) == (4, 3, None)
+    assert aligned.asm["ttir"].count("tt.divisibility = 16") == 3 and "tt.divisibility" not in odd.asm["ttir"]
+    assert "ld.global.v4.b32" in aligned.asm["ptx"] and "ld.global.v" not in odd.asm["ptx"]
+
+
+@triton.jit
+def _fp8_kernel(X, Y):
+    tl.store(Y, tl.load(X).to(tl.float8e4nv))
+
+
+def test_compile_to_ttir_targets_hopper():
+    """compile_to_ttir lowers for sm_90: float8e4nv, which Triton's front end refuses below sm_89, is accepted."""
+    ttir = compile_to_ttir(_fp8_kernel, {"X": "*fp32", "Y": "*fp8e4nv"}, {})
+    assert "tt.fp_to_fp" in ttir and "f8E4M3FN" in ttir
