@@ -10,7 +10,7 @@ import torch
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64",
                torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5", torch.int64: "i64", torch.int32: "i32",
                torch.int16: "i16", torch.int8: "i8", torch.uint32: "u32", torch.uint16: "u16", torch.uint8: "u8",
-               torch.bool: "u1"}  # the pointer types Triton's launcher gives these dtypes (triton.runtime.jit.mangle_type)
+               torch.bool: "u1"}  # the pointers' element types as Triton's launcher names them (jit.mangle_type)
 
 
 class Recorder:
