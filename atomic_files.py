@@ -119,6 +119,14 @@ def remove_stale_outputs(out_dir, names=("train.bin", "val.bin", "meta.json")) -
     return [t for name in names for t in remove_stale_temps(Path(out_dir) / name)]
 
 
+def check_num_proc(num_proc) -> None:
+    """The prepares' --num_proc, checked before anything is read or written: an integer of at least 1 (1 tokenizes
+    in the calling process, more in a worker_pool)."""
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError(f"--num_proc={num_proc}: the number of tokenizer processes, an integer of at least 1 "
+                         f"(1 tokenizes in this process)")
+
+
 def worker_pool(processes: int, initializer=None, initargs=()):
     """multiprocessing.Pool whose workers start with SIGTERM at its default. Forked inside interrupt_on_sigterm,
     a worker would hold the parent's handler until its initializer put the default back, and a pool.terminate()

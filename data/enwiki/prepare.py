@@ -40,7 +40,7 @@ from pathlib import Path
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.enwiki.prepare ...")
-from atomic_files import (interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
+from atomic_files import (check_num_proc, interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
                           terminate_pool, worker_pool, write_json)
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
@@ -189,9 +189,7 @@ def _check_counts(split, stats):
 
 def prepare(src=None, out_dir=HERE, num_proc=DEFAULT_NUM_PROC, ranks_file=None, quiet=False) -> dict:
     """Tokenize <src>/{train,val}.txt[.xz] into out_dir/{train,val}.bin; return the meta dict."""
-    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
-        raise ValueError(f"--num_proc={num_proc}: the number of tokenizer processes, an integer of at least 1 "
-                         f"(1 tokenizes in this process)")
+    check_num_proc(num_proc)
     src = src or os.environ.get(ENV_VAR)
     if not src:
         raise PrepareError(NO_SOURCE)

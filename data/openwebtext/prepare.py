@@ -33,7 +33,7 @@ import numpy as np
 
 if not __package__:  # run as a file, the repository's tokenizer.py is not importable
     sys.exit("run from the repository root as a module: python -m data.openwebtext.prepare ...")
-from atomic_files import (interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
+from atomic_files import (check_num_proc, interrupt_on_sigterm, remove_stale_outputs, replace_together,  # noqa: E402
                           terminate_pool, worker_pool)
 from tokenizer import EOT, VOCAB_SIZE, encode_documents, get_gpt2_encoding, init_worker  # noqa: E402
 
@@ -240,9 +240,7 @@ def prepare(out_dir=HERE, files=None, num_proc=DEFAULT_NUM_PROC, val_fraction=0.
             ranks_file=None, chunk_docs=256, force=False) -> dict:
     """Tokenize OpenWebText (or local `files`) into out_dir/{train,val}.bin; return the meta dict. A complete
     earlier output of the same inputs (already_prepared) is kept as it is, unless `force`."""
-    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
-        raise ValueError(f"--num_proc={num_proc}: the number of tokenizer processes, an integer of at least 1 "
-                         f"(1 tokenizes in this process)")
+    check_num_proc(num_proc)
     if not 0 < val_fraction < 1:  # also refuses nan
         raise ValueError(f"--val_fraction={val_fraction}: the fraction of documents held out for val, between 0 and 1 "
                          f"(exclusive)")
