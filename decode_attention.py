@@ -691,6 +691,29 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+# Shared memory of an SM (bytes) by compute capability, where torch's device properties lack the field: A100 and
+# Jetson Orin 164 KB, the GeForce / RTX Ampere and Ada parts (sm_86, sm_89: RTX 3090 / 4090, A10, A6000, L4, L40) and
+# consumer Blackwell (sm_120) 100 KB, Hopper and Blackwell data-center parts 228 KB (CUDA C++ Programming Guide,
+# "Compute capabilities"). A kernel launch may take all but 1 KB of it (the opt-in maximum a block).
+SHARED_PER_SM = {(8, 0): 164 * 1024, (8, 6): 100 * 1024, (8, 7): 164 * 1024, (8, 9): 100 * 1024, (9, 0): 228 * 1024,
+                 (10, 0): 228 * 1024, (12, 0): 100 * 1024}
+
+
+@functools.lru_cache(maxsize=None)
+def shared_memory(device: torch.device) -> tuple:
+    """(bytes of shared memory one program may take at most, bytes an SM holds) on a CUDA device: the largest a
+    kernel launches with (Triton refuses a larger one: OutOfResources), and what the programs resident on one SM
+    share (each also takes 1 KB the SM reserves). From torch's device properties (shared_memory_per_block_optin,
+    shared_memory_per_multiprocessor), else SHARED_PER_SM by compute capability (48 KB, the least any CUDA GPU
+    offers, if unknown). H100 / H200: 232,448 and 233,472. Called outside traced code (a triton_op's body, a
+    decoder's constructor), as a Python function Dynamo need not trace."""
+    props = torch.cuda.get_device_properties(device)
+    per_sm = getattr(props, "shared_memory_per_multiprocessor", None) or \
+        SHARED_PER_SM.get((props.major, props.minor), 48 * 1024)
+    per_block = getattr(props, "shared_memory_per_block_optin", None) or per_sm - 1024
+    return int(per_block), int(per_sm)
+
+
 def num_splits(B: int, nG: int, L: int, device, block_n: Optional[int] = None) -> int:
     """Splits of the cache per (sequence, KV head): enough programs to keep CTAS_PER_SM per SM busy,
     each split at least MIN_SPLIT_TOKENS of the capacity L, at most MAX_SPLITS; then as few as give

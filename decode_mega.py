@@ -872,13 +872,15 @@ class MegaDecoder:
                                  f"sequences of {max_len} (model.new_caches with the weights' dtype)")
         self.max_len = max_len
         self._check_knobs()
-        self._check_fits()
+        fit = self._check_fits()  # programs an SM's shared memory holds (None: no limit)
         warps, per_sm, module, regs = self._launch_shape()
         resident = 65536 // (32 * warps * regs)  # programs an SM's 64K registers hold
         if per_sm > resident:
             raise ValueError(f"{module}: PROGRAMS_PER_SM x NUM_WARPS = {per_sm} x {warps} > {resident * warps}: every "
                              f"program must be resident at once (a grid barrier waits for all), and "
                              f"{resident * warps} warps of up to {regs} registers fill an SM's register file")
+        if fit is not None:  # fewer programs an SM than PROGRAMS_PER_SM where the SM's shared memory holds fewer
+            per_sm, resident = min(per_sm, fit), min(resident, fit)
         if self.device.type == "cuda" and not _interpret():
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
             self.programs = programs or sms * per_sm
@@ -910,8 +912,10 @@ class MegaDecoder:
         if MLP_UNITS and (MLP_UNITS < 0 or MLP_UNITS & (MLP_UNITS - 1)):
             raise ValueError(f"decode_mega: MLP_UNITS={MLP_UNITS}: a power of two (hidden units an MLP tile), or 0")
 
-    def _check_fits(self) -> None:
-        """Refuse what would leave programs unable to start (the warps are checked with the program count)."""
+    def _check_fits(self) -> Optional[int]:
+        """Refuse what would leave programs unable to start (the warps are checked with the program count); return
+        how many programs an SM's shared memory holds, None for no limit (these GEMV tiles take a few KB)."""
+        return None
 
     @staticmethod
     def _launch_shape():

@@ -35,7 +35,8 @@ in their last bits. Tested to float32 rounding against the model in float32, to 
 
 Served: what decode_mega serves (MHA, GQA, MQA, MLA and Tucker merged, learned positions or RoPE as decode_mega
 says, GELU MLP, LayerNorm / RMSNorm), 5 .. MAX_ROWS sequences (decode_mega.step_decoder picks this class above
-decode_mega.MAX_ROWS), bf16 or fp16 weights on the GPU (fp32's tiles would not leave room for two programs an SM).
+decode_mega.MAX_ROWS), bf16, fp16 or fp32 weights, PROGRAMS_PER_SM programs an SM where its shared memory holds
+them, fewer where not (fp32's tiles, twice bf16's, or a GPU of 100 KB an SM: one; _check_fits).
 Tested in Triton's interpreter on the CPU, a phase a launch (ONLY), against GPT.decode_step; on the GPU the phases
 run behind grid barriers in one launch.
 """
@@ -43,11 +44,12 @@ run behind grid barriers in one launch.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
 import decode_mega as dm
-from decode_attention import _cdiv, _interpret, _pow2, _pow2_floor, _triton_available
+from decode_attention import _cdiv, _interpret, _pow2, _pow2_floor, _triton_available, shared_memory
 
 MAX_ROWS = 32  # sequences a step serves at most: a product's rows are one tl.dot operand (BLOCK_M x BK), and at 64
 #               (BLOCK_M 64) the LM head's pipelined tiles take 128 KB of shared memory a program, so two programs no
@@ -608,17 +610,24 @@ class WideDecoder(dm.MegaDecoder):
         rows = min(ATTN_ROWS[shared], _pow2_floor(max(1, ATTN_STEP_ELEMS // width)))
         return max(rows, 16 * groups)
 
-    def _check_fits(self) -> None:
-        """Refuse what would leave programs unable to start on the GPU: PROGRAMS_PER_SM programs of shared_bytes()
-        each (plus the 1 KB an SM reserves a program) beyond an SM's 228 KB, e.g. fp32 weights (twice bf16's tiles:
-        120 KB a program at batch 8) or BK 256 at 4 stages (144 KB); the barriers would wait for programs that cannot
-        start. The interpreter has no such limit."""
-        need = PROGRAMS_PER_SM * (self.shared_bytes() + 1024)
-        if self.device.type == "cuda" and not _interpret() and need > 228 * 1024:
+    def _check_fits(self) -> Optional[int]:
+        """Programs of shared_bytes() each (plus the 1 KB an SM reserves a program) that an SM's shared memory holds
+        on this GPU (decode_attention.shared_memory): every program must be resident, or the barriers would wait
+        for programs that cannot start, so the step runs min(PROGRAMS_PER_SM, this) an SM. H200 (228 KB an SM):
+        two at the default tiles in bf16 / fp16 (73,728 B a program at batch 32), one for fp32 weights (twice bf16's
+        tiles: 120 KB a program at batch 5) or BK 256 at 4 stages (120 KB); a GPU of 100 KB an SM (RTX 4090, L40,
+        A10): one at the default tiles. A program beyond what one launch may take is refused by name. None (no
+        limit) in the interpreter."""
+        if self.device.type != "cuda" or _interpret():
+            return None
+        per_block, per_sm = shared_memory(self.device)
+        need = self.shared_bytes()
+        if need > per_block or per_sm // (need + 1024) < 1:
             raise ValueError(f"decode_wide: {self.dtype} weights, BK={BK}, STAGES={STAGES}, batch {self.batch}: a "
-                             f"program's pipelined tiles take {self.shared_bytes()} B of shared memory, so "
-                             f"{PROGRAMS_PER_SM} programs ({need} B) do not fit an SM's 228 KB (every program must be "
-                             f"resident for the grid barriers); at the default tiles the step serves bf16 and fp16")
+                             f"program's pipelined tiles take {need} B of shared memory, more than this GPU gives "
+                             f"one program ({per_block} B; every program must be resident for the grid barriers): "
+                             f"lower decode_wide.STAGES or BK, or decode with decode='auto'")
+        return per_sm // (need + 1024)
 
     @staticmethod
     def _launch_shape():

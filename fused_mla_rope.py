@@ -39,7 +39,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from decode_attention import _interpret, _triton_available, device_problem, triton_ops_wanted
+from decode_attention import _interpret, _triton_available, device_problem, shared_memory, triton_ops_wanted
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BACKEND = "auto"  # what decoupled_qk's backend='auto' means: 'auto' (the kernels where they can run), or 'torch'
@@ -55,7 +55,9 @@ K_UP_IN_KERNEL = True  # the model's MLA with decoupled RoPE builds K by decoupl
 #                       MLA shared 128 with decoupled RoPE, --graph_step --master_weights (results/bench/README.md,
 #                       session 29 calls 1-2): the step off 23.79, 23.84, 23.84 ms, on 23.73, 23.74, 23.82, 23.75 at
 #                       12x1024 (medians -0.09 ms, -0.4%); 27.75 / 27.68 at 64x256
-K_UP_ROWS = 64  # tokens a program of that kernel (a power of two, 16 or more: the tensor-core product's rows)
+K_UP_ROWS = 64  # tokens a program of that kernel (a power of two, 16 or more: the tensor-core product's rows), at
+#                3 stages of software pipelining where the device's shared memory holds it (k_up_launch: GPT-2 MLA's
+#                128-wide latent everywhere; a wider latent or float32 takes fewer stages or rows, else k_up's matmul)
 Q_IN_PLACE = True  # what the model passes as decoupled_qk's q_in_place (with K_UP_IN_KERNEL off; on, the query is
 #                   always rotated in place). H200, GPT-2 MLA shared 128 with decoupled RoPE,
 #                   --graph_step --master_weights (results/bench/README.md, session 28 calls 1-2): the step off / on
@@ -326,22 +328,30 @@ if _HAVE_TRITON:
 
     def _k_up_fwd_impl(c_k: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], k_rope: torch.Tensor,
                        cos: torch.Tensor, sin: torch.Tensor, n_head: int) -> torch.Tensor:
-        """K from the latent c_K (B, T, dc) and k_up's weight (nH dH, dc) (and bias), for K_UP_IN_KERNEL."""
+        """K from the latent c_K (B, T, dc) and k_up's weight (nH dH, dc) (and bias), for K_UP_IN_KERNEL: by
+        _k_up_fwd_kernel at the first of k_up_launch's settings that fits the device's shared memory, else (none
+        fits: a wide latent on a GPU of 100 KB an SM) by k_up's matmul and the K kernel of decoupled_qk."""
         B, T, dc = c_k.shape
         dR = k_rope.size(-1)
         dH = weight.size(0) // n_head
-        K = c_k.new_empty(B, T, n_head, dH + dR)
         n = B * T
         _blocks(n_head, dH, dR)  # the knobs checked
+        launch = k_up_launch(dc, dH, c_k.element_size(),
+                             None if c_k.device.type != "cuda" else shared_memory(c_k.device)[0])
+        if launch is None:
+            k = torch.nn.functional.linear(c_k, weight, bias).view(B, T, n_head, dH)
+            return _fwd_launch(None, k, k_rope, cos, sin)[1]
+        rows, stages = launch
+        K = c_k.new_empty(B, T, n_head, dH + dR)
         if n:
-            torch.library.wrap_triton(_k_up_fwd_kernel)[(triton.cdiv(n, K_UP_ROWS),)](
+            torch.library.wrap_triton(_k_up_fwd_kernel)[(triton.cdiv(n, rows),)](
                 c_k, weight, weight if bias is None else bias, k_rope, cos, sin, K, n, T, c_k.stride(0),
                 c_k.stride(1), k_rope.stride(0), k_rope.stride(1), NH=n_head, DH=dH, DR=dR, DC=dc,
-                HAS_BIAS=bias is not None, BLOCK_M=K_UP_ROWS, BLOCK_DH=max(16, triton.next_power_of_2(dH)),
+                HAS_BIAS=bias is not None, BLOCK_M=rows, BLOCK_DH=max(16, triton.next_power_of_2(dH)),
                 BLOCK_DC=max(16, triton.next_power_of_2(dc)), BLOCK_HALF=triton.next_power_of_2(dR // 2),
                 PRECISION="ieee" if c_k.dtype == torch.float32 else "tf32",  # float32 products in full (a
-                num_warps=NUM_WARPS)  # matmul may use TF32 there); the 16-bit types' products are exact in either
-        return K
+                num_warps=NUM_WARPS, num_stages=stages)  # matmul may use TF32 there); the 16-bit types' products
+        return K                                         # are exact in either
 
 
 def register_ops() -> bool:
@@ -462,6 +472,34 @@ class _TritonKUp(torch.autograd.Function):
         d_w = dk2.t() @ c_k.reshape(B * T, dc) if need[1] else None  # (nH dH, dc)
         d_b = dk2.sum(0) if ctx.has_bias and need[2] else None
         return d_ck, d_w, d_b, dk_rope, None, None, None
+
+
+def k_up_shared_bytes(rows: int, stages: int, dc: int, dh: int, itemsize: int) -> int:
+    """An upper bound of the shared memory (bytes) _k_up_fwd_kernel takes with `rows` tokens a program at `stages`
+    of software pipelining, for a latent of dc and heads of dh in a dtype of itemsize bytes: the latent's row tile,
+    `stages` tiles of a head's weights in flight, and a float32 (rows, dh) tile for the product's layout changes.
+    tests/test_kernels_compile.py holds Triton's sm_80 and sm_90 compiles under it (they take 45-100% of it)."""
+    bdc, bdh = max(16, 1 << (dc - 1).bit_length()), max(16, 1 << (dh - 1).bit_length())
+    return rows * bdc * itemsize + max(1, stages) * bdh * bdc * itemsize + rows * bdh * 4
+
+
+def k_up_launch(dc: int, dh: int, itemsize: int, limit: Optional[int]) -> Optional[Tuple[int, int]]:
+    """(tokens a program, pipelining stages) of _k_up_fwd_kernel: K_UP_ROWS at 3, 2, then 1 stage, then fewer rows
+    at 1 stage, the first whose k_up_shared_bytes is within `limit` (a program's shared memory at most on the
+    device: decode_attention.shared_memory; None: no limit, the interpreter); None when none is (k_up's matmul
+    serves). H200 (227 KB a program): GPT-2 MLA's 128-wide latent at (K_UP_ROWS, 3) in bf16 (80 KB) and float32
+    (144 KB); a latent of 512 with heads of 128 in bf16 at (K_UP_ROWS, 1) (224 KB). A GPU of 100 KB an SM (99 KB a
+    program): the 128-wide latent in bf16 as on the H200, in float32 at (K_UP_ROWS, 1) (80 KB); the 512-wide latent
+    by the matmul."""
+    ladder = [(K_UP_ROWS, s) for s in (3, 2, 1)]
+    rows = K_UP_ROWS // 2
+    while rows >= 16:
+        ladder.append((rows, 1))
+        rows //= 2
+    for rows, stages in ladder:
+        if limit is None or k_up_shared_bytes(rows, stages, dc, dh, itemsize) <= limit:
+            return rows, stages
+    return None
 
 
 def unsupported(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,

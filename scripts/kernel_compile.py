@@ -101,6 +101,12 @@ def compile_to_ttir(kernel, signature: dict, constexprs: dict, num_warps: int = 
 def compile_sm90(kernel, args, kwargs):
     """A recorded launch compiled to the end for sm_90 (ptxas included), with the launcher's specialization:
     triton's CompiledKernel (its asm dict holds 'ptx' and 'cubin')."""
+    return compile_launch(kernel, args, kwargs, arch=90)
+
+
+def compile_launch(kernel, args, kwargs, arch: int = 90):
+    """compile_sm90 for another compute capability (80: A100, 86 / 89: the RTX / L-series parts, 90: Hopper):
+    CompiledKernel.metadata.shared is the shared memory a program takes there."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import ASTSource
@@ -113,4 +119,4 @@ def compile_sm90(kernel, args, kwargs):
     if kwargs.get("maxnreg"):  # the launch's register cap a thread
         options["maxnreg"] = kwargs["maxnreg"]
     return triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs),
-                          target=GPUTarget("cuda", 90, 32), options=options)
+                          target=GPUTarget("cuda", arch, 32), options=options)

@@ -274,8 +274,8 @@ def test_cuda_one_launch_matches_the_phases_and_the_model(variant, batch, knobs,
     check_one_launch(variant, batch)
 
 
-def check_one_launch(variant, batch):
-    """On the GPU, bf16, GPT-2 widths, 3 layers, 1,500 cached rows: three steps of the step decoder for `batch`
+def check_one_launch(variant, batch, dtype=torch.bfloat16):
+    """On the GPU, bf16 (or dtype), GPT-2 widths, 3 layers, 1,500 cached rows: three steps of the step decoder for `batch`
     (decode_mega.step_decoder's) against the model's (relative error < 1.5e-2: the model's own step moves by 1.1-1.8e-2
     when one cache row a layer is replaced, the kernel was measured at 7.5e-3), the cache: its 1,500 context rows
     untouched and the three rows the steps wrote within 2e-2 of the model's, then the one launch against the phases
@@ -286,7 +286,7 @@ def check_one_launch(variant, batch):
         over["tucker_ranks"] = (8, 64, 64)
     if variant.startswith("mla"):  # the benchmark's MLA [dcK, dcQ = 128]
         over.update(q_rank=128, kv_rank=128)
-    model = tiny(variant, dtype=torch.bfloat16, device="cuda", **over)
+    model = tiny(variant, dtype=dtype, device="cuda", **over)
     got, want, caches, ref, mega = decode_both(model, batch, 1500, 3, programs=None, device="cuda")
     mega.check()
     for g, w in zip(got, want):

@@ -141,38 +141,56 @@ def test_programs_an_sm_are_held_to_the_register_file(monkeypatch):
     dw.WideDecoder(model, model.new_caches(8, 8))
 
 
-def test_fp32_weights_on_the_gpu_are_refused(monkeypatch):
-    """fp32's pipelined tiles leave no room for two programs an SM: refused by name on the GPU (the check reads the
-    device; the interpreter, which has no shared memory to run out of, serves fp32); so is BK 256 at 4 stages in
-    bf16, which fits at 3."""
+H200_SHARED = (232448, 233472)  # decode_attention.shared_memory on an H100 / H200: a program's most, an SM's bytes
+SM86_SHARED = (101376, 102400)  # on a GPU of 100 KB an SM (sm_86 / sm_89: RTX 3090 / 4090, A10, A6000, L4, L40)
+
+
+def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
+    """_check_fits: the programs of shared_bytes() (+ the 1 KB an SM reserves each) an SM holds on the GPU at hand,
+    which the step runs in place of PROGRAMS_PER_SM where fewer: on an H200, bf16 at batch 5 (60 KB a program) 3,
+    fp32 (twice the tiles: 120 KB) 1, BK 256 at 4 stages in bf16 (120 KB) 1 and 2 at 3 stages; on a GPU of 100 KB an
+    SM, 1 in bf16; fp32 there does not fit one program: refused by name. The interpreter has no limit (None)."""
     no_device_checks(monkeypatch)
     model = tiny("tucker")
     dec = dw.WideDecoder(model, model.new_caches(5, 8))  # fp32 on the CPU: served
+    assert dec._check_fits() is None
     dec.device = torch.device("cuda")
-    with pytest.raises(ValueError, match="decode_wide: torch.float32 weights.*do not fit.*serves bf16 and fp16"):
-        dec._check_fits()
+    monkeypatch.setattr(dw, "shared_memory", lambda device: H200_SHARED)
+    assert dec.shared_bytes() == 122880 and dec._check_fits() == 1
     dec.dtype = torch.bfloat16
-    dec._check_fits()
+    assert dec.shared_bytes() == 61440 and dec._check_fits() == 3
     monkeypatch.setattr(dw, "BK", 256)
-    with pytest.raises(ValueError, match="BK=256, STAGES=4, batch 5: .* take 122880 B of shared memory"):
-        dec._check_fits()
+    assert dec.shared_bytes() == 122880 and dec._check_fits() == 1
     monkeypatch.setattr(dw, "STAGES", 3)
-    dec._check_fits()
+    assert dec.shared_bytes() == 81920 and dec._check_fits() == 2
+    monkeypatch.setattr(dw, "BK", 128)
+    monkeypatch.setattr(dw, "STAGES", 4)
+    monkeypatch.setattr(dw, "shared_memory", lambda device: SM86_SHARED)
+    assert dec._check_fits() == 1
+    dec.dtype = torch.float32
+    with pytest.raises(ValueError, match=r"decode_wide: torch.float32 weights, BK=128, STAGES=4, batch 5: a program's "
+                                         r"pipelined tiles take 122880 B of shared memory, more than this GPU gives "
+                                         r"one program \(101376 B.*decode='auto'"):
+        dec._check_fits()
 
 
 def test_shared_memory_counts_the_kilobyte_an_sm_reserves_a_program(monkeypatch):
     """Two programs an SM of 114 KB of tiles each fit 228 KB on their own but not with the 1 KB an SM reserves for
-    each program: refused on the GPU; 1 KB less a program fits."""
+    each program: one runs an SM; 1 KB less a program, two. A program of the whole SM's bytes is refused."""
     no_device_checks(monkeypatch)
     model = tiny("tucker")
     dec = dw.WideDecoder(model, model.new_caches(5, 8))
     dec.device, dec.dtype = torch.device("cuda"), torch.bfloat16
-    monkeypatch.setattr(dw, "PROGRAMS_PER_SM", 2)
+    monkeypatch.setattr(dw, "shared_memory", lambda device: H200_SHARED)
     dec.shared_bytes = lambda: 114 * 1024
-    with pytest.raises(ValueError, match="do not fit an SM's 228 KB"):
-        dec._check_fits()
+    assert dec._check_fits() == 1
     dec.shared_bytes = lambda: 113 * 1024
-    dec._check_fits()
+    assert dec._check_fits() == 2
+    dec.shared_bytes = lambda: H200_SHARED[0]
+    assert dec._check_fits() == 1
+    dec.shared_bytes = lambda: H200_SHARED[0] + 1
+    with pytest.raises(ValueError, match="more than this GPU gives one program"):
+        dec._check_fits()
 
 
 @pytest.mark.parametrize("variant, knobs", [("tucker_8_64_64", {}), ("tucker_shared_8_64_64", {}),
@@ -280,6 +298,21 @@ def test_cuda_wide_one_launch_matches_the_phases_and_the_model(variant, batch):
     """bf16 at GPT-2 widths: the one launch (barriers) against the phases launched one by one (equal up to the
     statistics' order of arrival) and both against the model's step, over three steps from a 1,500-row cache."""
     assert isinstance(check_one_launch(variant, batch), dw.WideDecoder)
+
+
+@needs_cuda
+@pytest.mark.parametrize("variant, batch, dtype, small_sm", [("tucker", 32, torch.bfloat16, True),
+                                                              ("tucker_shared", 8, torch.float32, False),
+                                                              ("mha", 8, torch.float32, False)])
+def test_cuda_wide_step_at_one_program_an_sm(variant, batch, dtype, small_sm, monkeypatch):
+    """Where an SM's shared memory holds one program the step runs one an SM (every program resident: the barriers
+    complete), matching the model and its phases: bf16 on a GPU of 100 KB an SM (this GPU answering as one,
+    through decode_attention.shared_memory), fp32 weights on this one (120 KB a program at batch 8)."""
+    if small_sm:
+        monkeypatch.setattr(dw, "shared_memory", lambda device: SM86_SHARED)
+    mega = check_one_launch(variant, batch, dtype)
+    assert isinstance(mega, dw.WideDecoder) and mega._check_fits() == 1
+    assert mega.programs == torch.cuda.get_device_properties(0).multi_processor_count
 
 
 @pytest.mark.parametrize("variant", ["tucker_8_64_64", "tucker_shared_8_64_64"])

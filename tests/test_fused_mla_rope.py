@@ -334,6 +334,46 @@ def test_interp_from_latent_matches_torch_form(shape, bias, dtype):
         torch.testing.assert_close(x.float(), y, **tol)
 
 
+H200_PROGRAM, A100_PROGRAM, SM86_PROGRAM = 232448, 166912, 101376  # shared memory a program may take at most
+
+
+@pytest.mark.parametrize("dc, dh, itemsize, limit, want", [
+    (128, 64, 2, H200_PROGRAM, (64, 3)), (128, 64, 4, H200_PROGRAM, (64, 3)), (512, 128, 2, H200_PROGRAM, (64, 1)),
+    (512, 64, 2, H200_PROGRAM, (64, 2)), (512, 128, 2, A100_PROGRAM, (16, 1)), (128, 64, 2, SM86_PROGRAM, (64, 3)),
+    (128, 64, 4, SM86_PROGRAM, (64, 1)), (512, 128, 2, SM86_PROGRAM, None), (4096, 128, 2, None, (64, 3))])
+def test_k_up_launch_fits_the_devices_shared_memory(dc, dh, itemsize, limit, want):
+    """k_up_launch: K_UP_ROWS at 3 stages where it fits (GPT-2 MLA's latent of 128 on any GPU in bf16), fewer stages,
+    then fewer rows, for a wider latent or float32; None (k_up's matmul) where 16 rows at 1 stage do not fit; no
+    limit in the interpreter. Each choice within the limit, the one before it beyond."""
+    got = fm.k_up_launch(dc, dh, itemsize, limit)
+    assert got == want
+    if limit is not None:
+        ladder = [(64, 3), (64, 2), (64, 1), (32, 1), (16, 1)]
+        tried = ladder[:ladder.index(got) if got else len(ladder)]
+        assert all(fm.k_up_shared_bytes(r, s, dc, dh, itemsize) > limit for r, s in tried)
+        assert got is None or fm.k_up_shared_bytes(*got, dc, dh, itemsize) <= limit
+
+
+@needs_child
+@pytest.mark.parametrize("launch", [(16, 1), (32, 2), None])
+def test_interp_from_latent_at_every_launch_and_by_the_matmul(launch, monkeypatch):
+    """K_UP_IN_KERNEL's key, values and gradients equal to the torch form at the settings a smaller GPU's shared
+    memory leaves (fewer rows a program, fewer stages), and by k_up's matmul then the K kernel where none fits (the
+    kernel's launch then never made)."""
+    monkeypatch.setattr(fm, "k_up_launch", lambda dc, dh, itemsize, limit: launch)
+    B, T, nH, dH, dR, dc = 2, 70, 3, 12, 6, 20
+    leaves, cos, sin = latent_inputs(B, T, nH, dH, dR, dc, True, torch.float32)
+    g = torch.Generator().manual_seed(5)
+    gq = torch.randn(B, nH, T, dH + dR, generator=g).transpose(1, 2)
+    gk = torch.randn(B, T, nH, dH + dR, generator=g)
+    if launch is None:
+        monkeypatch.setattr(fm, "_k_up_fwd_kernel", None)  # any launch of it would fail
+    a = run_latent("triton", leaves, cos[:T], sin[:T], dH, dR, dc, (gq, gk))
+    b = run_latent("torch", leaves, cos[:T], sin[:T], dH, dR, dc, (gq, gk))
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, atol=2e-5, rtol=2e-5)
+
+
 def test_from_latent_dispatch_and_errors(monkeypatch):
     leaves, cos, sin = latent_inputs(2, 5, 3, 12, 6, 20, True, torch.float32)
     q, wide, w, bias = leaves
@@ -475,6 +515,36 @@ def test_cuda_bf16_kernels_match_torch_form():
     torch.testing.assert_close(Ka.float(), Kb, **tol)
     for a, b in zip(grads_a, grads_b):
         torch.testing.assert_close(a.float(), b, atol=3e-2, rtol=8e-3)  # dk^R: a sum of 12 heads, rounded once
+
+
+@needs_cuda
+@pytest.mark.parametrize("dc, nH, dH, dtype, program", [(512, 16, 128, torch.bfloat16, None),
+                                                         (512, 16, 128, torch.bfloat16, SM86_PROGRAM),
+                                                         (128, 12, 64, torch.float32, SM86_PROGRAM),
+                                                         (256, 12, 64, torch.bfloat16, SM86_PROGRAM)])
+def test_cuda_from_latent_fits_the_devices_shared_memory(dc, nH, dH, dtype, program, monkeypatch):
+    """K from a latent as wide as DeepSeek-V2's (512, heads of 128: 456 KB of shared memory at 64 rows and 3 stages,
+    which no GPU gives a program) on this GPU, and as a GPU of 100 KB an SM would run it (this one answering as one):
+    by k_up's matmul, float32's 128-wide latent at 1 stage, a bf16 latent of 256 at fewer stages; values and gradients
+    against the torch form."""
+    import decode_attention as da
+    if program is not None:
+        monkeypatch.setattr(fm, "shared_memory", lambda device: (program, program + 1024))
+    limit = program or da.shared_memory(torch.device("cuda"))[0]
+    launch = fm.k_up_launch(dc, dH, torch.tensor([], dtype=dtype).element_size(), limit)
+    assert launch != (fm.K_UP_ROWS, 3) and (launch is None) == (dc == 512 and program is not None)
+    B, T, dR = 2, 256, 64 if dH == 128 else 32
+    leaves, cos, sin = latent_inputs(B, T, nH, dH, dR, dc, False, torch.float32)
+    leaves = [x.to(device="cuda", dtype=dtype) for x in leaves]
+    cos, sin = cos[:T].cuda(), sin[:T].cuda()
+    g = torch.Generator().manual_seed(5)
+    gq = torch.randn(B, nH, T, dH + dR, generator=g).to(device="cuda", dtype=dtype).transpose(1, 2)
+    gk = torch.randn(B, T, nH, dH + dR, generator=g).to(device="cuda", dtype=dtype)
+    a = run_latent("triton", leaves, cos, sin, dH, dR, dc, (gq, gk))
+    b = run_latent("torch", [x.float() for x in leaves], cos, sin, dH, dR, dc, (gq.float(), gk.float()))
+    for x, y in zip(a, b):
+        tol = 2e-2 * y.abs().max().item() + 1e-3 if dtype == torch.bfloat16 else 1e-3 * y.abs().max().item() + 1e-5
+        assert (x.float() - y).abs().max().item() <= tol
 
 
 @needs_cuda

@@ -227,6 +227,30 @@ def test_mla_k_up_kernel_compiles(dtype, bias, record, monkeypatch):
     assert (const["BLOCK_M"], const["BLOCK_DH"], const["BLOCK_DC"], const["BLOCK_HALF"]) == (64, 64, 128, 16)
 
 
+@pytest.mark.parametrize("dtype, dc, nH, dH, dR, rows, stages", [
+    (torch.bfloat16, 128, 12, 64, 32, 64, 3), (torch.float32, 128, 12, 64, 32, 64, 3),
+    (torch.bfloat16, 512, 16, 128, 64, 64, 3), (torch.bfloat16, 512, 16, 128, 64, 32, 2),
+    (torch.bfloat16, 128, 12, 64, 32, 16, 3), (torch.float32, 32, 4, 16, 8, 32, 1)])
+def test_k_up_shared_memory_bound_holds_on_ampere_and_hopper(dtype, dc, nH, dH, dR, rows, stages, record,
+                                                               monkeypatch):
+    """fused_mla_rope.k_up_shared_bytes, what k_up_launch fits to the device, bounds the shared memory of
+    _k_up_fwd_kernel's launch as Triton compiles it for sm_80 (A100; sm_86 / 89 compile the same) and sm_90, at the
+    launch's own rows and stages (GPT-2 MLA's latent in bf16 and float32; DeepSeek-V2's 512 with heads of 128, which
+    take 456 KB at 64 rows and 3 stages; fewer rows)."""
+    from scripts.kernel_compile import compile_launch
+    monkeypatch.setattr(fm, "k_up_launch", lambda *a: (rows, stages))
+    rec = record(fm, "_k_up_fwd_kernel")
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
+    cos, sin = (t[:64] for t in rope_cache(dR, 64, 10000.0))
+    fm._k_up_fwd_impl(rnd(2, 64, dc, dtype=dtype), rnd(nH * dH, dc, dtype=dtype), None, rnd(2, 64, dR, dtype=dtype),
+                      cos, sin, nH)
+    args, kwargs = rec.launches[0]
+    assert (kwargs["BLOCK_M"], kwargs["num_stages"]) == (rows, stages)
+    bound = fm.k_up_shared_bytes(rows, stages, dc, dH, torch.tensor([], dtype=dtype).element_size())
+    for arch in (80, 90):
+        assert compile_launch(rec.kernel, args, kwargs, arch=arch).metadata.shared <= bound
+
+
 @pytest.mark.parametrize("lr_tensor", [False, True])
 def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
     """master_adamw's update a launch per tensor (TENSORS_PER_LAUNCH=1), for a bf16 matrix (its bf16 copy written)
