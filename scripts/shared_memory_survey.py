@@ -1,0 +1,122 @@
+"""The shared memory each Triton kernel launch takes on GPUs other than the H200, compiled on a machine without one.
+
+    python -m scripts.shared_memory_survey --out results/bench/session48/shared_survey.md     # ~5 minutes on 2 cores
+
+Runs tests/test_kernels_compile.py (every kernel's launches as the wrappers make them, recorded instead of run) with
+each recorded launch also compiled to the end (ptxas) for sm_80 (A100), sm_86 (RTX 3090, A10, A6000; sm_89's RTX
+4090, L4 and L40 have the same 100 KB an SM) and sm_90 (H100, H200), with the JIT launcher's specialization and the
+launch's own warps and stages (scripts.kernel_compile.compile_launch), and writes, kernel by kernel, the most shared
+memory a launch took on each against what one program may take there (the opt-in maximum a block; more is Triton's
+OutOfResources at launch). Launches with programmatic dependent launch (PDL) are compiled for sm_90 only: the
+wrappers launch them so on sm_90 and later alone (decode_attention.pdl_capable). The shapes are the test file's
+(GPT-2's widths for most); decode_wide's step (`python -m scripts.mega_sass --batch 32`) and fused_mla_rope's K from
+wide latents (tests/test_kernels_compile.py's k_up bound) are the kernels whose tiles grow with the model.
+"""
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import pytest
+
+ARCHS = (80, 86, 90)
+PER_PROGRAM = {80: 166912, 86: 101376, 90: 232448}  # bytes of shared memory a program may take (cudaDevAttr
+#                                                     MaxSharedMemoryPerBlockOptin: A100; sm_86 / sm_89; H100 / H200)
+
+
+class Survey:
+    """A pytest plugin: each module-level compile_to_ttir call of tests/test_kernels_compile.py also compiles the
+    launch just typed (the test's `typed` call before it) for every arch, noting its shared memory."""
+
+    def __init__(self):
+        self.rows = collections.defaultdict(dict)  # kernel -> arch -> most bytes
+        self.launches = collections.Counter()
+        self.pdl_only = collections.Counter()
+        self.errors = []
+
+    @pytest.fixture(autouse=True)
+    def _compile_every_arch(self, request, monkeypatch):
+        from scripts import kernel_compile
+        from scripts.kernel_compile import compile_launch
+        module = request.module
+        if not hasattr(module, "compile_to_ttir"):
+            yield
+            return
+        last = {}
+        typed, to_ttir = module.typed, module.compile_to_ttir
+
+        def typed_and_kept(kernel, args, kwargs):
+            last.update(kernel=kernel, args=args, kwargs=kwargs)
+            return typed(kernel, args, kwargs)
+
+        def to_ttir_and_archs(kernel, signature, constexprs, num_warps=4):
+            text = to_ttir(kernel, signature, constexprs, num_warps=num_warps)
+            if last.get("kernel") is kernel:
+                kwargs = {**last["kwargs"], **{k: v for k, v in constexprs.items() if k == "PDL"}}
+                kwargs.pop("launch_pdl", None)
+                self.note(kernel, last["args"], kwargs, compile_launch)
+            return text
+
+        def sm90_and_archs(kernel, args, kwargs):  # the tests that compile to the end (fused_sample's)
+            self.note(kernel, args, kwargs, compile_launch)
+            return compile_launch(kernel, args, kwargs, arch=90)
+
+        monkeypatch.setattr(module, "typed", typed_and_kept)
+        monkeypatch.setattr(module, "compile_to_ttir", to_ttir_and_archs)
+        monkeypatch.setattr(kernel_compile, "compile_sm90", sm90_and_archs)
+        yield
+
+    def note(self, kernel, args, kwargs, compile_launch):
+        name = kernel.fn.__name__
+        self.launches[name] += 1
+        archs = (90,) if kwargs.get("PDL") else ARCHS
+        if kwargs.get("PDL"):
+            self.pdl_only[name] += 1
+        for arch in archs:
+            try:
+                shared = compile_launch(kernel, args, kwargs, arch=arch).metadata.shared
+            except Exception as e:  # noqa: BLE001 - reported, not raised: the survey goes on
+                self.errors.append(f"{name} sm_{arch}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
+            self.rows[name][arch] = max(shared, self.rows[name].get(arch, 0))
+
+    def table(self) -> str:
+        head = "| kernel | launches (PDL: sm_90 only) | " + " | ".join(f"sm_{a} (of {PER_PROGRAM[a]:,})" for a in ARCHS)
+        lines = [head + " |", "| --- | --- | " + " | ".join("---" for _ in ARCHS) + " |"]
+        for name in sorted(self.rows):
+            cells = []
+            for a in ARCHS:
+                v = self.rows[name].get(a)
+                cells.append("-" if v is None else f"{v:,}" + (" **over**" if v > PER_PROGRAM[a] else ""))
+            lines.append(f"| `{name}` | {self.launches[name]} ({self.pdl_only[name]}) | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines.append("The launches are those the wrappers make on the CPU, where nothing limits shared memory: a kernel "
+                     "that sizes itself to the device (`_k_up_fwd_kernel`, by `fused_mla_rope.k_up_launch`) launches "
+                     "with fewer stages or rows, or not at all, on a GPU whose limit its setting here passes "
+                     "(**over**). Any other **over** would be an OutOfResources on that GPU.")
+        lines.append("")
+        lines.append("Compile errors: " + ("none" if not self.errors else ""))
+        lines += [f"- {e}" for e in self.errors]
+        return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="python -m scripts.shared_memory_survey --out survey.md")
+    ap.add_argument("--out", help="write the table here too (markdown)")
+    ap.add_argument("-k", default=None, help="pytest -k expression: a subset of tests/test_kernels_compile.py")
+    a = ap.parse_args(argv)
+    root = Path(__file__).resolve().parent.parent
+    survey = Survey()
+    args = ["-q", "-p", "no:cacheprovider", str(root / "tests" / "test_kernels_compile.py")] + (["-k", a.k] if a.k else [])
+    rc = pytest.main(args, plugins=[survey])
+    text = survey.table()
+    print(text)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text("`python -m scripts.shared_memory_survey" + (f" -k '{a.k}'" if a.k else "") + "`\n\n" + text)
+    return int(rc != 0 or bool(survey.errors))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

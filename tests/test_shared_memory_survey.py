@@ -1,0 +1,43 @@
+"""scripts/shared_memory_survey: the shared memory of the kernels' launches compiled for sm_80, sm_86 and sm_90 on a
+machine without a GPU, each against what one program may take on that GPU."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_survey_compiles_a_launch_for_each_arch(tmp_path):
+    """One kernel's launches (fused_norm's add_norm, both norms) compiled for the three archs: its row holds a
+    number for each, none over, no compile error, and the file names the command."""
+    out = tmp_path / "survey.md"
+    r = subprocess.run([sys.executable, "-m", "scripts.shared_memory_survey", "-k", "add_norm", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = out.read_text()
+    assert text.startswith("`python -m scripts.shared_memory_survey -k 'add_norm'`")
+    row = next(line for line in text.splitlines() if line.startswith("| `_add_norm_kernel`"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "2 (0)" and all(c.replace(",", "").isdigit() for c in cells[2:]) and len(cells) == 5
+    assert "Compile errors: none" in text
+
+
+def test_survey_marks_a_launch_over_a_gpus_limit():
+    """A kernel's largest launch above a GPU's limit is marked there and only there; a PDL launch is counted as
+    sm_90's alone, its other cells left empty; an error is listed."""
+    from scripts.shared_memory_survey import PER_PROGRAM, Survey
+    s = Survey()
+    s.rows["_k"] = {80: 120_000, 86: 120_000, 90: 120_000}
+    s.rows["_pdl"] = {90: 10}
+    s.launches.update({"_k": 3, "_pdl": 1})
+    s.pdl_only["_pdl"] = 1
+    s.errors.append("_x sm_80: PTXASError: ...")
+    lines = s.table().splitlines()
+    assert lines[2] == "| `_k` | 3 (0) | 120,000 | 120,000 **over** | 120,000 |"
+    assert lines[3] == "| `_pdl` | 1 (1) | - | - | 10 |"
+    assert PER_PROGRAM[80] > 120_000 > PER_PROGRAM[86]
+    assert "- _x sm_80: PTXASError: ..." in lines
