@@ -82,6 +82,18 @@ def make_current(device) -> None:
         torch.cuda.set_device(device)
 
 
+def default_dtype(device) -> str:
+    """dtype='' (train.py's and sample.py's default): 'bfloat16' on a GPU whose hardware computes in it (compute
+    capability 8.0 and up: A100, RTX 30xx and later), else 'float32'. torch.cuda.is_bf16_supported() alone also says
+    yes for older GPUs (T4, V100) where bfloat16 is only emulated, slowly, and Triton's bfloat16 products are
+    not compiled at all."""
+    if device.type != "cuda":
+        return "float32"
+    import torch  # lazy: the rest of this module needs no torch
+
+    return "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
+
+
 def float64_device(device):
     """Where float64 sums over `device`'s tensors run: the device itself, or the CPU for an Apple GPU ('mps'),
     which has no float64 (a float64 tensor there raises TypeError)."""

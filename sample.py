@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import torch
 
 from checkpoint import NoCheckpointWritten, load_model
-from configurator import check_device, help_requested, make_current, parse_config
+from configurator import check_device, default_dtype, help_requested, make_current, parse_config
 from model import NonFiniteLogits, check_compile_mode, check_decode
 from tokenizer import get_gpt2_encoding
 
@@ -105,7 +105,7 @@ def main(argv):
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
     make_current(device)  # cuda:N: the current device, where Triton launches its kernels and graphs capture
-    dtype = cfg["dtype"] or ("bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
+    dtype = cfg["dtype"] or default_dtype(device)
     start = cfg["start"]
     if start.startswith("FILE:"):
         path = os.path.expanduser(start[len("FILE:"):])  # the shell leaves a ~ after FILE: as it is

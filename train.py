@@ -47,7 +47,8 @@ import torch
 from checkpoint import (CKPT_NAME, TRAINING_KEYS, git_commit, make_checkpoint, model_from_checkpoint,
                         read_checkpoint, read_json, remove_stale_temps, rng_state, save_checkpoint, saved_rng_state,
                         write_json)
-from configurator import check_device, float64_device, format_config, help_requested, make_current, parse_config
+from configurator import (check_device, default_dtype, float64_device, format_config, help_requested, make_current,
+                          parse_config)
 from evaluate import Batches, check_token_file, split_loss
 from graph_step import GraphedTrainStep, check_graph_step
 from master_adamw import check_supported as check_master_weights
@@ -376,7 +377,7 @@ def setup(cfg: dict, gptconf: GPTConfig) -> Env:
     if cfg["gradient_accumulation_steps"] % world != 0:
         fail(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be a multiple of the "
              f"{world} DDP processes")
-    dtype = cfg["dtype"] or ("bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
+    dtype = cfg["dtype"] or default_dtype(device)
     if cfg["graph_step"]:
         why_not = check_graph_step(device, dtype, ddp, cfg["compile"], cfg["compile_mode"],
                                    gptconf.activation_checkpointing)

@@ -303,3 +303,17 @@ def test_scripts_answer_help(script):
     repo = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, script, "--help"], cwd=repo, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "Keys (config file" in done.stdout and "out_dir" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("device, native, emulated, want", [
+    ("cuda", True, True, "bfloat16"),  # an A100 / H100: bfloat16 in hardware
+    ("cuda", False, True, "float32"),  # a T4 / V100: torch emulates bfloat16, so its default answer says yes
+    ("cuda", False, False, "float32"), ("cpu", True, True, "float32")])
+def test_default_dtype_is_bfloat16_only_where_the_gpu_computes_in_it(device, native, emulated, want, monkeypatch):
+    """dtype='' in train.py and sample.py: bfloat16 on a GPU of compute capability 8.0 and up, float32 elsewhere;
+    is_bf16_supported's default (emulation counted) would pick bfloat16 on a T4."""
+    import torch
+    from configurator import default_dtype
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: native or (including_emulation and emulated))
+    assert default_dtype(torch.device(device)) == want
