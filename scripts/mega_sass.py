@@ -3,6 +3,7 @@ compiles it, and what its machine code says about the grid barriers.
 
     python -m scripts.mega_sass --variant tucker_8_64_64 --out_dir /tmp/mega_sass [--knob decode_mega.EARLY_ARRIVE=False]
     python -m scripts.mega_sass --variant tucker_8_64_64 --batch 32     # decode_wide's kernel (above 4 sequences)
+    python -m scripts.mega_sass --variant tucker_8_64_64 --batch 32 --arch 86   # as an RTX 4090 / L40 would compile it
 
 The kernel's launch for a GPT-2 124M-shaped model (2 layers: the code does not depend on the count; batch 1, 132
 SMs as on an H200, PROGRAMS_PER_SM programs each) is recorded instead of run, then compiled by triton.compile with the JIT launcher's
@@ -26,7 +27,7 @@ import torch
 if __name__ == "__main__" and not __package__:  # run as a file: the repository's modules are importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.kernel_compile import Recorder, compile_sm90  # noqa: E402
+from scripts.kernel_compile import Recorder, compile_launch  # noqa: E402
 
 
 def barrier_loads(sass: str) -> list:
@@ -52,9 +53,10 @@ def barrier_loads(sass: str) -> list:
 
 
 def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, timed: bool = False,
-                 rope: bool = False) -> dict:
+                 rope: bool = False, arch: int = 90) -> dict:
     """The step kernel's launch for `variant` at `batch` sequences (decode_mega.step_decoder's: decode_wide's above
-    decode_mega.MAX_ROWS) compiled (kernel_compile.compile_sm90) and disassembled into out_dir: registers, stack,
+    decode_mega.MAX_ROWS) compiled for sm_{arch} (kernel_compile.compile_launch; 90 by default) and disassembled
+    into out_dir: registers, stack,
     shared memory a program (decode_wide's: WideDecoder.shared_bytes() beside it, shared_estimate), the load mix,
     tensor-core (HMMA) and asynchronous-copy (LDGSTS) instructions, MEMBARs and barrier_loads. timed: the timed step's
     compile (TIMING, every barrier stamped; timed_step's). rope: the variant with RoPE (q and k rotated in phase A)."""
@@ -95,7 +97,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
             mega._launch(mega._stacked_weights(), idx, pos, 0, 0, 2, True)
     finally:
         da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel = saved
-    compiled = compile_sm90(rec.kernel, *rec.launches[0])
+    compiled = compile_launch(rec.kernel, *rec.launches[0], arch=arch)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{variant}.ttgir").write_text(compiled.asm["ttgir"])  # the layouts Triton chose
     (out_dir / f"{variant}.ptx").write_text(compiled.asm["ptx"])
@@ -151,13 +153,15 @@ def main(argv=None):
     p.add_argument("--knob", action="append", default=[], metavar="decode_mega.NAME=VALUE")
     p.add_argument("--batch", type=int, default=1, help="sequences (above decode_mega.MAX_ROWS: decode_wide's kernel)")
     p.add_argument("--rope", action="store_true", help="the variant with RoPE instead of learned positions")
+    p.add_argument("--arch", type=int, default=90, help="compute capability to compile for: 90 (Hopper), 80 (A100), "
+                                                         "86 / 89 (RTX, A10, L4, L40)")
     a = p.parse_args(argv)
     from scripts.bench_decode import KNOB_MODULES
     from scripts.bench_train import set_module_knobs
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
-    r = compile_step(a.variant, Path(a.out_dir), batch=a.batch, rope=a.rope)
+    r = compile_step(a.variant, Path(a.out_dir), batch=a.batch, rope=a.rope, arch=a.arch)
     name = a.variant + (" with RoPE" if a.rope else "")
-    print(f"step kernel, {name}, batch {a.batch}, sm_90, knobs {knobs or 'none'}: {r['registers']} registers, "
+    print(f"step kernel, {name}, batch {a.batch}, sm_{a.arch}, knobs {knobs or 'none'}: {r['registers']} registers, "
           f"stack {r['stack']} B, shared memory {r['shared']} B a program, {r['hmma']} HMMA, {r['ldgsts']} LDGSTS, "
           f"{r['membars']} MEMBARs")
     print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))

@@ -1,6 +1,7 @@
 """The shared memory each Triton kernel launch takes on GPUs other than the H200, compiled on a machine without one.
 
-    python -m scripts.shared_memory_survey --out results/bench/session48/shared_survey.md     # ~5 minutes on 2 cores
+    python -m scripts.shared_memory_survey --out results/bench/session48/shared_survey.md     # ~4 minutes on 2 cores
+    python -m scripts.shared_memory_survey --k_up --out results/bench/session48/k_up_survey.md   # MLA's K kernel
 
 Runs tests/test_kernels_compile.py (every kernel's launches as the wrappers make them, recorded instead of run) with
 each recorded launch also compiled to the end (ptxas) for sm_80 (A100), sm_86 (RTX 3090, A10, A6000; sm_89's RTX
@@ -100,12 +101,62 @@ class Survey:
         return "\n".join(lines) + "\n"
 
 
+K_UP_CASES = [  # (dtype, latent dc, heads, head dim, rotary dims, rows, stages)
+    ("bfloat16", 128, 12, 64, 32, 64, 3), ("float32", 128, 12, 64, 32, 64, 3), ("float32", 128, 12, 64, 32, 64, 1),
+    ("bfloat16", 256, 12, 64, 32, 64, 3), ("bfloat16", 256, 12, 64, 32, 64, 1), ("bfloat16", 512, 12, 64, 32, 64, 3),
+    ("bfloat16", 512, 12, 64, 32, 64, 2), ("bfloat16", 512, 16, 128, 64, 64, 3), ("bfloat16", 512, 16, 128, 64, 64, 1),
+    ("bfloat16", 512, 16, 128, 64, 16, 1)]
+
+
+def k_up_table() -> str:
+    """fused_mla_rope's _k_up_fwd_kernel (MLA's decoupled-RoPE key from its latent) at K_UP_CASES: the shared memory
+    of its sm_80 and sm_90 compiles, fused_mla_rope.k_up_shared_bytes (the bound k_up_launch sizes by), and what
+    k_up_launch picks for that latent on each GPU (rows, stages; 'matmul': none fits)."""
+    import torch
+
+    import fused_mla_rope as fm
+    from model import rope_cache
+    from scripts.kernel_compile import Recorder, compile_launch
+    gpus = {"H100 / H200": PER_PROGRAM[90], "A100": PER_PROGRAM[80], "sm_86 / 89": PER_PROGRAM[86]}
+    lines = ["| dtype | latent | heads | rows, stages | sm_80 | sm_90 | bound | k_up_launch: " +
+             " / ".join(gpus) + " |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    saved = fm._interpret, fm.k_up_launch, fm._k_up_fwd_kernel, torch.library.wrap_triton
+    try:
+        fm._interpret = lambda: True  # the CPU passes the wrapper's device checks; the launch is recorded
+        torch.library.wrap_triton = lambda kernel: kernel
+        for dtype_name, dc, nh, dh, dr, rows, stages in K_UP_CASES:
+            dtype = getattr(torch, dtype_name)
+            rec = Recorder(saved[2])
+            fm._k_up_fwd_kernel, fm.k_up_launch = rec, (lambda *a, rs=(rows, stages): rs)
+            cos, sin = (t[:64] for t in rope_cache(dr, 64, 10000.0))
+            fm._k_up_fwd_impl(torch.randn(2, 64, dc).to(dtype), torch.randn(nh * dh, dc).to(dtype), None,
+                              torch.randn(2, 64, dr).to(dtype), cos, sin, nh)
+            shared = [compile_launch(rec.kernel, *rec.launches[0], arch=a).metadata.shared for a in (80, 90)]
+            size = torch.tensor([], dtype=dtype).element_size()
+            picks = [saved[1](dc, dh, size, limit) for limit in gpus.values()]
+            lines.append(f"| {dtype_name} | {dc} | {nh} x {dh} | {rows}, {stages} | {shared[0]:,} | {shared[1]:,} | "
+                         f"{fm.k_up_shared_bytes(rows, stages, dc, dh, size):,} | "
+                         + " / ".join("matmul" if p is None else f"{p[0]}, {p[1]}" for p in picks) + " |")
+    finally:
+        fm._interpret, fm.k_up_launch, fm._k_up_fwd_kernel, torch.library.wrap_triton = saved
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="python -m scripts.shared_memory_survey --out survey.md")
     ap.add_argument("--out", help="write the table here too (markdown)")
     ap.add_argument("-k", default=None, help="pytest -k expression: a subset of tests/test_kernels_compile.py")
+    ap.add_argument("--k_up", action="store_true", help="instead: MLA's K kernel over latent widths, rows and stages, "
+                                                        "and what k_up_launch picks on each GPU (~1 minute)")
     a = ap.parse_args(argv)
+    if a.k_up:
+        text = k_up_table()
+        print(text)
+        if a.out:
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text("`python -m scripts.shared_memory_survey --k_up`\n\n" + text)
+        return 0
     root = Path(__file__).resolve().parent.parent
     survey = Survey()
     args = ["-q", "-p", "no:cacheprovider", str(root / "tests" / "test_kernels_compile.py")] + (["-k", a.k] if a.k else [])

@@ -214,6 +214,20 @@ def test_shared_bytes_is_the_compiles(variant, knobs, tmp_path, monkeypatch):
     assert r["shared_estimate"] == r["shared"]
 
 
+def test_shared_bytes_is_the_compiles_on_ada(tmp_path):
+    """The fit check's estimate holds where GPUs have 100 KB an SM (sm_86 / sm_89: RTX 3090 / 4090, A10, L40):
+    decode_wide's step at 32 rows compiles there to WideDecoder.shared_bytes() a program (73,728 B, as on sm_90),
+    no spills; one program an SM fits (102,400 B), two do not."""
+    import triton
+    from pathlib import Path
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("Triton's wheel has no ptxas here")
+    from scripts import mega_sass
+    r = mega_sass.compile_step("tucker_8_64_64", tmp_path, batch=dw.MAX_ROWS, arch=86)
+    assert r["shared_estimate"] == r["shared"] == 73728 and r["stack"] == 0
+    assert (r["shared"] + 1024) <= SM86_SHARED[1] < 2 * (r["shared"] + 1024)
+
+
 @pytest.mark.parametrize("dk, dv, shared, rope, want", [
     (64, 64, False, 0, 64), (64, 64, True, 0, 128), (128, 128, True, 0, 64), (128, 128, False, 0, 32),
     (512, 512, True, 0, 64), (16, 16, True, 0, 128), (64, 64, True, 2, 64), (64, 64, False, 1, 64),

@@ -41,3 +41,18 @@ def test_survey_marks_a_launch_over_a_gpus_limit():
     assert lines[3] == "| `_pdl` | 1 (1) | - | - | 10 |"
     assert PER_PROGRAM[80] > 120_000 > PER_PROGRAM[86]
     assert "- _x sm_80: PTXASError: ..." in lines
+
+
+def test_k_up_table_compiles_each_case_under_its_bound(monkeypatch):
+    """--k_up: a case's launch at its own rows and stages compiled for sm_80 and sm_90, both within
+    k_up_shared_bytes, and k_up_launch's pick on each GPU (a small latent: K_UP_ROWS at 3 stages everywhere)."""
+    import fused_mla_rope as fm
+    from scripts import shared_memory_survey as survey
+    monkeypatch.setattr(survey, "K_UP_CASES", [("float32", 32, 4, 16, 8, 32, 1)])
+    row = survey.k_up_table().splitlines()[2]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:4] == ["float32", "32", "4 x 16", "32, 1"]
+    sm80, sm90, bound = (int(c.replace(",", "")) for c in cells[4:7])
+    assert 0 < sm80 <= bound and 0 < sm90 <= bound == fm.k_up_shared_bytes(32, 1, 32, 16, 4)
+    assert cells[7] == " / ".join([f"{fm.K_UP_ROWS}, 3"] * 3)
+    assert fm.k_up_launch is not None and fm._k_up_fwd_kernel.__class__.__name__ == "JITFunction"  # restored
