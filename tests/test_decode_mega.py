@@ -621,21 +621,24 @@ def test_sass_main_passes_its_arguments_and_reports(monkeypatch, capsys, tmp_pat
     monkeypatch.setattr(dm, "EARLY_ARRIVE", dm.EARLY_ARRIVE)  # the knob set below, restored after the test
     calls = []
 
-    def compile_step(variant, out_dir, batch=1, rope=False):
-        calls.append((variant, out_dir, batch, rope, dm.EARLY_ARRIVE))
+    def compile_step(variant, out_dir, batch=1, rope=False, arch=90):
+        calls.append((variant, out_dir, batch, rope, dm.EARLY_ARRIVE, arch))
         return dict(registers=90, stack=0, shared=1024, hmma=0, ldgsts=0, membars=5, loads={"LDG.E.128": 7},
                     sections=[3, 4], barriers=[(2, 0), (0, 3)],
                     converts=[((16, 1024), "bf16"), ((1, 1024), "bf16"), ((16, 128), "fp32"), ((512,), "bf16")])
     monkeypatch.setattr(mega_sass, "compile_step", compile_step)
     mega_sass.main(["--out_dir", str(tmp_path), "--knob", "decode_mega.EARLY_ARRIVE=False"])
     out = capsys.readouterr().out
-    assert calls == [("tucker_8_64_64", tmp_path, 1, False, False)]
+    assert calls == [("tucker_8_64_64", tmp_path, 1, False, False, 90)]
+    assert "step kernel, tucker_8_64_64, batch 1, sm_90," in out
     assert "(A, B1, B2D, MLP, ..., LM head): 3, 4" in out and "columns): 1 (16x1024 bf16)" in out
     assert "release atomic 1: 0 global loads since the phase's last store, 3 between it and the first poll" in out
     for batch, wide in ((dm.MAX_ROWS, False), (dm.MAX_ROWS + 1, True)):
         mega_sass.main(["--variant", "mha", "--out_dir", str(tmp_path), "--batch", str(batch), "--rope"])
         assert calls[-1][:4] == ("mha", tmp_path, batch, True)
         assert ("(the embeddings, A, B1, B2, D, E, F, ..., LM head)" in capsys.readouterr().out) == wide
+    mega_sass.main(["--out_dir", str(tmp_path), "--arch", "86"])  # --arch reaches the compile and the report
+    assert calls[-1][5] == 86 and "batch 1, sm_86," in capsys.readouterr().out
 
 
 def test_sass_compiles_decode_megas_kernel_up_to_max_rows(monkeypatch, tmp_path):
@@ -652,14 +655,14 @@ def test_sass_compiles_decode_megas_kernel_up_to_max_rows(monkeypatch, tmp_path)
     class Recorded(Exception):
         pass
 
-    def compile_sm90(kernel, args, kwargs):
-        seen.append((kernel, args, kwargs))
+    def compile_launch(kernel, args, kwargs, arch):
+        seen.append((kernel, args, kwargs, arch))
         raise Recorded
-    monkeypatch.setattr(mega_sass, "compile_sm90", compile_sm90)
+    monkeypatch.setattr(mega_sass, "compile_launch", compile_launch)
     with pytest.raises(Recorded):
         mega_sass.compile_step("tucker_8_64_64", tmp_path, batch=dm.MAX_ROWS)
-    (kernel, args, kwargs), = seen
-    assert kernel is dm._mega_step_kernel
+    (kernel, args, kwargs, arch), = seen
+    assert kernel is dm._mega_step_kernel and arch == 90
     const = typed(kernel, args, kwargs)[1]
     assert const["ONLY"] == 0 and not const["TIMING"]
     assert (da._interpret, dm._interpret, dm._mega_step_kernel, dw._wide_step_kernel) == saved
