@@ -12,7 +12,8 @@
 #   s_eager, s_comp       sample.py greedy, eager loop against the compiled step in a CUDA graph: the same text
 #   cpu, cpu2cuda, cpu2gs a checkpoint trained on the CPU resumed on the GPU (the optimizer's step counters moved),
 #                         plain and with graph_step
-#   mega1, mega2          sample.py --decode=mega at its sampled defaults, batch 1 and 2
+#   mega1, mega2, mega8   sample.py --decode=mega at its sampled defaults, batch 1 and 2, and 8 (decode_wide's step,
+#                         as many programs an SM as its shared memory holds)
 #   f16, f16_res          float16 training (GradScaler, its state in the checkpoint) and its resume
 #   ez                    eval_zeroshot's TuckerLM on CUDA, float32 and bfloat16 (skipped where lm_eval is missing)
 set -u
@@ -44,6 +45,7 @@ r cpu2cuda $PY train.py --out_dir=$A/x --init_from=resume --max_iters=6
 r cpu2gs   $PY train.py --out_dir=$A/xg --init_from=resume --max_iters=9 --graph_step=True
 r mega1    $S --decode=mega
 r mega2    $S --decode=mega --batch_size=2
+r mega8    $S --decode=mega --batch_size=8 --num_samples=8
 r f16      $PY train.py $T --out_dir=$A/f16 --dtype=float16 --max_iters=3
 r f16_res  $PY train.py $T --out_dir=$A/f16 --dtype=float16 --max_iters=6 --init_from=resume
 if $PY -c "import lm_eval" 2> /dev/null; then
