@@ -478,7 +478,8 @@ def k_up_shared_bytes(rows: int, stages: int, dc: int, dh: int, itemsize: int) -
     """An upper bound of the shared memory (bytes) _k_up_fwd_kernel takes with `rows` tokens a program at `stages`
     of software pipelining, for a latent of dc and heads of dh in a dtype of itemsize bytes: the latent's row tile,
     `stages` tiles of a head's weights in flight, and a float32 (rows, dh) tile for the product's layout changes.
-    tests/test_kernels_compile.py holds Triton's sm_80 and sm_90 compiles under it (they take 45-100% of it)."""
+    tests/test_kernels_compile.py holds Triton's sm_80 and sm_90 compiles under it (they take 32-97% of it:
+    scripts/shared_memory_survey --k_up)."""
     bdc, bdh = max(16, 1 << (dc - 1).bit_length()), max(16, 1 << (dh - 1).bit_length())
     return rows * bdc * itemsize + max(1, stages) * bdh * bdc * itemsize + rows * bdh * 4
 
@@ -490,7 +491,7 @@ def k_up_launch(dc: int, dh: int, itemsize: int, limit: Optional[int]) -> Option
     serves). H200 (227 KB a program): GPT-2 MLA's 128-wide latent at (K_UP_ROWS, 3) in bf16 (80 KB) and float32
     (144 KB); a latent of 512 with heads of 128 in bf16 at (K_UP_ROWS, 1) (224 KB). A GPU of 100 KB an SM (99 KB a
     program): the 128-wide latent in bf16 as on the H200, in float32 at (K_UP_ROWS, 1) (80 KB); the 512-wide latent
-    by the matmul."""
+    with heads of 128 by the matmul."""
     ladder = [(K_UP_ROWS, s) for s in (3, 2, 1)]
     rows = K_UP_ROWS // 2
     while rows >= 16:
