@@ -85,8 +85,9 @@ def make_current(device) -> None:
 def default_dtype(device) -> str:
     """dtype='' (train.py's and sample.py's default): 'bfloat16' on a GPU whose hardware computes in it (compute
     capability 8.0 and up: A100, RTX 30xx and later), else 'float32'. torch.cuda.is_bf16_supported() alone also says
-    yes for older GPUs (T4, V100) where bfloat16 is only emulated, slowly, and Triton's bfloat16 products are
-    not compiled at all."""
+    yes for older GPUs (T4, V100) where bfloat16 is only emulated, slowly: no bfloat16 tensor cores (Triton 3.6 does
+    compile the kernels' bfloat16 products for sm_75 and sm_70, as FMA loops, e.g. decode_wide's step with no HMMA
+    and 2 KB of spills a thread: scripts/mega_sass --arch 75)."""
     if device.type != "cuda":
         return "float32"
     import torch  # lazy: the rest of this module needs no torch

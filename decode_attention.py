@@ -699,15 +699,21 @@ SHARED_PER_SM = {(8, 0): 164 * 1024, (8, 6): 100 * 1024, (8, 7): 164 * 1024, (8,
                  (10, 0): 228 * 1024, (12, 0): 100 * 1024}
 
 
-@functools.lru_cache(maxsize=None)
 def shared_memory(device: torch.device) -> tuple:
     """(bytes of shared memory one program may take at most, bytes an SM holds) on a CUDA device: the largest a
     kernel launches with (Triton refuses a larger one: OutOfResources), and what the programs resident on one SM
     share (each also takes 1 KB the SM reserves). From torch's device properties (shared_memory_per_block_optin,
     shared_memory_per_multiprocessor), else SHARED_PER_SM by compute capability (48 KB, the least any CUDA GPU
     offers, if unknown). H100 / H200: 232,448 and 233,472. Called outside traced code (a triton_op's body, a
-    decoder's constructor), as a Python function Dynamo need not trace."""
-    props = torch.cuda.get_device_properties(device)
+    decoder's constructor), as a Python function Dynamo need not trace. Read once a GPU (a bare 'cuda' is the
+    current one)."""
+    index = torch.device(device).index
+    return _shared_memory(torch.cuda.current_device() if index is None else index)
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_memory(index: int) -> tuple:
+    props = torch.cuda.get_device_properties(index)
     per_sm = getattr(props, "shared_memory_per_multiprocessor", None) or \
         SHARED_PER_SM.get((props.major, props.minor), 48 * 1024)
     per_block = getattr(props, "shared_memory_per_block_optin", None) or per_sm - 1024

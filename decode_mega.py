@@ -886,8 +886,9 @@ class MegaDecoder:
             self.programs = programs or sms * per_sm
             if self.programs > sms * resident:
                 raise ValueError(f"{type(self).__name__}: programs={self.programs} > {sms} SMs x {resident} "
-                                 f"programs of {warps} warps: every program must be resident at once (the grid "
-                                 f"barriers)")
+                                 f"programs of {warps} warps (what an SM's registers"
+                                 f"{' and shared memory' if fit is not None else ''} hold): every program must be "
+                                 f"resident at once (the grid barriers)")
         else:
             self.programs = programs or INTERPRET_PROGRAMS
         self._stack_caches()

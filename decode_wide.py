@@ -53,7 +53,7 @@ from decode_attention import _cdiv, _interpret, _pow2, _pow2_floor, _triton_avai
 
 MAX_ROWS = 32  # sequences a step serves at most: a product's rows are one tl.dot operand (BLOCK_M x BK), and at 64
 #               (BLOCK_M 64) the LM head's pipelined tiles take 128 KB of shared memory a program, so two programs no
-#               longer fit an SM and the grid barriers wait for programs that cannot start (scripts/mega_sass --batch)
+#               longer fit an H200's SM (one an SM would run: _check_fits; scripts/mega_sass --batch)
 BN = 16  # output columns a tile of the layers' products (tl.dot's least)
 BK = 128  # K a step of a product's loop
 BN_LM = 64  # the LM head's output columns a tile (session 24 call 6, H200, batch 32 at 16k, alternating, Tucker / Tucker

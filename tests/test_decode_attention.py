@@ -727,3 +727,25 @@ def test_cuda_tucker_fused(shared):
     y_sdpa = da.tucker_decode_attention(q_lat, G, k, v, G_post, length, scale=0.125, rope=tables, backend="sdpa")
     ref = ref_tucker(q_lat, G, k, v, G_post, length, 0.125, tables)
     assert err(y, ref) <= 2 * err(y_sdpa, ref) + 5e-3, (err(y, ref), err(y_sdpa, ref))
+
+
+def test_shared_memory_reads_the_device_then_the_table_by_capability(monkeypatch):
+    """decode_attention.shared_memory: torch's two fields where the properties have them (an H200's numbers), else
+    the table by compute capability (an RTX 4090's sm_89: 100 KB an SM, all but 1 KB a program), else 48 KB; a bare
+    'cuda' is the current GPU; each GPU read once."""
+    from types import SimpleNamespace
+    props = {0: SimpleNamespace(major=9, minor=0, shared_memory_per_block_optin=232448,
+                                shared_memory_per_multiprocessor=233472),
+             1: SimpleNamespace(major=8, minor=9), 2: SimpleNamespace(major=7, minor=0)}
+    reads = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: reads.append(i) or props[i])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    da._shared_memory.cache_clear()
+    try:
+        assert da.shared_memory(torch.device("cuda", 0)) == (232448, 233472)
+        assert da.shared_memory(torch.device("cuda")) == (101376, 102400)  # the current GPU, 1
+        assert da.shared_memory(torch.device("cuda", 1)) == (101376, 102400)
+        assert da.shared_memory(torch.device("cuda", 2)) == (48 * 1024 - 1024, 48 * 1024)
+        assert reads == [0, 1, 2]
+    finally:
+        da._shared_memory.cache_clear()

@@ -531,8 +531,12 @@ def test_cuda_from_latent_fits_the_devices_shared_memory(dc, nH, dH, dtype, prog
     if program is not None:
         monkeypatch.setattr(fm, "shared_memory", lambda device: (program, program + 1024))
     limit = program or da.shared_memory(torch.device("cuda"))[0]
-    launch = fm.k_up_launch(dc, dH, torch.tensor([], dtype=dtype).element_size(), limit)
-    assert launch != (fm.K_UP_ROWS, 3) and (launch is None) == (dc == 512 and program is not None)
+    size = torch.tensor([], dtype=dtype).element_size()
+    launch = fm.k_up_launch(dc, dH, size, limit)
+    assert launch != (fm.K_UP_ROWS, 3)
+    if program is not None:  # (at this GPU's own limit the 512-wide latent runs in the kernel on an A100 or an H200,
+        #                       by the matmul on a GPU of 100 KB an SM)
+        assert (launch is None) == (dc == 512)
     B, T, dR = 2, 256, 64 if dH == 128 else 32
     leaves, cos, sin = latent_inputs(B, T, nH, dH, dR, dc, False, torch.float32)
     leaves = [x.to(device="cuda", dtype=dtype) for x in leaves]
