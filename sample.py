@@ -174,6 +174,10 @@ def main(argv):
                                    vocab_limit=min(enc.n_vocab, model.config.vocab_size))  # no padding ids: not text
             except NonFiniteLogits as e:  # a broken checkpoint (nan weights): one line, not a traceback
                 fail(f"{e} (checkpoint {os.path.join(cfg['out_dir'], cfg['ckpt'])})")
+            except ValueError as e:  # the one-launch step's own refusal, known once it is built on this GPU (e.g.
+                if cfg["decode"] != "mega":  # a program's shared memory beyond what the GPU gives one: decode_wide)
+                    raise
+                fail(f"decode='mega' cannot serve this checkpoint's model here: {e}; use decode='auto' or 'eager'")
             sync()
             times.append(time.perf_counter() - t0)
             for row in y[:cfg["num_samples"] - len(samples)]:  # (rows, prompt + max_new_tokens); the last call's extras dropped

@@ -503,3 +503,22 @@ def test_stop_at_eot_cuts_each_sample_at_its_first_generated_eot(stop, out_dir, 
                                       f"--stop_at_eot={stop}"))
     cut = [made[0][:1], made[1]] if stop else made
     assert samples == [enc.decode(prompt + row) for row in cut]
+
+
+def test_the_one_launch_steps_own_refusal_is_one_line(out_dir, gpt2_ranks_file, capsys, monkeypatch):
+    """--decode=mega where the step kernel refuses only once built on the GPU (decode_wide: a program's shared memory
+    beyond what this GPU gives one, e.g. fp32 weights on an RTX 4090): one line naming decode='mega' and the reason,
+    exit 2, not a traceback from inside generate. Another decode's ValueError is not reworded."""
+    import decode_mega
+    from model import GPT
+    monkeypatch.setattr(sample, "check_decode", lambda *a: None)  # as on a GPU
+    monkeypatch.setattr(decode_mega, "unsupported", lambda model, rows: None)
+    why = "decode_wide: torch.float32 weights, BK=128, STAGES=4, batch 8: a program's pipelined tiles take 122880 B"
+
+    def refuse(self, *a, **kw):
+        raise ValueError(why)
+    monkeypatch.setattr(GPT, "generate", refuse)
+    err = sample_error(sample_args(out_dir, gpt2_ranks_file, "--decode=mega"), capsys)
+    assert err.startswith("error: decode='mega' cannot serve this checkpoint's model here: " + why)
+    with pytest.raises(ValueError, match="decode_wide: torch.float32"):
+        sample.main(sample_args(out_dir, gpt2_ranks_file, "--decode=eager"))
