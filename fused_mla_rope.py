@@ -492,15 +492,21 @@ def k_up_launch(dc: int, dh: int, itemsize: int, limit: Optional[int]) -> Option
     (144 KB); a latent of 512 with heads of 128 in bf16 at (K_UP_ROWS, 1) (224 KB). A GPU of 100 KB an SM (99 KB a
     program): the 128-wide latent in bf16 as on the H200, in float32 at (K_UP_ROWS, 1) (80 KB); the 512-wide latent
     with heads of 128 by the matmul."""
+    for rows, stages in k_up_ladder():
+        if limit is None or k_up_shared_bytes(rows, stages, dc, dh, itemsize) <= limit:
+            return rows, stages
+    return None
+
+
+def k_up_ladder() -> list:
+    """k_up_launch's (rows, stages) in its order of preference: K_UP_ROWS at 3, 2, 1 stage, then half the rows at a
+    time down to 16, at 1 stage."""
     ladder = [(K_UP_ROWS, s) for s in (3, 2, 1)]
     rows = K_UP_ROWS // 2
     while rows >= 16:
         ladder.append((rows, 1))
         rows //= 2
-    for rows, stages in ladder:
-        if limit is None or k_up_shared_bytes(rows, stages, dc, dh, itemsize) <= limit:
-            return rows, stages
-    return None
+    return ladder
 
 
 def unsupported(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,

@@ -349,6 +349,7 @@ def test_k_up_launch_fits_the_devices_shared_memory(dc, dh, itemsize, limit, wan
     assert got == want
     if limit is not None:
         ladder = [(64, 3), (64, 2), (64, 1), (32, 1), (16, 1)]
+        assert fm.k_up_ladder() == ladder
         tried = ladder[:ladder.index(got) if got else len(ladder)]
         assert all(fm.k_up_shared_bytes(r, s, dc, dh, itemsize) > limit for r, s in tried)
         assert got is None or fm.k_up_shared_bytes(*got, dc, dh, itemsize) <= limit
@@ -598,3 +599,15 @@ def test_bench_mla_rope_smoke_on_cpu(tmp_path):
     mb = 2 * 16 * 4 * (3 * 12 + 3 * 8 + 4 + 2 * 3 * 12) / 1e6  # fp32 on the CPU
     assert rows[0]["fwd_tbs"] == pytest.approx(mb / rows[0]["fwd_ms"] / 1e3)
     assert "| 2x16 | inductor" in (tmp_path / "bench_mla_rope.md").read_text()
+
+
+def test_bench_k_up_needs_a_gpu():
+    """scripts/bench_k_up times the kernel on a GPU: without one, one line, not a traceback."""
+    import subprocess
+    import sys
+    if CUDA:
+        pytest.skip("a GPU is here")
+    from pathlib import Path
+    r = subprocess.run([sys.executable, "-m", "scripts.bench_k_up"], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 1 and r.stderr.strip() == "No CUDA device: bench_k_up times the kernel on a GPU"

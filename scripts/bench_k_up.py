@@ -1,0 +1,114 @@
+"""MLA's decoupled-RoPE key from its latent (fused_mla_rope's K_UP path, the model's default) alone, forward, at every
+setting of fused_mla_rope.k_up_launch's ladder that fits this GPU and by k_up's matmul then the K kernel (what serves
+where none fits): is the kernel still the faster at the settings a wide latent or a smaller GPU leaves it?
+
+    python -m scripts.bench_k_up --out_dir $OUT                                  # GPU, bf16, 12x1024, latents 128-512
+    python -m scripts.bench_k_up --latents 512 --heads 16 --head_dim 128 --rope_dim 64
+
+Each row: the forward's GPU time a call (--calls calls captured in one CUDA graph, the median of --repeats replays,
+divided by the calls), its bytes (the latent and k^R read, K written; the weights aside) over that time, and its max
+|difference| from the matmul's K. The backward is the same for every row (the K kernel's backward, then k_up's two
+products), so it is not timed.
+"""
+
+import argparse
+import statistics
+import sys
+
+if __name__ == "__main__" and not __package__:
+    sys.exit("run from the repository root as a module: python -m scripts.bench_k_up ...")
+
+import torch
+
+import fused_mla_rope as fm
+from model import rope_cache
+from scripts.bench_train import fmt, markdown_table, parse_ints, parse_shapes, run_info, write_report
+
+
+def graph_ms(fn, calls: int, repeats: int) -> float:
+    """GPU ms a call of fn: `calls` calls captured in one CUDA graph, the median of `repeats` timed replays."""
+    fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    out = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / calls)
+    return statistics.median(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="python -m scripts.bench_k_up --out_dir $OUT")
+    p.add_argument("--shapes", default="12x1024", help="BxT, comma-separated")
+    p.add_argument("--latents", default="128,256,512", help="the key latent's widths (kv_rank), comma-separated")
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--head_dim", type=int, default=64)
+    p.add_argument("--rope_dim", type=int, default=32)
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--out_dir", default=None)
+    p.add_argument("--name", default="bench_k_up")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("No CUDA device: bench_k_up times the kernel on a GPU")
+    fm.register_ops()
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    import decode_attention as da
+    limit = da.shared_memory(device)[0]
+    nH, dH, dR = args.heads, args.head_dim, args.rope_dim
+    info = run_info(args, device, sys.argv[1:] if argv is None else argv, module="scripts.bench_k_up")
+    rows, payload = [], {"info": info, "limit": limit, "rows": []}
+    real_launch = fm.k_up_launch
+    try:
+        for (B, T), dc in ((s, d) for s in parse_shapes(args.shapes) for d in parse_ints(args.latents, "latents")):
+            g = torch.Generator(device="cpu").manual_seed(0)
+            c_k = torch.randn(B, T, dc, generator=g).to(device, dtype)
+            w = (torch.randn(nH * dH, dc, generator=g) / dc ** 0.5).to(device, dtype)
+            k_rope = torch.randn(B, T, dR, generator=g).to(device, dtype)
+            cos, sin = (t[:T].contiguous() for t in rope_cache(dR, T, 10000.0, device=device))
+            size = torch.empty((), dtype=dtype).element_size()
+            mb = B * T * size * (dc + dR + nH * (dH + dR)) / 1e6
+            picked = real_launch(dc, dH, size, limit)
+            settings = [s for s in fm.k_up_ladder() if fm.k_up_shared_bytes(*s, dc, dH, size) <= limit] + [None]
+            ref = None
+            for setting in reversed(settings):  # the matmul first: the reference
+                fm.k_up_launch = lambda *a, s=setting: s
+                run = lambda: fm._K_UP(c_k, w, None, k_rope, cos, sin, nH)  # noqa: E731
+                out = run()
+                ref = out if ref is None else ref
+                ms = graph_ms(run, args.calls, args.repeats)
+                name = "matmul + K kernel" if setting is None else f"kernel {setting[0]} rows, {setting[1]} stages"
+                name += " (k_up_launch's)" if setting == picked else ""
+                err = (out.float() - ref.float()).abs().max().item()
+                r = dict(shape=f"{B}x{T}", latent=dc, setting=setting, picked=setting == picked, us=ms * 1e3,
+                         tbs=mb / ms / 1e3, err=err)
+                payload["rows"].append(r)
+                rows.append([r["shape"], dc, name, fmt(r["us"], ".1f"), fmt(r["tbs"], ".2f"), fmt(err, ".3g")])
+                print(rows[-1], flush=True)
+    finally:
+        fm.k_up_launch = real_launch
+    md = (f"# MLA's key from its latent, forward alone\n\n{info['date']} on {info['gpu']}, torch {info['torch']}, "
+          f"commit {info['git_commit']}, {dtype}, {nH} heads of {dH} + {dR}, {limit:,} B of shared memory a program\n\n"
+          f"`{info['command']}`\n\n"
+          + markdown_table(["shape", "latent", "row", "us", "TB/s", "max diff vs matmul"], rows) + "\n")
+    write_report(args.out_dir, args.name, md, payload)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
