@@ -56,8 +56,13 @@ K_UP_IN_KERNEL = True  # the model's MLA with decoupled RoPE builds K by decoupl
 #                       session 29 calls 1-2): the step off 23.79, 23.84, 23.84 ms, on 23.73, 23.74, 23.82, 23.75 at
 #                       12x1024 (medians -0.09 ms, -0.4%); 27.75 / 27.68 at 64x256
 K_UP_ROWS = 64  # tokens a program of that kernel (a power of two, 16 or more: the tensor-core product's rows), at
-#                3 stages of software pipelining where the device's shared memory holds it (k_up_launch: GPT-2 MLA's
-#                128-wide latent everywhere; a wider latent or float32 takes fewer stages or rows, else k_up's matmul)
+#                3 stages of software pipelining, or 2 where the device's shared memory does not hold 3 (k_up_launch)
+K_UP_MAX_LATENT = 128  # the widest key latent the kernel takes; wider ones (and settings below 2 stages) go by k_up's
+#                        matmul and the K kernel, which is faster there. H200, bf16, 12x1024, the forward alone
+#                        (scripts/bench_k_up, results/bench/README.md session 48 call 5), us, kernel at 64 rows and 3 /
+#                        2 / 1 stages against the matmul: latent 128: 16.1 / 16.8 / 20.8 against 20.5; 256: 26.3 /
+#                        25.4 / 28.3 against 24.0; 512: - / 46.9 / 53.4 against 29.4 (heads of 128: 182.3 at 1 stage
+#                        against 77.3); fewer rows slower still
 Q_IN_PLACE = True  # what the model passes as decoupled_qk's q_in_place (with K_UP_IN_KERNEL off; on, the query is
 #                   always rotated in place). H200, GPT-2 MLA shared 128 with decoupled RoPE,
 #                   --graph_step --master_weights (results/bench/README.md, session 28 calls 1-2): the step off / on
@@ -329,8 +334,8 @@ if _HAVE_TRITON:
     def _k_up_fwd_impl(c_k: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], k_rope: torch.Tensor,
                        cos: torch.Tensor, sin: torch.Tensor, n_head: int) -> torch.Tensor:
         """K from the latent c_K (B, T, dc) and k_up's weight (nH dH, dc) (and bias), for K_UP_IN_KERNEL: by
-        _k_up_fwd_kernel at the first of k_up_launch's settings that fits the device's shared memory, else (none
-        fits: a wide latent on a GPU of 100 KB an SM) by k_up's matmul and the K kernel of decoupled_qk."""
+        _k_up_fwd_kernel at k_up_launch's setting, else (a latent wider than K_UP_MAX_LATENT, or no setting fits the
+        device's shared memory) by k_up's matmul and the K kernel of decoupled_qk."""
         B, T, dc = c_k.shape
         dR = k_rope.size(-1)
         dH = weight.size(0) // n_head
@@ -485,13 +490,15 @@ def k_up_shared_bytes(rows: int, stages: int, dc: int, dh: int, itemsize: int) -
 
 
 def k_up_launch(dc: int, dh: int, itemsize: int, limit: Optional[int]) -> Optional[Tuple[int, int]]:
-    """(tokens a program, pipelining stages) of _k_up_fwd_kernel: K_UP_ROWS at 3, 2, then 1 stage, then fewer rows
-    at 1 stage, the first whose k_up_shared_bytes is within `limit` (a program's shared memory at most on the
-    device: decode_attention.shared_memory; None: no limit, the interpreter); None when none is (k_up's matmul
-    serves). H200 (227 KB a program): GPT-2 MLA's 128-wide latent at (K_UP_ROWS, 3) in bf16 (80 KB) and float32
-    (144 KB); a latent of 512 with heads of 128 in bf16 at (K_UP_ROWS, 1) (224 KB). A GPU of 100 KB an SM (99 KB a
-    program): the 128-wide latent in bf16 as on the H200, in float32 at (K_UP_ROWS, 1) (80 KB); the 512-wide latent
-    with heads of 128 by the matmul."""
+    """(tokens a program, pipelining stages) of _k_up_fwd_kernel for a latent of dc, heads of dh, a dtype of itemsize
+    bytes: the first of k_up_ladder() whose k_up_shared_bytes is within `limit` (a program's shared memory at most on
+    the device: decode_attention.shared_memory; None: no limit, the interpreter); None (k_up's matmul and the K
+    kernel serve) for a latent wider than K_UP_MAX_LATENT or where none fits, as the kernel is the slower there
+    (K_UP_MAX_LATENT's figures). GPT-2 MLA's 128-wide latent: (K_UP_ROWS, 3) in bf16 (80 KB) on every GPU, in float32
+    (144 KB) on an H200 or A100; float32 on a GPU of 100 KB an SM (99 KB a program): the matmul. Without those, a
+    512-wide latent asked 264-456 KB a program, more than any GPU gives (OutOfResources)."""
+    if dc > K_UP_MAX_LATENT:
+        return None
     for rows, stages in k_up_ladder():
         if limit is None or k_up_shared_bytes(rows, stages, dc, dh, itemsize) <= limit:
             return rows, stages
@@ -499,14 +506,9 @@ def k_up_launch(dc: int, dh: int, itemsize: int, limit: Optional[int]) -> Option
 
 
 def k_up_ladder() -> list:
-    """k_up_launch's (rows, stages) in its order of preference: K_UP_ROWS at 3, 2, 1 stage, then half the rows at a
-    time down to 16, at 1 stage."""
-    ladder = [(K_UP_ROWS, s) for s in (3, 2, 1)]
-    rows = K_UP_ROWS // 2
-    while rows >= 16:
-        ladder.append((rows, 1))
-        rows //= 2
-    return ladder
+    """k_up_launch's (rows, stages) in its order of preference: K_UP_ROWS at 3 stages, then 2 (at 1 stage, or fewer
+    rows, the kernel is no faster than the matmul even for a 128-wide latent: K_UP_MAX_LATENT's figures)."""
+    return [(K_UP_ROWS, 3), (K_UP_ROWS, 2)]
 
 
 def unsupported(q: torch.Tensor, k: torch.Tensor, k_rope: torch.Tensor, cos: torch.Tensor,

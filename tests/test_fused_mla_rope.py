@@ -338,18 +338,20 @@ H200_PROGRAM, A100_PROGRAM, SM86_PROGRAM = 232448, 166912, 101376  # shared memo
 
 
 @pytest.mark.parametrize("dc, dh, itemsize, limit, want", [
-    (128, 64, 2, H200_PROGRAM, (64, 3)), (128, 64, 4, H200_PROGRAM, (64, 3)), (512, 128, 2, H200_PROGRAM, (64, 1)),
-    (512, 64, 2, H200_PROGRAM, (64, 2)), (512, 128, 2, A100_PROGRAM, (16, 1)), (128, 64, 2, SM86_PROGRAM, (64, 3)),
-    (128, 64, 4, SM86_PROGRAM, (64, 1)), (512, 128, 2, SM86_PROGRAM, None), (4096, 128, 2, None, (64, 3))])
+    (128, 64, 2, H200_PROGRAM, (64, 3)), (128, 64, 4, H200_PROGRAM, (64, 3)), (128, 64, 4, A100_PROGRAM, (64, 3)),
+    (128, 64, 2, SM86_PROGRAM, (64, 3)), (128, 64, 4, 120 * 1024, (64, 2)), (128, 64, 4, SM86_PROGRAM, None),
+    (64, 64, 4, SM86_PROGRAM, (64, 3)), (256, 64, 2, H200_PROGRAM, None), (512, 128, 2, H200_PROGRAM, None),
+    (512, 64, 2, None, None), (128, 64, 4, None, (64, 3))])
 def test_k_up_launch_fits_the_devices_shared_memory(dc, dh, itemsize, limit, want):
-    """k_up_launch: K_UP_ROWS at 3 stages where it fits (GPT-2 MLA's latent of 128 on any GPU in bf16), fewer stages,
-    then fewer rows, for a wider latent or float32; None (k_up's matmul) where 16 rows at 1 stage do not fit; no
-    limit in the interpreter. Each choice within the limit, the one before it beyond."""
+    """k_up_launch: K_UP_ROWS at 3 stages where it fits (GPT-2 MLA's latent of 128 in bf16 on any GPU, in float32 on
+    an H200 or A100), at 2 on a GPU between, else (float32 on a GPU of 100 KB an SM) k_up's matmul; the matmul too for
+    any latent wider than K_UP_MAX_LATENT, where it is the faster, whatever the limit (none in the interpreter). Each
+    choice within the limit, the one before it beyond."""
+    assert fm.k_up_ladder() == [(64, 3), (64, 2)] and fm.K_UP_MAX_LATENT == 128
     got = fm.k_up_launch(dc, dh, itemsize, limit)
     assert got == want
-    if limit is not None:
-        ladder = [(64, 3), (64, 2), (64, 1), (32, 1), (16, 1)]
-        assert fm.k_up_ladder() == ladder
+    if limit is not None and dc <= fm.K_UP_MAX_LATENT:
+        ladder = fm.k_up_ladder()
         tried = ladder[:ladder.index(got) if got else len(ladder)]
         assert all(fm.k_up_shared_bytes(r, s, dc, dh, itemsize) > limit for r, s in tried)
         assert got is None or fm.k_up_shared_bytes(*got, dc, dh, itemsize) <= limit
@@ -358,9 +360,9 @@ def test_k_up_launch_fits_the_devices_shared_memory(dc, dh, itemsize, limit, wan
 @needs_child
 @pytest.mark.parametrize("launch", [(16, 1), (32, 2), None])
 def test_interp_from_latent_at_every_launch_and_by_the_matmul(launch, monkeypatch):
-    """K_UP_IN_KERNEL's key, values and gradients equal to the torch form at the settings a smaller GPU's shared
-    memory leaves (fewer rows a program, fewer stages), and by k_up's matmul then the K kernel where none fits (the
-    kernel's launch then never made)."""
+    """K_UP_IN_KERNEL's key, values and gradients equal to the torch form with the kernel at other rows a program and
+    stages than K_UP_ROWS and 3 (K_UP_ROWS is a setting, 2 stages k_up_launch's second choice), and by k_up's matmul
+    then the K kernel, k_up_launch's None (the kernel's launch then never made)."""
     monkeypatch.setattr(fm, "k_up_launch", lambda dc, dh, itemsize, limit: launch)
     B, T, nH, dH, dR, dc = 2, 70, 3, 12, 6, 20
     leaves, cos, sin = latent_inputs(B, T, nH, dH, dR, dc, True, torch.float32)
@@ -519,25 +521,21 @@ def test_cuda_bf16_kernels_match_torch_form():
 
 
 @needs_cuda
-@pytest.mark.parametrize("dc, nH, dH, dtype, program", [(512, 16, 128, torch.bfloat16, None),
-                                                         (512, 16, 128, torch.bfloat16, SM86_PROGRAM),
-                                                         (128, 12, 64, torch.float32, SM86_PROGRAM),
-                                                         (256, 12, 64, torch.bfloat16, SM86_PROGRAM)])
-def test_cuda_from_latent_fits_the_devices_shared_memory(dc, nH, dH, dtype, program, monkeypatch):
-    """K from a latent as wide as DeepSeek-V2's (512, heads of 128: 456 KB of shared memory at 64 rows and 3 stages,
-    which no GPU gives a program) on this GPU, and as a GPU of 100 KB an SM would run it (this one answering as one):
-    by k_up's matmul, float32's 128-wide latent at 1 stage, a bf16 latent of 256 at fewer stages; values and gradients
-    against the torch form."""
-    import decode_attention as da
+@pytest.mark.parametrize("dc, nH, dH, dtype, program, want", [
+    (128, 12, 64, torch.bfloat16, None, (64, 3)), (128, 12, 64, torch.float32, 120 * 1024, (64, 2)),
+    (128, 12, 64, torch.float32, SM86_PROGRAM, None), (256, 12, 64, torch.bfloat16, None, None),
+    (512, 16, 128, torch.bfloat16, None, None)])
+def test_cuda_from_latent_fits_the_devices_shared_memory(dc, nH, dH, dtype, program, want, monkeypatch):
+    """K from the latent as k_up_launch serves it on this GPU and on others (this one answering with their limit a
+    program): GPT-2 MLA's 128-wide latent by the kernel at 3 stages, float32 at 2 on a GPU giving a program 120 KB
+    and by k_up's matmul on one of 100 KB an SM; a latent of 256, and of 512 with heads of 128 as DeepSeek-V2's (456
+    KB at 64 rows and 3 stages, which no GPU gives a program), by the matmul. Values and gradients against the torch
+    form."""
     if program is not None:
         monkeypatch.setattr(fm, "shared_memory", lambda device: (program, program + 1024))
+    import decode_attention as da
     limit = program or da.shared_memory(torch.device("cuda"))[0]
-    size = torch.tensor([], dtype=dtype).element_size()
-    launch = fm.k_up_launch(dc, dH, size, limit)
-    assert launch != (fm.K_UP_ROWS, 3)
-    if program is not None:  # (at this GPU's own limit the 512-wide latent runs in the kernel on an A100 or an H200,
-        #                       by the matmul on a GPU of 100 KB an SM)
-        assert (launch is None) == (dc == 512)
+    assert fm.k_up_launch(dc, dH, torch.tensor([], dtype=dtype).element_size(), limit) == want
     B, T, dR = 2, 256, 64 if dH == 128 else 32
     leaves, cos, sin = latent_inputs(B, T, nH, dH, dR, dc, False, torch.float32)
     leaves = [x.to(device="cuda", dtype=dtype) for x in leaves]
