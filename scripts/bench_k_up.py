@@ -12,7 +12,6 @@ products), so it is not timed.
 """
 
 import argparse
-import statistics
 import sys
 
 if __name__ == "__main__" and not __package__:
@@ -22,33 +21,8 @@ import torch
 
 import fused_mla_rope as fm
 from model import rope_cache
+from scripts.bench_decode_kernel import time_graph
 from scripts.bench_train import fmt, markdown_table, parse_ints, parse_shapes, run_info, write_report
-
-
-def graph_ms(fn, calls: int, repeats: int) -> float:
-    """GPU ms a call of fn: `calls` calls captured in one CUDA graph, the median of `repeats` timed replays."""
-    fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    out = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / calls)
-    return statistics.median(out)
 
 
 def main(argv=None):
@@ -91,7 +65,7 @@ def main(argv=None):
                 run = lambda: fm._K_UP(c_k, w, None, k_rope, cos, sin, nH)  # noqa: E731
                 out = run()
                 ref = out if ref is None else ref
-                ms = graph_ms(run, args.calls, args.repeats)
+                ms = time_graph(run, args.calls, args.repeats) / 1e3  # us -> ms a call
                 name = "matmul + K kernel" if setting is None else f"kernel {setting[0]} rows, {setting[1]} stages"
                 name += " (k_up_launch's)" if setting == picked else ""
                 err = (out.float() - ref.float()).abs().max().item()
