@@ -1,9 +1,10 @@
 """MLA's decoupled-RoPE key from its latent (fused_mla_rope's K_UP path, the model's default) alone, forward, at every
-setting of fused_mla_rope.k_up_launch's ladder that fits this GPU and by k_up's matmul then the K kernel (what serves
-where none fits): is the kernel still the faster at the settings a wide latent or a smaller GPU leaves it?
+setting of fused_mla_rope.k_up_ladder() (or --settings) that fits this GPU and by k_up's matmul then the K kernel
+(what serves wider latents, and where none fits): where is the kernel the faster?
 
     python -m scripts.bench_k_up --out_dir $OUT                                  # GPU, bf16, 12x1024, latents 128-512
     python -m scripts.bench_k_up --latents 512 --heads 16 --head_dim 128 --rope_dim 64
+    python -m scripts.bench_k_up --settings 64x3,64x2,64x1,32x1,16x1        # the settings session 48 call 5 timed
 
 Each row: the forward's GPU time a call (--calls calls captured in one CUDA graph, the median of --repeats replays,
 divided by the calls), its bytes (the latent and k^R read, K written; the weights aside) over that time, and its max
@@ -33,11 +34,24 @@ def main(argv=None):
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head_dim", type=int, default=64)
     p.add_argument("--rope_dim", type=int, default=32)
+    p.add_argument("--settings", default=None,
+                   help="the kernel's ROWSxSTAGES to time, comma-separated (default: fused_mla_rope.k_up_ladder(); "
+                        "session 48 call 5's: 64x3,64x2,64x1,32x1,16x1); those beyond this GPU's shared memory skipped")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--out_dir", default=None)
     p.add_argument("--name", default="bench_k_up")
     args = p.parse_args(argv)
+    wanted = None
+    if args.settings:
+        wanted = []
+        for item in args.settings.split(","):
+            rows, _, stages = item.lower().partition("x")
+            if not (rows.isdigit() and stages.isdigit()) or int(rows) < 16 or int(rows) & (int(rows) - 1) \
+                    or int(stages) < 1:
+                raise SystemExit(f"--settings: {item!r} is not ROWSxSTAGES (rows a power of two >= 16, stages >= 1; "
+                                 f"e.g. 64x3)")
+            wanted.append((int(rows), int(stages)))
     if not torch.cuda.is_available():
         raise SystemExit("No CUDA device: bench_k_up times the kernel on a GPU")
     fm.register_ops()
@@ -58,7 +72,8 @@ def main(argv=None):
             size = torch.empty((), dtype=dtype).element_size()
             mb = B * T * size * (dc + dR + nH * (dH + dR)) / 1e6
             picked = real_launch(dc, dH, size, limit)
-            settings = [s for s in fm.k_up_ladder() if fm.k_up_shared_bytes(*s, dc, dH, size) <= limit] + [None]
+            settings = [s for s in (wanted or fm.k_up_ladder()) if fm.k_up_shared_bytes(*s, dc, dH, size) <= limit]
+            settings.append(None)  # the matmul
             ref = None
             for setting in reversed(settings):  # the matmul first: the reference
                 fm.k_up_launch = lambda *a, s=setting: s

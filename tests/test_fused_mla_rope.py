@@ -600,7 +600,8 @@ def test_bench_mla_rope_smoke_on_cpu(tmp_path):
 
 
 def test_bench_k_up_needs_a_gpu():
-    """scripts/bench_k_up times the kernel on a GPU: without one, one line, not a traceback."""
+    """scripts/bench_k_up times the kernel on a GPU: without one, one line, not a traceback; a --settings item that
+    is not ROWSxSTAGES (24 rows: not a power of two) is named before that."""
     import subprocess
     import sys
     if CUDA:
@@ -609,3 +610,6 @@ def test_bench_k_up_needs_a_gpu():
     r = subprocess.run([sys.executable, "-m", "scripts.bench_k_up"], capture_output=True, text=True, timeout=120,
                        cwd=Path(__file__).resolve().parent.parent)
     assert r.returncode == 1 and r.stderr.strip() == "No CUDA device: bench_k_up times the kernel on a GPU"
+    bad = subprocess.run([sys.executable, "-m", "scripts.bench_k_up", "--settings", "64x3,24x1"], capture_output=True,
+                         text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert bad.returncode == 1 and bad.stderr.strip().startswith("--settings: '24x1' is not ROWSxSTAGES")
