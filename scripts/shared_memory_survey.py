@@ -20,9 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from decode_attention import SHARED_PER_SM  # the repository's one table of the GPUs' shared memory
+
 ARCHS = (80, 86, 90)
-PER_PROGRAM = {80: 166912, 86: 101376, 90: 232448}  # bytes of shared memory a program may take (cudaDevAttr
-#                                                     MaxSharedMemoryPerBlockOptin: A100; sm_86 / sm_89; H100 / H200)
+
+PER_PROGRAM = {10 * major + minor: per_sm - 1024 for (major, minor), per_sm in SHARED_PER_SM.items()
+               if 10 * major + minor in ARCHS}  # bytes a program may take: all of an SM's but the 1 KB it reserves
+#                                                 (the opt-in maximum a block: A100 166,912, sm_86 / 89 101,376, H100 /
+#                                                 H200 232,448)
 
 
 class Survey:
