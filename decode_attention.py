@@ -699,6 +699,29 @@ SHARED_PER_SM = {(8, 0): 164 * 1024, (8, 6): 100 * 1024, (8, 7): 164 * 1024, (8,
                  (10, 0): 228 * 1024, (12, 0): 100 * 1024}
 
 
+PIPELINED_FROM = 8  # compute capability (major) from which Triton software-pipelines a loop's loads into STAGES-deep
+#                    shared-memory buffers: Triton 3.6's triton/backends/nvidia/compiler.py make_ttgir adds the
+#                    pipeliner (add_assign_latencies, add_schedule_loops, add_pipeline) only under `if capability //
+#                    10 in [8, 9]:` (line 268) or `elif capability // 10 >= 10:` (line 278); sm_70 / sm_75 (V100, T4:
+#                    no cp.async) take the `else:` (line 294), LICM alone. There a tl.dot's operands sit in shared
+#                    memory one step at a time, as float32 (no HMMA: an FMA loop), whatever num_stages says
+
+
+def pipelines_loads(device: torch.device) -> bool:
+    """Whether Triton multi-buffers a loop's loads (num_stages) in shared memory on `device`: a CUDA GPU of compute
+    capability PIPELINED_FROM.0 or more. Elsewhere (the CPU, the interpreter) True: the sm_80+ accounting. Read once
+    a GPU, like shared_memory (fused_mla_rope asks at every call of its op)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return True
+    return _capability_major(torch.cuda.current_device() if device.index is None else device.index) >= PIPELINED_FROM
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
 def shared_memory(device: torch.device) -> tuple:
     """(bytes of shared memory one program may take at most, bytes an SM holds) on a CUDA device: the largest a
     kernel launches with (Triton refuses a larger one: OutOfResources), and what the programs resident on one SM

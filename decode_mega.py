@@ -873,24 +873,10 @@ class MegaDecoder:
         self.max_len = max_len
         self._check_knobs()
         fit = self._check_fits()  # programs an SM's shared memory holds (None: no limit)
-        warps, per_sm, module, regs = self._launch_shape()
-        resident = 65536 // (32 * warps * regs)  # programs an SM's 64K registers hold
-        if per_sm > resident:
-            raise ValueError(f"{module}: PROGRAMS_PER_SM x NUM_WARPS = {per_sm} x {warps} > {resident * warps}: every "
-                             f"program must be resident at once (a grid barrier waits for all), and "
-                             f"{resident * warps} warps of up to {regs} registers fill an SM's register file")
-        if fit is not None:  # fewer programs an SM than PROGRAMS_PER_SM where the SM's shared memory holds fewer
-            per_sm, resident = min(per_sm, fit), min(resident, fit)
+        sms = None
         if self.device.type == "cuda" and not _interpret():
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            self.programs = programs or sms * per_sm
-            if self.programs > sms * resident:
-                raise ValueError(f"{type(self).__name__}: programs={self.programs} > {sms} SMs x {resident} "
-                                 f"programs of {warps} warps (what an SM's registers"
-                                 f"{' and shared memory' if fit is not None else ''} hold): every program must be "
-                                 f"resident at once (the grid barriers)")
-        else:
-            self.programs = programs or INTERPRET_PROGRAMS
+        self.programs = self.program_count(*self._launch_shape(), fit, sms, programs, type(self).__name__)
         self._stack_caches()
         self._key, self.weights = None, None
         self.block_h = _pow2(self.nH // self.nKV, 16)
@@ -900,6 +886,32 @@ class MegaDecoder:
         self.error = torch.zeros(1, device=self.device, dtype=torch.int32)
         self.times = None  # while timed_step runs: every program's barrier stamps
         self._buffers()
+
+    @staticmethod
+    def program_count(warps: int, per_sm: int, module: str, regs: int, fit: Optional[int], sms: Optional[int],
+                      programs: Optional[int], owner: str) -> int:
+        """The step's programs: `programs` if given, else sms x per_sm (PROGRAMS_PER_SM of `module`) capped by `fit`
+        (programs an SM's shared memory holds: _check_fits; None, no limit); INTERPRET_PROGRAMS where sms is None
+        (the interpreter). Every program must be resident at once (a grid barrier waits for all): refuses per_sm
+        programs of `warps` warps at up to `regs` registers a thread beyond an SM's 64K registers, and `programs`
+        beyond sms x what an SM's registers (and shared memory) hold. E.g. 132 SMs, 2 an SM of 4 warps at 255
+        registers: 264 programs, 132 where one fits (fit 1)."""
+        resident = 65536 // (32 * warps * regs)  # programs an SM's 64K registers hold
+        if per_sm > resident:
+            raise ValueError(f"{module}: PROGRAMS_PER_SM x NUM_WARPS = {per_sm} x {warps} > {resident * warps}: every "
+                             f"program must be resident at once (a grid barrier waits for all), and "
+                             f"{resident * warps} warps of up to {regs} registers fill an SM's register file")
+        if fit is not None:  # fewer programs an SM than PROGRAMS_PER_SM where the SM's shared memory holds fewer
+            per_sm, resident = min(per_sm, fit), min(resident, fit)
+        if sms is None:
+            return programs or INTERPRET_PROGRAMS
+        count = programs or sms * per_sm
+        if count > sms * resident:
+            raise ValueError(f"{owner}: programs={count} > {sms} SMs x {resident} "
+                             f"programs of {warps} warps (what an SM's registers"
+                             f"{' and shared memory' if fit is not None else ''} hold): every program must be "
+                             f"resident at once (the grid barriers)")
+        return count
 
     @staticmethod
     def _rows():

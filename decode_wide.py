@@ -49,7 +49,8 @@ from typing import Optional
 import torch
 
 import decode_mega as dm
-from decode_attention import _cdiv, _interpret, _pow2, _pow2_floor, _triton_available, shared_memory
+from decode_attention import (_cdiv, _interpret, _pow2, _pow2_floor, _triton_available, pipelines_loads,
+                              shared_memory)
 
 MAX_ROWS = 32  # sequences a step serves at most: a product's rows are one tl.dot operand (BLOCK_M x BK), and at 64
 #               (BLOCK_M 64) the LM head's pipelined tiles take 128 KB of shared memory a program, so two programs no
@@ -588,15 +589,28 @@ class WideDecoder(dm.MegaDecoder):
                 raise ValueError(f"decode_wide: {name}={rows_form!r}: with ATTN_GROUPS={g} a group's "
                                  f"{rows_form // g} rows, fewer than 16 (a tl.dot operand's side)")
 
-    def shared_bytes(self) -> int:
+    def shared_bytes(self, pipelined: bool = True) -> int:
         """The shared memory a program takes, as Triton allocates it: its loops' software-pipelined buffers (STAGES -
         1 steps in flight) reuse one space, so the largest loop's: the products' (a BLOCK_M x BK row tile and a
         BN_LM x BK weight tile, the LM head's being the widest) or the attention's (a step's cache rows of K, and of
-        V unless they are one latent). tests/test_decode_wide.py holds it to the sm_90 compile's."""
+        V unless they are one latent). tests/test_decode_wide.py holds it to the sm_90 compile's.
+        pipelined=False: a GPU before sm_80 (V100, T4; decode_attention.pipelines_loads), where Triton buffers one
+        step and a tl.dot's operands go through shared memory as float32 (an FMA loop): in fp32 both operands of a
+        product at once, a shared latent twice (as K and as V); in bf16 / fp16 one upcast operand at a time. Triton
+        3.6's sm_75 compiles at batch 5 / 16 / 32 (sm_70's alike; tests/test_decode_wide.py holds two): fp16 32,768 B
+        for Tucker, Tucker shared and MLA shared 128 (the 64 x 128 LM head tile, or a 128 x 64 K / V step), against
+        61,440 / 61,440 / 73,728 pipelined; fp32 Tucker 40,960 / 40,960 / 49,152, Tucker shared and MLA 65,536."""
         block_m = _pow2(self.batch, 16)
         product = (block_m + max(BN, BN_LM)) * BK
-        attention = self.attn_rows() * (self.dk + (0 if self.shared else self.dv))
-        return (STAGES - 1) * max(product, attention) * self.dtype.itemsize
+        if pipelined:
+            attention = self.attn_rows() * (self.dk + (0 if self.shared else self.dv))
+            return (STAGES - 1) * max(product, attention) * self.dtype.itemsize
+        if self.dtype == torch.float32:  # both operands of one product stored before either is read
+            attention = self.attn_rows() * (self.dk + self.dv)
+        else:  # each operand upcast, stored and read before the other's store: one live at a time
+            product = max(block_m, BN, BN_LM) * BK
+            attention = self.attn_rows() * max(self.dk, self.dv)
+        return max(product, attention) * 4
 
     def attn_rows(self) -> int:
         """Cache rows a step of B1's loop: BLOCK_N as set, else ATTN_ROWS[shared], halved while a step would hold
@@ -616,12 +630,13 @@ class WideDecoder(dm.MegaDecoder):
         for programs that cannot start, so the step runs min(PROGRAMS_PER_SM, this) an SM. H200 (228 KB an SM):
         two at the default tiles in bf16 / fp16 (73,728 B a program at batch 32), one for fp32 weights (twice bf16's
         tiles: 120 KB a program at batch 5) or BK 256 at 4 stages (120 KB); a GPU of 100 KB an SM (RTX 4090, L40,
-        A10): one at the default tiles. A program beyond what one launch may take is refused by name. None (no
-        limit) in the interpreter."""
+        A10): one at the default tiles; a T4 (64 KB an SM, no pipelining: shared_bytes(pipelined=False)): one in
+        fp16 (32,768 B a program at batch 32; the pipelined estimate, 73,728 B, refused it). A program beyond what one
+        launch may take is refused by name. None (no limit) in the interpreter."""
         if self.device.type != "cuda" or _interpret():
             return None
         per_block, per_sm = shared_memory(self.device)
-        need = self.shared_bytes()
+        need = self.shared_bytes(pipelined=pipelines_loads(self.device))
         if need > per_block or per_sm // (need + 1024) < 1:
             raise ValueError(f"decode_wide: {self.dtype} weights, BK={BK}, STAGES={STAGES}, batch {self.batch}: a "
                              f"program's pipelined tiles take {need} B of shared memory, more than this GPU gives "

@@ -39,7 +39,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from decode_attention import _interpret, _triton_available, device_problem, shared_memory, triton_ops_wanted
+from decode_attention import (_interpret, _triton_available, device_problem, pipelines_loads, shared_memory,
+                              triton_ops_wanted)
 
 # Tuning knobs, read at call time (under torch.compile: when the step is traced).
 BACKEND = "auto"  # what decoupled_qk's backend='auto' means: 'auto' (the kernels where they can run), or 'torch'
@@ -341,8 +342,9 @@ if _HAVE_TRITON:
         dH = weight.size(0) // n_head
         n = B * T
         _blocks(n_head, dH, dR)  # the knobs checked
-        launch = k_up_launch(dc, dH, c_k.element_size(),
-                             None if c_k.device.type != "cuda" else shared_memory(c_k.device)[0])
+        cuda = c_k.device.type == "cuda"
+        launch = k_up_launch(dc, dH, c_k.element_size(), shared_memory(c_k.device)[0] if cuda else None,
+                             pipelines_loads(c_k.device))
         if launch is None:
             k = torch.nn.functional.linear(c_k, weight, bias).view(B, T, n_head, dH)
             return _fwd_launch(None, k, k_rope, cos, sin)[1]
@@ -479,17 +481,26 @@ class _TritonKUp(torch.autograd.Function):
         return d_ck, d_w, d_b, dk_rope, None, None, None
 
 
-def k_up_shared_bytes(rows: int, stages: int, dc: int, dh: int, itemsize: int) -> int:
+def k_up_shared_bytes(rows: int, stages: int, dc: int, dh: int, itemsize: int, pipelined: bool = True) -> int:
     """An upper bound of the shared memory (bytes) _k_up_fwd_kernel takes with `rows` tokens a program at `stages`
     of software pipelining, for a latent of dc and heads of dh in a dtype of itemsize bytes: the latent's row tile,
     `stages` tiles of a head's weights in flight, and a float32 (rows, dh) tile for the product's layout changes.
     tests/test_kernels_compile.py holds Triton's sm_80 and sm_90 compiles under it (they take 32-97% of it:
-    scripts/shared_memory_survey --k_up)."""
+    scripts/shared_memory_survey --k_up). pipelined=False: a GPU before sm_80 (decode_attention.pipelines_loads:
+    one step buffered, whatever `stages`), where the product's operands, the row tile and a head's weights, sit in
+    shared memory as float32 (an FMA loop) in any dtype; the pipelined bound would under-estimate it there (Triton
+    3.6's sm_75 compiles, sm_70's alike, bytes against the pipelined bound: fp16 latent 128, heads 64, 64 rows at 2
+    stages 65,536 / 65,536, at 16 rows and 3 stages 40,960 / 57,344; latent 256 at 64 rows and 2 stages 131,072 /
+    114,688; latent 512, heads 128, 16 rows at 1 stage 294,912 / 155,648; fp32 latent 32, heads 16, 32 rows at 1
+    stage 6,144 / 8,192): exactly these."""
     bdc, bdh = max(16, 1 << (dc - 1).bit_length()), max(16, 1 << (dh - 1).bit_length())
+    if not pipelined:
+        return (rows + bdh) * bdc * 4
     return rows * bdc * itemsize + max(1, stages) * bdh * bdc * itemsize + rows * bdh * 4
 
 
-def k_up_launch(dc: int, dh: int, itemsize: int, limit: Optional[int]) -> Optional[Tuple[int, int]]:
+def k_up_launch(dc: int, dh: int, itemsize: int, limit: Optional[int],
+                pipelined: bool = True) -> Optional[Tuple[int, int]]:
     """(tokens a program, pipelining stages) of _k_up_fwd_kernel for a latent of dc, heads of dh, a dtype of itemsize
     bytes: the first of k_up_ladder() whose k_up_shared_bytes is within `limit` (a program's shared memory at most on
     the device: decode_attention.shared_memory; None: no limit, the interpreter); None (k_up's matmul and the K
@@ -500,7 +511,7 @@ def k_up_launch(dc: int, dh: int, itemsize: int, limit: Optional[int]) -> Option
     if dc > K_UP_MAX_LATENT:
         return None
     for rows, stages in k_up_ladder():
-        if limit is None or k_up_shared_bytes(rows, stages, dc, dh, itemsize) <= limit:
+        if limit is None or k_up_shared_bytes(rows, stages, dc, dh, itemsize, pipelined) <= limit:
             return rows, stages
     return None
 

@@ -53,13 +53,14 @@ def barrier_loads(sass: str) -> list:
 
 
 def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, timed: bool = False,
-                 rope: bool = False, arch: int = 90) -> dict:
+                 rope: bool = False, arch: int = 90, dtype: torch.dtype = torch.bfloat16) -> dict:
     """The step kernel's launch for `variant` at `batch` sequences (decode_mega.step_decoder's: decode_wide's above
     decode_mega.MAX_ROWS) compiled for sm_{arch} (kernel_compile.compile_launch; 90 by default) and disassembled
     into out_dir: registers, stack,
     shared memory a program (decode_wide's: WideDecoder.shared_bytes() beside it, shared_estimate), the load mix,
     tensor-core (HMMA) and asynchronous-copy (LDGSTS) instructions, MEMBARs and barrier_loads. timed: the timed step's
-    compile (TIMING, every barrier stamped; timed_step's). rope: the variant with RoPE (q and k rotated in phase A)."""
+    compile (TIMING, every barrier stamped; timed_step's). rope: the variant with RoPE (q and k rotated in phase A).
+    dtype: the weights' (bf16 by default; fp16 where a GPU before sm_80 has no bf16 tensor cores)."""
     import triton
 
     import decode_attention as da
@@ -83,11 +84,12 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
             dm._mega_step_kernel = rec
         cfg = GPTConfig(n_layer=2, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False,
                         **match.overrides, **({"pos_emb": "rope"} if rope else {}))
-        model = GPT(cfg).to(torch.bfloat16).eval()
+        model = GPT(cfg).to(dtype).eval()
         caches = model.new_caches(batch, 1024)
         per_sm = dw.PROGRAMS_PER_SM if wide else dm.PROGRAMS_PER_SM
         mega = dm.step_decoder(model, caches, programs=sms * per_sm)  # as on the GPU
-        estimate = mega.shared_bytes() if wide else None  # decode_wide's fit check's shared memory a program
+        estimate = mega.shared_bytes(pipelined=arch // 10 >= da.PIPELINED_FROM) if wide else None  # decode_wide's
+        #                                                           fit check's shared memory a program on sm_{arch}
         idx, pos = torch.zeros(batch, dtype=torch.long), torch.tensor([10])
         if timed:  # as timed_step sets it (the kernel only reads its presence and address here)
             mega.times = torch.zeros(mega.programs, mega._stamp_slots(), 4, dtype=torch.int64)

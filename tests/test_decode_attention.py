@@ -749,3 +749,24 @@ def test_shared_memory_reads_the_device_then_the_table_by_capability(monkeypatch
         assert reads == [0, 1, 2]
     finally:
         da._shared_memory.cache_clear()
+
+
+def test_pipelines_loads_by_compute_capability(monkeypatch):
+    """decode_attention.pipelines_loads: Triton multi-buffers loads from sm_80 on (A100, RTX 30xx and later), not on
+    a V100 or T4 (sm_70 / sm_75), which decode_wide's and the MLA key kernel's shared memory estimates follow; the
+    CPU counts as pipelined (the sm_80+ accounting); a bare 'cuda' is the current GPU; each GPU read once."""
+    caps = {0: (9, 0), 1: (7, 5), 2: (8, 0), 3: (7, 0)}
+    reads = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: reads.append(i) or caps[i])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    da._capability_major.cache_clear()
+    try:
+        assert da.pipelines_loads(torch.device("cpu"))
+        assert da.pipelines_loads(torch.device("cuda", 0))
+        assert not da.pipelines_loads(torch.device("cuda"))  # the current GPU, 1: a T4
+        assert not da.pipelines_loads("cuda:1")
+        assert da.pipelines_loads(torch.device("cuda", 2))
+        assert not da.pipelines_loads(torch.device("cuda", 3))
+        assert reads == [0, 1, 2, 3]
+    finally:
+        da._capability_major.cache_clear()

@@ -765,3 +765,30 @@ def test_time_barriers_reads_each_decoders_layout(batch, monkeypatch):
     for k, v in want.items():
         assert got[k] == (pytest.approx(v) if not isinstance(v, dict) else {f: pytest.approx(x) for f, x in v.items()})
     assert ("embeddings" in got) == wide
+
+
+@pytest.mark.parametrize("per_sm, regs, fit, sms, programs, want", [
+    (2, 255, None, 132, None, 264), (2, 255, 1, 132, None, 132), (2, 255, 3, 132, None, 264),
+    (2, 255, 1, 132, 100, 100), (2, 255, None, 132, 264, 264), (2, 255, 1, 40, None, 40),
+    (3, 168, None, 132, None, 396), (2, 255, 1, None, None, dm.INTERPRET_PROGRAMS), (2, 255, None, None, 7, 7)])
+def test_program_count_caps_programs_an_sm_by_shared_memory(per_sm, regs, fit, sms, programs, want):
+    """MegaDecoder.program_count (its constructor's arithmetic, CPU-testable): sms x PROGRAMS_PER_SM, capped by the
+    programs an SM's shared memory holds (fit: 132 SMs of an H200 at fit 1, 132; a T4's 40 SMs, 40; fit None or
+    above PROGRAMS_PER_SM, no cap); `programs` as given within what is resident; the interpreter (sms None):
+    INTERPRET_PROGRAMS unless given."""
+    assert dm.MegaDecoder.program_count(4, per_sm, "decode_wide", regs, fit, sms, programs, "WideDecoder") == want
+
+
+@pytest.mark.parametrize("per_sm, regs, fit, sms, programs, match", [
+    (2, 255, 1, 132, 200, r"WideDecoder: programs=200 > 132 SMs x 1 programs of 4 warps \(what an SM's registers "
+                          r"and shared memory hold\): every program must be resident at once"),
+    (2, 255, None, 132, 265, r"WideDecoder: programs=265 > 132 SMs x 2 programs of 4 warps \(what an SM's "
+                             r"registers hold\)"),
+    (3, 255, 1, 132, None, r"decode_wide: PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8: every program must be resident "
+                           r"at once \(a grid barrier waits for all\), and 8 warps of up to 255 registers fill"),
+    (3, 255, None, None, None, r"decode_wide: PROGRAMS_PER_SM x NUM_WARPS = 3 x 4 > 8")])
+def test_program_count_refuses_programs_that_cannot_all_be_resident(per_sm, regs, fit, sms, programs, match):
+    """More programs than the SMs' registers (and, with a fit, shared memory) hold at once are refused, naming
+    programs; PROGRAMS_PER_SM beyond the register file is refused first, whatever the fit, in the interpreter too."""
+    with pytest.raises(ValueError, match=match):
+        dm.MegaDecoder.program_count(4, per_sm, "decode_wide", regs, fit, sms, programs, "WideDecoder")

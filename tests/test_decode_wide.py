@@ -143,6 +143,7 @@ def test_programs_an_sm_are_held_to_the_register_file(monkeypatch):
 
 H200_SHARED = (232448, 233472)  # decode_attention.shared_memory on an H100 / H200: a program's most, an SM's bytes
 SM86_SHARED = (101376, 102400)  # on a GPU of 100 KB an SM (sm_86 / sm_89: RTX 3090 / 4090, A10, A6000, L4, L40)
+T4_SHARED = (65536, 65536)  # on a T4 (sm_75: 64 KB an SM, all of it one program's)
 
 
 def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
@@ -155,6 +156,7 @@ def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
     dec = dw.WideDecoder(model, model.new_caches(5, 8))  # fp32 on the CPU: served
     assert dec._check_fits() is None
     dec.device = torch.device("cuda")
+    monkeypatch.setattr(dw, "pipelines_loads", lambda device: True)  # sm_80 and up
     monkeypatch.setattr(dw, "shared_memory", lambda device: H200_SHARED)
     assert dec.shared_bytes() == 122880 and dec._check_fits() == 1
     dec.dtype = torch.bfloat16
@@ -172,6 +174,15 @@ def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
                                          r"pipelined tiles take 122880 B of shared memory, more than this GPU gives "
                                          r"one program \(101376 B.*decode='auto'"):
         dec._check_fits()
+    # a T4 (sm_75: no pipelining, a program's tiles one float32 step) at batch 32: one an SM in fp16 (32 KB), where
+    # the pipelined estimate (72 KB) refused it; fp32 (both operands of the LM head's product at once, 48 KB): one
+    monkeypatch.setattr(dw, "pipelines_loads", lambda device: False)
+    monkeypatch.setattr(dw, "shared_memory", lambda device: T4_SHARED)
+    dec = dw.WideDecoder(model, model.new_caches(32, 8))
+    dec.device, dec.dtype = torch.device("cuda"), torch.float16
+    assert dec.shared_bytes() == 73728 and dec.shared_bytes(pipelined=False) == 32768 and dec._check_fits() == 1
+    dec.dtype = torch.float32
+    assert dec.shared_bytes(pipelined=False) == 49152 and dec._check_fits() == 1
 
 
 def test_shared_memory_counts_the_kilobyte_an_sm_reserves_a_program(monkeypatch):
@@ -181,14 +192,15 @@ def test_shared_memory_counts_the_kilobyte_an_sm_reserves_a_program(monkeypatch)
     model = tiny("tucker")
     dec = dw.WideDecoder(model, model.new_caches(5, 8))
     dec.device, dec.dtype = torch.device("cuda"), torch.bfloat16
+    monkeypatch.setattr(dw, "pipelines_loads", lambda device: True)
     monkeypatch.setattr(dw, "shared_memory", lambda device: H200_SHARED)
-    dec.shared_bytes = lambda: 114 * 1024
+    dec.shared_bytes = lambda pipelined=True: 114 * 1024
     assert dec._check_fits() == 1
-    dec.shared_bytes = lambda: 113 * 1024
+    dec.shared_bytes = lambda pipelined=True: 113 * 1024
     assert dec._check_fits() == 2
-    dec.shared_bytes = lambda: H200_SHARED[0]
+    dec.shared_bytes = lambda pipelined=True: H200_SHARED[0]
     assert dec._check_fits() == 1
-    dec.shared_bytes = lambda: H200_SHARED[0] + 1
+    dec.shared_bytes = lambda pipelined=True: H200_SHARED[0] + 1
     with pytest.raises(ValueError, match="more than this GPU gives one program"):
         dec._check_fits()
 
@@ -226,6 +238,22 @@ def test_shared_bytes_is_the_compiles_on_ada(tmp_path):
     r = mega_sass.compile_step("tucker_8_64_64", tmp_path, batch=dw.MAX_ROWS, arch=86)
     assert r["shared_estimate"] == r["shared"] == 73728 and r["stack"] == 0
     assert (r["shared"] + 1024) <= SM86_SHARED[1] < 2 * (r["shared"] + 1024)
+
+
+@pytest.mark.parametrize("variant, dtype, want", [("tucker_8_64_64", torch.float16, 32768),
+                                                   ("tucker_shared_8_64_64", torch.float32, 65536)])
+def test_shared_bytes_is_the_compiles_on_turing(variant, dtype, want, tmp_path):
+    """Below sm_80 Triton does not pipeline (decode_attention.PIPELINED_FROM): decode_wide's step at 32 rows
+    compiles for sm_75 (T4) to WideDecoder.shared_bytes(pipelined=False) a program: in fp16 the LM head's 64 x 128
+    weight tile upcast to float32 (32,768 B, where the pipelined estimate says 73,728), in fp32 a shared latent's
+    step as K and as V at once (65,536 B)."""
+    import triton
+    from pathlib import Path
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("Triton's wheel has no ptxas here")
+    from scripts import mega_sass
+    r = mega_sass.compile_step(variant, tmp_path, batch=dw.MAX_ROWS, arch=75, dtype=dtype)
+    assert r["shared_estimate"] == r["shared"] == want
 
 
 @pytest.mark.parametrize("dk, dv, shared, rope, want", [

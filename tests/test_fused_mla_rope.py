@@ -357,13 +357,27 @@ def test_k_up_launch_fits_the_devices_shared_memory(dc, dh, itemsize, limit, wan
         assert got is None or fm.k_up_shared_bytes(*got, dc, dh, itemsize) <= limit
 
 
+@pytest.mark.parametrize("dc, dh, itemsize, want", [(128, 64, 2, (64, 3)), (128, 64, 4, (64, 3)),
+                                                     (128, 128, 2, None), (256, 64, 2, None)])
+def test_k_up_launch_before_ampere_sizes_one_float32_step(dc, dh, itemsize, want):
+    """Below sm_80 (pipelined=False: Triton buffers one step, the operands as float32) k_up_launch sizes by
+    (rows + heads) x latent x 4 bytes whatever the dtype and stages: GPT-2 MLA's latent of 128 fills a T4's 64 KB a
+    program exactly (65,536 B, sm_75's compile: tests/test_kernels_compile.py), heads of 128 do not fit. The pipelined
+    bound over-states the first (80 KB at 3 stages) and under-states a latent of 256 (112 KB against 128 KB); wider
+    latents than K_UP_MAX_LATENT take the matmul, as anywhere."""
+    t4_program = 64 * 1024
+    assert fm.k_up_launch(dc, dh, itemsize, t4_program, False) == want
+    assert fm.k_up_shared_bytes(64, 3, 128, 64, 2, pipelined=False) == 65536 < fm.k_up_shared_bytes(64, 3, 128, 64, 2)
+    assert fm.k_up_shared_bytes(64, 2, 256, 64, 2, pipelined=False) == 131072 > fm.k_up_shared_bytes(64, 2, 256, 64, 2)
+
+
 @needs_child
 @pytest.mark.parametrize("launch", [(16, 1), (32, 2), None])
 def test_interp_from_latent_at_every_launch_and_by_the_matmul(launch, monkeypatch):
     """K_UP_IN_KERNEL's key, values and gradients equal to the torch form with the kernel at other rows a program and
     stages than K_UP_ROWS and 3 (K_UP_ROWS is a setting, 2 stages k_up_launch's second choice), and by k_up's matmul
     then the K kernel, k_up_launch's None (the kernel's launch then never made)."""
-    monkeypatch.setattr(fm, "k_up_launch", lambda dc, dh, itemsize, limit: launch)
+    monkeypatch.setattr(fm, "k_up_launch", lambda dc, dh, itemsize, limit, pipelined=True: launch)
     B, T, nH, dH, dR, dc = 2, 70, 3, 12, 6, 20
     leaves, cos, sin = latent_inputs(B, T, nH, dH, dR, dc, True, torch.float32)
     g = torch.Generator().manual_seed(5)

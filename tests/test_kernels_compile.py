@@ -251,6 +251,25 @@ def test_k_up_shared_memory_bound_holds_on_ampere_and_hopper(dtype, dc, nH, dH, 
         assert compile_launch(rec.kernel, args, kwargs, arch=arch).metadata.shared <= bound
 
 
+@pytest.mark.parametrize("dtype, dc, nH, dH, dR, rows, stages, want", [
+    (torch.float16, 128, 12, 64, 32, 64, 2, 65536), (torch.float32, 32, 4, 16, 8, 32, 1, 6144)])
+def test_k_up_shared_memory_bound_holds_before_ampere(dtype, dc, nH, dH, dR, rows, stages, want, record,
+                                                      monkeypatch):
+    """Triton does not pipeline below sm_80 (decode_attention.PIPELINED_FROM): _k_up_fwd_kernel's sm_75 compile
+    takes its product's row tile and a head's weights as float32, one step, whatever the dtype and stages
+    (GPT-2 MLA's latent of 128 in fp16 at 2 stages: 65,536 B, a T4's whole program limit; a small float32 latent),
+    exactly k_up_shared_bytes(pipelined=False), which k_up_launch sizes by there."""
+    from scripts.kernel_compile import compile_launch
+    monkeypatch.setattr(fm, "k_up_launch", lambda *a: (rows, stages))
+    rec = record(fm, "_k_up_fwd_kernel")
+    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
+    cos, sin = (t[:64] for t in rope_cache(dR, 64, 10000.0))
+    fm._k_up_fwd_impl(rnd(2, 64, dc, dtype=dtype), rnd(nH * dH, dc, dtype=dtype), None, rnd(2, 64, dR, dtype=dtype),
+                      cos, sin, nH)
+    bound = fm.k_up_shared_bytes(rows, stages, dc, dH, torch.tensor([], dtype=dtype).element_size(), pipelined=False)
+    assert compile_launch(rec.kernel, *rec.launches[0], arch=75).metadata.shared == bound == want
+
+
 @pytest.mark.parametrize("lr_tensor", [False, True])
 def test_master_adamw_kernel_compiles(lr_tensor, record, monkeypatch):
     """master_adamw's update a launch per tensor (TENSORS_PER_LAUNCH=1), for a bf16 matrix (its bf16 copy written)
