@@ -691,12 +691,20 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-# Shared memory of an SM (bytes) by compute capability, where torch's device properties lack the field: A100 and
-# Jetson Orin 164 KB, the GeForce / RTX Ampere and Ada parts (sm_86, sm_89: RTX 3090 / 4090, A10, A6000, L4, L40) and
-# consumer Blackwell (sm_120) 100 KB, Hopper and Blackwell data-center parts 228 KB (CUDA C++ Programming Guide,
-# "Compute capabilities"). A kernel launch may take all but 1 KB of it (the opt-in maximum a block).
-SHARED_PER_SM = {(8, 0): 164 * 1024, (8, 6): 100 * 1024, (8, 7): 164 * 1024, (8, 9): 100 * 1024, (9, 0): 228 * 1024,
-                 (10, 0): 228 * 1024, (12, 0): 100 * 1024}
+# Shared memory of an SM (bytes) by compute capability, where torch's device properties lack the field: V100 96 KB,
+# T4 (sm_75) 64 KB, A100 and Jetson Orin 164 KB, the GeForce / RTX Ampere and Ada parts (sm_86, sm_89: RTX 3090 /
+# 4090, A10, A6000, L4, L40) and consumer Blackwell (sm_120) 100 KB, Hopper and Blackwell data-center parts 228 KB
+# (CUDA C++ Programming Guide, "Compute capabilities"). From sm_80 on a kernel launch may take all but 1 KB of it (the
+# opt-in maximum a block; the system reserves 1 KB a block), before it all (no reserve): reserved_per_program.
+SHARED_PER_SM = {(7, 0): 96 * 1024, (7, 5): 64 * 1024, (8, 0): 164 * 1024, (8, 6): 100 * 1024, (8, 7): 164 * 1024,
+                 (8, 9): 100 * 1024, (9, 0): 228 * 1024, (10, 0): 228 * 1024, (12, 0): 100 * 1024}
+
+
+def reserved_per_program(major: int) -> int:
+    """Shared memory (bytes) the system reserves for each resident program (block) on a GPU of compute capability
+    major.x: 1 KB from sm_80 on, none before (CUDA C++ Programming Guide, "Compute capabilities": "shared memory
+    reserved by the system per thread block")."""
+    return 1024 if major >= 8 else 0
 
 
 PIPELINED_FROM = 8  # compute capability (major) from which Triton software-pipelines a loop's loads into STAGES-deep
@@ -715,6 +723,14 @@ def pipelines_loads(device: torch.device) -> bool:
     if device.type != "cuda":
         return True
     return _capability_major(torch.cuda.current_device() if device.index is None else device.index) >= PIPELINED_FROM
+
+
+def program_reserve(device: torch.device) -> int:
+    """reserved_per_program for a CUDA device: the shared memory (bytes) the system takes beside each resident
+    program's own, which decides how many programs share an SM (decode_wide's fit)."""
+    device = torch.device(device)
+    return reserved_per_program(_capability_major(torch.cuda.current_device() if device.index is None else
+                                                  device.index))
 
 
 @functools.lru_cache(maxsize=None)
@@ -739,7 +755,7 @@ def _shared_memory(index: int) -> tuple:
     props = torch.cuda.get_device_properties(index)
     per_sm = getattr(props, "shared_memory_per_multiprocessor", None) or \
         SHARED_PER_SM.get((props.major, props.minor), 48 * 1024)
-    per_block = getattr(props, "shared_memory_per_block_optin", None) or per_sm - 1024
+    per_block = getattr(props, "shared_memory_per_block_optin", None) or per_sm - reserved_per_program(props.major)
     return int(per_block), int(per_sm)
 
 

@@ -50,7 +50,7 @@ import torch
 
 import decode_mega as dm
 from decode_attention import (_cdiv, _interpret, _pow2, _pow2_floor, _triton_available, pipelines_loads,
-                              shared_memory)
+                              program_reserve, shared_memory)
 
 MAX_ROWS = 32  # sequences a step serves at most: a product's rows are one tl.dot operand (BLOCK_M x BK), and at 64
 #               (BLOCK_M 64) the LM head's pipelined tiles take 128 KB of shared memory a program, so two programs no
@@ -625,24 +625,26 @@ class WideDecoder(dm.MegaDecoder):
         return max(rows, 16 * groups)
 
     def _check_fits(self) -> Optional[int]:
-        """Programs of shared_bytes() each (plus the 1 KB an SM reserves a program) that an SM's shared memory holds
+        """Programs of shared_bytes() each (plus the 1 KB an SM reserves a program from sm_80 on: program_reserve) that an SM's shared memory holds
         on this GPU (decode_attention.shared_memory): every program must be resident, or the barriers would wait
         for programs that cannot start, so the step runs min(PROGRAMS_PER_SM, this) an SM. H200 (228 KB an SM):
         two at the default tiles in bf16 / fp16 (73,728 B a program at batch 32), one for fp32 weights (twice bf16's
         tiles: 120 KB a program at batch 5) or BK 256 at 4 stages (120 KB); a GPU of 100 KB an SM (RTX 4090, L40,
-        A10): one at the default tiles; a T4 (64 KB an SM, no pipelining: shared_bytes(pipelined=False)): one in
-        fp16 (32,768 B a program at batch 32; the pipelined estimate, 73,728 B, refused it). A program beyond what one
+        A10): one at the default tiles; a T4 (64 KB an SM, no pipelining: shared_bytes(pipelined=False), and no
+        reserve a program before sm_80): two in fp16 (32,768 B a program at batch 32; the pipelined estimate, 73,728
+        B, refused even one), one in fp32 (a shared latent's 65,536 B: all of it). A program beyond what one
         launch may take is refused by name. None (no limit) in the interpreter."""
         if self.device.type != "cuda" or _interpret():
             return None
         per_block, per_sm = shared_memory(self.device)
         need = self.shared_bytes(pipelined=pipelines_loads(self.device))
-        if need > per_block or per_sm // (need + 1024) < 1:
+        reserve = program_reserve(self.device)  # 1 KB a program from sm_80 on, none before
+        if need > per_block or per_sm // (need + reserve) < 1:
             raise ValueError(f"decode_wide: {self.dtype} weights, BK={BK}, STAGES={STAGES}, batch {self.batch}: a "
                              f"program's pipelined tiles take {need} B of shared memory, more than this GPU gives "
                              f"one program ({per_block} B; every program must be resident for the grid barriers): "
                              f"lower decode_wide.STAGES or BK, or decode with decode='auto'")
-        return per_sm // (need + 1024)
+        return per_sm // (need + reserve)
 
     @staticmethod
     def _launch_shape():

@@ -4,8 +4,9 @@
     python -m scripts.shared_memory_survey --k_up --out results/bench/session48/k_up_survey.md   # MLA's K kernel
 
 Runs tests/test_kernels_compile.py (every kernel's launches as the wrappers make them, recorded instead of run) with
-each recorded launch also compiled to the end (ptxas) for sm_80 (A100), sm_86 (RTX 3090, A10, A6000; sm_89's RTX
-4090, L4 and L40 have the same 100 KB an SM) and sm_90 (H100, H200), with the JIT launcher's specialization and the
+each recorded launch also compiled to the end (ptxas) for sm_75 (T4; V100's sm_70 compiles alike: no pipelining
+below sm_80), sm_80 (A100), sm_86 (RTX 3090, A10, A6000; sm_89's RTX 4090, L4 and L40 have the same 100 KB an SM)
+and sm_90 (H100, H200), with the JIT launcher's specialization and the
 launch's own warps and stages (scripts.kernel_compile.compile_launch), and writes, kernel by kernel, the most shared
 memory a launch took on each against what one program may take there (the opt-in maximum a block; more is Triton's
 OutOfResources at launch). Launches with programmatic dependent launch (PDL) are compiled for sm_90 only: the
@@ -20,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from decode_attention import SHARED_PER_SM  # the repository's one table of the GPUs' shared memory
+from decode_attention import PIPELINED_FROM, SHARED_PER_SM, reserved_per_program  # the GPUs' shared memory, one table
 
-ARCHS = (80, 86, 90)
+ARCHS = (75, 80, 86, 90)
 
-PER_PROGRAM = {10 * major + minor: per_sm - 1024 for (major, minor), per_sm in SHARED_PER_SM.items()
+PER_PROGRAM = {10 * major + minor: per_sm - reserved_per_program(major) for (major, minor), per_sm in SHARED_PER_SM.items()
                if 10 * major + minor in ARCHS}  # bytes a program may take: all of an SM's but the 1 KB it reserves
-#                                                 (the opt-in maximum a block: A100 166,912, sm_86 / 89 101,376, H100 /
-#                                                 H200 232,448)
+#                                                 from sm_80 on (the opt-in maximum a block: T4 65,536, A100 166,912,
+#                                                 sm_86 / 89 101,376, H100 / H200 232,448)
 
 
 class Survey:
@@ -115,16 +116,17 @@ K_UP_CASES = [  # (dtype, latent dc, heads, head dim, rotary dims, rows, stages)
 
 def k_up_table() -> str:
     """fused_mla_rope's _k_up_fwd_kernel (MLA's decoupled-RoPE key from its latent) at K_UP_CASES: the shared memory
-    of its sm_80 and sm_90 compiles, fused_mla_rope.k_up_shared_bytes (the bound k_up_launch sizes by), and what
-    k_up_launch picks for that latent on each GPU (rows, stages; 'matmul': none fits)."""
+    of its sm_75, sm_80 and sm_90 compiles, fused_mla_rope.k_up_shared_bytes (the bound k_up_launch sizes by; in
+    brackets sm_75's, without pipelining), and what k_up_launch picks for that latent on each GPU (rows, stages;
+    'matmul': none fits)."""
     import torch
 
     import fused_mla_rope as fm
     from model import rope_cache
     from scripts.kernel_compile import Recorder, compile_launch
-    gpus = {"H100 / H200": PER_PROGRAM[90], "A100": PER_PROGRAM[80], "sm_86 / 89": PER_PROGRAM[86]}
-    lines = ["| dtype | latent | heads | rows, stages | sm_80 | sm_90 | bound | k_up_launch: " +
-             " / ".join(gpus) + " |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    gpus = {"H100 / H200": 90, "A100": 80, "sm_86 / 89": 86, "T4": 75}  # the GPU: its arch
+    lines = ["| dtype | latent | heads | rows, stages | sm_75 | sm_80 | sm_90 | bound (sm_75's) | k_up_launch: " +
+             " / ".join(gpus) + " |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     saved = fm._interpret, fm.k_up_launch, fm._k_up_fwd_kernel, torch.library.wrap_triton
     try:
         fm._interpret = lambda: True  # the CPU passes the wrapper's device checks; the launch is recorded
@@ -136,11 +138,12 @@ def k_up_table() -> str:
             cos, sin = (t[:64] for t in rope_cache(dr, 64, 10000.0))
             fm._k_up_fwd_impl(torch.randn(2, 64, dc).to(dtype), torch.randn(nh * dh, dc).to(dtype), None,
                               torch.randn(2, 64, dr).to(dtype), cos, sin, nh)
-            shared = [compile_launch(rec.kernel, *rec.launches[0], arch=a).metadata.shared for a in (80, 90)]
+            shared = [compile_launch(rec.kernel, *rec.launches[0], arch=a).metadata.shared for a in (75, 80, 90)]
             size = torch.tensor([], dtype=dtype).element_size()
-            picks = [saved[1](dc, dh, size, limit) for limit in gpus.values()]
+            picks = [saved[1](dc, dh, size, PER_PROGRAM[a], a // 10 >= PIPELINED_FROM) for a in gpus.values()]
             lines.append(f"| {dtype_name} | {dc} | {nh} x {dh} | {rows}, {stages} | {shared[0]:,} | {shared[1]:,} | "
-                         f"{fm.k_up_shared_bytes(rows, stages, dc, dh, size):,} | "
+                         f"{shared[2]:,} | {fm.k_up_shared_bytes(rows, stages, dc, dh, size):,} "
+                         f"({fm.k_up_shared_bytes(rows, stages, dc, dh, size, pipelined=False):,}) | "
                          + " / ".join("matmul" if p is None else f"{p[0]}, {p[1]}" for p in picks) + " |")
     finally:
         fm._interpret, fm.k_up_launch, fm._k_up_fwd_kernel, torch.library.wrap_triton = saved

@@ -731,12 +731,14 @@ def test_cuda_tucker_fused(shared):
 
 def test_shared_memory_reads_the_device_then_the_table_by_capability(monkeypatch):
     """decode_attention.shared_memory: torch's two fields where the properties have them (an H200's numbers), else
-    the table by compute capability (an RTX 4090's sm_89: 100 KB an SM, all but 1 KB a program), else 48 KB; a bare
+    the table by compute capability (an RTX 4090's sm_89: 100 KB an SM, all but 1 KB a program; a V100's sm_70: 96
+    KB, all of it a program, no reserve before sm_80), else 48 KB (a Pascal GPU's sm_61, not in the table); a bare
     'cuda' is the current GPU; each GPU read once."""
     from types import SimpleNamespace
     props = {0: SimpleNamespace(major=9, minor=0, shared_memory_per_block_optin=232448,
                                 shared_memory_per_multiprocessor=233472),
-             1: SimpleNamespace(major=8, minor=9), 2: SimpleNamespace(major=7, minor=0)}
+             1: SimpleNamespace(major=8, minor=9), 2: SimpleNamespace(major=7, minor=0),
+             3: SimpleNamespace(major=6, minor=1)}
     reads = []
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: reads.append(i) or props[i])
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
@@ -745,8 +747,9 @@ def test_shared_memory_reads_the_device_then_the_table_by_capability(monkeypatch
         assert da.shared_memory(torch.device("cuda", 0)) == (232448, 233472)
         assert da.shared_memory(torch.device("cuda")) == (101376, 102400)  # the current GPU, 1
         assert da.shared_memory(torch.device("cuda", 1)) == (101376, 102400)
-        assert da.shared_memory(torch.device("cuda", 2)) == (48 * 1024 - 1024, 48 * 1024)
-        assert reads == [0, 1, 2]
+        assert da.shared_memory(torch.device("cuda", 2)) == (96 * 1024, 96 * 1024)
+        assert da.shared_memory(torch.device("cuda", 3)) == (48 * 1024, 48 * 1024)
+        assert reads == [0, 1, 2, 3]
     finally:
         da._shared_memory.cache_clear()
 
@@ -754,7 +757,8 @@ def test_shared_memory_reads_the_device_then_the_table_by_capability(monkeypatch
 def test_pipelines_loads_by_compute_capability(monkeypatch):
     """decode_attention.pipelines_loads: Triton multi-buffers loads from sm_80 on (A100, RTX 30xx and later), not on
     a V100 or T4 (sm_70 / sm_75), which decode_wide's and the MLA key kernel's shared memory estimates follow; the
-    CPU counts as pipelined (the sm_80+ accounting); a bare 'cuda' is the current GPU; each GPU read once."""
+    CPU counts as pipelined (the sm_80+ accounting); a bare 'cuda' is the current GPU; each GPU read once. The 1 KB
+    the system reserves a program (program_reserve) likewise from sm_80 on only."""
     caps = {0: (9, 0), 1: (7, 5), 2: (8, 0), 3: (7, 0)}
     reads = []
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: reads.append(i) or caps[i])
@@ -767,6 +771,7 @@ def test_pipelines_loads_by_compute_capability(monkeypatch):
         assert not da.pipelines_loads("cuda:1")
         assert da.pipelines_loads(torch.device("cuda", 2))
         assert not da.pipelines_loads(torch.device("cuda", 3))
+        assert [da.program_reserve(torch.device("cuda", i)) for i in range(4)] == [1024, 0, 1024, 0]
         assert reads == [0, 1, 2, 3]
     finally:
         da._capability_major.cache_clear()

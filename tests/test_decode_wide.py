@@ -157,6 +157,7 @@ def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
     assert dec._check_fits() is None
     dec.device = torch.device("cuda")
     monkeypatch.setattr(dw, "pipelines_loads", lambda device: True)  # sm_80 and up
+    monkeypatch.setattr(dw, "program_reserve", lambda device: 1024)
     monkeypatch.setattr(dw, "shared_memory", lambda device: H200_SHARED)
     assert dec.shared_bytes() == 122880 and dec._check_fits() == 1
     dec.dtype = torch.bfloat16
@@ -174,15 +175,22 @@ def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
                                          r"pipelined tiles take 122880 B of shared memory, more than this GPU gives "
                                          r"one program \(101376 B.*decode='auto'"):
         dec._check_fits()
-    # a T4 (sm_75: no pipelining, a program's tiles one float32 step) at batch 32: one an SM in fp16 (32 KB), where
-    # the pipelined estimate (72 KB) refused it; fp32 (both operands of the LM head's product at once, 48 KB): one
+    # a T4 (sm_75: no pipelining, a program's tiles one float32 step, no 1 KB reserved a program) at batch 32: two
+    # an SM in fp16 (32 KB each: all 64 KB), where the pipelined estimate (72 KB) refused even one; fp32 (both
+    # operands of the LM head's product at once, 48 KB): one; a shared latent in fp32 (its step as K and as V at
+    # once, 64 KB): one, all of it
     monkeypatch.setattr(dw, "pipelines_loads", lambda device: False)
+    monkeypatch.setattr(dw, "program_reserve", lambda device: 0)
     monkeypatch.setattr(dw, "shared_memory", lambda device: T4_SHARED)
     dec = dw.WideDecoder(model, model.new_caches(32, 8))
     dec.device, dec.dtype = torch.device("cuda"), torch.float16
-    assert dec.shared_bytes() == 73728 and dec.shared_bytes(pipelined=False) == 32768 and dec._check_fits() == 1
+    assert dec.shared_bytes() == 73728 and dec.shared_bytes(pipelined=False) == 32768 and dec._check_fits() == 2
     dec.dtype = torch.float32
     assert dec.shared_bytes(pipelined=False) == 49152 and dec._check_fits() == 1
+    shared = tiny("tucker", shared_kv=True, tucker_ranks=(2, 16, 64))  # GPT-2's latent: 128 rows of 64 a step
+    dec = dw.WideDecoder(shared, shared.new_caches(32, 8))
+    dec.device, dec.dtype = torch.device("cuda"), torch.float32
+    assert dec.shared_bytes(pipelined=False) == 65536 and dec._check_fits() == 1
 
 
 def test_shared_memory_counts_the_kilobyte_an_sm_reserves_a_program(monkeypatch):
@@ -193,6 +201,7 @@ def test_shared_memory_counts_the_kilobyte_an_sm_reserves_a_program(monkeypatch)
     dec = dw.WideDecoder(model, model.new_caches(5, 8))
     dec.device, dec.dtype = torch.device("cuda"), torch.bfloat16
     monkeypatch.setattr(dw, "pipelines_loads", lambda device: True)
+    monkeypatch.setattr(dw, "program_reserve", lambda device: 1024)
     monkeypatch.setattr(dw, "shared_memory", lambda device: H200_SHARED)
     dec.shared_bytes = lambda pipelined=True: 114 * 1024
     assert dec._check_fits() == 1

@@ -1,5 +1,5 @@
-"""scripts/shared_memory_survey: the shared memory of the kernels' launches compiled for sm_80, sm_86 and sm_90 on a
-machine without a GPU, each against what one program may take on that GPU."""
+"""scripts/shared_memory_survey: the shared memory of the kernels' launches compiled for sm_75, sm_80, sm_86 and sm_90
+on a machine without a GPU, each against what one program may take on that GPU."""
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_survey_compiles_a_launch_for_each_arch(tmp_path):
-    """One kernel's launches (fused_norm's add_norm, both norms) compiled for the three archs: its row holds a
+    """One kernel's launches (fused_norm's add_norm, both norms) compiled for the four archs: its row holds a
     number for each, none over, no compile error, and the file names the command."""
     out = tmp_path / "survey.md"
     r = subprocess.run([sys.executable, "-m", "scripts.shared_memory_survey", "-k", "add_norm", "--out", str(out)],
@@ -22,7 +22,7 @@ def test_survey_compiles_a_launch_for_each_arch(tmp_path):
     assert text.startswith("`python -m scripts.shared_memory_survey -k 'add_norm'`")
     row = next(line for line in text.splitlines() if line.startswith("| `_add_norm_kernel`"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1] == "2 (0)" and all(c.replace(",", "").isdigit() for c in cells[2:]) and len(cells) == 5
+    assert cells[1] == "2 (0)" and all(c.replace(",", "").isdigit() for c in cells[2:]) and len(cells) == 6
     assert "Compile errors: none" in text
 
 
@@ -31,20 +31,22 @@ def test_survey_marks_a_launch_over_a_gpus_limit():
     sm_90's alone, its other cells left empty; an error is listed."""
     from scripts.shared_memory_survey import PER_PROGRAM, Survey
     s = Survey()
-    s.rows["_k"] = {80: 120_000, 86: 120_000, 90: 120_000}
+    s.rows["_k"] = {75: 65_536, 80: 120_000, 86: 120_000, 90: 120_000}
+    s.rows["_t4"] = {75: 65_537, 80: 10, 86: 10, 90: 10}
     s.rows["_pdl"] = {90: 10}
-    s.launches.update({"_k": 3, "_pdl": 1})
+    s.launches.update({"_k": 3, "_t4": 1, "_pdl": 1})
     s.pdl_only["_pdl"] = 1
     s.errors.append("_x sm_80: PTXASError: ...")
     lines = s.table().splitlines()
-    assert lines[2] == "| `_k` | 3 (0) | 120,000 | 120,000 **over** | 120,000 |"
-    assert lines[3] == "| `_pdl` | 1 (1) | - | - | 10 |"
-    assert PER_PROGRAM[80] > 120_000 > PER_PROGRAM[86]
+    assert lines[2] == "| `_k` | 3 (0) | 65,536 | 120,000 | 120,000 **over** | 120,000 |"
+    assert lines[3] == "| `_pdl` | 1 (1) | - | - | - | 10 |"
+    assert lines[4] == "| `_t4` | 1 (0) | 65,537 **over** | 10 | 10 | 10 |"
+    assert PER_PROGRAM[80] > 120_000 > PER_PROGRAM[86] and PER_PROGRAM[75] == 65_536  # a T4: no 1 KB reserved
     assert "- _x sm_80: PTXASError: ..." in lines
 
 
 def test_k_up_table_compiles_each_case_under_its_bound(monkeypatch):
-    """--k_up: a case's launch at its own rows and stages compiled for sm_80 and sm_90, both within
+    """--k_up: a case's launch at its own rows and stages compiled for sm_75, sm_80 and sm_90, each within
     k_up_shared_bytes, and k_up_launch's pick on each GPU (a small latent: K_UP_ROWS at 3 stages everywhere)."""
     import fused_mla_rope as fm
     from scripts import shared_memory_survey as survey
@@ -52,7 +54,9 @@ def test_k_up_table_compiles_each_case_under_its_bound(monkeypatch):
     row = survey.k_up_table().splitlines()[2]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:4] == ["float32", "32", "4 x 16", "32, 1"]
-    sm80, sm90, bound = (int(c.replace(",", "")) for c in cells[4:7])
+    sm75, sm80, sm90 = (int(c.replace(",", "")) for c in cells[4:7])
+    bound, bound75 = (int(c.strip("()").replace(",", "")) for c in cells[7].split())
     assert 0 < sm80 <= bound and 0 < sm90 <= bound == fm.k_up_shared_bytes(32, 1, 32, 16, 4)
-    assert cells[7] == " / ".join([f"{fm.K_UP_ROWS}, 3"] * 3)
+    assert 0 < sm75 <= bound75 == fm.k_up_shared_bytes(32, 1, 32, 16, 4, pipelined=False)
+    assert cells[8] == " / ".join([f"{fm.K_UP_ROWS}, 3"] * 4)
     assert fm.k_up_launch is not None and fm._k_up_fwd_kernel.__class__.__name__ == "JITFunction"  # restored
