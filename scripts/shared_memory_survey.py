@@ -124,7 +124,7 @@ def k_up_table() -> str:
     import fused_mla_rope as fm
     from model import rope_cache
     from scripts.kernel_compile import Recorder, compile_launch
-    gpus = {"H100 / H200": 90, "A100": 80, "sm_86 / 89": 86, "T4": 75}  # the GPU: its arch
+    gpus = {"H100, H200": 90, "A100": 80, "sm_86, 89": 86, "T4": 75}  # the GPU: its arch
     lines = ["| dtype | latent | heads | rows, stages | sm_75 | sm_80 | sm_90 | bound (sm_75's) | k_up_launch: " +
              " / ".join(gpus) + " |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     saved = fm._interpret, fm.k_up_launch, fm._k_up_fwd_kernel, torch.library.wrap_triton
