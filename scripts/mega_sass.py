@@ -156,14 +156,16 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=1, help="sequences (above decode_mega.MAX_ROWS: decode_wide's kernel)")
     p.add_argument("--rope", action="store_true", help="the variant with RoPE instead of learned positions")
     p.add_argument("--arch", type=int, default=90, help="compute capability to compile for: 90 (Hopper), 80 (A100), "
-                                                         "86 / 89 (RTX, A10, L4, L40)")
+                                                         "86 / 89 (RTX, A10, L4, L40), 75 (T4), 70 (V100)")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                   help="the weights' dtype (float16 or float32 where a GPU before sm_80 lacks bf16 tensor cores)")
     a = p.parse_args(argv)
     from scripts.bench_decode import KNOB_MODULES
     from scripts.bench_train import set_module_knobs
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
-    r = compile_step(a.variant, Path(a.out_dir), batch=a.batch, rope=a.rope, arch=a.arch)
+    r = compile_step(a.variant, Path(a.out_dir), batch=a.batch, rope=a.rope, arch=a.arch, dtype=getattr(torch, a.dtype))
     name = a.variant + (" with RoPE" if a.rope else "")
-    print(f"step kernel, {name}, batch {a.batch}, sm_{a.arch}, knobs {knobs or 'none'}: {r['registers']} registers, "
+    print(f"step kernel, {name}, batch {a.batch}, sm_{a.arch}, {a.dtype}, knobs {knobs or 'none'}: {r['registers']} registers, "
           f"stack {r['stack']} B, shared memory {r['shared']} B a program, {r['hmma']} HMMA, {r['ldgsts']} LDGSTS, "
           f"{r['membars']} MEMBARs")
     print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))
