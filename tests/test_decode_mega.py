@@ -613,7 +613,7 @@ def test_sass_parsers_on_a_known_snippet():
 
 
 def test_sass_main_passes_its_arguments_and_reports(monkeypatch, capsys, tmp_path):
-    """mega_sass.main (compile_step stubbed): --variant, --out_dir, --batch (1 by default) and --rope reach
+    """mega_sass.main (compile_step stubbed): --variant, --out_dir, --batch (1 by default), --rope, --arch and --dtype reach
     compile_step, a --knob is set before it compiles; the report names decode_wide's phases above MAX_ROWS
     sequences only, lists the weight-tile-shaped conversions alone (more than 1 row by at least 256 columns) and each
     release atomic's two load counts."""
@@ -621,16 +621,16 @@ def test_sass_main_passes_its_arguments_and_reports(monkeypatch, capsys, tmp_pat
     monkeypatch.setattr(dm, "EARLY_ARRIVE", dm.EARLY_ARRIVE)  # the knob set below, restored after the test
     calls = []
 
-    def compile_step(variant, out_dir, batch=1, rope=False, arch=90):
-        calls.append((variant, out_dir, batch, rope, dm.EARLY_ARRIVE, arch))
+    def compile_step(variant, out_dir, batch=1, rope=False, arch=90, dtype=torch.bfloat16):
+        calls.append((variant, out_dir, batch, rope, dm.EARLY_ARRIVE, arch, dtype))
         return dict(registers=90, stack=0, shared=1024, hmma=0, ldgsts=0, membars=5, loads={"LDG.E.128": 7},
                     sections=[3, 4], barriers=[(2, 0), (0, 3)],
                     converts=[((16, 1024), "bf16"), ((1, 1024), "bf16"), ((16, 128), "fp32"), ((512,), "bf16")])
     monkeypatch.setattr(mega_sass, "compile_step", compile_step)
     mega_sass.main(["--out_dir", str(tmp_path), "--knob", "decode_mega.EARLY_ARRIVE=False"])
     out = capsys.readouterr().out
-    assert calls == [("tucker_8_64_64", tmp_path, 1, False, False, 90)]
-    assert "step kernel, tucker_8_64_64, batch 1, sm_90," in out
+    assert calls == [("tucker_8_64_64", tmp_path, 1, False, False, 90, torch.bfloat16)]
+    assert "step kernel, tucker_8_64_64, batch 1, sm_90, bfloat16," in out
     assert "(A, B1, B2D, MLP, ..., LM head): 3, 4" in out and "columns): 1 (16x1024 bf16)" in out
     assert "release atomic 1: 0 global loads since the phase's last store, 3 between it and the first poll" in out
     for batch, wide in ((dm.MAX_ROWS, False), (dm.MAX_ROWS + 1, True)):
@@ -639,6 +639,8 @@ def test_sass_main_passes_its_arguments_and_reports(monkeypatch, capsys, tmp_pat
         assert ("(the embeddings, A, B1, B2, D, E, F, ..., LM head)" in capsys.readouterr().out) == wide
     mega_sass.main(["--out_dir", str(tmp_path), "--arch", "86"])  # --arch reaches the compile and the report
     assert calls[-1][5] == 86 and "batch 1, sm_86," in capsys.readouterr().out
+    mega_sass.main(["--out_dir", str(tmp_path), "--arch", "75", "--dtype", "float16"])  # --dtype likewise
+    assert calls[-1][5:] == (75, torch.float16) and "batch 1, sm_75, float16," in capsys.readouterr().out
 
 
 def test_sass_compiles_decode_megas_kernel_up_to_max_rows(monkeypatch, tmp_path):
