@@ -625,9 +625,10 @@ class WideDecoder(dm.MegaDecoder):
         return max(rows, 16 * groups)
 
     def _check_fits(self) -> Optional[int]:
-        """Programs of shared_bytes() each (plus the 1 KB an SM reserves a program from sm_80 on: program_reserve) that an SM's shared memory holds
-        on this GPU (decode_attention.shared_memory): every program must be resident, or the barriers would wait
-        for programs that cannot start, so the step runs min(PROGRAMS_PER_SM, this) an SM. H200 (228 KB an SM):
+        """Programs of shared_bytes() each (plus the 1 KB an SM reserves a program from sm_80 on: program_reserve)
+        that an SM's shared memory holds on this GPU (decode_attention.shared_memory): every program must be
+        resident, or the barriers would wait for programs that cannot start, so the step runs min(PROGRAMS_PER_SM,
+        this) an SM. H200 (228 KB an SM):
         two at the default tiles in bf16 / fp16 (73,728 B a program at batch 32), one for fp32 weights (twice bf16's
         tiles: 120 KB a program at batch 5) or BK 256 at 4 stages (120 KB); a GPU of 100 KB an SM (RTX 4090, L40,
         A10): one at the default tiles; a T4 (64 KB an SM, no pipelining: shared_bytes(pipelined=False), and no

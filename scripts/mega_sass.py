@@ -165,7 +165,8 @@ def main(argv=None):
     knobs = set_module_knobs(a.knob, KNOB_MODULES)
     r = compile_step(a.variant, Path(a.out_dir), batch=a.batch, rope=a.rope, arch=a.arch, dtype=getattr(torch, a.dtype))
     name = a.variant + (" with RoPE" if a.rope else "")
-    print(f"step kernel, {name}, batch {a.batch}, sm_{a.arch}, {a.dtype}, knobs {knobs or 'none'}: {r['registers']} registers, "
+    print(f"step kernel, {name}, batch {a.batch}, sm_{a.arch}, {a.dtype}, knobs {knobs or 'none'}: "
+          f"{r['registers']} registers, "
           f"stack {r['stack']} B, shared memory {r['shared']} B a program, {r['hmma']} HMMA, {r['ldgsts']} LDGSTS, "
           f"{r['membars']} MEMBARs")
     print("loads: " + ", ".join(f"{k} {v}" for k, v in sorted(r["loads"].items())))

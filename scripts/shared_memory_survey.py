@@ -25,10 +25,10 @@ from decode_attention import PIPELINED_FROM, SHARED_PER_SM, reserved_per_program
 
 ARCHS = (75, 80, 86, 90)
 
-PER_PROGRAM = {10 * major + minor: per_sm - reserved_per_program(major) for (major, minor), per_sm in SHARED_PER_SM.items()
-               if 10 * major + minor in ARCHS}  # bytes a program may take: all of an SM's but the 1 KB it reserves
-#                                                 from sm_80 on (the opt-in maximum a block: T4 65,536, A100 166,912,
-#                                                 sm_86 / 89 101,376, H100 / H200 232,448)
+# bytes a program may take: all of an SM's but the 1 KB it reserves from sm_80 on (the opt-in maximum a block: T4
+# 65,536, A100 166,912, sm_86 / 89 101,376, H100 / H200 232,448)
+PER_PROGRAM = {10 * major + minor: per_sm - reserved_per_program(major)
+               for (major, minor), per_sm in SHARED_PER_SM.items() if 10 * major + minor in ARCHS}
 
 
 class Survey:

@@ -613,8 +613,8 @@ def test_sass_parsers_on_a_known_snippet():
 
 
 def test_sass_main_passes_its_arguments_and_reports(monkeypatch, capsys, tmp_path):
-    """mega_sass.main (compile_step stubbed): --variant, --out_dir, --batch (1 by default), --rope, --arch and --dtype reach
-    compile_step, a --knob is set before it compiles; the report names decode_wide's phases above MAX_ROWS
+    """mega_sass.main (compile_step stubbed): --variant, --out_dir, --batch (1 by default), --rope, --arch and
+    --dtype reach compile_step, a --knob is set before it compiles; the report names decode_wide's phases above MAX_ROWS
     sequences only, lists the weight-tile-shaped conversions alone (more than 1 row by at least 256 columns) and each
     release atomic's two load counts."""
     from scripts import mega_sass
