@@ -1,18 +1,18 @@
 """The shared memory each Triton kernel launch takes on GPUs other than the H200, compiled on a machine without one.
 
-    python -m scripts.shared_memory_survey --out results/bench/session48/shared_survey.md     # ~4 minutes on 2 cores
-    python -m scripts.shared_memory_survey --k_up --out results/bench/session48/k_up_survey.md   # MLA's K kernel
+    python -m scripts.shared_memory_survey --out results/bench/session49/shared_survey.md     # ~4 minutes on 2 cores
+    python -m scripts.shared_memory_survey --k_up --out results/bench/session49/k_up_survey.md   # MLA's K kernel
 
 Runs tests/test_kernels_compile.py (every kernel's launches as the wrappers make them, recorded instead of run) with
 each recorded launch also compiled to the end (ptxas) for sm_75 (T4; V100's sm_70 compiles alike: no pipelining
-below sm_80), sm_80 (A100), sm_86 (RTX 3090, A10, A6000; sm_89's RTX 4090, L4 and L40 have the same 100 KB an SM)
-and sm_90 (H100, H200), with the JIT launcher's specialization and the
-launch's own warps and stages (scripts.kernel_compile.compile_launch), and writes, kernel by kernel, the most shared
-memory a launch took on each against what one program may take there (the opt-in maximum a block; more is Triton's
-OutOfResources at launch). Launches with programmatic dependent launch (PDL) are compiled for sm_90 only: the
-wrappers launch them so on sm_90 and later alone (decode_attention.pdl_capable). The shapes are the test file's
-(GPT-2's widths for most); decode_wide's step (`python -m scripts.mega_sass --batch 32`) and fused_mla_rope's K from
-wide latents (tests/test_kernels_compile.py's k_up bound) are the kernels whose tiles grow with the model.
+below sm_80), sm_80 (A100), sm_86 (RTX 3090, A10, A6000; sm_89's RTX 4090, L4 and L40 have the same 100 KB an SM),
+sm_90 (H100, H200), sm_100 (B200) and sm_120 (RTX 5090), with the JIT launcher's specialization and the launch's
+own warps and stages (scripts.kernel_compile.compile_launch), and writes, kernel by kernel, the most shared memory a
+launch took on each against what one program may take there (the opt-in maximum a block; more is Triton's
+OutOfResources at launch). Launches with programmatic dependent launch (PDL) are compiled for sm_90 and later only:
+the wrappers launch them so there alone (decode_attention.pdl_capable). The shapes are the test file's (GPT-2's
+widths for most); decode_wide's step (`python -m scripts.mega_sass --batch 32`) and fused_mla_rope's K from wide
+latents (tests/test_kernels_compile.py's k_up bound) are the kernels whose tiles grow with the model.
 """
 import argparse
 import collections
@@ -23,10 +23,10 @@ import pytest
 
 from decode_attention import PIPELINED_FROM, SHARED_PER_SM, reserved_per_program  # the GPUs' shared memory, one table
 
-ARCHS = (75, 80, 86, 90)
+ARCHS = (75, 80, 86, 90, 100, 120)
 
 # bytes a program may take: all of an SM's but the 1 KB it reserves from sm_80 on (the opt-in maximum a block: T4
-# 65,536, A100 166,912, sm_86 / 89 101,376, H100 / H200 232,448)
+# 65,536, A100 166,912, sm_86 / 89 101,376, H100 / H200 and B200 (sm_100) 232,448, RTX 5090 (sm_120) 101,376)
 PER_PROGRAM = {10 * major + minor: per_sm - reserved_per_program(major)
                for (major, minor), per_sm in SHARED_PER_SM.items() if 10 * major + minor in ARCHS}
 
@@ -76,7 +76,7 @@ class Survey:
     def note(self, kernel, args, kwargs, compile_launch):
         name = kernel.fn.__name__
         self.launches[name] += 1
-        archs = (90,) if kwargs.get("PDL") else ARCHS
+        archs = tuple(a for a in ARCHS if a >= 90) if kwargs.get("PDL") else ARCHS  # PDL: sm_90 and later
         if kwargs.get("PDL"):
             self.pdl_only[name] += 1
         for arch in archs:
@@ -88,7 +88,8 @@ class Survey:
             self.rows[name][arch] = max(shared, self.rows[name].get(arch, 0))
 
     def table(self) -> str:
-        head = "| kernel | launches (PDL: sm_90 only) | " + " | ".join(f"sm_{a} (of {PER_PROGRAM[a]:,})" for a in ARCHS)
+        head = "| kernel | launches (PDL: sm_90 and later) | " + " | ".join(f"sm_{a} (of {PER_PROGRAM[a]:,})"
+                                                                           for a in ARCHS)
         lines = [head + " |", "| --- | --- | " + " | ".join("---" for _ in ARCHS) + " |"]
         for name in sorted(self.rows):
             cells = []
@@ -124,7 +125,7 @@ def k_up_table() -> str:
     import fused_mla_rope as fm
     from model import rope_cache
     from scripts.kernel_compile import Recorder, compile_launch
-    gpus = {"H100, H200": 90, "A100": 80, "sm_86, 89": 86, "T4": 75}  # the GPU: its arch
+    gpus = {"H100, H200": 90, "A100": 80, "sm_86, 89": 86, "T4": 75, "B200": 100, "RTX 5090": 120}  # GPU: arch
     lines = ["| dtype | latent | heads | rows, stages | sm_75 | sm_80 | sm_90 | bound (sm_75's) | k_up_launch: " +
              " / ".join(gpus) + " |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     saved = fm._interpret, fm.k_up_launch, fm._k_up_fwd_kernel, torch.library.wrap_triton
