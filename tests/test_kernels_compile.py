@@ -238,17 +238,23 @@ def test_k_up_shared_memory_bound_holds_on_ampere_and_hopper(dtype, dc, nH, dH, 
     launch's own rows and stages (GPT-2 MLA's latent in bf16 and float32; DeepSeek-V2's 512 with heads of 128, which
     take 456 KB at 64 rows and 3 stages; fewer rows)."""
     from scripts.kernel_compile import compile_launch
+    kernel, args, kwargs = k_up_launch_at(dtype, dc, nH, dH, dR, rows, stages, record, monkeypatch)
+    assert (kwargs["BLOCK_M"], kwargs["num_stages"]) == (rows, stages)
+    bound = fm.k_up_shared_bytes(rows, stages, dc, dH, torch.tensor([], dtype=dtype).element_size())
+    for arch in (80, 90):
+        assert compile_launch(kernel, args, kwargs, arch=arch).metadata.shared <= bound
+
+
+def k_up_launch_at(dtype, dc, nH, dH, dR, rows, stages, record, monkeypatch):
+    """_k_up_fwd_kernel's launch (kernel, args, kwargs) as _k_up_fwd_impl makes it for a latent of dc, nH heads of
+    dH, dR rotary dims, 2 x 64 tokens, at `rows` a program and `stages` (k_up_launch's choice pinned), recorded."""
     monkeypatch.setattr(fm, "k_up_launch", lambda *a: (rows, stages))
     rec = record(fm, "_k_up_fwd_kernel")
     monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
     cos, sin = (t[:64] for t in rope_cache(dR, 64, 10000.0))
     fm._k_up_fwd_impl(rnd(2, 64, dc, dtype=dtype), rnd(nH * dH, dc, dtype=dtype), None, rnd(2, 64, dR, dtype=dtype),
                       cos, sin, nH)
-    args, kwargs = rec.launches[0]
-    assert (kwargs["BLOCK_M"], kwargs["num_stages"]) == (rows, stages)
-    bound = fm.k_up_shared_bytes(rows, stages, dc, dH, torch.tensor([], dtype=dtype).element_size())
-    for arch in (80, 90):
-        assert compile_launch(rec.kernel, args, kwargs, arch=arch).metadata.shared <= bound
+    return (rec.kernel,) + tuple(rec.launches[0])
 
 
 @pytest.mark.parametrize("dtype, dc, nH, dH, dR, rows, stages, want", [
@@ -260,14 +266,9 @@ def test_k_up_shared_memory_bound_holds_before_ampere(dtype, dc, nH, dH, dR, row
     (GPT-2 MLA's latent of 128 in fp16 at 2 stages: 65,536 B, a T4's whole program limit; a small float32 latent),
     exactly k_up_shared_bytes(pipelined=False), which k_up_launch sizes by there."""
     from scripts.kernel_compile import compile_launch
-    monkeypatch.setattr(fm, "k_up_launch", lambda *a: (rows, stages))
-    rec = record(fm, "_k_up_fwd_kernel")
-    monkeypatch.setattr(torch.library, "wrap_triton", lambda kernel: kernel)
-    cos, sin = (t[:64] for t in rope_cache(dR, 64, 10000.0))
-    fm._k_up_fwd_impl(rnd(2, 64, dc, dtype=dtype), rnd(nH * dH, dc, dtype=dtype), None, rnd(2, 64, dR, dtype=dtype),
-                      cos, sin, nH)
+    kernel, args, kwargs = k_up_launch_at(dtype, dc, nH, dH, dR, rows, stages, record, monkeypatch)
     bound = fm.k_up_shared_bytes(rows, stages, dc, dH, torch.tensor([], dtype=dtype).element_size(), pipelined=False)
-    assert compile_launch(rec.kernel, *rec.launches[0], arch=75).metadata.shared == bound == want
+    assert compile_launch(kernel, args, kwargs, arch=75).metadata.shared == bound == want
 
 
 @pytest.mark.parametrize("lr_tensor", [False, True])
