@@ -719,18 +719,21 @@ def pipelines_loads(device: torch.device) -> bool:
     """Whether Triton multi-buffers a loop's loads (num_stages) in shared memory on `device`: a CUDA GPU of compute
     capability PIPELINED_FROM.0 or more. Elsewhere (the CPU, the interpreter) True: the sm_80+ accounting. Read once
     a GPU, like shared_memory (fused_mla_rope asks at every call of its op)."""
-    device = torch.device(device)
-    if device.type != "cuda":
+    if torch.device(device).type != "cuda":
         return True
-    return _capability_major(torch.cuda.current_device() if device.index is None else device.index) >= PIPELINED_FROM
+    return _capability_major(_cuda_index(device)) >= PIPELINED_FROM
 
 
 def program_reserve(device: torch.device) -> int:
     """reserved_per_program for a CUDA device: the shared memory (bytes) the system takes beside each resident
     program's own, which decides how many programs share an SM (decode_wide's fit)."""
-    device = torch.device(device)
-    return reserved_per_program(_capability_major(torch.cuda.current_device() if device.index is None else
-                                                  device.index))
+    return reserved_per_program(_capability_major(_cuda_index(device)))
+
+
+def _cuda_index(device) -> int:
+    """The index of a CUDA device (a bare 'cuda': the current one), the key of the per-GPU caches below."""
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
 
 
 @functools.lru_cache(maxsize=None)
@@ -741,13 +744,12 @@ def _capability_major(index: int) -> int:
 def shared_memory(device: torch.device) -> tuple:
     """(bytes of shared memory one program may take at most, bytes an SM holds) on a CUDA device: the largest a
     kernel launches with (Triton refuses a larger one: OutOfResources), and what the programs resident on one SM
-    share (each also takes 1 KB the SM reserves). From torch's device properties (shared_memory_per_block_optin,
-    shared_memory_per_multiprocessor), else SHARED_PER_SM by compute capability (48 KB, the least any CUDA GPU
-    offers, if unknown). H100 / H200: 232,448 and 233,472. Called outside traced code (a triton_op's body, a
+    share (each also takes the 1 KB the SM reserves from sm_80 on: program_reserve). From torch's device properties
+    (shared_memory_per_block_optin, shared_memory_per_multiprocessor), else SHARED_PER_SM by compute capability (48
+    KB, the least any CUDA GPU offers, if unknown). H100 / H200: 232,448 and 233,472. Called outside traced code (a triton_op's body, a
     decoder's constructor), as a Python function Dynamo need not trace. Read once a GPU (a bare 'cuda' is the
     current one)."""
-    index = torch.device(device).index
-    return _shared_memory(torch.cuda.current_device() if index is None else index)
+    return _shared_memory(_cuda_index(device))
 
 
 @functools.lru_cache(maxsize=None)
