@@ -715,13 +715,19 @@ PIPELINED_FROM = 8  # compute capability (major) from which Triton software-pipe
 #                    memory one step at a time, as float32 (no HMMA: an FMA loop), whatever num_stages says
 
 
+def pipelined_loads(major: int) -> bool:
+    """Whether Triton multi-buffers a loop's loads (num_stages) in shared memory on a GPU of compute capability
+    major.x: from PIPELINED_FROM on (the offline compiles' rule, as reserved_per_program is the reserve's)."""
+    return major >= PIPELINED_FROM
+
+
 def pipelines_loads(device: torch.device) -> bool:
     """Whether Triton multi-buffers a loop's loads (num_stages) in shared memory on `device`: a CUDA GPU of compute
     capability PIPELINED_FROM.0 or more. Elsewhere (the CPU, the interpreter) True: the sm_80+ accounting. Read once
     a GPU, like shared_memory (fused_mla_rope asks at every call of its op)."""
     if torch.device(device).type != "cuda":
         return True
-    return _capability_major(_cuda_index(device)) >= PIPELINED_FROM
+    return pipelined_loads(_capability_major(_cuda_index(device)))
 
 
 def program_reserve(device: torch.device) -> int:
@@ -746,9 +752,9 @@ def shared_memory(device: torch.device) -> tuple:
     kernel launches with (Triton refuses a larger one: OutOfResources), and what the programs resident on one SM
     share (each also takes the 1 KB the SM reserves from sm_80 on: program_reserve). From torch's device properties
     (shared_memory_per_block_optin, shared_memory_per_multiprocessor), else SHARED_PER_SM by compute capability (48
-    KB, the least any CUDA GPU offers, if unknown). H100 / H200: 232,448 and 233,472. Called outside traced code (a triton_op's body, a
-    decoder's constructor), as a Python function Dynamo need not trace. Read once a GPU (a bare 'cuda' is the
-    current one)."""
+    KB, the least any CUDA GPU offers, if unknown). H100 / H200: 232,448 and 233,472. Called outside traced code (a
+    triton_op's body, a decoder's constructor), as a Python function Dynamo need not trace. Read once a GPU (a bare
+    'cuda' is the current one)."""
     return _shared_memory(_cuda_index(device))
 
 

@@ -638,13 +638,14 @@ class WideDecoder(dm.MegaDecoder):
         if self.device.type != "cuda" or _interpret():
             return None
         per_block, per_sm = shared_memory(self.device)
-        need = self.shared_bytes(pipelined=pipelines_loads(self.device))
+        pipelined = pipelines_loads(self.device)
+        need = self.shared_bytes(pipelined=pipelined)
         reserve = program_reserve(self.device)  # 1 KB a program from sm_80 on, none before
         if need > per_block or per_sm // (need + reserve) < 1:
             raise ValueError(f"decode_wide: {self.dtype} weights, BK={BK}, STAGES={STAGES}, batch {self.batch}: a "
-                             f"program's pipelined tiles take {need} B of shared memory, more than this GPU gives "
-                             f"one program ({per_block} B; every program must be resident for the grid barriers): "
-                             f"lower decode_wide.STAGES or BK, or decode with decode='auto'")
+                             f"program's {'pipelined ' if pipelined else ''}tiles take {need} B of shared memory, "
+                             f"more than this GPU gives one program ({per_block} B; every program must be resident "
+                             f"for the grid barriers): lower decode_wide.STAGES or BK, or decode with decode='auto'")
         return per_sm // (need + reserve)
 
     @staticmethod

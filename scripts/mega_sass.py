@@ -88,7 +88,7 @@ def compile_step(variant: str, out_dir: Path, sms: int = 132, batch: int = 1, ti
         caches = model.new_caches(batch, 1024)
         per_sm = dw.PROGRAMS_PER_SM if wide else dm.PROGRAMS_PER_SM
         mega = dm.step_decoder(model, caches, programs=sms * per_sm)  # as on the GPU
-        estimate = mega.shared_bytes(pipelined=arch // 10 >= da.PIPELINED_FROM) if wide else None  # decode_wide's
+        estimate = mega.shared_bytes(pipelined=da.pipelined_loads(arch // 10)) if wide else None  # decode_wide's
         #                                                           fit check's shared memory a program on sm_{arch}
         idx, pos = torch.zeros(batch, dtype=torch.long), torch.tensor([10])
         if timed:  # as timed_step sets it (the kernel only reads its presence and address here)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from decode_attention import PIPELINED_FROM, SHARED_PER_SM, reserved_per_program  # the GPUs' shared memory, one table
+from decode_attention import SHARED_PER_SM, pipelined_loads, reserved_per_program  # the GPUs' shared memory, one table
 
 ARCHS = (75, 80, 86, 90, 100, 120)
 
@@ -141,7 +141,7 @@ def k_up_table() -> str:
                               torch.randn(2, 64, dr).to(dtype), cos, sin, nh)
             shared = [compile_launch(rec.kernel, *rec.launches[0], arch=a).metadata.shared for a in (75, 80, 90)]
             size = torch.tensor([], dtype=dtype).element_size()
-            picks = [saved[1](dc, dh, size, PER_PROGRAM[a], a // 10 >= PIPELINED_FROM) for a in gpus.values()]
+            picks = [saved[1](dc, dh, size, PER_PROGRAM[a], pipelined_loads(a // 10)) for a in gpus.values()]
             lines.append(f"| {dtype_name} | {dc} | {nh} x {dh} | {rows}, {stages} | {shared[0]:,} | {shared[1]:,} | "
                          f"{shared[2]:,} | {fm.k_up_shared_bytes(rows, stages, dc, dh, size):,} "
                          f"({fm.k_up_shared_bytes(rows, stages, dc, dh, size, pipelined=False):,}) | "

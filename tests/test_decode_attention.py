@@ -772,6 +772,7 @@ def test_pipelines_loads_by_compute_capability(monkeypatch):
         assert da.pipelines_loads(torch.device("cuda", 2))
         assert not da.pipelines_loads(torch.device("cuda", 3))
         assert [da.program_reserve(torch.device("cuda", i)) for i in range(4)] == [1024, 0, 1024, 0]
+        assert [da.pipelined_loads(major) for major in (7, 8, 9, 10, 12)] == [False, True, True, True, True]
         assert reads == [0, 1, 2, 3]
     finally:
         da._capability_major.cache_clear()

@@ -191,6 +191,10 @@ def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
     dec = dw.WideDecoder(shared, shared.new_caches(32, 8))
     dec.device, dec.dtype = torch.device("cuda"), torch.float32
     assert dec.shared_bytes(pipelined=False) == 65536 and dec._check_fits() == 1
+    monkeypatch.setattr(dw, "shared_memory", lambda device: (49152, 49152))  # a GPU of 48 KB: not even one, by name
+    with pytest.raises(ValueError, match=r"batch 32: a program's tiles take 65536 B of shared memory, more than this "
+                                         r"GPU gives one program \(49152 B"):
+        dec._check_fits()
 
 
 def test_shared_memory_counts_the_kilobyte_an_sm_reserves_a_program(monkeypatch):
