@@ -5,6 +5,7 @@ TUCKER_GPT2_TIKTOKEN and TUCKER_SHAKESPEARE_TXT override the locations.
 """
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -139,6 +140,40 @@ pytest_runtest_call = _guarded("call")
 pytest_runtest_teardown = _guarded("teardown")
 
 
+# --gpu_only: only the tests that need a CUDA GPU, i.e. those a CPU run skips for want of one (scripts/gpu_tests.py
+# runs them in parallel processes on a GPU machine). A test needs a GPU when it carries a skipif marker whose condition
+# is "no CUDA here" (True on a CPU machine, False on a GPU one) and whose reason names a GPU or CUDA: the suite's
+# `needs_cuda` markers and their like. The interpreted tests (a skipif for the TRITON_INTERPRET child) are not among
+# them: the CPU suite runs those.
+GPU_REASON = re.compile(r"\b(GPU|CUDA)\b", re.IGNORECASE)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--gpu_only", action="store_true",
+                     help="run only the tests that need a CUDA GPU (those a CPU run skips for want of one)")
+
+
+def needs_gpu(item, cuda_available: bool) -> bool:
+    """Whether `item` carries a skipif marker that skips it exactly where CUDA is missing, for a GPU reason."""
+    for marker in item.iter_markers("skipif"):
+        condition = marker.args[0] if marker.args else marker.kwargs.get("condition")
+        reason = str(marker.kwargs.get("reason", marker.args[1] if len(marker.args) > 1 else ""))
+        if isinstance(condition, bool) and condition == (not cuda_available) and GPU_REASON.search(reason):
+            return True
+    return False
+
+
+def keep_gpu_tests(config, items) -> None:
+    """--gpu_only: deselect every test that does not need a GPU (reported as deselected)."""
+    import torch
+    cuda_available = torch.cuda.is_available()
+    kept = [item for item in items if needs_gpu(item, cuda_available)]
+    left = [item for item in items if not needs_gpu(item, cuda_available)]
+    if left:
+        config.hook.pytest_deselected(items=left)
+    items[:] = kept
+
+
 # The interpreted child (tests/test_interpreted.py) runs beside the other tests: started once collection has ended,
 # its waiting test moved to the end of the run, killed if the run ends before that test waits for it.
 INTERPRETED_TEST = "test_interpreted.py::test_kernels_interpreted"
@@ -146,6 +181,8 @@ INTERPRETED_TEST = "test_interpreted.py::test_kernels_interpreted"
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
+    if config.getoption("gpu_only"):
+        keep_gpu_tests(config, items)
     waiting = [item for item in items if item.nodeid.endswith(INTERPRETED_TEST)]
     if waiting:
         items[:] = [item for item in items if item not in waiting] + waiting
