@@ -143,6 +143,25 @@ def read_junit(path: Path, nodes: Sequence[str]) -> Dict[str, str]:
     return {node: by_key[junit_key(node)] for node in nodes if junit_key(node) in by_key}
 
 
+OUTCOME_WORDS = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped",
+                 "XFAIL": "skipped", "XPASS": "passed"}
+
+
+def read_log(path: Path, nodes: Sequence[str]) -> Dict[str, str]:
+    """node id -> outcome from a `pytest -v` log, for a job stopped before it wrote its JUnit XML: each line
+    '<node id> PASSED [ 10%]' (or FAILED, ERROR, SKIPPED, XFAIL, XPASS) of one of `nodes`."""
+    if not path.exists():
+        return {}
+    outcomes = {}
+    wanted = set(nodes)
+    for line in path.read_text(errors="replace").splitlines():
+        node, _, rest = line.partition(" ")
+        word = rest.split(" ", 1)[0]
+        if node in wanted and word in OUTCOME_WORDS:
+            outcomes[node] = OUTCOME_WORDS[word]
+    return outcomes
+
+
 def run_jobs(lists: Sequence[Sequence[str]], out_dir: Path, pytest_args: Sequence[str] = (), timeout: float = 900.0,
              gpus: int = 0, cwd: Path = REPO) -> List[JobResult]:
     """Run each list in its own pytest process at once (its own process group, GPU k % gpus where gpus > 0), from
@@ -186,8 +205,9 @@ def run_jobs(lists: Sequence[Sequence[str]], out_dir: Path, pytest_args: Sequenc
                 _kill_job(proc)
         for log in logs:
             log.close()
-    for res in results:
-        res.outcomes = read_junit(out_dir / f"job{res.job}.xml", res.nodes)
+    for res in results:  # the JUnit XML, or for a stopped job the tests its log says ended before it was stopped
+        res.outcomes = (read_junit(out_dir / f"job{res.job}.xml", res.nodes) if res.rc is not None
+                        else read_log(out_dir / f"job{res.job}.log", res.nodes))
     return results
 
 
