@@ -81,7 +81,7 @@ def test_gpu_session_knows_each_stage_of_its_loop_and_refuses_any_other_before_r
         else:
             expanded.append(label.replace("=*", "="))
     assert sorted(expanded) == sorted(re.sub(r"=.*", "=", s) for s in listed)
-    assert len(listed) == len(set(listed)) == 59
+    assert len(listed) == len(set(listed)) == 60
     env = {"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "w")}
     cases = [(["tests", "decod"], "error: unknown stage 'decod' (nothing run); the stages: tests "),
              (["enwiki="], "error: unknown stage 'enwiki='"), ([], "error: no stage given")]
