@@ -157,7 +157,7 @@ def needs_gpu(item, cuda_available: bool) -> bool:
     """Whether `item` carries a skipif marker that skips it exactly where CUDA is missing, for a GPU reason."""
     for marker in item.iter_markers("skipif"):
         condition = marker.args[0] if marker.args else marker.kwargs.get("condition")
-        reason = str(marker.kwargs.get("reason", marker.args[1] if len(marker.args) > 1 else ""))
+        reason = str(marker.kwargs.get("reason", ""))
         if isinstance(condition, bool) and condition == (not cuda_available) and GPU_REASON.search(reason):
             return True
     return False
@@ -167,8 +167,8 @@ def keep_gpu_tests(config, items) -> None:
     """--gpu_only: deselect every test that does not need a GPU (reported as deselected)."""
     import torch
     cuda_available = torch.cuda.is_available()
-    kept = [item for item in items if needs_gpu(item, cuda_available)]
-    left = [item for item in items if not needs_gpu(item, cuda_available)]
+    gpu = {item.nodeid: needs_gpu(item, cuda_available) for item in items}
+    kept, left = [i for i in items if gpu[i.nodeid]], [i for i in items if not gpu[i.nodeid]]
     if left:
         config.hook.pytest_deselected(items=left)
     items[:] = kept
