@@ -7,7 +7,7 @@
 #
 # stages, run one after another on GPU 0:
 #   gpu_tests     every CUDA test of the repository, in parallel pytest processes (scripts/gpu_tests.py: $WORK/gpu_tests/
-#                 summary.md, a log and JUnit XML a job; GPU_TESTS_ARGS: more of its arguments, e.g. "--jobs 4")
+#                 summary.md, a log and JUnit XML a job; GPU_TESTS_ARGS: more of its arguments, e.g. "--jobs 4 -- -x")
 #   tests         the CUDA tests (decode kernel vs SDPA vs float64, graph replay, the static decode step, decode_linear)
 #   tests_step    the CUDA tests of the decode step alone (test_decode.py's and decode_linear's: a minute, not three)
 #   tests_loss    the CUDA tests of the fused loss head (fused_loss's kernel vs float64, the compiled fused head vs nanoGPT's)
@@ -208,7 +208,7 @@ until_dl() { local l=$(($1 - $(date +%s))); echo $((l > 0 ? l : -1)); }  # secon
 
 for st in "$@"; do
     case $st in
-    gpu_tests) stage gpu_tests python3 -m scripts.gpu_tests ${GPU_TESTS_ARGS:-} --out_dir "$WORK/gpu_tests" ;;
+    gpu_tests) stage gpu_tests python3 -m scripts.gpu_tests --out_dir "$WORK/gpu_tests" ${GPU_TESTS_ARGS:-} ;;
     tests) stage tests python3 -m pytest -q -rs tests/test_decode_attention.py tests/test_decode.py tests/test_decode_linear.py ;;
     tests_loss) stage tests_loss python3 -m pytest -q -rs tests/test_fused_loss.py tests/test_chunked_loss.py -k "cuda" ;;
     loss_kernel) stage loss_kernel python3 -m scripts.bench_loss ${LOSS_ARGS:-} --out_dir "$WORK/bench" --name loss_kernel ;;
