@@ -69,13 +69,12 @@ def test_gpu_only_selects_the_tests_a_cpu_run_skips_for_want_of_a_gpu(tmp_path):
 def test_dry_run_plans_every_gpu_test_of_the_suite(monkeypatch, capsys):
     """The suite's own selection: every node names a GPU or CUDA, every `test_cuda_*` function of the suite is among
     them, and the plan's jobs hold each selected test once."""
-    collected = []
+    collected, real_collect = [], gpu_tests.collect
 
-    def collect(*args, **kwargs):
-        collected.extend(gpu_tests.collect.__wrapped__(*args, **kwargs))
+    def collect(*args, **kwargs):  # the real collection, its node ids kept for the checks below
+        collected.extend(real_collect(*args, **kwargs))
         return list(collected)
 
-    collect.__wrapped__ = gpu_tests.collect
     monkeypatch.setattr(gpu_tests, "collect", collect)
     assert gpu_tests.main(["--dry_run", "--jobs", "9"]) == 0
     out = capsys.readouterr().out
