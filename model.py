@@ -1224,6 +1224,11 @@ class LatentAttention(InferenceForm, nn.Module):
         return 2 * w + 2 * att
 
 
+# TuckerAttention.merged_decode's default: a merged matrix may add at most this many elements to the two factors
+# it replaces (4 MiB in bf16, ~1 us of reads at an H200's 4.2 TB/s against the ~2 us of the batch-1 kernel saved)
+TUCKER_MERGE_MAX_EXTRA = 1 << 21
+
+
 class TuckerAttention(InferenceForm, nn.Module):
     """Tucker attention (Definition 2.1): W = C x1 U1 x2 U2 x3 U3, W~ = C~ x1 U~1 x2 U~2 x3 U~3.
 
@@ -1268,11 +1273,15 @@ class TuckerAttention(InferenceForm, nn.Module):
         self.fused_decode = False
         # decode with the query core merged into the down-projection, [U2 G_q | U3 | U~3] (d, nH r3 + r3
         # (+ r~3)), and the output core into U~2, G_o U~2^T (nH r~3, d): two matmuls per layer instead of
-        # four, for more weight bytes. A decode step is bound by its kernel count at small batch: on an
-        # H200 merged GPT-2 steps take 6-11% less time (results/bench/README.md). On by default where the
-        # merged matrices are no larger than MHA's W_Q and W_O (r3, r~3 <= dH), which MHA reads every step.
-        # An inference switch (False: the factored form, fewer weight bytes), not a model key
-        self.merged_decode = nH * r3 <= d and nH * p3 <= d
+        # four, for more weight bytes. On by default where the merged matrices are no larger than MHA's W_Q
+        # and W_O (r3, r~3 <= dH), which MHA reads every step, and each adds at most TUCKER_MERGE_MAX_EXTRA
+        # elements to the factors it replaces: a kernel saved against the bytes added (H200, batch 1: GPT-2's
+        # Tucker steps, 0.49M more a matrix, are faster merged; LLaMA-1B's, 3.7-3.9M more, factored;
+        # results/bench/README.md, session 51). An inference switch (False: the factored form), not a model key
+        merge_q = d * nH * r3 - (d * r2 + r2 * nH * r3)  # [U2 G_q] (d, nH r3) against U2 and G_q
+        merge_o = nH * p3 * d - (nH * p3 * p2 + p2 * d)  # G_o U~2^T (nH r~3, d) against G_o and U~2^T
+        self.merged_decode = (nH * r3 <= d and nH * p3 <= d
+                              and max(merge_q, merge_o) <= TUCKER_MERGE_MAX_EXTRA)
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:
@@ -1371,11 +1380,13 @@ class TuckerAttention(InferenceForm, nn.Module):
         y = (sum_i o_i G~_i^T) U~2^T as two matmuls (the factors are fewer bytes than their product)."""
         nH, (_, r2, r3), (_, p2, p3) = self.n_head, self.ranks, self.ranks_post
         G, G_post = self.head_cores()
-        return {"W_down": self.down_projection().contiguous(),  # (d, r2 + r3 (+ r~3))
+        # the (K, N) matrices are stored as the transposes of contiguous (N, K) ones: decode_linear's weight tiles
+        # read along K (at batch 1 each is one GEMV kernel); cuBLAS takes either layout
+        return {"W_down": self.down_projection().t().contiguous().t(),  # (d, r2 + r3 (+ r~3))
                 "G": G.contiguous(),  # (nH, r2, r3)
-                "G_q": G.permute(1, 0, 2).reshape(r2, nH * r3).contiguous(),  # (r2, nH r3)
+                "G_q": G.permute(1, 0, 2).reshape(r2, nH * r3).t().contiguous().t(),  # (r2, nH r3)
                 "G_post": G_post.contiguous(),  # (nH, r~2, r~3)
-                "G_o": G_post.transpose(1, 2).reshape(nH * p3, p2).contiguous(),  # (nH r~3, r~2)
+                "G_o": G_post.transpose(1, 2).reshape(nH * p3, p2).t().contiguous().t(),  # (nH r~3, r~2)
                 "U_out": self.U2_post.t()}  # (r~2, d), the transpose of the (d, r~2) parameter
 
     def build_merged_form(self, form: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -1409,7 +1420,7 @@ class TuckerAttention(InferenceForm, nn.Module):
             q, k = qkv[:, :nH * r3].view(B, nH, r3), qkv[:, nH * r3:nH * r3 + r3]  # (B, nH, r3), (B, r3)
             v = k if self.shared_kv else qkv[:, nH * r3 + r3:]  # (B, r~3)
         else:
-            down = io.normed() @ form["W_down"]  # (B, r2 + r3 (+ r~3))
+            down = io.project(form["W_down"].t())  # (B, r2 + r3 (+ r~3)), the norm inside the matmul's kernel
             q_lat, k = down[:, :r2], down[:, r2:r2 + r3]  # (B, r2), (B, r3)
             v = k if self.shared_kv else down[:, r2 + r3:]  # (B, r~3)
             if self.fused_decode and (self.shared_kv or not self.rope):
@@ -1422,7 +1433,7 @@ class TuckerAttention(InferenceForm, nn.Module):
                                                 scale=1.0 / math.sqrt(self.head_dim),
                                                 rope=at.tables if self.rope else None, q_pos=at.pos)
                 return io.residual(y_lat, form["U_out"].t(), self.bias)  # the stream
-            q = (q_lat @ form["G_q"]).view(B, nH, r3)  # (B, nH, r3)
+            q = decode_linear(q_lat, form["G_q"].t()).view(B, nH, r3)  # (B, nH, r3)
         k_all, v_all = self.cached_kv(cache)
         # one call: q rotated to at.pos, the new latent key (and value) written into the cache at at.pos, attention.
         # With RoPE a shared latent is cached unrotated (it is also the value) and rotated as read; a separate
@@ -1433,7 +1444,8 @@ class TuckerAttention(InferenceForm, nn.Module):
                              new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)))  # (B, nH, r~3)
         if merged:
             return io.residual(o.reshape(B, nH * p3), form["W_out"].t(), self.bias)  # the stream
-        return io.residual(o.reshape(B, nH * p3) @ form["G_o"], form["U_out"].t(), self.bias)  # the stream
+        y_lat = decode_linear(o.reshape(B, nH * p3), form["G_o"].t())  # (B, r~2): sum_i o_i G~_i^T
+        return io.residual(y_lat, form["U_out"].t(), self.bias)  # the stream
 
     def flops_per_token(self, ctx: int) -> int:
         d = self.U2.size(0)

@@ -784,6 +784,29 @@ def test_tucker_merged_by_default_only_within_mha_sizes():
     assert not GPT(GPTConfig(**base, tucker_ranks=(2, 16, 8), tucker_ranks_post=(2, 8, 12))).transformer.h[0].attn.merged_decode
 
 
+def test_tucker_merged_by_default_only_where_it_adds_few_elements(monkeypatch):
+    """...and where each merged matrix adds at most TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces:
+    GPT-2 124M's Tucker [8,64,64] merges, LLaMA-3 1B's Tucker rows (d 2048, 32 heads) decode factored, and the
+    bound sits exactly at the count d nH r3 - (d r2 + r2 nH r3) (the query side; the output side likewise)."""
+    import model as model_module
+
+    def merged(**kw):
+        with torch.device("meta"):
+            return GPT(GPTConfig(attn="tucker", n_layer=1, block_size=8, vocab_size=50, **kw)).transformer.h[0].attn.merged_decode
+    assert merged(n_head=12, n_embd=768, tucker_ranks=(8, 64, 64))  # 491,520 more elements a matrix
+    for ranks in ((32, 64, 64), (32, 128, 64)):  # 3.9M / 3.7M more
+        assert not merged(n_head=32, n_embd=2048, tucker_ranks=ranks)
+    d, nH, r2, r3 = 64, 4, 4, 16  # query side 64*64 - (64*4 + 4*64) = 3584; output side with r~2 = 8: 3072
+    extra = d * nH * r3 - (d * r2 + r2 * nH * r3)
+    kw = dict(n_head=nH, n_embd=d, tucker_ranks=(2, r2, r3), tucker_ranks_post=(2, 8, r3))
+    monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", extra)
+    assert merged(**kw)
+    monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", extra - 1)
+    assert not merged(**kw)
+    monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", 3072)  # the output side's count: the larger rules
+    assert not merged(**kw)
+
+
 @pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned")])
 def test_factored_tucker_decode_equals_uncached_forward(variant, pos_emb):
     """merged_decode=False (the default is True since the H200 timing): the factored inference form, the
@@ -820,7 +843,7 @@ def test_merged_tucker_decode_equals_uncached_forward(variant, pos_emb):
 
 INTERP_DECODE = [("mha", "rope", None), ("gqa2", "learned", None), ("tucker", "rope", None),
                  ("tucker_shared", "rope", None), ("tucker_post", "learned", None), ("mla_shared", "rope", "latent"),
-                 ("mla_q", "rope", None)]
+                 ("mla_q", "rope", None), ("tucker_factored", "rope", None)]  # _factored: merged_decode off
 
 
 @needs_child
@@ -845,7 +868,10 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
                             a, w, b, kw.get("norm"), kw.get("act"), kw.get("weight2"), kw.get("bias2"),
                             kw.get("residual")) is None else "torch")
     monkeypatch.setattr(dl, "_config", lambda *a: count("linear", config(*a)))  # once per kernel launch
-    model = build(variant, pos_emb, mla_rope, block_size=16).float()
+    model = build(variant.removesuffix("_factored"), pos_emb, mla_rope, block_size=16).float()
+    if variant.endswith("_factored"):  # Tucker's factored form (LLaMA-1B's default): W_down, G_q, G_o, U~2 kernels
+        for block in model.transformer.h:
+            block.attn.merged_decode = False
     sharpen_attention(model)
     steps = 3  # each interpreted step is seconds of the CI budget
     idx = torch.randint(0, 50, (2, 5 + steps), generator=torch.Generator().manual_seed(4))
@@ -858,8 +884,8 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     def kernels(attn):  # decode_linear launches of one attention sublayer: its input and output matmuls
         if isinstance(attn, GroupedQueryAttention):
             return 2
-        if isinstance(attn, TuckerAttention):  # merged: both; factored: the output basis + residual only
-            return 2 if attn.merged_decode and not attn.fused_decode else 1
+        if isinstance(attn, TuckerAttention):  # merged: both; factored: W_down (+ norm), G_q, G_o, U~2 (+ residual)
+            return 2 if attn.merged_decode and not attn.fused_decode else 4
         return 2 if attn.merged_decode else 0  # MLA factored: its products as torch ops, a pending add
     # per step: each attention's, the MLP's two (norm + fc + GELU, proj + residual), the logits
     per_step = sum(kernels(block.attn) + 2 for block in model.transformer.h) + 1
