@@ -403,6 +403,19 @@ def test_num_splits_is_static():
         assert 1 <= s <= da.MAX_SPLITS and s <= max(1, -(-L // da.MIN_SPLIT_TOKENS))
 
 
+def test_num_splits_finer_where_one_kv_head_serves_many_heads(monkeypatch):
+    """At batch 1 the split minimum binds: MIN_SPLIT_TOKENS rows a split, MIN_SPLIT_TOKENS_WIDE where a KV head
+    serves WIDE_GROUP or more query heads (LLaMA-1B's Tucker and MQA: 32); at batch 32 the program count binds."""
+    monkeypatch.setattr(da, "INTERPRET_SMS", 132)  # an H200's SM count (the CPU device stands in for the GPU) ...
+    monkeypatch.setattr(da, "_sm_count", lambda device: 132)  # ... also past _sm_count's cache
+    L, wide = 4096, da.WIDE_GROUP
+    assert da.num_splits(1, 1, L, "cpu", da.BLOCK_N, group=32) == L // da.MIN_SPLIT_TOKENS_WIDE == 32
+    assert da.num_splits(1, 1, L, "cpu", da.BLOCK_N, group=wide) == L // da.MIN_SPLIT_TOKENS_WIDE
+    assert da.num_splits(1, 1, L, "cpu", da.BLOCK_N, group=wide - 1) == L // da.MIN_SPLIT_TOKENS == 16
+    assert da.num_splits(1, 8, L, "cpu", da.BLOCK_N, group=4) == L // da.MIN_SPLIT_TOKENS  # GQA-8's groups of 4
+    assert da.num_splits(32, 1, L, "cpu", da.BLOCK_N, group=32) == da.num_splits(32, 1, L, "cpu", da.BLOCK_N) == 16
+
+
 # ----------------------------------------------------------------------------------------
 # The kernels through Triton's interpreter (tests/test_interpreted.py runs these in its child process)
 
