@@ -39,19 +39,25 @@ from scripts.bench_multigpu import _kill_job
 REPO = Path(__file__).resolve().parents[1]
 MAX_JOBS = 9  # session 50's split; more processes on one GPU mostly wait for each other's compiles
 
-# Seconds a test, by file, for balancing the jobs: session 50 call 1's groups on an H200 (a group's time over its
-# tests; the one-launch decode steps compile a persistent kernel each, train.py's tests run it several times).
-# A file not listed weighs DEFAULT_WEIGHT_S.
+# Seconds a test, by file, for balancing the jobs: the mean of the JUnit times of session 51's two runs of this
+# script on an H200 (calls 1 and 4; the one-launch decode steps compile a persistent kernel each, train.py's tests run
+# it several times). With these, session 51's measured times give the slowest of 8 jobs 164 s, against 183 s under
+# session 50's estimates (141 s if perfectly balanced; one test alone takes 89 s). A file not listed weighs
+# DEFAULT_WEIGHT_S.
 WEIGHT_S = {
-    "test_decode_mega.py": 17.0,
-    "test_decode_wide.py": 17.0,
-    "test_graph_step.py": 25.0,
-    "test_master_adamw.py": 14.0,
-    "test_fused_gelu.py": 8.0,
-    "test_fused_loss.py": 8.0,
-    "test_fused_mla_rope.py": 6.0,
-    "test_fused_sample.py": 4.0,
-    "test_fused_norm.py": 3.0,
+    "test_graph_step.py": 17.2,
+    "test_decode_wide.py": 15.6,
+    "test_decode_mega.py": 15.3,
+    "test_master_adamw.py": 11.6,
+    "test_fused_gelu.py": 7.6,
+    "test_fused_mla_rope.py": 6.9,
+    "test_fused_loss.py": 3.8,
+    "test_fused_sample.py": 3.2,
+    "test_decode_attention.py": 1.8,
+    "test_decode.py": 1.1,
+    "test_sample.py": 0.5,
+    "test_decode_linear.py": 0.4,
+    "test_fused_norm.py": 0.2,
 }
 DEFAULT_WEIGHT_S = 1.0
 PROGRESS_EVERY_S = 30.0
