@@ -47,6 +47,7 @@ import sys
 import time
 import traceback
 from contextlib import contextmanager
+from typing import Optional, Tuple
 
 import torch
 
@@ -138,7 +139,7 @@ def build_model(variant, args, block_size: int, device: torch.device) -> GPT:
         return GPT(cfg).to(torch.bfloat16).eval()
 
 
-MODES = ("forward", "step", "graph_sdpa", "graph", "graph_compiled", "graph_fused", "graph_merged",
+MODES = ("forward", "step", "graph_sdpa", "graph", "graph_default", "graph_compiled", "graph_fused", "graph_merged",
          "graph_merged_compiled", "graph_autotune", "graph_merged_autotune", "graph_mega",
          "graph_mega_phases")
 MODE_NOTES = {
@@ -147,6 +148,8 @@ MODE_NOTES = {
     "graph_sdpa": "decode_step in one CUDA graph, attention through the SDPA fallback",
     "graph": "decode_step in one CUDA graph, decode_attention's auto backend (Triton on CUDA); Tucker and MLA "
              "unmerged (merged_decode=False in this and every mode but graph_merged*, whatever the model's default)",
+    "graph_default": "as graph, each Tucker and MLA layer in its own default decode form (merged_decode and "
+                     "fused_decode as the model sets them: what generate and sample.py run)",
     "graph_compiled": "as graph, the step torch.compiled first (fused elementwise kernels)",
     "graph_fused": "as graph, Tucker layers through the fused-core kernel (TuckerAttention.fused_decode; "
                    "other variants as graph)",
@@ -192,6 +195,15 @@ def attention_backend(name: str):
             setattr(module, f, fn)
 
 
+def decode_paths(mode: str) -> Optional[Tuple[bool, bool]]:
+    """(fused_decode, merged_decode) that a mode sets on every Tucker / MLA layer (fused_decode: Tucker's only);
+    None for graph_default, which times each layer's own default. graph_merged* and graph_mega: the merged forms,
+    graph_fused: Tucker's fused cores, every other mode the factored (unmerged) forms."""
+    if mode == "graph_default":
+        return None
+    return mode == "graph_fused", mode.startswith(("graph_merged", "graph_mega"))
+
+
 @torch.no_grad()
 def bench_case(model, batch_size: int, context: int, args, device: torch.device, mode: str) -> dict:
     gen = torch.Generator(device=device).manual_seed(args.seed)
@@ -227,10 +239,11 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
     stamps = []  # (start, end) of each timed step
     switchable = [block.attn for block in model.transformer.h if hasattr(block.attn, "merged_decode")]
     defaults = [(getattr(attn, "fused_decode", None), attn.merged_decode) for attn in switchable]  # put back after
-    for attn in switchable:  # Tucker and MLA layers: the decode path this mode times (graph: unmerged)
+    paths = decode_paths(mode)
+    for attn in switchable if paths is not None else ():  # Tucker and MLA layers: the decode path this mode times
         if hasattr(attn, "fused_decode"):  # Tucker only
-            attn.fused_decode = mode == "graph_fused"
-        attn.merged_decode = mode.startswith(("graph_merged", "graph_mega"))  # mega: the merged forms
+            attn.fused_decode = paths[0]
+        attn.merged_decode = paths[1]
     try:
         w_bytes = weight_bytes_per_step(model, forward_step if mode == "forward" else None)  # this mode's path
         with attention_backend(backend):

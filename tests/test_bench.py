@@ -934,6 +934,18 @@ def test_bench_decode_modes_are_checked(tmp_path):
                                "--contexts", "8", "--iters", "1", "--out_dir", str(tmp_path)])
 
 
+def test_bench_decode_mode_paths():
+    """The decode form each mode times on Tucker / MLA layers, (fused_decode, merged_decode): graph_default leaves
+    the model's own (None), the merged modes and the one launch merge, graph_fused fuses Tucker's cores, the rest
+    (graph among them) time the factored forms; every mode has a note for the report."""
+    assert bench_decode.decode_paths("graph_default") is None
+    assert bench_decode.decode_paths("graph") == bench_decode.decode_paths("step") == (False, False)
+    for mode in ("graph_merged", "graph_merged_compiled", "graph_merged_autotune", "graph_mega", "graph_mega_phases"):
+        assert bench_decode.decode_paths(mode) == (False, True)
+    assert bench_decode.decode_paths("graph_fused") == (True, False)
+    assert set(bench_decode.MODE_NOTES) == set(bench_decode.MODES)
+
+
 def test_bench_decode_llama_rows_are_chosen_by_id(tmp_path, monkeypatch):
     """--suite llama1b: --variants picks the paper's rows by id (spaces after the commas allowed), in the table's
     order; an unknown id exits listing the known ones, and --tiny (a GPT-2 shape) is refused. The models are not
