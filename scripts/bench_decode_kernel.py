@@ -57,7 +57,8 @@ compiles once; "base" is whatever the module's defaults are when it runs, record
     tiles       T64, T64kv, T128, MQA, MLA: NUM_WARPS (--warps) x BLOCK_N (--block_n) x NUM_STAGES (--stages)
                 (MLA's padded key row is 160 > 128 wide: the kernel uses BLOCK_N_WIDE there, so BLOCK_N
                 does not change it and its BLOCK_N lines are repeats)
-    splits      T64r, T64, T64kv, MQA, MLA: CTAS_PER_SM (--ctas) x MIN_SPLIT_TOKENS (--min_split)
+    splits      T64r, T64, T64kv, MQA, MLA: CTAS_PER_SM (--ctas) x MIN_SPLIT_TOKENS (--min_split, also
+                MIN_SPLIT_TOKENS_WIDE: the minimum of every case)
     tucker      tucker_decode_attention (query and output cores fused, RoPE, shared K/V, length --tucker_len)
                 for each --tucker config B:nH:r2:r3:p2, TUCKER_QCORE in --qcores, against the composed
                 step (einsum for the query cores, rotation, decode_attention, einsum for the output
@@ -135,8 +136,9 @@ GROUP_CASES = {  # the knob groups' cases (base and sdpa run every selected case
     "tiles": ("T64", "T64kv", "T128", "MQA", "MLA"),
     "splits": ("T64r", "T64", "T64kv", "MQA", "MLA"),
 }
-KNOBS = ("CTAS_PER_SM", "MIN_SPLIT_TOKENS", "MAX_SPLITS", "BLOCK_N", "BLOCK_N_WIDE", "NUM_WARPS", "NUM_STAGES",
-         "ROPE_MODE", "ROPE_FP32", "COMBINE_TILE", "TUCKER_QCORE", "TUCKER_QCORE_TILE", "TUCKER_QCORE_BLOCK_J")
+KNOBS = ("CTAS_PER_SM", "MIN_SPLIT_TOKENS", "MIN_SPLIT_TOKENS_WIDE", "WIDE_GROUP", "MAX_SPLITS", "BLOCK_N",
+         "BLOCK_N_WIDE", "NUM_WARPS", "NUM_STAGES", "ROPE_MODE", "ROPE_FP32", "COMBINE_TILE", "TUCKER_QCORE",
+         "TUCKER_QCORE_TILE", "TUCKER_QCORE_BLOCK_J")
 
 
 # ----------------------------------------------------------------------------------------
@@ -221,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rope_modes", type=_csv, default=["q_base", "k_angle", "rows"], help="ROPE_MODE values (rope)")
     p.add_argument("--rope_fp32", type=_bools, default=[True, False], help="ROPE_FP32 values (rope): true,false")
     p.add_argument("--ctas", type=_ints, default=[2, 4, 8], help="CTAS_PER_SM values (splits)")
-    p.add_argument("--min_split", type=_ints, default=[256, 1024], help="MIN_SPLIT_TOKENS values (splits)")
+    p.add_argument("--min_split", type=_ints, default=[256, 1024], help="MIN_SPLIT_TOKENS values (splits; "
+                   "MIN_SPLIT_TOKENS_WIDE set alike)")
     p.add_argument("--qcores", type=_csv, default=["dot", "bcast"], help="TUCKER_QCORE values (tucker)")
     p.add_argument("--tucker", type=_tucker_configs, default=_tucker_configs("32:12:64:64:64,32:16:128:128:128,1:12:64:64:64"),
                    help="Tucker configs B:nH:r2:r3:p2 (tucker group)")
@@ -449,6 +452,9 @@ KNOB_GRIDS = {
     "tiles": [("NUM_WARPS", "warps", "warps"), ("BLOCK_N", "BLOCK_N", "block_n"), ("NUM_STAGES", "stages", "stages")],
     "splits": [("CTAS_PER_SM", "CTAS", "ctas"), ("MIN_SPLIT_TOKENS", "MIN_SPLIT", "min_split")],
 }
+# knobs a sweep sets to its axis' value too: --min_split is the minimum split for every case, wide query-head groups
+# (MQA's 32 heads, T128's 16: decode_attention.MIN_SPLIT_TOKENS_WIDE) included, as before that knob existed
+LINKED_KNOBS = {"MIN_SPLIT_TOKENS": ("MIN_SPLIT_TOKENS_WIDE",)}
 
 
 def sweep(b: Bench, args, after_group=None):
@@ -471,6 +477,7 @@ def sweep(b: Bench, args, after_group=None):
             for key in in_group(group):
                 for values in itertools.product(*(vals for _, _, vals in axes)):
                     kn = {knob: v for (knob, _, _), v in zip(axes, values)}
+                    kn.update({linked: kn[knob] for knob in list(kn) for linked in LINKED_KNOBS.get(knob, ())})
                     with knobs(**kn):
                         b.run(group, key, " ".join(f"{label}={v}" if label else str(v)
                                                    for (_, label, _), v in zip(axes, values)), settings=kn)

@@ -119,7 +119,7 @@ def test_knobs_and_no_launch_restore():
         with bk.knobs(NO_SUCH_KNOB=1):
             pass
     for k in ("NUM_WARPS", "BLOCK_N", "NUM_STAGES", "ROPE_MODE", "ROPE_FP32", "CTAS_PER_SM", "MIN_SPLIT_TOKENS",
-              "TUCKER_QCORE"):
+              "MIN_SPLIT_TOKENS_WIDE", "TUCKER_QCORE"):
         assert hasattr(da, k), k  # every knob the groups set
     if da._triton_available():
         real = da._combine_kernel
@@ -153,13 +153,16 @@ def test_knob_sweeps_set_each_combination_and_name_it():
     args = bk.parse_args(["--groups", "rope,tiles,splits", "--cases", "T64r,T64,MQA", "--warps", "2,4",
                           "--rope_fp32", "true", "--block_n", "32", "--stages", "2", "--ctas", "1,2",
                           "--min_split", "64"])
-    before = {k: getattr(bk.da, k) for k in ("ROPE_MODE", "NUM_WARPS", "BLOCK_N", "CTAS_PER_SM")}
+    before = {k: getattr(bk.da, k) for k in ("ROPE_MODE", "NUM_WARPS", "BLOCK_N", "CTAS_PER_SM", "MIN_SPLIT_TOKENS",
+                                             "MIN_SPLIT_TOKENS_WIDE")}
 
     class Recorder:
         runs = []
 
         def run(self, group, key, name, settings=None, **kw):
             assert all(getattr(bk.da, k) == v for k, v in settings.items())  # set while the case runs
+            if group == "splits":  # --min_split is every case's minimum, wide head groups' too (MQA: 32 heads)
+                assert bk.da.MIN_SPLIT_TOKENS == bk.da.MIN_SPLIT_TOKENS_WIDE == 64
             self.runs.append((group, key, name))
     bk.sweep(Recorder(), args)
     names = {(g, n) for g, _, n in Recorder.runs}
