@@ -12,7 +12,7 @@ cached byte once. Tucker, MQA and absorbed MLA share ONE latent K/V head across 
 
 Kernel design (split-K "flash decoding"):
 
-    grid = (B * nG, num_splits)           num_splits depends on B, nG, L and the SM count only
+    grid = (B * nG, num_splits)           num_splits depends on B, nG, L, the group nH/nG and the SM count only
     program (b, g, s):  all nH/nG query heads of KV head g form one (BLOCK_H, Dk) tile, so each
                         block of BLOCK_N cached rows is read once for the whole group; the rows
                         0 .. length_b-1 are cut into num_splits equal chunks AT RUN TIME (length is

@@ -147,7 +147,8 @@ MODE_NOTES = {
     "step": "eager GPT.decode_step (inference form, decode_attention's auto backend)",
     "graph_sdpa": "decode_step in one CUDA graph, attention through the SDPA fallback",
     "graph": "decode_step in one CUDA graph, decode_attention's auto backend (Triton on CUDA); Tucker and MLA "
-             "unmerged (merged_decode=False in this and every mode but graph_merged*, whatever the model's default)",
+             "unmerged (merged_decode=False in this and every mode but graph_merged* and graph_mega* (merged) and "
+             "graph_default (the model's own), whatever the model's default)",
     "graph_default": "as graph, each Tucker and MLA layer in its own default decode form (merged_decode and "
                      "fused_decode as the model sets them: what generate and sample.py run)",
     "graph_compiled": "as graph, the step torch.compiled first (fused elementwise kernels)",

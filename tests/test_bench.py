@@ -114,7 +114,7 @@ def tiny_weight_bytes(variant: str, mode: str) -> int:
     wte / lm_head once, per layer the attention, a 4d MLP (8 d^2) and two LayerNorm weights, the final
     LayerNorm; the learned position table is only indexed, not read. The attention: its parameters
     (Table 1) in the cached forward; in mode 'step' Tucker [8,64,64]'s inference form (merged_decode off
-    outside the graph_merged modes): [U2 | U3 | U~3] (d x 192), G_q (64 x nH 64), G_o (nH 64 x 64), U~2^T (64 x d)."""
+    outside the merged modes and graph_default): [U2 | U3 | U~3] (d x 192), G_q (64 x nH 64), G_o (nH 64 x 64), U~2^T (64 x d)."""
     t = bench_train.TINY
     d, L, V, nH = t["n_embd"], t["n_layer"], t["vocab_size"], t["n_head"]
     cfg = {**t, "attn": variant.split("_")[0], "shared_kv": False, "tucker_ranks": (8, 64, 64), "tucker_ranks_post": None}

@@ -803,8 +803,13 @@ def test_tucker_merged_by_default_only_where_it_adds_few_elements(monkeypatch):
     assert merged(**kw)
     monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", extra - 1)
     assert not merged(**kw)
-    monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", 3072)  # the output side's count: the larger rules
-    assert not merged(**kw)
+    # the output side binding (r2 = 8, r~2 = 2): query side 64*64 - (64*8 + 8*64) = 3072, output side 64*64 - (64*2 +
+    # 2*64) = 3840
+    kw_o = dict(n_head=nH, n_embd=d, tucker_ranks=(2, 8, r3), tucker_ranks_post=(2, 2, r3))
+    monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", 3840)
+    assert merged(**kw_o)
+    monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", 3839)
+    assert not merged(**kw_o)
 
 
 @pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned")])
@@ -813,6 +818,9 @@ def test_factored_tucker_decode_equals_uncached_forward(variant, pos_emb):
     query core and the output core as their own matmuls, also gives the forward's logits."""
     assert all(block.attn.merged_decode for block in build(variant, pos_emb, None).transformer.h)
     switched_decode_equals_forward(build(variant, pos_emb, None), "merged_decode", seed=9, value=False)
+    form = build(variant, pos_emb, None).transformer.h[0].attn.inference_form()
+    for key in ("W_down", "G_q", "G_o", "U_out"):  # (K, N) stored as contiguous (N, K): decode_linear's weight layout
+        assert form[key].t().is_contiguous(), key
 
 
 @pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned"),
@@ -884,8 +892,9 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     def kernels(attn):  # decode_linear launches of one attention sublayer: its input and output matmuls
         if isinstance(attn, GroupedQueryAttention):
             return 2
-        if isinstance(attn, TuckerAttention):  # merged: both; factored: W_down (+ norm), G_q, G_o, U~2 (+ residual)
-            return 2 if attn.merged_decode and not attn.fused_decode else 4
+        if isinstance(attn, TuckerAttention):  # merged, or fused cores: 2; factored: W_down (+ norm), G_q, G_o, U~2
+            fused = attn.fused_decode and (attn.shared_kv or not attn.rope)  # (+ residual); TuckerAttention.decode
+            return 2 if fused or (attn.merged_decode and not attn.fused_decode) else 4
         return 2 if attn.merged_decode else 0  # MLA factored: its products as torch ops, a pending add
     # per step: each attention's, the MLP's two (norm + fc + GELU, proj + residual), the logits
     per_step = sum(kernels(block.attn) + 2 for block in model.transformer.h) + 1
