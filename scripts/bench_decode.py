@@ -170,13 +170,14 @@ MODE_NOTES = {
 }
 
 
-KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega", "decode_wide")  # whose upper-case constants
-#                                                                                  --knob may set
+KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega", "decode_wide", "model")  # whose upper-case
+#                                                                                           constants --knob may set
 
 
 def set_knobs(pairs) -> dict:
     """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
-    default), decode_linear, decode_mega or decode_wide, the value a Python literal (bench_train.set_module_knobs)."""
+    default), decode_linear, decode_mega, decode_wide or model (e.g. model.TUCKER_CORE_IN_COMBINE=False), the value a
+    Python literal (bench_train.set_module_knobs)."""
     return set_module_knobs(pairs, KNOB_MODULES)
 
 

@@ -611,18 +611,22 @@ def test_precompile_plumbing(tmp_path):
 
 
 def test_bench_decode_knobs(monkeypatch):
-    """--knob [MODULE.]NAME=VALUE sets decode_attention's (default) or decode_linear's constants (Python
+    """--knob [MODULE.]NAME=VALUE sets decode_attention's (default), decode_linear's or model's constants (Python
     literals); anything else exits naming it."""
     import decode_attention as da
     import decode_linear as dl
+    import model
     monkeypatch.setattr(da, "ROPE_FP32", False)
     monkeypatch.setattr(da, "ROPE_MODE", "q_base")
     monkeypatch.setattr(dl, "ENABLED", True)
-    assert bench_decode.set_knobs(["ROPE_FP32=True", "ROPE_MODE='rows'", "decode_linear.ENABLED=False"]) == {
-        "ROPE_FP32": True, "ROPE_MODE": "rows", "decode_linear.ENABLED": False}
+    monkeypatch.setattr(model, "TUCKER_CORE_IN_COMBINE", True)
+    assert bench_decode.set_knobs(["ROPE_FP32=True", "ROPE_MODE='rows'", "decode_linear.ENABLED=False",
+                                   "model.TUCKER_CORE_IN_COMBINE=False"]) == {
+        "ROPE_FP32": True, "ROPE_MODE": "rows", "decode_linear.ENABLED": False, "model.TUCKER_CORE_IN_COMBINE": False}
     assert da.ROPE_FP32 is True and da.ROPE_MODE == "rows" and dl.ENABLED is False
+    assert model.TUCKER_CORE_IN_COMBINE is False
     for bad in ("NO_SUCH_KNOB=1", "ROPE_FP32", "rope_fp32=True", "BLOCK_N=sixty", "model.ENABLED=1",
-                "decode_linear.ROPE_FP32=True"):
+                "decode_linear.ROPE_FP32=True", "torch.FLOAT=1"):
         with pytest.raises(SystemExit, match="--knob"):
             bench_decode.set_knobs([bad])
 
