@@ -56,6 +56,8 @@ PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs p
 MIN_BLOCK_N = 2  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
 MAX_BLOCK_N = 64  # the tile (one chunk: every load at once) where it can
 NUM_WARPS = 4
+PARTS_MIN_BLOCK_N = 1  # partial-sum inputs (M, parts, K): at least this many columns a program (each program reads
+#                        all the parts: fewer programs, fewer reads of them)
 PRODUCT_2D = True  # one chunk (K <= BLOCK_K): the product a row at a time in the weight tile's own layout (_matvec;
 #                   False: one 3D product, for which Triton moves the tile through shared memory; session 20: MHA's
 #                   default batch-1 step at 4k 0.2729 -> 0.2519 ms, Tucker's 0.2601 -> 0.2323)
@@ -305,6 +307,8 @@ def _config(M: int, N: int, K: int, device: torch.device, parts: int = 1):
     want = max(1, N * _cdiv(M, block_m) // (PROGRAMS_PER_SM * _sm_count(device)))
     block_n = max(MIN_BLOCK_N, min(MAX_BLOCK_N, _pow2_floor(want), _pow2(N, 1)))
     fit = TILE // (block_m * k_pow2)
+    if parts > 1:
+        block_n = max(block_n, min(_pow2_floor(max(1, PARTS_MIN_BLOCK_N)), MAX_BLOCK_N, _pow2(N, 1)))
     if fit >= wide:
         return block_m, min(block_n, _pow2_floor(fit)), k_pow2, True
     return block_m, MIN_BLOCK_N, max(16, min(k_pow2, _pow2_floor(TILE // (block_m * wide)))), False
