@@ -90,11 +90,6 @@ ROPE_FP32 = False  # rotate keys in fp32 (False: in the cache dtype, as model.ap
 #                    registers: on the H200, r3 = 128 spilled in fp32 and ran 35% slower)
 _ROPE_MODES = {"rows": 0, "k_angle": 1, "q_base": 2}
 COMBINE_TILE = 4096  # fp32 elements of one combine tile (splits x value columns)
-COMBINE_CORE_TILE = 8192  # fp32 elements of one tile of the combine with output cores (splits x value columns, and
-#                           output columns x value columns); a larger splits x value tile takes the plain combine
-COMBINE_CORE_HEADS = 1  # heads a program of the combine with output cores merges and sums (a power of two; fewer
-#                         where nH has no such divisor): nH / this many partial sums for decode_linear to add up
-COMBINE_CORE_WARPS = 4
 TUCKER_QCORE = "dot"  # Tucker query cores in the split kernel: 'dot' (a tensor-core product per head,
 #                       pipelined loop) or 'bcast' (broadcast-multiply-sum over r2 chunks, all heads at once)
 TUCKER_QCORE_TILE = 4096  # fp32 elements of one (heads x r2-chunk x r3) 'bcast' step
@@ -672,47 +667,6 @@ if _triton_available():
         y = tl.sum(tl.sum(yp * w[:, :, None], axis=1), axis=0)  # (P,)
         tl.store(Out + b * s_ob + offs_p, y.to(Out.dtype.element_ty), mask=mask_p)
 
-    @triton.jit
-    def _combine_core_kernel(
-        Opart, Mpart, Lpart, Gp, Ypart, n_heads, num_splits, P2, s_gh, s_gp, s_gd,
-        DV: tl.constexpr, HEADS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_DV: tl.constexpr,
-        BLOCK_P: tl.constexpr, PDL: tl.constexpr,
-    ):
-        # program (b * n_parts + part, p block): Y[b, part, p] = sum over the part's HEADS heads h of
-        # round(o_h) . Gp[h, p, :], o_h the log-sum-exp merge of head h's num_splits partials (as _combine_kernel),
-        # rounded to the cores' dtype as the plain combine stores it. Heads h = part * HEADS + j of sequence b are
-        # the partial rows (b * n_heads + h) = program_id(0) * HEADS + j
-        part = tl.program_id(0).to(tl.int64)
-        offs_p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
-        offs_s = tl.arange(0, BLOCK_S)
-        offs_d = tl.arange(0, BLOCK_DV)
-        mask_s, mask_d, mask_p = offs_s < num_splits, offs_d < DV, offs_p < P2
-        g_ptrs = Gp + offs_p[:, None].to(tl.int64) * s_gp + offs_d[None, :] * s_gd  # (BLOCK_P, BLOCK_DV) of head 0
-        g_ok = mask_p[:, None] & mask_d[None, :]
-        h0 = (part * HEADS) % n_heads
-        g_next = tl.load(g_ptrs + h0 * s_gh, mask=g_ok, other=0.0)  # a weight: loaded before the wait (PDL)
-        if PDL:
-            gdc_wait()
-            gdc_launch_dependents()
-        y = tl.zeros([BLOCK_P], tl.float32)
-        for j in tl.static_range(HEADS):
-            g = g_next
-            if j + 1 < HEADS:  # the next head's core in flight while this head merges
-                g_next = tl.load(g_ptrs + (h0 + j + 1) * s_gh, mask=g_ok, other=0.0)
-            row = part * HEADS + j
-            m = tl.load(Mpart + row * num_splits + offs_s, mask=mask_s, other=float("-inf"))  # (S,)
-            l = tl.load(Lpart + row * num_splits + offs_s, mask=mask_s, other=0.0)
-            m_max = tl.max(m, axis=0)
-            m_max = tl.where(m_max == float("-inf"), 0.0, m_max)  # length 0: all empty, output 0
-            w = tl.exp2(m - m_max)
-            den = tl.sum(w * l, axis=0)
-            o = tl.load(Opart + (row * num_splits + offs_s[:, None]) * DV + offs_d[None, :],
-                        mask=mask_s[:, None] & mask_d[None, :], other=0.0)  # (S, DV)
-            o = tl.sum(o * w[:, None], axis=0) / tl.where(den > 0, den, 1.0)  # (DV,)
-            o = o.to(Gp.dtype.element_ty).to(tl.float32)  # the plain combine's stored output
-            y += tl.sum(g.to(tl.float32) * o[None, :], axis=1)  # (BLOCK_P,)
-        tl.store(Ypart + part * P2 + offs_p, y, mask=mask_p)
-
 last_launch = {}  # the compiled kernels of the last call (registers, spills: .n_regs, .n_spills), for tuning
 
 
@@ -852,22 +806,12 @@ def _v_is_k(k, v) -> bool:
     return (v.data_ptr() == k.data_ptr() and v.stride() == k.stride() and v.size(-1) <= k.size(-1))
 
 
-def core_heads(nH: int) -> int:
-    """Heads a program of the combine with output cores sums: COMBINE_CORE_HEADS, halved until it divides nH."""
-    heads = _pow2_floor(max(1, COMBINE_CORE_HEADS))
-    while nH % heads:
-        heads //= 2
-    return heads
-
-
 def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, out=None,
-            tables=None, rotate_q=False, rotate_new=False, new_kv=None, out_core=None):
+            tables=None, rotate_q=False, rotate_new=False, new_kv=None):
     """Split kernel + combine. Plain: q (B, nH, Dk) -> out (B, nH, Dv). Tucker (G given): q is
     q_lat (B, r2), nH = G.size(0), queries rotated to q_pos (None: length - 1), and the combine
     applies G_post, writing y_lat (B, p2) into `out`. rope: the tables when cached keys are rotated as
-    read; tables: the tables for rotate_q / rotate_new otherwise (decode_attention's arguments).
-    out_core (nH, P2, Dv): the combine applies it per head and sums core_heads(nH) heads a program, returning
-    (B, nH / core_heads(nH), P2) float32 partial sums (decode_attention's out_core)."""
+    read; tables: the tables for rotate_q / rotate_new otherwise (decode_attention's arguments)."""
     B, nG, L, Dk = k.shape
     Dv = v.size(-1)
     nH = G.size(0) if G is not None else q.size(1)
@@ -927,16 +871,6 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         num_warps=num_warps, num_stages=NUM_STAGES, PDL=pdl["split"], **lay, **_pdl_launch(pdl["split"]),
     )
     block_s = _pow2(S, 1)
-    if out_core is not None and block_s * _pow2(Dv) <= COMBINE_CORE_TILE:
-        heads, P2 = core_heads(nH), out_core.size(1)
-        block_dv = _pow2(Dv)
-        block_p = max(2, min(_pow2(P2, 2), _pow2_floor(max(1, COMBINE_CORE_TILE // block_dv))))
-        y = _empty((B, nH // heads, P2), dev, torch.float32)
-        last_launch["combine"] = _combine_core_kernel[(B * nH // heads, _cdiv(P2, block_p))](
-            o_part, m_part, l_part, out_core, y, nH, S, P2, *out_core.stride(),
-            DV=Dv, HEADS=heads, BLOCK_S=block_s, BLOCK_DV=block_dv, BLOCK_P=block_p, PDL=pdl["combine"],
-            num_warps=COMBINE_CORE_WARPS, **_pdl_launch(pdl["combine"]))
-        return y
     if G_post is None:
         if out is None:
             out = _empty((B, nH, Dv), dev, q.dtype)
@@ -944,8 +878,6 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         last_launch["combine"] = _combine_kernel[(B * nH, _cdiv(Dv, block_d))](
             o_part, m_part, l_part, out, out.stride(0), out.stride(1), nH, S,
             DV=Dv, BLOCK_S=block_s, BLOCK_D=block_d, PDL=pdl["combine"], num_warps=4, **_pdl_launch(pdl["combine"]))
-        if out_core is not None:  # more splits x value columns than one tile: the cores as torch ops
-            return _apply_core(out, out_core)
     else:
         bh = _pow2(nH, 1)
         block_p = max(2, min(_pow2(P2, 2), _pow2_floor(max(1, COMBINE_TILE // (bh * block_s)))))  # (H, S, P) tile
@@ -959,14 +891,8 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
 # Public API
 
 
-def _apply_core(o, out_core):
-    """(B, 1, P2) partial sums (one) of sum_h o_h out_core_h^T for o (B, nH, Dv), in at least float32."""
-    acc = torch.promote_types(o.dtype, torch.float32)
-    return torch.einsum("bhd,hpd->bp", o.to(acc), out_core.to(acc)).unsqueeze(1)
-
-
 def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None,
-                     out_core=None, backend="auto") -> torch.Tensor:
+                     backend="auto") -> torch.Tensor:
     """One new token per sequence attends to its cache.
     q: (B, nH, Dk) the new token's queries (already rotated when RoPE is on, unless rotate_q).
     k: (B, nG, L, Dk) key cache buffer of capacity L (last-dim stride 1, any other strides).
@@ -985,36 +911,17 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
           0..length-2 from the cache. v_new is None exactly when v is k's storage (shared KV: the value is
           the stored key's columns; its keys are then rotated as read, never stored rotated).
     nH % nG == 0; query head h uses KV head h // (nH // nG).
-    out_core: None, or (nH, P2, Dv) per-head output maps in q's dtype (Tucker's output cores G~_h): the call then
-          returns y = sum_h o_h out_core_h^T, with each o_h rounded to q's dtype as it is returned without them, as
-          (B, n_parts, P2) partial sums in float32 (float64 for float64 inputs) whose sum over dim 1 is y. The
-          kernel's combine applies the cores (n_parts = nH / core_heads(nH): one launch, no (B, nH, Dv) output in
-          between); SDPA's path gives one part. decode_linear takes such partial sums as its input.
     backend: 'auto' (Triton when q is on CUDA, triton imports and the shape is supported; else SDPA), 'triton', 'sdpa'.
-    Returns (B, nH, Dv) in q's dtype (out_core: as above).
+    Returns (B, nH, Dv) in q's dtype.
     """
     length = _as_length(length, q)
     _check(q, k, v, length, rope, all_rows=rope_keys == "as_read")  # 'stored': only row length - 1 is read
     new_kv = _check_new(q, k, v, rope, rope_keys, rotate_q, new_kv)
-    if out_core is not None:
-        _check_core(q, v, out_core)
     if _resolve(backend, q, k, v) == "sdpa":
-        o = _sdpa_decode(q, k, v, length, scale, rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
-        return o if out_core is None else _apply_core(o, out_core)
+        return _sdpa_decode(q, k, v, length, scale, rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
     as_read = rope is not None and rope_keys == "as_read"
     return _launch(q, k, v, length, scale, rope if as_read else None, tables=rope, rotate_q=rotate_q,
-                   rotate_new=rope is not None and rope_keys == "stored", new_kv=new_kv, out_core=out_core)
-
-
-def _check_core(q, v, out_core):
-    """decode_attention's out_core: (nH, P2, Dv) in q's dtype, on q's device."""
-    nH, Dv = q.size(1), v.size(-1)
-    if not torch.is_tensor(out_core) or out_core.dim() != 3 or out_core.size(0) != nH or out_core.size(2) != Dv:
-        raise ValueError(f"out_core must be (nH, P2, Dv) = ({nH}, P2, {Dv}), got "
-                         f"{tuple(out_core.shape) if torch.is_tensor(out_core) else type(out_core).__name__}")
-    if out_core.dtype != q.dtype or out_core.device != q.device:
-        raise ValueError(f"out_core must share q's dtype and device ({q.dtype}, {q.device}), got "
-                         f"{out_core.dtype}, {out_core.device}")
+                   rotate_new=rope is not None and rope_keys == "stored", new_kv=new_kv)
 
 
 def _check_new(q, k, v, rope, rope_keys, rotate_q, new_kv):

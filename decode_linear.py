@@ -56,8 +56,6 @@ PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs p
 MIN_BLOCK_N = 2  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
 MAX_BLOCK_N = 64  # the tile (one chunk: every load at once) where it can
 NUM_WARPS = 4
-PARTS_MIN_BLOCK_N = 1  # partial-sum inputs (M, parts, K): at least this many columns a program (each program reads
-#                        all the parts: fewer programs, fewer reads of them)
 PRODUCT_2D = True  # one chunk (K <= BLOCK_K): the product a row at a time in the weight tile's own layout (_matvec;
 #                   False: one 3D product, for which Triton moves the tile through shared memory; session 20: MHA's
 #                   default batch-1 step at 4k 0.2729 -> 0.2519 ms, Tucker's 0.2601 -> 0.2323)
@@ -142,32 +140,18 @@ if _triton_available():
         return _scale_shift(a, mean, rstd, nw, nb, k_ok, NORM, HAS_NB)
 
     @triton.jit
-    def _load_a(A, rm64, m_ok, rk, k_ok, s_am, s_ap, n_parts, dt, PARTS: tl.constexpr, BLOCK_P: tl.constexpr):
-        # the (rows, K chunk) tile of the input; PARTS: of A (M, n_parts, K) fp32 partial sums, added up over the
-        # parts and rounded to dt (the input a kernel before would have stored)
-        if PARTS:
-            rp = tl.arange(0, BLOCK_P)
-            a = tl.load(A + rm64[:, None, None] * s_am + rp[None, :, None] * s_ap + rk[None, None, :],
-                        mask=m_ok[:, None, None] & (rp < n_parts)[None, :, None] & k_ok[None, None, :], other=0.0)
-            return tl.sum(a, axis=1).to(dt)
-        else:
-            return tl.load(A + rm64[:, None] * s_am + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-
-    @triton.jit
-    def _decode_linear_kernel(A, NW, NB, W, Bias, W2, Bias2, R, Y, M, N, K, eps, n_parts,
-                              s_am, s_ap, s_wn, s_wk, s_w2n, s_w2k, s_rm, s_ym,
+    def _decode_linear_kernel(A, NW, NB, W, Bias, W2, Bias2, R, Y, M, N, K, eps,
+                              s_am, s_wn, s_wk, s_w2n, s_w2k, s_rm, s_ym,
                               NORM: tl.constexpr, HAS_NB: tl.constexpr, HAS_BIAS: tl.constexpr,
                               HAS_BIAS2: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                              ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, TWO_D: tl.constexpr,
-                              PARTS: tl.constexpr, BLOCK_P: tl.constexpr):
+                              ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, TWO_D: tl.constexpr):
         # one (BLOCK_M rows, BLOCK_N columns) tile of out: in one chunk a row at a time (_matvec, TWO_D), over K
         # chunks as broadcast products (rows, columns, K chunk) summed over K: each weight row's chunk is one
         # contiguous read. NORM 0 none, 1 LayerNorm, 2 RMSNorm;
         # ACT 0 none, 1 GELU (erf), 2 SwiGLU (silu(a W^T) * (a W2^T)). ONE_CHUNK (K <= BLOCK_K): every load
         # is issued at once and the statistics come from the tile in registers (a few microseconds of
-        # dependent memory round trips is what a small kernel's time is made of). PARTS: A is (M, n_parts, K) fp32
-        # partial sums of the input (no norm), added up as they are loaded
+        # dependent memory round trips is what a small kernel's time is made of)
         dt = Y.dtype.element_ty
         rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -183,7 +167,7 @@ if _triton_available():
             if PDL:  # the weights are in flight; the input is the previous kernel's output: wait for it here
                 gdc_wait()
                 gdc_launch_dependents()
-            a = _load_a(A, rm64, m_ok, rk, k_ok, s_am, s_ap, n_parts, dt, PARTS, BLOCK_P)
+            a = tl.load(A + rm64[:, None] * s_am + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
             if NORM != 0:
                 af = a.to(tl.float32)
                 if NORM == 2:
@@ -212,7 +196,7 @@ if _triton_available():
                 k_ok = rk < K
                 w_ok = n_ok[:, None] & k_ok[None, :]
                 w = tl.load(W + rn64[:, None] * s_wn + rk[None, :] * s_wk, mask=w_ok, other=0.0)
-                a = _load_a(A, rm64, m_ok, rk, k_ok, s_am, s_ap, n_parts, dt, PARTS, BLOCK_P)
+                a = tl.load(A + rm64[:, None] * s_am + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
                 if NORM != 0:
                     a = _normalize(a.to(tl.float32), mean, rstd, NW, NB, rk, k_ok, NORM, HAS_NB).to(dt)
                 af = a.to(tl.float32)[:, None, :]
@@ -259,12 +243,10 @@ def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Option
     """Why the kernel cannot serve these (None when it can)."""
     if norm is not None and getattr(norm, "kind", None) not in NORM_KINDS:
         return f"the kernel knows model.LayerNorm and model.RMSNorm, not {type(norm).__name__}"
-    if a.dim() not in (2, 3) or weight.dim() != 2 or a.size(-1) != weight.size(1):
-        return f"shapes a {tuple(a.shape)}, weight {tuple(weight.shape)} (a (M, K) or (M, parts, K), weight (N, K))"
-    if a.stride(-1) != 1:
+    if a.dim() != 2 or weight.dim() != 2 or a.size(1) != weight.size(1):
+        return f"shapes a {tuple(a.shape)}, weight {tuple(weight.shape)} (a (M, K), weight (N, K))"
+    if a.stride(1) != 1:
         return "a's rows must be contiguous"
-    if a.dim() == 3 and (a.dtype != torch.float32 or norm is not None):
-        return "partial sums a (M, parts, K) must be float32, without a norm"
     if a.size(0) > MAX_ROWS:
         return f"{a.size(0)} rows > MAX_ROWS = {MAX_ROWS} (more rows: cuBLAS's tensor-core matmuls)"
     N, K = weight.shape
@@ -277,9 +259,9 @@ def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Option
         return "act='swiglu' needs weight2 of weight's shape"
     if residual is not None and (residual.shape != (a.size(0), N) or residual.stride(1) != 1):
         return f"residual must be (M, N) = {(a.size(0), N)} with contiguous rows"
-    tensors = ([a] if a.dim() == 2 else []) + [weight] + vectors + [t for t in (weight2, residual) if t is not None]
-    if weight.dtype not in DTYPES or any(t.dtype != weight.dtype for t in tensors):
-        return "every tensor must share one of fp16/bf16/fp32 (partial sums: float32 whatever the weight's)"
+    tensors = [a, weight] + vectors + [t for t in (weight2, residual) if t is not None]
+    if a.dtype not in DTYPES or any(t.dtype != a.dtype for t in tensors):
+        return "every tensor must share one of fp16/bf16/fp32"
     if any(t.device != a.device for t in tensors):
         return "every tensor must be on one device"
     return kernel_unavailable(a, "the torch ops")
@@ -295,23 +277,19 @@ def decode_linear_backend(a, weight, bias=None, *, norm=None, act=None, weight2=
     return "triton" if ok else "torch"
 
 
-def _config(M: int, N: int, K: int, device: torch.device, parts: int = 1):
+def _config(M: int, N: int, K: int, device: torch.device):
     """(BLOCK_M, BLOCK_N, BLOCK_K, ONE_CHUNK): the column block sized for about PROGRAMS_PER_SM programs per SM
     (a step's matmuls read each weight once: bandwidth wants every SM loading), then cut until the whole K row
     fits the TILE (one chunk: no loop, no dependent round trips); where even MIN_BLOCK_N columns do not fit, a
-    loop over K chunks of TILE / (rows x columns). parts > 1 (partial sums as the input): the input's
-    (rows, parts, K chunk) tile must fit the TILE too."""
+    loop over K chunks of TILE / (rows x columns)."""
     block_m = min(_pow2(M, 1), MAX_ROWS)
     k_pow2 = _pow2(K)
-    wide = max(MIN_BLOCK_N, _pow2(parts, 1))  # the widest tile per row of the input: columns, or parts
     want = max(1, N * _cdiv(M, block_m) // (PROGRAMS_PER_SM * _sm_count(device)))
     block_n = max(MIN_BLOCK_N, min(MAX_BLOCK_N, _pow2_floor(want), _pow2(N, 1)))
     fit = TILE // (block_m * k_pow2)
-    if parts > 1:
-        block_n = max(block_n, min(_pow2_floor(max(1, PARTS_MIN_BLOCK_N)), MAX_BLOCK_N, _pow2(N, 1)))
-    if fit >= wide:
+    if fit >= MIN_BLOCK_N:
         return block_m, min(block_n, _pow2_floor(fit)), k_pow2, True
-    return block_m, MIN_BLOCK_N, max(16, min(k_pow2, _pow2_floor(TILE // (block_m * wide)))), False
+    return block_m, MIN_BLOCK_N, max(16, min(k_pow2, _pow2_floor(TILE // (block_m * MIN_BLOCK_N)))), False
 
 
 def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *, norm=None,
@@ -320,10 +298,8 @@ def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
                   backend: str = "auto") -> torch.Tensor:
     """out = [residual +] act(norm(a) @ weight^T [+ bias] [, norm(a) @ weight2^T [+ bias2]]): a (M, K),
     weight (N, K) (F.linear's), norm None or a model.LayerNorm / model.RMSNorm of K, act None, 'gelu' (exact)
-    or 'swiglu' (silu(a W^T + b) * (a W2^T + b2)), residual (M, N). a may instead be (M, parts, K) partial sums
-    in float32 or float64 (decode_attention's out_core): the input is their sum over dim 1 rounded to weight's
-    dtype (no norm then). backend: 'auto' (decode_linear_backend), 'triton' (an error naming the reason where it
-    cannot run), 'torch'. Returns (M, N) in weight's dtype."""
+    or 'swiglu' (silu(a W^T + b) * (a W2^T + b2)), residual (M, N). backend: 'auto'
+    (decode_linear_backend), 'triton' (an error naming the reason where it cannot run), 'torch'."""
     if act not in ACTS:
         raise ValueError(f"act must be one of {ACTS}, got {act!r}")
     if (act == "swiglu") != (weight2 is not None):
@@ -337,10 +313,7 @@ def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
             raise ValueError(f"decode_linear backend='triton' cannot run: {why}")
     elif backend != "torch":
         raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
-    if a.dim() == 3 and norm is not None:
-        raise ValueError("partial sums a (M, parts, K) are a matmul's input as they are: norm must be None")
     if backend == "torch":  # the unfused model's ops, in its order
-        a = sum_parts(a, weight.dtype)
         h = norm(a) if norm is not None else a
         y = F.linear(h, weight, bias)
         if act == "gelu":
@@ -351,32 +324,26 @@ def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
     return launch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
 
 
-def sum_parts(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """a (M, K) as it is, or partial sums (M, parts, K) added up and rounded to dtype (M, K) (the torch path)."""
-    return a if a.dim() == 2 else a.sum(1).to(dtype)
-
-
 def launch(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None, residual=None) -> torch.Tensor:
     """decode_linear's kernel itself, its arguments not checked again: for callers that already had
     decode_linear_backend say 'triton' for them (a decode step's residual path, model._decode_residual)."""
-    M, K = a.size(0), a.size(-1)
-    parts = a.size(1) if a.dim() == 3 else 1
+    M, K = a.shape
     N = weight.size(0)
     kind, nw, nb, eps = _norm_params(norm)
-    out = torch.empty(M, N, device=a.device, dtype=weight.dtype)
-    block_m, block_n, block_k, one_chunk = _config(M, N, K, a.device, parts)
+    out = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    block_m, block_n, block_k, one_chunk = _config(M, N, K, a.device)
     pdl = _pdl(a.device)
     w2 = weight2 if weight2 is not None else weight
     grid = (_cdiv(N, block_n), _cdiv(M, block_m))
     _decode_linear_kernel[grid](
         a, nw if nw is not None else a, nb if nb is not None else a, weight,
         bias if bias is not None else weight, w2, bias2 if bias2 is not None else weight,
-        residual if residual is not None else out, out, M, N, K, eps, parts,
-        a.stride(0), a.stride(1) if a.dim() == 3 else 0, weight.stride(0), weight.stride(1), w2.stride(0), w2.stride(1),
+        residual if residual is not None else out, out, M, N, K, eps,
+        a.stride(0), weight.stride(0), weight.stride(1), w2.stride(0), w2.stride(1),
         residual.stride(0) if residual is not None else 0, out.stride(0),
         NORM=kind, HAS_NB=nb is not None, HAS_BIAS=bias is not None, HAS_BIAS2=bias2 is not None,
         ACT=ACTS.index(act), HAS_RES=residual is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=one_chunk, PDL=pdl, TWO_D=PRODUCT_2D,
-        PARTS=a.dim() == 3, BLOCK_P=_pow2(parts, 1), num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS,
         **_pdl_launch(pdl))
     return out

@@ -572,18 +572,14 @@ def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.T
 
 
 @not_traced  # an opaque call in a compiled decode step (a Triton launch, or SDPA)
-def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None,
-                     out_core=None):
+def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None):
     """One new token per sequence attends to its whole cache buffer (positions 0 .. length - 1):
     decode_attention.decode_attention, the one dispatch point (Triton flash-decoding on CUDA,
     SDPA elsewhere). q (B, nH, Dk), k (B, nG, L, Dk), v (B, nG, L, Dv) -> (B, nH, Dv). new_kv: the new
     token's (key, value or None), written into row length - 1 by the same call; rotate_q / rope_keys: q and
-    the new key rotated there too (one launch for the cache write, the rotations and the attention). out_core
-    (nH, P2, Dv): per-head output maps applied in the same call, (B, parts, P2) float32 partial sums of
-    sum_h o_h out_core_h^T returned (decode_linear's input as they are)."""
+    the new key rotated there too (one launch for the cache write, the rotations and the attention)."""
     from decode_attention import decode_attention as dispatch  # imported on first use, not at import
-    return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv,
-                    out_core=out_core)
+    return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
 
 
 @not_traced  # an opaque call in a compiled decode step: its kernel, not inductor's fusion of the ops
@@ -606,12 +602,11 @@ Stream = Tuple[torch.Tensor, Optional[torch.Tensor]]  # the decode step's residu
 
 @not_traced  # decided and launched outside a compiled step's graph, as decode_linear
 def _decode_residual(x, y, weight, bias) -> Stream:
-    """The stream x + (y @ weight^T + bias): added in decode_linear's kernel where it serves, else left pending.
-    y (B, K), or (B, parts, K) float32 partial sums of it (decode_attention's out_core), rounded once added up."""
+    """The stream x + (y @ weight^T + bias): added in decode_linear's kernel where it serves, else left pending."""
     import decode_linear as module
     if module.decode_linear_backend(y, weight, bias, residual=x) == "triton":
         return module.launch(y, weight, bias, residual=x), None
-    return x, F.linear(module.sum_parts(y, weight.dtype), weight, bias)
+    return x, F.linear(y, weight, bias)
 
 
 class DecodeIO:
@@ -1232,17 +1227,6 @@ class LatentAttention(InferenceForm, nn.Module):
 # TuckerAttention.merged_decode's default: a merged matrix may add at most this many elements to the two factors
 # it replaces (4 MiB in bf16, ~1 us of reads at an H200's 4.2 TB/s against the ~2 us of the batch-1 kernel saved)
 TUCKER_MERGE_MAX_EXTRA = 1 << 21
-# Tucker's factored decode step at up to decode_linear.MAX_ROWS sequences applies the output cores G~_i inside
-# attention's combine kernel (decode_attention's out_core) and adds up their per-head sums in U~2's kernel: one launch
-# a layer fewer than G_o as its own matmul. False: G_o's matmul. More sequences take G_o's matmul (cuBLAS's GEMM
-# then reads G_o once, where each combine program would read its heads' cores for one sequence)
-TUCKER_CORE_IN_COMBINE = True
-
-
-def _core_in_combine(batch: int) -> bool:
-    """TuckerAttention.decode's factored form applies its output cores in attention's combine (see above)."""
-    import decode_linear as module  # the kernel's row limit (a module without import-time work)
-    return TUCKER_CORE_IN_COMBINE and batch <= module.MAX_ROWS
 
 
 class TuckerAttention(InferenceForm, nn.Module):
@@ -1451,20 +1435,15 @@ class TuckerAttention(InferenceForm, nn.Module):
                 return io.residual(y_lat, form["U_out"].t(), self.bias)  # the stream
             q = decode_linear(q_lat, form["G_q"].t()).view(B, nH, r3)  # (B, nH, r3)
         k_all, v_all = self.cached_kv(cache)
-        # the output cores in the attention call: few sequences, and the cores in q's dtype (under autocast G_o's
-        # matmul, which autocast casts, serves float32 weights)
-        core = not merged and _core_in_combine(B) and q.dtype == form["G_post"].dtype
         # one call: q rotated to at.pos, the new latent key (and value) written into the cache at at.pos, attention.
         # With RoPE a shared latent is cached unrotated (it is also the value) and rotated as read; a separate
         # latent key is rotated once, when it is stored
         o = decode_attention(q, k_all, v_all, at.length, scale=1.0 / math.sqrt(self.head_dim),
                              rope=at.tables if self.rope else None, rope_keys="as_read" if self.shared_kv else "stored",
-                             rotate_q=self.rope, new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)),
-                             out_core=form["G_post"] if core else None)  # (B, nH, r~3); core: (B, parts, r~2)
+                             rotate_q=self.rope,
+                             new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)))  # (B, nH, r~3)
         if merged:
             return io.residual(o.reshape(B, nH * p3), form["W_out"].t(), self.bias)  # the stream
-        if core:  # float32 partial sums of y_lat = sum_i o_i G~_i^T, added up in U~2's kernel
-            return io.residual(o, form["U_out"].t(), self.bias)  # the stream
         y_lat = decode_linear(o.reshape(B, nH * p3), form["G_o"].t())  # (B, r~2): sum_i o_i G~_i^T
         return io.residual(y_lat, form["U_out"].t(), self.bias)  # the stream
 

@@ -176,8 +176,8 @@ KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega", "decode_wide
 
 def set_knobs(pairs) -> dict:
     """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
-    default), decode_linear, decode_mega, decode_wide or model (e.g. model.TUCKER_CORE_IN_COMBINE=False), the value a
-    Python literal (bench_train.set_module_knobs)."""
+    default), decode_linear, decode_mega, decode_wide or model (e.g. model.TUCKER_MERGE_MAX_EXTRA=8388608: the bound
+    of merged_decode's default, read as each model is built), the value a Python literal (bench_train.set_module_knobs)."""
     return set_module_knobs(pairs, KNOB_MODULES)
 
 
@@ -438,8 +438,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=None, help="warm-up replays (default 10; --tiny: 1)")
     p.add_argument("--hbm_tbps", type=float, default=4.3, help="HBM bandwidth for the floor, TB/s (measured copy rate)")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="set one of decode_attention's (or, prefixed, decode_linear's) tuning knobs for the whole run (a "
-                        "Python literal; repeatable), e.g. --knob NUM_WARPS=4, --knob decode_linear.ENABLED=False")
+                   help="set one of decode_attention's (or, prefixed, decode_linear's, decode_mega's, decode_wide's or "
+                        "model's) tuning knobs for the whole run (a Python literal; repeatable), e.g. --knob "
+                        "NUM_WARPS=4, --knob decode_linear.ENABLED=False")
     add_common_args(p, name="bench_decode")
     args = p.parse_args(argv)
     set_knobs(args.knob)

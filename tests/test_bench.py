@@ -619,12 +619,12 @@ def test_bench_decode_knobs(monkeypatch):
     monkeypatch.setattr(da, "ROPE_FP32", False)
     monkeypatch.setattr(da, "ROPE_MODE", "q_base")
     monkeypatch.setattr(dl, "ENABLED", True)
-    monkeypatch.setattr(model, "TUCKER_CORE_IN_COMBINE", True)
+    monkeypatch.setattr(model, "TUCKER_MERGE_MAX_EXTRA", 1 << 21)
     assert bench_decode.set_knobs(["ROPE_FP32=True", "ROPE_MODE='rows'", "decode_linear.ENABLED=False",
-                                   "model.TUCKER_CORE_IN_COMBINE=False"]) == {
-        "ROPE_FP32": True, "ROPE_MODE": "rows", "decode_linear.ENABLED": False, "model.TUCKER_CORE_IN_COMBINE": False}
+                                   "model.TUCKER_MERGE_MAX_EXTRA=0"]) == {
+        "ROPE_FP32": True, "ROPE_MODE": "rows", "decode_linear.ENABLED": False, "model.TUCKER_MERGE_MAX_EXTRA": 0}
     assert da.ROPE_FP32 is True and da.ROPE_MODE == "rows" and dl.ENABLED is False
-    assert model.TUCKER_CORE_IN_COMBINE is False
+    assert model.TUCKER_MERGE_MAX_EXTRA == 0
     for bad in ("NO_SUCH_KNOB=1", "ROPE_FP32", "rope_fp32=True", "BLOCK_N=sixty", "model.ENABLED=1",
                 "decode_linear.ROPE_FP32=True", "torch.FLOAT=1"):
         with pytest.raises(SystemExit, match="--knob"):

@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from interpreted import needs_child
-import model as model_module
 from model import GPT, GPTConfig, GroupedQueryAttention, StaticDecoder, TuckerAttention, sample_next
 from tiny import record_drawn_logits, record_step_logits
 
@@ -521,49 +520,6 @@ def test_cuda_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope, 
     assert (got - full[:, 6:59]).abs().max().item() < 1e-4 * full.abs().max().item()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton decode kernels need a GPU")
-@pytest.mark.parametrize("variant", ["tucker", "tucker_shared", "tucker_post"])
-def test_cuda_factored_tucker_with_cores_in_the_combine(variant, monkeypatch):
-    """Tucker's factored step (LLaMA-1B's default) at 3 sequences: the output cores in attention's combine, their
-    per-head sums added up in U~2's kernel, give the uncached forward's logits in float32 (and so does G_o as its own
-    kernel, TUCKER_CORE_IN_COMBINE off); in bf16 a captured graph's steps are the eager steps' bits. Under autocast
-    (float32 cores, bf16 activations) the step takes G_o's matmul, which autocast casts."""
-    import decode_attention as da
-    cores = []
-    launch = da._launch
-    monkeypatch.setattr(da, "_launch", lambda *a, **kw: cores.append(kw.get("out_core") is not None) or launch(*a, **kw))
-    model = build(variant, "rope", None, block_size=64).float().cuda()
-    for block in model.transformer.h:
-        block.attn.merged_decode = False
-    sharpen_attention(model)
-    idx = torch.randint(0, 50, (3, 40), generator=torch.Generator().manual_seed(2)).cuda()
-    with torch.no_grad():
-        full = model(idx)[0]
-        for in_combine in (True, False):
-            monkeypatch.setattr(model_module, "TUCKER_CORE_IN_COMBINE", in_combine)
-            cores.clear()
-            got = decode_logits(model, idx, prompt=7)
-            assert cores == [in_combine] * (32 * model.config.n_layer)
-            assert (got - full[:, 6:39]).abs().max().item() < 1e-4 * full.abs().max().item()
-    monkeypatch.setattr(model_module, "TUCKER_CORE_IN_COMBINE", True)
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-        cores.clear()
-        decode_logits(model, idx[:, :10], prompt=7)
-        assert cores == [False] * (2 * model.config.n_layer)
-    model = model.bfloat16()
-    seen = record_step_logits(monkeypatch)
-    runs = {}
-    for decode in ("eager", "graph"):
-        seen.clear()
-        cores.clear()
-        out = model.generate(idx[:, :5], 30, temperature=0, decode=decode)
-        runs[decode] = (out, list(seen))
-        assert cores and all(cores)  # eager: every step's layers; graph: the warm-up and capture calls
-    assert torch.equal(runs["eager"][0], runs["graph"][0])
-    for n, (a, b) in enumerate(zip(runs["eager"][1], runs["graph"][1])):
-        assert torch.equal(a, b), f"step {n}: max |eager - graph| {(a - b).abs().max().item():.3g}"
-
-
 def test_cache_holds_the_autocast_dtype():
     """fp32 weights under bf16 autocast (how sample.py runs a trained checkpoint): the cache is bf16
     like the keys the layers compute (so the Triton kernel sees one dtype), and the step still
@@ -895,8 +851,7 @@ def test_merged_tucker_decode_equals_uncached_forward(variant, pos_emb):
 
 INTERP_DECODE = [("mha", "rope", None), ("gqa2", "learned", None), ("tucker", "rope", None),
                  ("tucker_shared", "rope", None), ("tucker_post", "learned", None), ("mla_shared", "rope", "latent"),
-                 ("mla_q", "rope", None), ("tucker_factored", "rope", None),  # _factored: merged_decode off
-                 ("tucker_shared_factored_matmul", "learned", None)]  # _matmul: G_o's own kernel (no cores in combine)
+                 ("mla_q", "rope", None), ("tucker_factored", "rope", None)]  # _factored: merged_decode off
 
 
 @needs_child
@@ -921,11 +876,10 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
                             a, w, b, kw.get("norm"), kw.get("act"), kw.get("weight2"), kw.get("bias2"),
                             kw.get("residual")) is None else "torch")
     monkeypatch.setattr(dl, "_config", lambda *a: count("linear", config(*a)))  # once per kernel launch
-    model = build(variant.removesuffix("_matmul").removesuffix("_factored"), pos_emb, mla_rope, block_size=16).float()
-    if "_factored" in variant:  # Tucker's factored form (LLaMA-1B's default): W_down, G_q, U~2 kernels (G_o in the
-        for block in model.transformer.h:  # attention's combine, or as its own kernel: _matmul)
+    model = build(variant.removesuffix("_factored"), pos_emb, mla_rope, block_size=16).float()
+    if variant.endswith("_factored"):  # Tucker's factored form (LLaMA-1B's default): W_down, G_q, G_o, U~2 kernels
+        for block in model.transformer.h:
             block.attn.merged_decode = False
-    monkeypatch.setattr(model_module, "TUCKER_CORE_IN_COMBINE", not variant.endswith("_matmul"))
     sharpen_attention(model)
     steps = 3  # each interpreted step is seconds of the CI budget
     idx = torch.randint(0, 50, (2, 5 + steps), generator=torch.Generator().manual_seed(4))
@@ -938,11 +892,9 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     def kernels(attn):  # decode_linear launches of one attention sublayer: its input and output matmuls
         if isinstance(attn, GroupedQueryAttention):
             return 2
-        if isinstance(attn, TuckerAttention):  # merged, or fused cores: 2; factored: W_down (+ norm), G_q, U~2
-            fused = attn.fused_decode and (attn.shared_kv or not attn.rope)  # (+ residual), and G_o unless in the
-            if fused or (attn.merged_decode and not attn.fused_decode):  # combine; TuckerAttention.decode
-                return 2
-            return 3 if model_module.TUCKER_CORE_IN_COMBINE else 4
+        if isinstance(attn, TuckerAttention):  # merged, or fused cores: 2; factored: W_down (+ norm), G_q, G_o, U~2
+            fused = attn.fused_decode and (attn.shared_kv or not attn.rope)  # (+ residual); TuckerAttention.decode
+            return 2 if fused or (attn.merged_decode and not attn.fused_decode) else 4
         return 2 if attn.merged_decode else 0  # MLA factored: its products as torch ops, a pending add
     # per step: each attention's, the MLP's two (norm + fc + GELU, proj + residual), the logits
     per_step = sum(kernels(block.attn) + 2 for block in model.transformer.h) + 1

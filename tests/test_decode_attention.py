@@ -277,44 +277,6 @@ def test_tucker_argument_errors():
         da.tucker_decode_attention(q_lat, G, k, k, G_post, length, backend="flash", **kw)
 
 
-def ref_core(q, k, v, length, scale, rope, core, rotate_q=False, new_kv=None):
-    """sum_h o_h core_h^T (B, P2) in float64, o_h rounded to q's dtype first (as decode_attention returns it)."""
-    if rotate_q or new_kv is not None:
-        o = ref_append(q, k, v, length, scale, rope, "as_read" if new_kv[1] is None else "stored", rotate_q, *new_kv)[0]
-    else:
-        o = ref_decode(q, k, v, length, scale, rope)
-    return torch.einsum("bhd,hpd->bp", o.to(q.dtype).double(), core.double())
-
-
-def test_out_core_on_sdpa_matches_float64():
-    """decode_attention's out_core through SDPA (the CPU's path): one part, float32 (float64 for float64 inputs), its
-    sum the cores applied to the rounded outputs; the same for a GQA cache (nothing in it is Tucker's alone)."""
-    for nG, kv, dtype in ((1, "same", torch.float32), (2, "separate", torch.float64), (1, "separate", torch.float16)):
-        q, k, v, length, tables = make_case(3, 4, nG, 30, 16, 12, rope=True, kv=kv, dtype=dtype, seed=nG)
-        if kv == "same":
-            v = k[..., :12]
-        core = torch.randn(4, 10, 12, generator=torch.Generator().manual_seed(1)).to(dtype)
-        y = da.decode_attention(q, k, v, length, scale=0.3, rope=tables, out_core=core)
-        assert y.shape == (3, 1, 10) and y.dtype == torch.promote_types(dtype, torch.float32)
-        assert err(y.sum(1), ref_core(q, k, v, length, 0.3, tables, core)) < (2e-2 if dtype == torch.float16 else 1e-5)
-
-
-def test_out_core_argument_errors():
-    q, k, v, length, _ = make_case(2, 4, 1, 10, 16, 12)
-    for core, says in ((torch.randn(3, 8, 12), r"out_core must be \(nH, P2, Dv\) = \(4, P2, 12\)"),
-                       (torch.randn(4, 8, 16), "out_core must be"), (torch.randn(4, 12), "out_core must be"),
-                       (torch.randn(4, 8, 12).double(), "share q's dtype")):
-        with pytest.raises(ValueError, match=says):
-            da.decode_attention(q, k, v, length, scale=1.0, out_core=core)
-
-
-def test_core_heads_divide_the_heads(monkeypatch):
-    """core_heads: COMBINE_CORE_HEADS (a power of two, rounded down) halved until it divides nH."""
-    for want, nH, heads in ((4, 32, 4), (4, 12, 4), (4, 6, 2), (8, 12, 4), (3, 16, 2), (4, 5, 1), (1, 32, 1)):
-        monkeypatch.setattr(da, "COMBINE_CORE_HEADS", want)
-        assert da.core_heads(nH) == heads, (want, nH)
-
-
 def test_backend_choice_on_cpu():
     q, k, v, length, _ = make_case(2, 4, 1, 8, 16, 16)
     assert da.decode_backend(q, k, v) == "sdpa"
@@ -625,58 +587,6 @@ def test_interp_scores_beyond_exp2_range_and_combine_column_blocks(poisoned, mon
     assert err(out, ref) < 1e-4  # fp32 scores of magnitude ~200 carry ~1e-5 of rounding
 
 
-CORE_CASES = [
-    # B, nH, nG, L, Dk, Dv, P2, rope, kv
-    (2, 4, 1, 100, 32, 32, 24, True, "same"),  # Tucker shared latent with RoPE
-    (3, 6, 1, 70, 24, 40, 20, False, "separate"),  # separate latents, odd widths
-    (2, 8, 2, 90, 16, 16, 40, False, "separate"),  # a GQA cache, P2 in several blocks at a small tile
-]
-
-
-@needs_child
-@pytest.mark.parametrize("case", CORE_CASES)
-@pytest.mark.parametrize("heads", [1, 2, 4])
-def test_interp_out_core_matches_float64(case, heads, poisoned, monkeypatch):
-    """The combine with output cores: each head's merged output rounded, its core applied, `heads` heads summed a
-    program into nH / heads float32 parts (the next head's core loaded while a head merges); many splits (some empty
-    for the short sequences) and, at a tile of 256, P2 in blocks of 8 (case 3: five) that each program covers."""
-    monkeypatch.setattr(da, "COMBINE_CORE_HEADS", heads)
-    monkeypatch.setattr(da, "MIN_SPLIT_TOKENS", 16)
-    monkeypatch.setattr(da, "COMBINE_CORE_TILE", 256 if case[6] == 40 else da.COMBINE_CORE_TILE)
-    B, nH, nG, L, Dk, Dv, P2, rope, kv = case
-    q, k, v, length, tables = make_case(B, nH, nG, L, Dk, Dv, rope=rope, kv=kv)
-    if kv == "same":
-        v = k[..., :Dv]
-    core = torch.randn(nH, P2, Dv, generator=torch.Generator().manual_seed(2)) / math.sqrt(Dv)
-    assert da.num_splits(B, nG, L, "cpu", da.BLOCK_N, nH // nG) > 1
-    y = da.decode_attention(q, k, v, length, scale=0.2, rope=tables, out_core=core, backend="triton")
-    assert y.shape == (B, nH // da.core_heads(nH), P2) and y.dtype == torch.float32
-    assert err(y.sum(1), ref_core(q, k, v, length, 0.2, tables, core)) < 5e-5
-
-
-@needs_child
-def test_interp_out_core_appends_and_rounds_each_head(poisoned, monkeypatch):
-    """With the cache write and rotations of a decode step (new_kv, rotate_q), fp16: the parts are the cores applied
-    to each head's fp16 output (the plain combine's), not to its unrounded float32 merge; and a splits x value tile
-    larger than COMBINE_CORE_TILE takes the plain combine and the cores as torch ops (one part)."""
-    B, nH, L, Dk, Dv, P2 = 2, 4, 64, 32, 32, 16
-    q, k, v, length, tables, k_new, v_new = make_append_case(B, nH, 1, L, Dk, Dv, rope=True, kv="separate",
-                                                             lengths="random", dtype=torch.float16, seed=4)
-    core = (torch.randn(nH, P2, Dv, generator=torch.Generator().manual_seed(3)) * 4).half()
-    kw = dict(scale=0.25, rope=tables, rope_keys="stored", rotate_q=True, backend="triton")
-    expected = ref_core(q, k.clone(), v.clone(), length, 0.25, tables, core, True, (k_new, v_new))
-    for tile, parts in ((da.COMBINE_CORE_TILE, nH), (8, 1)):
-        monkeypatch.setattr(da, "COMBINE_CORE_TILE", tile)
-        k2, v2 = k.clone(), v.clone()
-        y = da.decode_attention(q, k2, v2, length, new_kv=(k_new, v_new), out_core=core, **kw)
-        assert y.shape == (B, parts, P2)
-        assert err(y.sum(1), expected) < 2e-3 * expected.abs().max().item()
-        o = da.decode_attention(q, k.clone(), v.clone(), length, new_kv=(k_new, v_new), **kw)
-        assert o.dtype == torch.float16  # the cores on the rounded outputs: float32's sum order apart (fp16's own
-        rounded = torch.einsum("bhd,hpd->bp", o.double(), core.double())  # rounding would show at ~5e-4 of it)
-        assert (y.sum(1).double() - rounded).abs().max() < 2e-5 * rounded.abs().max()
-
-
 # ----------------------------------------------------------------------------------------
 # CUDA: the compiled kernels at decode sizes
 
@@ -830,31 +740,6 @@ def test_cuda_tucker_fused(shared):
     y_sdpa = da.tucker_decode_attention(q_lat, G, k, v, G_post, length, scale=0.125, rope=tables, backend="sdpa")
     ref = ref_tucker(q_lat, G, k, v, G_post, length, 0.125, tables)
     assert err(y, ref) <= 2 * err(y_sdpa, ref) + 5e-3, (err(y, ref), err(y_sdpa, ref))
-
-
-@needs_cuda
-@pytest.mark.parametrize("heads", [1, 4])
-@pytest.mark.parametrize("shared", [True, False])
-def test_cuda_out_core_matches_sdpa_and_replays_in_a_graph(heads, shared, monkeypatch):
-    """LLaMA-1B's Tucker [32,128,128] at batch 1 and 4k cached tokens (32 splits): the combine with output cores
-    against float64 and SDPA's path, and a captured graph's replay gives the eager call's bits (no atomics)."""
-    monkeypatch.setattr(da, "COMBINE_CORE_HEADS", heads)
-    B, nH, L, D, P2 = 1, 32, 4096, 128, 128
-    q, k, v, length, tables = make_case(B, nH, 1, L, D, D, rope=True, kv="same" if shared else "separate",
-                                        dtype=torch.bfloat16, device="cuda", lengths="full")
-    core = (torch.randn(nH, P2, D, generator=torch.Generator().manual_seed(5)) / math.sqrt(D)).to("cuda", torch.bfloat16)
-    scale = 1.0 / math.sqrt(64)
-    y = da.decode_attention(q, k, v, length, scale=scale, rope=tables, out_core=core)
-    assert y.shape == (B, nH // heads, P2)
-    ref = ref_core(q, k, v, length, scale, tables, core)
-    sdpa = da.decode_attention(q, k, v, length, scale=scale, rope=tables, out_core=core, backend="sdpa")
-    assert err(y.sum(1), ref) <= 2 * err(sdpa.sum(1), ref) + 2e-3, (err(y.sum(1), ref), err(sdpa.sum(1), ref))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_graph = da.decode_attention(q, k, v, length, scale=scale, rope=tables, out_core=core)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(y_graph, y)
 
 
 def test_shared_memory_reads_the_device_then_the_table_by_capability(monkeypatch):

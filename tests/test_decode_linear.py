@@ -118,43 +118,6 @@ def test_dispatch_and_errors():
     assert "on one device" in un(a, weight, **{**kw, "bias": torch.zeros(8, device="meta")})
 
 
-def parts_of(a, parts, seed=0):
-    """float32 partial sums (M, parts, K) that add up to a (M, K) (the input decode_attention's out_core returns)."""
-    g = torch.Generator().manual_seed(seed)
-    p = torch.randn(a.size(0), parts, a.size(1), generator=g, dtype=torch.float64).to(a.device) * 2.0
-    p[:, -1] += a.double() - p.sum(1)
-    return p.float()
-
-
-def test_partial_sums_on_the_torch_path():
-    """a given as float32 partial sums (M, parts, K): the torch ops take their sum rounded to the weight's dtype,
-    with the bias, activation and residual as for a (M, K) input; a norm is an error (the sums are a matmul's input
-    as they are); the kernel names what it cannot take."""
-    a, weight, kw = make(3, 40, 24, torch.float16, norm="none", act="gelu", residual=True)
-    parts = parts_of(a, 5)
-    out = dl.decode_linear(parts, weight, **kw)
-    assert out.dtype == torch.float16 and out.shape == (3, 24)
-    torch.testing.assert_close(out, dl.decode_linear(parts.sum(1).half(), weight, **kw), rtol=0, atol=0)
-    with pytest.raises(ValueError, match="norm must be None"):
-        dl.decode_linear(parts, weight, norm=LayerNorm(40, bias=True))
-    un = lambda a, w, **k: dl._unsupported(a, w, k.get("bias"), k.get("norm"), k.get("act"), k.get("weight2"),
-                                           k.get("bias2"), k.get("residual"))
-    assert "must be float32, without a norm" in un(parts.double(), weight, **kw)
-    assert "must be float32, without a norm" in un(parts, weight, **{**kw, "norm": LayerNorm(40, bias=True)})
-    assert "rows must be contiguous" in un(parts.transpose(1, 2).contiguous().transpose(1, 2), weight, **kw)
-    assert "share one of" in un(parts, weight, **{**kw, "residual": kw["residual"].float()})
-    assert "shapes" in un(parts[..., :8], weight, **kw)
-
-
-@pytest.mark.parametrize("M,parts,K", [(1, 32, 128), (4, 32, 128), (1, 8, 4096), (3, 5, 70)])
-def test_config_tiles_with_partial_sums(M, parts, K):
-    """The input's (rows, parts, K chunk) tile within TILE: one chunk where it fits, else a loop over K chunks."""
-    bm, bn, bk, one = dl._config(M, 2048, K, torch.device("cpu"), parts)
-    assert bm * max(bn, 1 << (parts - 1).bit_length()) * bk <= dl.TILE
-    assert one == (bm * max(dl.MIN_BLOCK_N, 1 << (parts - 1).bit_length()) * max(16, 1 << (K - 1).bit_length())
-                   <= dl.TILE)
-
-
 def test_enabled_off_takes_torch(monkeypatch):
     monkeypatch.setattr(dl, "ENABLED", False)
     a, weight, kw = make(2, 16, 8, torch.float32)
@@ -249,25 +212,6 @@ def test_interp_row_strides_and_mixed_weight_layouts(K):
     check(dl.decode_linear(a, weight, **kw, backend="triton"), a, weight, kw, 2e-5)
 
 
-@needs_child
-@pytest.mark.parametrize("M,parts,K,N,act,one", [(1, 4, 64, 40, None, True), (3, 5, 70, 24, "gelu", True),
-                                                 (2, 8, 3000, 20, None, False), (4, 32, 128, 36, None, False)],
-                         ids=["one_chunk", "odd", "k_loop", "wide"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_interp_partial_sums_match_float64(M, parts, K, N, act, one, dtype):
-    """Partial sums as the input: added up in fp32 as loaded, rounded to the weight's dtype, then the matmul, bias,
-    activation and residual (one chunk, odd part and K counts, the loop over K chunks for a long K, and for 32 parts
-    of 128 as LLaMA's Tucker step has them at batch 4: (4, 32, 128) is twice the TILE)."""
-    a, weight, kw = make(M, K, N, dtype, norm="none", act=act, residual=True)
-    p = parts_of(a.float(), parts)
-    assert dl._config(M, N, K, p.device, parts)[3] == one
-    out = dl.decode_linear(p, weight, **kw, backend="triton")
-    check(out, dl.sum_parts(p, dtype), weight, kw, 2e-5 if dtype == torch.float32 else 1e-2)
-    torch_out = dl.decode_linear(p, weight, **kw, backend="torch")
-    assert (out.double() - torch_out.double()).abs().max() <= (1e-5 if dtype == torch.float32 else 2e-3) * max(
-        1.0, torch_out.abs().max().item())
-
-
 # ----------------------------------------------------------------------------------------
 # CUDA
 
@@ -288,19 +232,6 @@ def test_cuda_kernel_matches_float64(M, N, K, act, norm, kn, dtype):
     assert (out.double() - torch_out.double()).abs().max().item() <= 2e-2 * max(1.0, torch_out.abs().max().item())
     with torch.autocast("cuda", dtype=torch.bfloat16):
         assert dl.decode_linear_backend(a, weight, **kw) == "torch"  # autocast decides dtypes: the torch ops
-
-
-@needs_cuda
-@pytest.mark.parametrize("M", [1, 4])
-def test_cuda_partial_sums_match_float64(M):
-    """LLaMA-1B's Tucker U~2 with the residual, its input as 32 heads' float32 partial sums (bf16 weights)."""
-    a, weight, kw = make(M, 128, 2048, torch.bfloat16, norm="none", bias=False, residual=True, kn=True, device="cuda")
-    p = parts_of(a.float(), 32)
-    assert dl.decode_linear_backend(p, weight, **kw) == "triton"
-    out = dl.decode_linear(p, weight, **kw)
-    check(out, dl.sum_parts(p, torch.bfloat16), weight, kw, 2e-2)
-    torch_out = dl.decode_linear(p, weight, **kw, backend="torch")
-    assert (out.double() - torch_out.double()).abs().max().item() <= 2e-2 * max(1.0, torch_out.abs().max().item())
 
 
 @needs_cuda
