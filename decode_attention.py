@@ -806,8 +806,17 @@ def _v_is_k(k, v) -> bool:
     return (v.data_ptr() == k.data_ptr() and v.stride() == k.stride() and v.size(-1) <= k.size(-1))
 
 
+def pdl_launches(device: torch.device, pdl_split: bool = False) -> dict:
+    """{'split': bool, 'combine': bool}: which of the two kernels are launched with programmatic dependent launch: those
+    PDL names (True: both, False: neither), the split kernel also where the caller asks (pdl_split), on a capable
+    device only."""
+    capable = pdl_capable(device)
+    return {name: capable and (PDL is True or (PDL is not False and (name in PDL or (name == "split" and pdl_split))))
+            for name in ("split", "combine")}
+
+
 def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, out=None,
-            tables=None, rotate_q=False, rotate_new=False, new_kv=None):
+            tables=None, rotate_q=False, rotate_new=False, new_kv=None, pdl_split=False):
     """Split kernel + combine. Plain: q (B, nH, Dk) -> out (B, nH, Dv). Tucker (G given): q is
     q_lat (B, r2), nH = G.size(0), queries rotated to q_pos (None: length - 1), and the combine
     applies G_post, writing y_lat (B, p2) into `out`. rope: the tables when cached keys are rotated as
@@ -857,7 +866,7 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
         gs = (0, 0, 0)
     gps = G_post.stride() if G_post is not None else (0, 0, 0)
     num_warps = NUM_WARPS or (4 if block_h >= 32 else 2)
-    pdl = {name: (PDL is True or (PDL is not False and name in PDL)) and pdl_capable(dev) for name in ("split", "combine")}
+    pdl = pdl_launches(dev, pdl_split)
     last_launch["split"] = _split_kernel[(B * nG, S)](
         q, G if G is not None else q, G_post if G_post is not None else q, k, v, k_new, v_new, length, qpos, cos, sin,
         o_part, m_part, l_part,
@@ -892,7 +901,7 @@ def _launch(q, k, v, length, scale, rope, *, G=None, G_post=None, q_pos=None, ou
 
 
 def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None,
-                     backend="auto") -> torch.Tensor:
+                     pdl_split=False, backend="auto") -> torch.Tensor:
     """One new token per sequence attends to its cache.
     q: (B, nH, Dk) the new token's queries (already rotated when RoPE is on, unless rotate_q).
     k: (B, nG, L, Dk) key cache buffer of capacity L (last-dim stride 1, any other strides).
@@ -911,6 +920,11 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
           0..length-2 from the cache. v_new is None exactly when v is k's storage (shared KV: the value is
           the stored key's columns; its keys are then rotated as read, never stored rotated).
     nH % nG == 0; query head h uses KV head h // (nH // nG).
+    pdl_split: launch the split kernel with programmatic dependent launch too (Hopper; unless PDL is False): its
+          programs start while the kernel before it finishes. It pays after a short kernel and costs after a long
+          one (H200, batch 1, 4k: after Tucker's G_q GEMV LLaMA-1B's Tucker [32,128,128] step -2.3%; with PDL=True for
+          every layer GQA-8's step 6.4% slower, GPT-2 MHA's 10%: results/bench/README.md, session 52), so the caller,
+          which knows the kernel before, chooses. The graph of launches stays valid either way.
     backend: 'auto' (Triton when q is on CUDA, triton imports and the shape is supported; else SDPA), 'triton', 'sdpa'.
     Returns (B, nH, Dv) in q's dtype.
     """
@@ -921,7 +935,7 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
         return _sdpa_decode(q, k, v, length, scale, rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
     as_read = rope is not None and rope_keys == "as_read"
     return _launch(q, k, v, length, scale, rope if as_read else None, tables=rope, rotate_q=rotate_q,
-                   rotate_new=rope is not None and rope_keys == "stored", new_kv=new_kv)
+                   rotate_new=rope is not None and rope_keys == "stored", new_kv=new_kv, pdl_split=pdl_split)
 
 
 def _check_new(q, k, v, rope, rope_keys, rotate_q, new_kv):

@@ -53,7 +53,9 @@ ACTS = (None, "gelu", "swiglu")
 MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is its case; more rows: cuBLAS)
 TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product (registers per program)
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
-MIN_BLOCK_N = 2  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
+MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
+#                  (1, not 2: LLaMA-1B's 8192-wide c_proj rows in one chunk, G_o's 128 columns in 128 programs; H200,
+#                  batch 1, 4k: GQA-8's step -1.5%, Tucker [32,64,64]'s -2.7%, results/bench/README.md, session 52)
 MAX_BLOCK_N = 64  # the tile (one chunk: every load at once) where it can
 NUM_WARPS = 4
 PRODUCT_2D = True  # one chunk (K <= BLOCK_K): the product a row at a time in the weight tile's own layout (_matvec;

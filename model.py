@@ -572,14 +572,17 @@ def _attend(q, k, v, *, scale: float, dropout_p: float, q_start: int) -> torch.T
 
 
 @not_traced  # an opaque call in a compiled decode step (a Triton launch, or SDPA)
-def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None):
+def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", rotate_q=False, new_kv=None,
+                     pdl_split=False):
     """One new token per sequence attends to its whole cache buffer (positions 0 .. length - 1):
     decode_attention.decode_attention, the one dispatch point (Triton flash-decoding on CUDA,
     SDPA elsewhere). q (B, nH, Dk), k (B, nG, L, Dk), v (B, nG, L, Dv) -> (B, nH, Dv). new_kv: the new
     token's (key, value or None), written into row length - 1 by the same call; rotate_q / rope_keys: q and
-    the new key rotated there too (one launch for the cache write, the rotations and the attention)."""
+    the new key rotated there too (one launch for the cache write, the rotations and the attention). pdl_split: the
+    kernel before is short (its split kernel may then start as that one finishes: programmatic dependent launch)."""
     from decode_attention import decode_attention as dispatch  # imported on first use, not at import
-    return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv)
+    return dispatch(q, k, v, length, scale=scale, rope=rope, rope_keys=rope_keys, rotate_q=rotate_q, new_kv=new_kv,
+                    pdl_split=pdl_split)
 
 
 @not_traced  # an opaque call in a compiled decode step: its kernel, not inductor's fusion of the ops
@@ -1438,10 +1441,11 @@ class TuckerAttention(InferenceForm, nn.Module):
         # one call: q rotated to at.pos, the new latent key (and value) written into the cache at at.pos, attention.
         # With RoPE a shared latent is cached unrotated (it is also the value) and rotated as read; a separate
         # latent key is rotated once, when it is stored
+        # factored: q comes from G_q's matmul, a short kernel (K = r2), which the split kernel may overlap (PDL)
         o = decode_attention(q, k_all, v_all, at.length, scale=1.0 / math.sqrt(self.head_dim),
                              rope=at.tables if self.rope else None, rope_keys="as_read" if self.shared_kv else "stored",
-                             rotate_q=self.rope,
-                             new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)))  # (B, nH, r~3)
+                             rotate_q=self.rope, new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)),
+                             pdl_split=not merged)  # (B, nH, r~3)
         if merged:
             return io.residual(o.reshape(B, nH * p3), form["W_out"].t(), self.bias)  # the stream
         y_lat = decode_linear(o.reshape(B, nH * p3), form["G_o"].t())  # (B, r~2): sum_i o_i G~_i^T

@@ -823,6 +823,50 @@ def test_factored_tucker_decode_equals_uncached_forward(variant, pos_emb):
         assert form[key].t().is_contiguous(), key
 
 
+def test_split_kernel_overlaps_only_a_short_kernel(monkeypatch):
+    """decode_attention's pdl_split (the split kernel launched to overlap the kernel before it) is asked for by Tucker's
+    factored step alone, whose queries come from G_q's short matmul; its merged step and GQA's follow a wide one."""
+    import decode_attention as da
+    asked = []
+    real = da.decode_attention
+    monkeypatch.setattr(da, "decode_attention", lambda *a, pdl_split=False, **kw: asked.append(pdl_split) or real(*a, **kw))
+    idx = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(3))
+    for variant, merged, expected in (("tucker", False, True), ("tucker", True, False), ("gqa2", None, False)):
+        model = build(variant, "rope", None)
+        if merged is not None:
+            for block in model.transformer.h:
+                block.attn.merged_decode = merged
+        asked.clear()
+        got = decode_logits(model, idx, prompt=5)  # 2 steps of 2 layers
+        assert asked == [expected] * 4, variant
+        assert (got - model(idx)[0][:, 4:7]).abs().max().item() < 1e-10
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton decode kernels need a GPU")
+@pytest.mark.parametrize("variant", ["tucker", "tucker_shared", "tucker_post"])
+def test_cuda_factored_tucker_step_graph_equals_eager(variant):
+    """Tucker's factored step (LLaMA-1B's default form; its split kernel launched to overlap G_q's matmul): the
+    uncached forward's logits in float32, and in bf16 a captured graph's steps are the eager steps' bits."""
+    model = build(variant, "rope", None, block_size=64).float().cuda()
+    for block in model.transformer.h:
+        block.attn.merged_decode = False
+    sharpen_attention(model)
+    idx = torch.randint(0, 50, (3, 40), generator=torch.Generator().manual_seed(2)).cuda()
+    with torch.no_grad():
+        full = model(idx)[0]
+        got = decode_logits(model, idx, prompt=7)
+    assert (got - full[:, 6:39]).abs().max().item() < 1e-4 * full.abs().max().item()
+    model = model.bfloat16()
+    outs = {}
+    for decode in ("eager", "graph"):
+        with torch.no_grad():
+            decoder = StaticDecoder(model, 3, device="cuda", use_graph=decode == "graph")
+            steps = [decoder.prefill(idx[:, :7]).clone()]
+            steps += [decoder.step(idx[:, t:t + 1]).clone() for t in range(7, 39)]
+        outs[decode] = torch.stack(steps)
+    assert torch.equal(outs["eager"], outs["graph"]), (outs["eager"] - outs["graph"]).abs().max().item()
+
+
 @pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned"),
                                              ("tucker_shared", "learned")])
 def test_merged_tucker_decode_equals_uncached_forward(variant, pos_emb):

@@ -289,6 +289,19 @@ def test_backend_choice_on_cpu():
         da.decode_attention(q, k, v, length, scale=1.0, backend="flash")
 
 
+def test_pdl_launches(monkeypatch):
+    """Which kernels take programmatic dependent launch: PDL's names (True all, False none), the split kernel also
+    where the caller asks (pdl_split), none on a device without it."""
+    monkeypatch.setattr(da, "pdl_capable", lambda device: True)
+    for pdl, split, expected in ((("combine",), False, (False, True)), (("combine",), True, (True, True)),
+                                 (True, False, (True, True)), (False, True, (False, False)), ((), True, (True, False))):
+        monkeypatch.setattr(da, "PDL", pdl)
+        assert da.pdl_launches(torch.device("cpu"), split) == dict(zip(("split", "combine"), expected)), (pdl, split)
+    monkeypatch.setattr(da, "pdl_capable", lambda device: False)
+    monkeypatch.setattr(da, "PDL", True)
+    assert da.pdl_launches(torch.device("cpu"), True) == {"split": False, "combine": False}
+
+
 def test_unsupported_shapes_are_named():
     """Shape/dtype reasons come first, so they are testable without a GPU; 'auto' falls back on them."""
     meta = dict(device="meta")
