@@ -79,7 +79,9 @@ NUM_WARPS = None  # split kernel; None: 2, or 4 for 32-head groups (H200 sweep: 
 PDL = ("combine",)  # the kernels launched with programmatic dependent launch (Hopper): such a kernel may start
 #   while the kernel before it finishes; each program waits for it (griddepcontrol.wait) before its first load or
 #   store. True / False: all / none. H200, B=1 (results/bench/session8/decode_pdl_*): the combine alone is best or
-#   within 5% for every variant; with the split kernel too GQA and MLA lose 7-15% and MHA 8% at 4k, Tucker gains 5%
+#   within 5% for every variant; with the split kernel too GQA and MLA lose 7-15% and MHA 8% at 4k, Tucker gains 5%.
+#   The split kernel also where the caller passes decode_attention's pdl_split (Tucker's factored step, after G_q's
+#   short GEMV: -2.2% for LLaMA-1B's Tucker [32,128,128], session 52)
 NUM_STAGES = 3  # split kernel's software pipelining depth (cache loads in flight)
 # How keys are rotated (all read the tables as rotations; see the module docstring):
 #   'q_base':  R(n0 + j) = R(n0) R(j): the block's queries take R(n0)^T, key row j takes R(j) (fixed tiles)
@@ -922,9 +924,9 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
     nH % nG == 0; query head h uses KV head h // (nH // nG).
     pdl_split: launch the split kernel with programmatic dependent launch too (Hopper; unless PDL is False): its
           programs start while the kernel before it finishes. It pays after a short kernel and costs after a long
-          one (H200, batch 1, 4k: after Tucker's G_q GEMV LLaMA-1B's Tucker [32,128,128] step -2.3%; with PDL=True for
-          every layer GQA-8's step 6.4% slower, GPT-2 MHA's 10%: results/bench/README.md, session 52), so the caller,
-          which knows the kernel before, chooses. The graph of launches stays valid either way.
+          one (H200, batch 1, 4k: after Tucker's G_q GEMV LLaMA-1B's Tucker [32,128,128] step -2.2%; after a wide QKV
+          GEMV (PDL=True) GQA-8's step 6.4% slower, GPT-2 MHA's 10%: results/bench/README.md, session 52), so the
+          caller, which knows the kernel before, chooses. The graph of launches stays valid either way.
     backend: 'auto' (Triton when q is on CUDA, triton imports and the shape is supported; else SDPA), 'triton', 'sdpa'.
     Returns (B, nH, Dv) in q's dtype.
     """

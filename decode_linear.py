@@ -16,7 +16,7 @@ tile, the residual is the same tile of x. `decode_linear` computes
 in one Triton kernel for at most MAX_ROWS rows: per block of output columns, the input rows normalized as
 they are read, each weight row streamed once, the epilogue in fp32 with the torch ops' rounding points (each
 op's result rounded to the activations' dtype, as the unfused ops store it). Where a whole row of K fits one
-tile (GPT-2: K = 768 and 3072), every load of a program is issued at once and the norm's statistics come from
+tile (GPT-2: K = 768 and 3072; at batch 1 LLaMA-1B's 8192, one column a program), every load of a program is issued at once and the norm's statistics come from
 registers: a small kernel's time is its chain of dependent memory round trips. A block is then 4 kernels
 plus attention's (norm + QKV, the output projection + residual, norm + fc + GELU, proj + residual), not 8-10.
 On Hopper each kernel is launched with programmatic dependent launch (PDL): it may start while the kernel
@@ -55,7 +55,9 @@ TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
 MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
 #                  (1, not 2: LLaMA-1B's 8192-wide c_proj rows in one chunk, G_o's 128 columns in 128 programs; H200,
-#                  batch 1, 4k: GQA-8's step -1.5%, Tucker [32,64,64]'s -2.7%, results/bench/README.md, session 52)
+#                  batch 1, 4k, results/bench/README.md, session 52: call 3, alone, Tucker [32,64,64]'s step -2.7%,
+#                  MQA's -1.2%, GQA-8's -1.5%; call 4, the default beside pdl_split, GQA-8's and GPT-2's level, MLA
+#                  [128]'s +0.8%)
 MAX_BLOCK_N = 64  # the tile (one chunk: every load at once) where it can
 NUM_WARPS = 4
 PRODUCT_2D = True  # one chunk (K <= BLOCK_K): the product a row at a time in the weight tile's own layout (_matvec;
