@@ -16,8 +16,9 @@ tile, the residual is the same tile of x. `decode_linear` computes
 in one Triton kernel for at most MAX_ROWS rows: per block of output columns, the input rows normalized as
 they are read, each weight row streamed once, the epilogue in fp32 with the torch ops' rounding points (each
 op's result rounded to the activations' dtype, as the unfused ops store it). Where a whole row of K fits one
-tile (GPT-2: K = 768 and 3072; at batch 1 LLaMA-1B's 8192, one column a program), every load of a program is issued at once and the norm's statistics come from
-registers: a small kernel's time is its chain of dependent memory round trips. A block is then 4 kernels
+tile (GPT-2: K = 768 and 3072; at batch 1 LLaMA-1B's 8192, one column a program), every load of a program is issued
+at once and the norm's statistics come from registers: a small kernel's time is its chain of dependent memory round
+trips. A block is then 4 kernels
 plus attention's (norm + QKV, the output projection + residual, norm + fc + GELU, proj + residual), not 8-10.
 On Hopper each kernel is launched with programmatic dependent launch (PDL): it may start while the kernel
 before it finishes; where a whole K row fits one tile it issues its weight loads first and waits

@@ -1441,7 +1441,7 @@ class TuckerAttention(InferenceForm, nn.Module):
         # one call: q rotated to at.pos, the new latent key (and value) written into the cache at at.pos, attention.
         # With RoPE a shared latent is cached unrotated (it is also the value) and rotated as read; a separate
         # latent key is rotated once, when it is stored
-        # factored: q comes from G_q's matmul, a short kernel (K = r2), which the split kernel may overlap (PDL)
+        # pdl_split (factored): q came from G_q's matmul, a short kernel (K = r2), which the split kernel may overlap
         o = decode_attention(q, k_all, v_all, at.length, scale=1.0 / math.sqrt(self.head_dim),
                              rope=at.tables if self.rope else None, rope_keys="as_read" if self.shared_kv else "stored",
                              rotate_q=self.rope, new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)),
