@@ -55,11 +55,14 @@ MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is it
 TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product (registers per program)
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
 MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
-#                  (1, not 2: LLaMA-1B's 8192-wide c_proj rows in one chunk, G_o's 128 columns in 128 programs; H200,
+#                  the tile (one chunk: every load at once) where it can: one column where only one fits (1, not 2:
+#                  LLaMA-1B's 8192-wide c_proj rows in one chunk at batch 1, G_o's 128 columns in 128 programs; H200,
 #                  batch 1, 4k, results/bench/README.md, session 52: call 3, alone, Tucker [32,64,64]'s step -2.7%,
 #                  MQA's -1.2%, GQA-8's -1.5%; call 4, the default beside pdl_split, GQA-8's and GPT-2's level, MLA
-#                  [128]'s +0.8%)
-MAX_BLOCK_N = 64  # the tile (one chunk: every load at once) where it can
+#                  [128]'s +0.8%; LLaMA-1B at batch 4, K = 2048 in one chunk: -8% to -13%, call 6)
+MAX_BLOCK_N = 64
+LOOP_BLOCK_N = 2  # columns a program where no K row fits the tile (a loop over K chunks): 2, not 1, whose twice as
+#                  long chunks ran slower (call 6: LLaMA-1B at batch 2 +3-5%, GPT-2 at batch 4 +6%)
 NUM_WARPS = 4
 PRODUCT_2D = True  # one chunk (K <= BLOCK_K): the product a row at a time in the weight tile's own layout (_matvec;
 #                   False: one 3D product, for which Triton moves the tile through shared memory; session 20: MHA's
@@ -286,7 +289,7 @@ def _config(M: int, N: int, K: int, device: torch.device):
     """(BLOCK_M, BLOCK_N, BLOCK_K, ONE_CHUNK): the column block sized for about PROGRAMS_PER_SM programs per SM
     (a step's matmuls read each weight once: bandwidth wants every SM loading), then cut until the whole K row
     fits the TILE (one chunk: no loop, no dependent round trips); where even MIN_BLOCK_N columns do not fit, a
-    loop over K chunks of TILE / (rows x columns)."""
+    loop over K chunks of TILE / (rows x LOOP_BLOCK_N columns)."""
     block_m = min(_pow2(M, 1), MAX_ROWS)
     k_pow2 = _pow2(K)
     want = max(1, N * _cdiv(M, block_m) // (PROGRAMS_PER_SM * _sm_count(device)))
@@ -294,7 +297,7 @@ def _config(M: int, N: int, K: int, device: torch.device):
     fit = TILE // (block_m * k_pow2)
     if fit >= MIN_BLOCK_N:
         return block_m, min(block_n, _pow2_floor(fit)), k_pow2, True
-    return block_m, MIN_BLOCK_N, max(16, min(k_pow2, _pow2_floor(TILE // (block_m * MIN_BLOCK_N)))), False
+    return block_m, LOOP_BLOCK_N, max(16, min(k_pow2, _pow2_floor(TILE // (block_m * LOOP_BLOCK_N)))), False
 
 
 def decode_linear(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *, norm=None,

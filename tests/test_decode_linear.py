@@ -128,12 +128,14 @@ def test_enabled_off_takes_torch(monkeypatch):
 @pytest.mark.parametrize("N,K", [(8, 16), (2304, 768), (768, 3072), (50304, 768), (2048, 8192), (100, 20000)])
 def test_config_tiles(M, N, K):
     """Tiles are powers of two (tl.arange), the product tile within TILE, the column block within its bounds;
-    one chunk exactly where the whole (padded) K row fits beside MIN_BLOCK_N columns, else a loop over K."""
+    one chunk exactly where the whole (padded) K row fits beside MIN_BLOCK_N columns, else a loop over K chunks with
+    LOOP_BLOCK_N columns."""
     bm, bn, bk, one = dl._config(M, N, K, torch.device("cpu"))
     assert all(v & (v - 1) == 0 for v in (bm, bn, bk)) and bm >= M
     assert dl.MIN_BLOCK_N <= bn <= dl.MAX_BLOCK_N and bm * bn * bk <= dl.TILE
     fits = bm * dl.MIN_BLOCK_N * max(16, 1 << (K - 1).bit_length()) <= dl.TILE
     assert one == fits and (bk >= K if one else bk < K)
+    assert one or bn == dl.LOOP_BLOCK_N
 
 
 def test_more_rows_than_max_take_torch():
