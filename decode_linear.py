@@ -59,7 +59,8 @@ MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enou
 #                  LLaMA-1B's 8192-wide c_proj rows in one chunk at batch 1, G_o's 128 columns in 128 programs; H200,
 #                  batch 1, 4k, results/bench/README.md, session 52: call 3, alone, Tucker [32,64,64]'s step -2.7%,
 #                  MQA's -1.2%, GQA-8's -1.5%; call 4, the default beside pdl_split, GQA-8's and GPT-2's level, MLA
-#                  [128]'s +0.8%; LLaMA-1B at batch 4, K = 2048 in one chunk: -8% to -13%, call 6)
+#                  [128]'s +0.8%; call 7, with LOOP_BLOCK_N: LLaMA-1B at batch 4, its K = 2048 rows in one chunk,
+#                  -14% to -18%, GPT-2 at batch 2, its K = 3072 rows in one chunk, -2% to -6%)
 MAX_BLOCK_N = 64
 LOOP_BLOCK_N = 2  # columns a program where no K row fits the tile (a loop over K chunks): 2, not 1, whose twice as
 #                  long chunks ran slower (call 6: LLaMA-1B at batch 2 +3-5%, GPT-2 at batch 4 +6%)
