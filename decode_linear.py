@@ -18,8 +18,8 @@ they are read, each weight row streamed once, the epilogue in fp32 with the torc
 op's result rounded to the activations' dtype, as the unfused ops store it). Where a whole row of K fits one
 tile (GPT-2: K = 768 and 3072; at batch 1 LLaMA-1B's 8192, one column a program), every load of a program is issued
 at once and the norm's statistics come from registers: a small kernel's time is its chain of dependent memory round
-trips. A block is then 4 kernels
-plus attention's (norm + QKV, the output projection + residual, norm + fc + GELU, proj + residual), not 8-10.
+trips. A block is then 4 kernels plus attention's (norm + QKV, the output projection + residual, norm + fc + GELU,
+proj + residual), not 8-10.
 On Hopper each kernel is launched with programmatic dependent launch (PDL): it may start while the kernel
 before it finishes; where a whole K row fits one tile it issues its weight loads first and waits
 (griddepcontrol.wait) before it reads its input (the loop over K chunks waits first). Its stores come after
@@ -55,12 +55,10 @@ MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is it
 TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product (registers per program)
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
 MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
-#                  the tile (one chunk: every load at once) where it can: one column where only one fits (1, not 2:
-#                  LLaMA-1B's 8192-wide c_proj rows in one chunk at batch 1, G_o's 128 columns in 128 programs; H200,
-#                  batch 1, 4k, results/bench/README.md, session 52: call 3, alone, Tucker [32,64,64]'s step -2.7%,
-#                  MQA's -1.2%, GQA-8's -1.5%; call 4, the default beside pdl_split, GQA-8's and GPT-2's level, MLA
-#                  [128]'s +0.8%; call 7, with LOOP_BLOCK_N: LLaMA-1B at batch 4, its K = 2048 rows in one chunk,
-#                  -14% to -18%, GPT-2 at batch 2, its K = 3072 rows in one chunk, -2% to -6%)
+#                  the tile (one chunk: every load at once) where it can. 1, not 2: a K row that fits only alone still
+#                  loads in one chunk (H200, results/bench/README.md, session 52: LLaMA-1B's 8192-wide rows at batch
+#                  1, Tucker [32,64,64]'s step -2.7% (call 3); its 2048-wide rows at batch 4 -14% to -18%, GPT-2's
+#                  3072-wide rows at batch 2 -2% to -6% (call 7); MLA [128] at batch 1 +0.8% (call 4))
 MAX_BLOCK_N = 64
 LOOP_BLOCK_N = 2  # columns a program where no K row fits the tile (a loop over K chunks): 2, not 1, whose twice as
 #                  long chunks ran slower (call 6: LLaMA-1B at batch 2 +3-5%, GPT-2 at batch 4 +6%)
