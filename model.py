@@ -593,6 +593,13 @@ def decode_linear(a, weight, bias=None, *, norm=None, act=None, weight2=None, bi
     return dispatch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
 
 
+def decode_linear_rows() -> int:
+    """The most rows a decode step's matmuls run through decode_linear's GEMV kernel (decode_linear.MAX_ROWS); more
+    are cuBLAS's GEMMs."""
+    import decode_linear as module  # imported on first use, not at import
+    return module.MAX_ROWS
+
+
 def add_norm(x, delta, norm):
     """(x + delta, norm(x + delta)): fused_norm.add_norm, one kernel on CUDA (the residual add and the norm
     after it), the two torch ops elsewhere and while torch.compile traces."""
@@ -1227,8 +1234,9 @@ class LatentAttention(InferenceForm, nn.Module):
         return 2 * w + 2 * att
 
 
-# TuckerAttention.merged_decode's default: a merged matrix may add at most this many elements to the two factors
-# it replaces (4 MiB in bf16, ~1 us of reads at an H200's 4.2 TB/s against the ~2 us of the batch-1 kernel saved)
+# TuckerAttention.merged_at, at the batches decode_linear's GEMV serves: a merged matrix may add at most this many
+# elements to the two factors it replaces (4 MiB in bf16, ~1 us of reads at an H200's 4.2 TB/s against the ~2 us of
+# the batch-1 kernel saved)
 TUCKER_MERGE_MAX_EXTRA = 1 << 21
 
 
@@ -1276,15 +1284,25 @@ class TuckerAttention(InferenceForm, nn.Module):
         self.fused_decode = False
         # decode with the query core merged into the down-projection, [U2 G_q | U3 | U~3] (d, nH r3 + r3
         # (+ r~3)), and the output core into U~2, G_o U~2^T (nH r~3, d): two matmuls per layer instead of
-        # four, for more weight bytes. On by default where the merged matrices are no larger than MHA's W_Q
-        # and W_O (r3, r~3 <= dH), which MHA reads every step, and each adds at most TUCKER_MERGE_MAX_EXTRA
-        # elements to the factors it replaces: a kernel saved against the bytes added (H200, batch 1: GPT-2's
-        # Tucker steps, 0.49M more a matrix, are faster merged; LLaMA-1B's, 3.7-3.9M more, factored;
-        # results/bench/README.md, session 51). An inference switch (False: the factored form), not a model key
+        # four, for more weight bytes. An inference switch, not a model key: True merged, False factored,
+        # None (the default) chosen per batch by merged_at
+        self.merged_decode: Optional[bool] = None
         merge_q = d * nH * r3 - (d * r2 + r2 * nH * r3)  # [U2 G_q] (d, nH r3) against U2 and G_q
         merge_o = nH * p3 * d - (nH * p3 * p2 + p2 * d)  # G_o U~2^T (nH r~3, d) against G_o and U~2^T
-        self.merged_decode = (nH * r3 <= d and nH * p3 <= d
-                              and max(merge_q, merge_o) <= TUCKER_MERGE_MAX_EXTRA)
+        self._merge_fits = nH * r3 <= d and nH * p3 <= d  # no larger than MHA's W_Q and W_O (r3, r~3 <= dH)
+        self._merge_small = max(merge_q, merge_o) <= TUCKER_MERGE_MAX_EXTRA
+
+    def merged_at(self, batch_size: int) -> bool:
+        """Whether a decode step of batch_size sequences takes the merged form: merged_decode where it is set, else
+        where the merged matrices are no larger than MHA's W_Q and W_O, which MHA reads every step, and, at the
+        batches decode_linear's GEMV serves (1 .. decode_linear_rows()), each adds at most TUCKER_MERGE_MAX_EXTRA
+        elements to the factors it replaces: a kernel saved against the bytes added. H200 (results/bench/README.md):
+        at batch 1 GPT-2's Tucker steps, 0.49M more a matrix, are faster merged, LLaMA-1B's, 3.7-3.9M more,
+        factored (session 51); at batches 8 and 32, where cuBLAS GEMMs serve, LLaMA-1B's [32,*,64] rows are 4-6.5%
+        faster merged (session 53; their merged matrices then live beside the factors, +17 MB a layer in bf16)."""
+        if self.merged_decode is not None:
+            return self.merged_decode
+        return self._merge_fits and (self._merge_small or batch_size > decode_linear_rows())
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:
@@ -1416,7 +1434,7 @@ class TuckerAttention(InferenceForm, nn.Module):
         U~2, two matmuls). With shared KV and RoPE the latent is cached unrotated and rotated as read."""
         B = io.x.size(0)
         nH, (_, r2, r3), (_, _, p3) = self.n_head, self.ranks, self.ranks_post
-        merged = self.merged_decode and not self.fused_decode
+        merged = self.merged_at(B) and not self.fused_decode
         form = self.merged_form() if merged else self.inference_form()
         if merged:  # the query core inside the one projection: q for every head, k (and v) in one matmul
             qkv = io.project(form["W_qkv"].t())  # (B, nH r3 + r3 (+ r~3))
@@ -1441,11 +1459,13 @@ class TuckerAttention(InferenceForm, nn.Module):
         # one call: q rotated to at.pos, the new latent key (and value) written into the cache at at.pos, attention.
         # With RoPE a shared latent is cached unrotated (it is also the value) and rotated as read; a separate
         # latent key is rotated once, when it is stored
-        # pdl_split (factored): q came from G_q's matmul, a short kernel (K = r2), which the split kernel may overlap
+        # pdl_split: the split kernel may start while the kernel before it finishes where that is G_q's short GEMV
+        # (factored, K = r2, decode_linear's kernel at its batches); after cuBLAS's GEMM (more rows) or a wide
+        # projection it costs time (H200: LLaMA-1B's Tucker at batch 32 +0.6% / +1.1%, session 53)
         o = decode_attention(q, k_all, v_all, at.length, scale=1.0 / math.sqrt(self.head_dim),
                              rope=at.tables if self.rope else None, rope_keys="as_read" if self.shared_kv else "stored",
                              rotate_q=self.rope, new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)),
-                             pdl_split=not merged)  # (B, nH, r~3)
+                             pdl_split=not merged and B <= decode_linear_rows())  # (B, nH, r~3)
         if merged:
             return io.residual(o.reshape(B, nH * p3), form["W_out"].t(), self.bias)  # the stream
         y_lat = decode_linear(o.reshape(B, nH * p3), form["G_o"].t())  # (B, r~2): sum_i o_i G~_i^T

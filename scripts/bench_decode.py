@@ -88,15 +88,16 @@ class _StoragesRead(TorchDispatchMode):
 
 
 @torch.no_grad()
-def weight_bytes_per_step(model, step=None) -> int:
-    """Bytes of weights one decode step reads, in bf16, found by running one: an eager step at batch 1 (the
-    SDPA attention path and decode_linear's torch ops, so that every weight read is an aten read) after a first one that builds
+def weight_bytes_per_step(model, step=None, batch_size: int = 1) -> int:
+    """Bytes of weights one decode step reads, in bf16, found by running one: an eager step at batch_size (a layer's
+    decode form may depend on it: TuckerAttention.merged_at), through the SDPA attention path and decode_linear's
+    torch ops, so that every weight read is an aten read, after a first one that builds
     the inference forms; every weight it reads counts whole: parameters and the layers' inference forms
     (merged matrices included, and not the factors they replace), less tables that are only indexed (wpe,
     wte when not tied to the lm_head, RoPE rows). `step`: an eager callable to trace instead (the cached
     forward of bench mode 'forward')."""
     if step is None:
-        decoder = StaticDecoder(model, 1, device=next(model.parameters()).device, max_len=4)
+        decoder = StaticDecoder(model, batch_size, device=next(model.parameters()).device, max_len=4)
         step = lambda: model.decode_step(decoder.tokens, decoder.caches, decoder.position)  # noqa: E731
     import decode_linear
     enabled, decode_linear.ENABLED = decode_linear.ENABLED, False  # its Triton launches are not aten reads
@@ -149,8 +150,9 @@ MODE_NOTES = {
     "graph": "decode_step in one CUDA graph, decode_attention's auto backend (Triton on CUDA); Tucker and MLA "
              "unmerged (merged_decode=False in this and every mode but graph_merged* and graph_mega* (merged) and "
              "graph_default (the model's own), whatever the model's default)",
-    "graph_default": "as graph, each Tucker and MLA layer in its own default decode form (merged_decode and "
-                     "fused_decode as the model sets them: what generate and sample.py run)",
+    "graph_default": "as graph, each Tucker and MLA layer in its own default decode form (merged_decode, "
+                     "or TuckerAttention.merged_at's choice for the batch, and fused_decode as the model sets them: "
+                     "what generate and sample.py run)",
     "graph_compiled": "as graph, the step torch.compiled first (fused elementwise kernels)",
     "graph_fused": "as graph, Tucker layers through the fused-core kernel (TuckerAttention.fused_decode; "
                    "other variants as graph)",
@@ -247,7 +249,7 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             attn.fused_decode = paths[0]
         attn.merged_decode = paths[1]
     try:
-        w_bytes = weight_bytes_per_step(model, forward_step if mode == "forward" else None)  # this mode's path
+        w_bytes = weight_bytes_per_step(model, forward_step if mode == "forward" else None, batch_size)  # this mode's path
         with attention_backend(backend):
             if mode.startswith("graph"):
                 side = torch.cuda.Stream()

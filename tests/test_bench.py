@@ -316,12 +316,16 @@ def test_weight_bytes_follow_the_decode_path():
     base = dict(n_layer=1, n_head=2, n_embd=8, vocab_size=16, block_size=8, bias=False, pos_emb="rope")
     tucker = GPT(GPTConfig(**base, attn="tucker", tucker_ranks=(2, 2, 4))).to(torch.bfloat16)
     attn = tucker.transformer.h[0].attn
-    assert attn.merged_decode  # the default: r3 = dH
+    assert attn.merged_at(1)  # the default: r3 = dH
     assert bench_decode.weight_bytes_per_step(tucker) == 2 * (664 + 128 + 64)
     attn.merged_decode = False
     assert bench_decode.weight_bytes_per_step(tucker) == 2 * (664 + 80 + 16 + 16 + 16)
     attn.fused_decode = True  # the fused kernel's path reads G and G~ in place of G_q and G_o (as many values)
     assert bench_decode.weight_bytes_per_step(tucker) == 2 * (664 + 80 + 16 + 16 + 16)
+    attn.fused_decode, attn.merged_decode = False, None  # the default form chosen per batch: factored at 1 row and
+    attn._merge_small = False  # merged at 5 where the merged matrices add more than TUCKER_MERGE_MAX_EXTRA
+    assert bench_decode.weight_bytes_per_step(tucker, batch_size=1) == 2 * (664 + 80 + 16 + 16 + 16)
+    assert bench_decode.weight_bytes_per_step(tucker, batch_size=5) == 2 * (664 + 128 + 64)
     mla = GPT(GPTConfig(**base, attn="mla", kv_rank=4, q_rank=4, mla_rope="latent")).to(torch.bfloat16)
     form = mla.transformer.h[0].attn.merged_form()
     assert form["b_in"] is None and form["b_out"] is None  # a layer without biases: linear maps, no bias tensors

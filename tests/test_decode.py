@@ -715,7 +715,7 @@ def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb, monkeypat
     calls, real = [], model_module.tucker_decode_attention
     monkeypatch.setattr(model_module, "tucker_decode_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     model = build(variant, pos_emb, None)
-    assert all(block.attn.merged_decode for block in model.transformer.h)
+    assert all(block.attn.merged_at(3) for block in model.transformer.h)
     switched_decode_equals_forward(model, "fused_decode", seed=6)
     assert len(calls) == 2 * 9  # 2 layers x the 9 single-token steps of decode_logits(prompt=4) over 14 tokens
 
@@ -777,25 +777,41 @@ def test_inference_form_first_built_under_autocast_stays_exact(variant, merged):
 
 
 def test_tucker_merged_by_default_only_within_mha_sizes():
-    """merged_decode starts on where the merged matrices are no larger than MHA's W_Q and W_O (r3, r~3 <= dH)."""
+    """The merged form is the default only where the merged matrices are no larger than MHA's W_Q and W_O
+    (r3, r~3 <= dH), at any batch; merged_decode, once set, decides at every batch."""
     base = dict(attn="tucker", n_layer=1, n_head=4, n_embd=32, block_size=8, vocab_size=50)  # dH = 8
-    assert GPT(GPTConfig(**base, tucker_ranks=(2, 16, 8))).transformer.h[0].attn.merged_decode
-    assert not GPT(GPTConfig(**base, tucker_ranks=(2, 16, 16))).transformer.h[0].attn.merged_decode
-    assert not GPT(GPTConfig(**base, tucker_ranks=(2, 16, 8), tucker_ranks_post=(2, 8, 12))).transformer.h[0].attn.merged_decode
+    for batch in (1, 4, 5, 32):
+        assert GPT(GPTConfig(**base, tucker_ranks=(2, 16, 8))).transformer.h[0].attn.merged_at(batch)
+        assert not GPT(GPTConfig(**base, tucker_ranks=(2, 16, 16))).transformer.h[0].attn.merged_at(batch)
+        assert not GPT(GPTConfig(**base, tucker_ranks=(2, 16, 8),
+                                 tucker_ranks_post=(2, 8, 12))).transformer.h[0].attn.merged_at(batch)
+    attn = GPT(GPTConfig(**base, tucker_ranks=(2, 16, 8))).transformer.h[0].attn
+    assert attn.merged_decode is None
+    attn.merged_decode = False
+    assert not any(attn.merged_at(batch) for batch in (1, 5, 32))
+    attn = GPT(GPTConfig(**base, tucker_ranks=(2, 16, 16))).transformer.h[0].attn
+    attn.merged_decode = True
+    assert all(attn.merged_at(batch) for batch in (1, 5, 32))
 
 
 def test_tucker_merged_by_default_only_where_it_adds_few_elements(monkeypatch):
-    """...and where each merged matrix adds at most TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces:
-    GPT-2 124M's Tucker [8,64,64] merges, LLaMA-3 1B's Tucker rows (d 2048, 32 heads) decode factored, and the
-    bound sits exactly at the count d nH r3 - (d r2 + r2 nH r3) (the query side; the output side likewise)."""
+    """...and, at the batches decode_linear's GEMV serves (1 .. 4), where each merged matrix adds at most
+    TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces: GPT-2 124M's Tucker [8,64,64] merges, LLaMA-3 1B's
+    Tucker rows (d 2048, 32 heads) decode factored there and merged at more sequences (cuBLAS's GEMMs), but for
+    [32,128,128], larger merged than MHA's matrices; the bound sits exactly at the count d nH r3 - (d r2 + r2 nH r3)
+    (the query side; the output side likewise)."""
     import model as model_module
 
-    def merged(**kw):
+    def merged(batch=1, **kw):
         with torch.device("meta"):
-            return GPT(GPTConfig(attn="tucker", n_layer=1, block_size=8, vocab_size=50, **kw)).transformer.h[0].attn.merged_decode
+            attn = GPT(GPTConfig(attn="tucker", n_layer=1, block_size=8, vocab_size=50, **kw)).transformer.h[0].attn
+        return attn.merged_at(batch)
     assert merged(n_head=12, n_embd=768, tucker_ranks=(8, 64, 64))  # 491,520 more elements a matrix
     for ranks in ((32, 64, 64), (32, 128, 64)):  # 3.9M / 3.7M more
         assert not merged(n_head=32, n_embd=2048, tucker_ranks=ranks)
+        assert not merged(4, n_head=32, n_embd=2048, tucker_ranks=ranks)
+        assert merged(5, n_head=32, n_embd=2048, tucker_ranks=ranks)
+    assert not merged(32, n_head=32, n_embd=2048, tucker_ranks=(32, 128, 128))  # nH r3 = 4096 > d
     d, nH, r2, r3 = 64, 4, 4, 16  # query side 64*64 - (64*4 + 4*64) = 3584; output side with r~2 = 8: 3072
     extra = d * nH * r3 - (d * r2 + r2 * nH * r3)
     kw = dict(n_head=nH, n_embd=d, tucker_ranks=(2, r2, r3), tucker_ranks_post=(2, 8, r3))
@@ -812,11 +828,30 @@ def test_tucker_merged_by_default_only_where_it_adds_few_elements(monkeypatch):
     assert not merged(**kw_o)
 
 
+@pytest.mark.parametrize("variant", ["tucker", "tucker_shared"])
+def test_tucker_default_form_follows_the_batch(variant, monkeypatch):
+    """Where a merged matrix adds more than TUCKER_MERGE_MAX_EXTRA elements (LLaMA-1B's [32,*,64] rows), the default
+    step is factored at the batches decode_linear's GEMV serves and merged above them; either gives the forward's
+    logits, and the merged matrices are built only once a batch asks for them."""
+    import model as model_module
+    monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", -(1 << 30))  # read as each layer is built
+    model = build(variant, "rope", None)
+    attn = model.transformer.h[0].attn
+    rows = model_module.decode_linear_rows()
+    assert (attn.merged_at(rows), attn.merged_at(rows + 1)) == (False, True)
+    for batch, merged in ((rows, False), (rows + 1, True)):
+        idx = torch.randint(0, 50, (batch, 12), generator=torch.Generator().manual_seed(batch))
+        got = decode_logits(model, idx, prompt=4)
+        ref = model(idx)[0][:, 3:11]
+        assert (got - ref).abs().max().item() < 1e-10 * ref.abs().max().item()
+        assert ("merged" in attn.inference_form()) == merged, batch
+
+
 @pytest.mark.parametrize("variant,pos_emb", [("tucker", "rope"), ("tucker_shared", "rope"), ("tucker_post", "learned")])
 def test_factored_tucker_decode_equals_uncached_forward(variant, pos_emb):
-    """merged_decode=False (the default is True since the H200 timing): the factored inference form, the
+    """merged_decode=False (these ranks' default is the merged form): the factored inference form, the
     query core and the output core as their own matmuls, also gives the forward's logits."""
-    assert all(block.attn.merged_decode for block in build(variant, pos_emb, None).transformer.h)
+    assert all(block.attn.merged_at(3) for block in build(variant, pos_emb, None).transformer.h)
     switched_decode_equals_forward(build(variant, pos_emb, None), "merged_decode", seed=9, value=False)
     form = build(variant, pos_emb, None).transformer.h[0].attn.inference_form()
     for key in ("W_down", "G_q", "G_o", "U_out"):  # (K, N) stored as contiguous (N, K): decode_linear's weight layout
@@ -825,20 +860,23 @@ def test_factored_tucker_decode_equals_uncached_forward(variant, pos_emb):
 
 def test_split_kernel_overlaps_only_a_short_kernel(monkeypatch):
     """decode_attention's pdl_split (the split kernel launched to overlap the kernel before it) is asked for by Tucker's
-    factored step alone, whose queries come from G_q's short matmul; its merged step and GQA's follow a wide one."""
+    factored step alone, whose queries come from G_q's short matmul, at the batches decode_linear's GEMV serves; its
+    merged step and GQA's follow a wide one."""
     import decode_attention as da
     asked = []
     real = da.decode_attention
     monkeypatch.setattr(da, "decode_attention", lambda *a, pdl_split=False, **kw: asked.append(pdl_split) or real(*a, **kw))
-    idx = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(3))
-    for variant, merged, expected in (("tucker", False, True), ("tucker", True, False), ("gqa2", None, False)):
+    for variant, merged, batch, expected in (("tucker", False, 2, True), ("tucker", True, 2, False),
+                                             ("gqa2", None, 2, False), ("tucker", False, 5, False)):
+        # (batch 5: G_q is a cuBLAS GEMM, which the split kernel overlapping it slows down)
+        idx = torch.randint(0, 50, (batch, 8), generator=torch.Generator().manual_seed(3))
         model = build(variant, "rope", None)
         if merged is not None:
             for block in model.transformer.h:
                 block.attn.merged_decode = merged
         asked.clear()
         got = decode_logits(model, idx, prompt=5)  # 2 steps of 2 layers
-        assert asked == [expected] * 4, variant
+        assert asked == [expected] * 4, (variant, batch)
         assert (got - model(idx)[0][:, 4:7]).abs().max().item() < 1e-10
 
 
@@ -942,7 +980,7 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
             return 2
         if isinstance(attn, TuckerAttention):  # merged, or fused cores: 2; factored: W_down (+ norm), G_q, G_o, U~2
             fused = attn.fused_decode and (attn.shared_kv or not attn.rope)  # (+ residual); TuckerAttention.decode
-            return 2 if fused or (attn.merged_decode and not attn.fused_decode) else 4
+            return 2 if fused or (attn.merged_at(idx.size(0)) and not attn.fused_decode) else 4
         return 2 if attn.merged_decode else 0  # MLA factored: its products as torch ops, a pending add
     # per step: each attention's, the MLP's two (norm + fc + GELU, proj + residual), the logits
     per_step = sum(kernels(block.attn) + 2 for block in model.transformer.h) + 1
