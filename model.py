@@ -1238,6 +1238,10 @@ class LatentAttention(InferenceForm, nn.Module):
 # elements to the two factors it replaces (4 MiB in bf16, ~1 us of reads at an H200's 4.2 TB/s against the ~2 us of
 # the batch-1 kernel saved)
 TUCKER_MERGE_MAX_EXTRA = 1 << 21
+# TuckerAttention's factored step launches its split kernel with programmatic dependent launch (to overlap G_q's short
+# matmul before it) at up to this many sequences. H200, LLaMA-1B [32,128,128] at 4k: -2.2% at batch 1 (session 52),
+# -1.0% at 8, +0.5-1.1% at 32 (session 53)
+TUCKER_PDL_SPLIT_ROWS = 8
 
 
 class TuckerAttention(InferenceForm, nn.Module):
@@ -1459,13 +1463,12 @@ class TuckerAttention(InferenceForm, nn.Module):
         # one call: q rotated to at.pos, the new latent key (and value) written into the cache at at.pos, attention.
         # With RoPE a shared latent is cached unrotated (it is also the value) and rotated as read; a separate
         # latent key is rotated once, when it is stored
-        # pdl_split: the split kernel may start while the kernel before it finishes where that is G_q's short GEMV
-        # (factored, K = r2, decode_linear's kernel at its batches); after cuBLAS's GEMM (more rows) or a wide
-        # projection it costs time (H200: LLaMA-1B's Tucker at batch 32 +0.6% / +1.1%, session 53)
+        # pdl_split: the split kernel may start while the kernel before it finishes where that is G_q's short matmul
+        # (factored, K = r2) at up to TUCKER_PDL_SPLIT_ROWS sequences; after a wide projection it costs time
         o = decode_attention(q, k_all, v_all, at.length, scale=1.0 / math.sqrt(self.head_dim),
                              rope=at.tables if self.rope else None, rope_keys="as_read" if self.shared_kv else "stored",
                              rotate_q=self.rope, new_kv=(k.view(B, 1, r3), None if self.shared_kv else v.view(B, 1, p3)),
-                             pdl_split=not merged and B <= decode_linear_rows())  # (B, nH, r~3)
+                             pdl_split=not merged and B <= TUCKER_PDL_SPLIT_ROWS)  # (B, nH, r~3)
         if merged:
             return io.residual(o.reshape(B, nH * p3), form["W_out"].t(), self.bias)  # the stream
         y_lat = decode_linear(o.reshape(B, nH * p3), form["G_o"].t())  # (B, r~2): sum_i o_i G~_i^T

@@ -179,7 +179,7 @@ KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega", "decode_wide
 def set_knobs(pairs) -> dict:
     """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
     default), decode_linear, decode_mega, decode_wide or model (e.g. model.TUCKER_MERGE_MAX_EXTRA=8388608: the bound
-    of merged_decode's default, read as each model is built), the value a Python literal (bench_train.set_module_knobs)."""
+    of TuckerAttention.merged_at, read as each model is built), the value a Python literal (bench_train.set_module_knobs)."""
     return set_module_knobs(pairs, KNOB_MODULES)
 
 

@@ -860,15 +860,18 @@ def test_factored_tucker_decode_equals_uncached_forward(variant, pos_emb):
 
 def test_split_kernel_overlaps_only_a_short_kernel(monkeypatch):
     """decode_attention's pdl_split (the split kernel launched to overlap the kernel before it) is asked for by Tucker's
-    factored step alone, whose queries come from G_q's short matmul, at the batches decode_linear's GEMV serves; its
+    factored step alone, whose queries come from G_q's short matmul, at up to TUCKER_PDL_SPLIT_ROWS sequences; its
     merged step and GQA's follow a wide one."""
     import decode_attention as da
+    import model as model_module
+    rows = model_module.TUCKER_PDL_SPLIT_ROWS
     asked = []
     real = da.decode_attention
     monkeypatch.setattr(da, "decode_attention", lambda *a, pdl_split=False, **kw: asked.append(pdl_split) or real(*a, **kw))
     for variant, merged, batch, expected in (("tucker", False, 2, True), ("tucker", True, 2, False),
-                                             ("gqa2", None, 2, False), ("tucker", False, 5, False)):
-        # (batch 5: G_q is a cuBLAS GEMM, which the split kernel overlapping it slows down)
+                                             ("gqa2", None, 2, False), ("tucker", False, rows, True),
+                                             ("tucker", False, rows + 1, False)):
+        # (above TUCKER_PDL_SPLIT_ROWS sequences the split kernel overlapping G_q's GEMM slows it down)
         idx = torch.randint(0, 50, (batch, 8), generator=torch.Generator().manual_seed(3))
         model = build(variant, "rope", None)
         if merged is not None:
