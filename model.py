@@ -1239,9 +1239,10 @@ class LatentAttention(InferenceForm, nn.Module):
 # the batch-1 kernel saved)
 TUCKER_MERGE_MAX_EXTRA = 1 << 21
 # TuckerAttention's factored step launches its split kernel with programmatic dependent launch (to overlap G_q's short
-# matmul before it) at up to this many sequences. H200, LLaMA-1B [32,128,128] at 4k: -2.2% at batch 1 (session 52),
-# -1.0% at 8, +0.5-1.1% at 32 (session 53)
-TUCKER_PDL_SPLIT_ROWS = 8
+# matmul before it) at up to this many sequences. H200 at 4k, PDL against none (results/bench/README.md, session 53):
+# LLaMA-1B [32,128,128] -2.2% at batch 1 (session 52), -1.1% at 8, -0.6% at 16, +0.8% at 32; GPT-2 Tucker
+# [8,128,128] / shared -1.9% / -2.0% at 8 and 16, +0.8% / -0.9% at 32 (at batch 1 +1.4% / -4.3%)
+TUCKER_PDL_SPLIT_ROWS = 16
 
 
 class TuckerAttention(InferenceForm, nn.Module):
