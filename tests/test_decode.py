@@ -710,7 +710,7 @@ def test_fused_tucker_decode_equals_uncached_forward(variant, pos_emb, monkeypat
     """TuckerAttention.fused_decode: the per-head query and output cores inside
     decode_attention.tucker_decode_attention (its torch composition on the CPU) give the forward's
     logits; a model switched to it gets a new decoder (a captured graph holds the old path). The switch
-    takes that path over merged_decode (on by default at these ranks): every layer of every step calls it."""
+    takes that path over the merged form (these ranks' default): every layer of every step calls it."""
     import model as model_module
     calls, real = [], model_module.tucker_decode_attention
     monkeypatch.setattr(model_module, "tucker_decode_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
