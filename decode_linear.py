@@ -51,7 +51,12 @@ from fused_norm import _norm_params as _norm_module_params
 
 ENABLED = True  # False: every call takes the torch ops (bench_decode --knob decode_linear.ENABLED=False)
 ACTS = (None, "gelu", "swiglu")
-MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is its case; more rows: cuBLAS)
+MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is its case; more rows: cuBLAS) ...
+WIDE_ROWS_MAX_K = 1024  # ... and more than 2 only where K (to a power of two) is at most this: then 4 rows of a K row
+#                         take at most half the TILE, two columns a program in one chunk. Wider rows at 3-4 rows run
+#                         slower than cuBLAS (H200, results/bench/README.md, session 53: LLaMA-1B's batch-3 and
+#                         batch-4 steps 40-44% faster on cuBLAS; GPT-2's, whose K of 768 stays here, level or 3-4%
+#                         slower there)
 TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product (registers per program)
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
 MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
@@ -246,6 +251,12 @@ def _norm_params(norm):
     return NORM_KINDS[kind], weight, bias, eps
 
 
+def serves_rows(rows: int, K: int) -> bool:
+    """Whether the kernel takes `rows` rows of K-wide input (the other conditions apart): up to MAX_ROWS rows, more
+    than 2 only where K is at most WIDE_ROWS_MAX_K (rounded up to a power of two)."""
+    return rows <= MAX_ROWS and (rows <= 2 or _pow2(K) <= WIDE_ROWS_MAX_K)
+
+
 def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Optional[str]:
     """Why the kernel cannot serve these (None when it can)."""
     if norm is not None and getattr(norm, "kind", None) not in NORM_KINDS:
@@ -254,8 +265,9 @@ def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Option
         return f"shapes a {tuple(a.shape)}, weight {tuple(weight.shape)} (a (M, K), weight (N, K))"
     if a.stride(1) != 1:
         return "a's rows must be contiguous"
-    if a.size(0) > MAX_ROWS:
-        return f"{a.size(0)} rows > MAX_ROWS = {MAX_ROWS} (more rows: cuBLAS's tensor-core matmuls)"
+    if not serves_rows(a.size(0), a.size(1)):
+        return (f"{a.size(0)} rows of K = {a.size(1)}: the kernel serves up to MAX_ROWS = {MAX_ROWS} rows, more than 2 "
+                f"only up to K = WIDE_ROWS_MAX_K = {WIDE_ROWS_MAX_K} (more rows: cuBLAS's tensor-core matmuls)")
     N, K = weight.shape
     _, nw, nb, _ = _norm_params(norm)
     sized = [(bias, N), (bias2, N), (nw, K), (nb, K)]

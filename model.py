@@ -593,11 +593,11 @@ def decode_linear(a, weight, bias=None, *, norm=None, act=None, weight2=None, bi
     return dispatch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
 
 
-def decode_linear_rows() -> int:
-    """The most rows a decode step's matmuls run through decode_linear's GEMV kernel (decode_linear.MAX_ROWS); more
-    are cuBLAS's GEMMs."""
+def decode_linear_serves(rows: int, K: int) -> bool:
+    """Whether a decode step's matmul of `rows` rows of K-wide input runs as decode_linear's GEMV kernel (where it is
+    available: decode_linear.serves_rows) rather than cuBLAS's GEMM."""
     import decode_linear as module  # imported on first use, not at import
-    return module.MAX_ROWS
+    return module.serves_rows(rows, K)
 
 
 def add_norm(x, delta, norm):
@@ -1300,14 +1300,15 @@ class TuckerAttention(InferenceForm, nn.Module):
     def merged_at(self, batch_size: int) -> bool:
         """Whether a decode step of batch_size sequences takes the merged form: merged_decode where it is set, else
         where the merged matrices are no larger than MHA's W_Q and W_O, which MHA reads every step, and, at the
-        batches decode_linear's GEMV serves (1 .. decode_linear_rows()), each adds at most TUCKER_MERGE_MAX_EXTRA
-        elements to the factors it replaces: a kernel saved against the bytes added. H200 (results/bench/README.md):
-        at batch 1 GPT-2's Tucker steps, 0.49M more a matrix, are faster merged, LLaMA-1B's, 3.7-3.9M more,
-        factored (session 51); at batches 8 and 32, where cuBLAS GEMMs serve, LLaMA-1B's [32,*,64] rows are 4-6.5%
-        faster merged (session 53; their merged matrices then live beside the factors, +17 MB a layer in bf16)."""
+        batches whose down-projection decode_linear's GEMV serves (decode_linear_serves), each adds at most
+        TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces: a kernel saved against the bytes added. H200
+        (results/bench/README.md): at batch 1 GPT-2's Tucker steps, 0.49M more a matrix, are faster merged,
+        LLaMA-1B's, 3.7-3.9M more, factored (session 51); at 5-32 sequences, where cuBLAS GEMMs serve, LLaMA-1B's
+        [32,*,64] rows are 4-6.5% faster merged (session 53; their merged matrices then live beside the factors,
+        +17 MB a layer in bf16)."""
         if self.merged_decode is not None:
             return self.merged_decode
-        return self._merge_fits and (self._merge_small or batch_size > decode_linear_rows())
+        return self._merge_fits and (self._merge_small or not decode_linear_serves(batch_size, self.U2.size(0)))
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:
