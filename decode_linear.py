@@ -29,7 +29,8 @@ are parameters, or inference forms whose build ends with a fence kernel, model.I
 with the norm after it instead, fused_norm.add_norm).
 
 Same math as the torch ops, not the same bits (fp32 sums in another order): tested to the dtype's rounding.
-Used where it is exact and cheap to choose: CUDA, Triton importable, at most MAX_ROWS rows, every tensor in
+Used where it is exact and cheap to choose: CUDA, Triton importable, at most 2 rows (MAX_ROWS = 4 where K is at most
+WIDE_ROWS_MAX_K: wider rows at 3-4 rows run faster on cuBLAS), every tensor in
 one dtype (fp16, bf16, fp32), no autocast, and not while torch.compile traces this module's code (the model
 calls it from outside the traced graph, torch.compiler.disable, so a compiled decode step keeps the kernel).
 Elsewhere the torch ops run (`backend='torch'`), exactly the unfused model's.
