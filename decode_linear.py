@@ -56,8 +56,8 @@ MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is it
 WIDE_ROWS_MAX_K = 1024  # ... and more than 2 only where K (to a power of two) is at most this: then 4 rows of a K row
 #                         take at most half the TILE, two columns a program in one chunk. Wider rows at 3-4 rows run
 #                         slower than cuBLAS (H200, results/bench/README.md, session 53: LLaMA-1B's batch-3 and
-#                         batch-4 steps 40-44% faster on cuBLAS; GPT-2's, whose K of 768 stays here, level or 3-4%
-#                         slower there)
+#                         batch-4 steps 40-44% faster on cuBLAS; GPT-2's, whose K of 768 (all but the MLP's
+#                         down-projection and a factored Tucker's G_o) stays here, 0.6-3.7% faster)
 TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product (registers per program)
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
 MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits

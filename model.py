@@ -587,8 +587,9 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
 
 @not_traced  # an opaque call in a compiled decode step: its kernel, not inductor's fusion of the ops
 def decode_linear(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None, residual=None):
-    """[residual +] act(norm(a) @ weight^T + bias): decode_linear.decode_linear, one kernel on CUDA at batch <= 4 (the
-    norm before a decode step's matmul, its bias, activation and residual add fused in), the torch ops elsewhere."""
+    """[residual +] act(norm(a) @ weight^T + bias): decode_linear.decode_linear, one kernel on CUDA at the rows it
+    serves (decode_linear.serves_rows: 1-2, or 3-4 where K <= 1024; the norm before a decode step's matmul, its bias,
+    activation and residual add fused in), the torch ops elsewhere."""
     from decode_linear import decode_linear as dispatch  # imported on first use, not at import
     return dispatch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
 
@@ -623,8 +624,8 @@ class DecodeIO:
     """A sublayer's view of the decode step's residual stream and of the norm before the sublayer.
 
     The stream is a pair (x, delta): x (B, d), delta (B, d) an add still to do, or None. Two ways to fuse the
-    step's small kernels, chosen per call by decode_linear_backend (the batch decides: its kernel serves a few
-    rows, cuBLAS more): with decode_linear's kernel the norm is taken inside the matmul after it and the
+    step's small kernels, chosen per call by decode_linear_backend (the batch and the matmul's K decide: its kernel
+    serves a few rows, decode_linear.serves_rows, cuBLAS more): with decode_linear's kernel the norm is taken inside the matmul after it and the
     residual add inside the output projection before it (delta stays None); with cuBLAS matmuls the residual add
     is left pending and done with the next norm in one kernel (fused_norm.add_norm). Sublayers return the new
     stream, x + sublayer(norm(x)), from `residual`."""
@@ -1241,7 +1242,7 @@ TUCKER_MERGE_MAX_EXTRA = 1 << 21
 # TuckerAttention's factored step launches its split kernel with programmatic dependent launch (to overlap G_q's short
 # matmul before it) at up to this many sequences. H200 at 4k, PDL against none (results/bench/README.md, session 53):
 # LLaMA-1B [32,128,128] -2.2% at batch 1 (session 52), -1.1% at 8, -0.6% at 16, +0.8% at 32; GPT-2 Tucker
-# [8,128,128] / shared -1.9% / -2.0% at 8 and 16, +0.8% / -0.9% at 32 (at batch 1 +1.4% / -4.3%)
+# [8,128,128] -1.9% at 8 and 16, +0.8% at 32 (+1.4% at batch 1); shared -2.1% / -1.8% at 8 / 16, -0.9% at 32 (-4.3% at 1)
 TUCKER_PDL_SPLIT_ROWS = 16
 
 
@@ -1303,9 +1304,9 @@ class TuckerAttention(InferenceForm, nn.Module):
         batches whose down-projection decode_linear's GEMV serves (decode_linear_serves), each adds at most
         TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces: a kernel saved against the bytes added. H200
         (results/bench/README.md): at batch 1 GPT-2's Tucker steps, 0.49M more a matrix, are faster merged,
-        LLaMA-1B's, 3.7-3.9M more, factored (session 51); at 5-32 sequences, where cuBLAS GEMMs serve, LLaMA-1B's
-        [32,*,64] rows are 4-6.5% faster merged (session 53; their merged matrices then live beside the factors,
-        +17 MB a layer in bf16)."""
+        LLaMA-1B's, 3.7-3.9M more, factored (session 51); from 3 sequences (K = d = 2048), where cuBLAS's GEMMs
+        serve, LLaMA-1B's [32,*,64] rows take the merged form, measured 4-6.5% faster at 5-32 sequences (session 53;
+        their merged matrices then live beside the factors, +17 MB a layer in bf16)."""
         if self.merged_decode is not None:
             return self.merged_decode
         return self._merge_fits and (self._merge_small or not decode_linear_serves(batch_size, self.U2.size(0)))
@@ -1436,8 +1437,8 @@ class TuckerAttention(InferenceForm, nn.Module):
     def decode(self, io: DecodeIO, at: DecodePosition, cache: LayerCache) -> "Stream":
         """Static decode step (see GroupedQueryAttention.decode) in the inference form: one down-
         projection matmul, the query core, attention to the ONE latent key/value head, the output
-        core and U~2 (merged_decode: the query core inside the projection and the output core inside
-        U~2, two matmuls). With shared KV and RoPE the latent is cached unrotated and rotated as read."""
+        core and U~2 (the merged form, merged_at(B): the query core inside the projection and the output core
+        inside U~2, two matmuls). With shared KV and RoPE the latent is cached unrotated and rotated as read."""
         B = io.x.size(0)
         nH, (_, r2, r3), (_, _, p3) = self.n_head, self.ranks, self.ranks_post
         merged = self.merged_at(B) and not self.fused_decode

@@ -24,7 +24,7 @@
 #   decode_autotune  graph_compiled against the step compiled with max-autotune (Triton GEMMs with fused
 #                 epilogues: fewer kernels per layer), plain and merged Tucker, batch 1 and 32, 4k and 16k
 #   decode_llama  bench_decode, the paper's LLaMA-3 1B rows, batch 1, 4k cached (graph_sdpa, graph, graph_merged:
-#                 the defaults merge Tucker [32,64,64], [32,128,64] and the MLA rows)
+#                 at batch 1 the defaults merge the MLA rows; the Tucker rows decode factored)
 #   decode_generate  model.generate end to end (sample.py) for every variant family, plain graph, compiled and
 #                 max-autotuned step (sample.py --compile=True [--compile_mode=max-autotune]), with a profile
 #   decode_profile_check  MHA and Tucker [8,64,64]: model.generate profiled eager and in a CUDA graph in one run
