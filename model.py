@@ -625,8 +625,8 @@ class DecodeIO:
 
     The stream is a pair (x, delta): x (B, d), delta (B, d) an add still to do, or None. Two ways to fuse the
     step's small kernels, chosen per call by decode_linear_backend (the batch and the matmul's K decide: its kernel
-    serves a few rows, decode_linear.serves_rows, cuBLAS more): with decode_linear's kernel the norm is taken inside the matmul after it and the
-    residual add inside the output projection before it (delta stays None); with cuBLAS matmuls the residual add
+    serves a few rows, decode_linear.serves_rows, cuBLAS more): with decode_linear's kernel the norm is taken inside
+    the matmul after it and the residual add inside the output projection before it (delta stays None); with cuBLAS matmuls the residual add
     is left pending and done with the next norm in one kernel (fused_norm.add_norm). Sublayers return the new
     stream, x + sublayer(norm(x)), from `residual`."""
 
@@ -1242,7 +1242,8 @@ TUCKER_MERGE_MAX_EXTRA = 1 << 21
 # TuckerAttention's factored step launches its split kernel with programmatic dependent launch (to overlap G_q's short
 # matmul before it) at up to this many sequences. H200 at 4k, PDL against none (results/bench/README.md, session 53):
 # LLaMA-1B [32,128,128] -2.2% at batch 1 (session 52), -1.1% at 8, -0.6% at 16, +0.8% at 32; GPT-2 Tucker
-# [8,128,128] -1.9% at 8 and 16, +0.8% at 32 (+1.4% at batch 1); shared -2.1% / -1.8% at 8 / 16, -0.9% at 32 (-4.3% at 1)
+# [8,128,128] -1.9% at 8 and 16, +0.8% at 32 (+1.4% at batch 1); shared -2.1% / -1.8% at 8 / 16, -0.9% at 32
+# (-4.3% at 1)
 TUCKER_PDL_SPLIT_ROWS = 16
 
 

@@ -179,7 +179,8 @@ KNOB_MODULES = ("decode_attention", "decode_linear", "decode_mega", "decode_wide
 def set_knobs(pairs) -> dict:
     """--knob [MODULE.]NAME=VALUE: a module constant (upper-case name it defines) of decode_attention (the
     default), decode_linear, decode_mega, decode_wide or model (e.g. model.TUCKER_MERGE_MAX_EXTRA=8388608: the bound
-    of TuckerAttention.merged_at, read as each model is built), the value a Python literal (bench_train.set_module_knobs)."""
+    of TuckerAttention.merged_at, read as each model is built), the value a Python literal
+    (bench_train.set_module_knobs)."""
     return set_module_knobs(pairs, KNOB_MODULES)
 
 
@@ -249,7 +250,8 @@ def bench_case(model, batch_size: int, context: int, args, device: torch.device,
             attn.fused_decode = paths[0]
         attn.merged_decode = paths[1]
     try:
-        w_bytes = weight_bytes_per_step(model, forward_step if mode == "forward" else None, batch_size)  # this mode's path
+        w_bytes = weight_bytes_per_step(model, forward_step if mode == "forward" else None,  # this mode's path
+                                        batch_size)
         with attention_backend(backend):
             if mode.startswith("graph"):
                 side = torch.cuda.Stream()
