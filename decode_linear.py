@@ -13,9 +13,10 @@ tile, the residual is the same tile of x. `decode_linear` computes
 
     out = [residual +] act(norm(a) @ weight^T [+ bias] [, norm(a) @ weight2^T [+ bias2]])
 
-in one Triton kernel for at most MAX_ROWS rows: per block of output columns, the input rows normalized as
-they are read, each weight row streamed once, the epilogue in fp32 with the torch ops' rounding points (each
-op's result rounded to the activations' dtype, as the unfused ops store it). Where a whole row of K fits one
+in one Triton kernel for at most MAX_ROWS rows: per block of output columns and of MAX_BLOCK_M rows, the input
+rows normalized as they are read, each weight row streamed once a row block (3-4 rows: once for each of the
+two), the epilogue in fp32 with the torch ops' rounding points (each op's result rounded to the
+activations' dtype, as the unfused ops store it). Where a whole row of K fits one
 tile (GPT-2: K = 768 and 3072; at batch 1 LLaMA-1B's 8192, one column a program), every load of a program is issued
 at once and the norm's statistics come from registers: a small kernel's time is its chain of dependent memory round
 trips. A block is then 4 kernels plus attention's (norm + QKV, the output projection + residual, norm + fc + GELU,
@@ -25,14 +26,16 @@ before it finishes; where a whole K row fits one tile it issues its weight loads
 (griddepcontrol.wait) before it reads its input (the loop over K chunks waits first). Its stores come after
 the wait, so a buffer the previous kernel still reads is never overwritten early. The contract: the weights,
 biases and norm parameters must not be written by the kernel launched just before (a decode step's weights
-are parameters, or inference forms whose build ends with a fence kernel, model.InferenceForm). More rows are a GEMM: cuBLAS's tensor-core matmuls serve them (model.DecodeIO then fuses each residual add
-with the norm after it instead, fused_norm.add_norm).
+are parameters, or inference forms whose build ends with a fence kernel, model.InferenceForm). More rows are a
+GEMM: cuBLAS's tensor-core matmuls serve them (model.DecodeIO then fuses each residual add with the norm after it
+instead, fused_norm.add_norm).
 
 Same math as the torch ops, not the same bits (fp32 sums in another order): tested to the dtype's rounding.
 Used where it is exact and cheap to choose: CUDA, Triton importable, at most 2 rows (MAX_ROWS = 4 where K is at most
-WIDE_ROWS_MAX_K: wider rows at 3-4 rows run faster on cuBLAS), every tensor in
-one dtype (fp16, bf16, fp32), no autocast, and not while torch.compile traces this module's code (the model
-calls it from outside the traced graph, torch.compiler.disable, so a compiled decode step keeps the kernel).
+WIDE_ROWS_MAX_K: wider rows at 3-4 rows run faster on cuBLAS; 1 row for weights of more than MULTI_ROW_MAX_WEIGHT
+elements, the LM heads, which cuBLAS reads faster from 2 rows), every tensor in one dtype (fp16, bf16, fp32), no
+autocast, and not while torch.compile traces this module's code (the model calls it from outside the traced graph,
+torch.compiler.disable, so a compiled decode step keeps the kernel).
 Elsewhere the torch ops run (`backend='torch'`), exactly the unfused model's.
 
 weight is F.linear's (N, K) with any strides: a matrix stored (K, N) for `x @ W` is passed as W.t() (and is
@@ -53,11 +56,19 @@ from fused_norm import _norm_params as _norm_module_params
 ENABLED = True  # False: every call takes the torch ops (bench_decode --knob decode_linear.ENABLED=False)
 ACTS = (None, "gelu", "swiglu")
 MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is its case; more rows: cuBLAS) ...
-WIDE_ROWS_MAX_K = 1024  # ... and more than 2 only where K (to a power of two) is at most this: then 4 rows of a K row
-#                         take at most half the TILE, two columns a program in one chunk. Wider rows at 3-4 rows run
-#                         slower than cuBLAS (H200, results/bench/README.md, session 53: LLaMA-1B's batch-3 and
-#                         batch-4 steps 40-44% faster on cuBLAS; GPT-2's, whose K of 768 (all but the MLP's
+WIDE_ROWS_MAX_K = 1024  # ... and more than 2 only where K (to a power of two) is at most this: then a pair of K rows
+#                         takes at most a quarter of the TILE, four columns a program in one chunk. Wider rows at 3-4
+#                         rows run slower than cuBLAS (H200, results/bench/README.md, session 53: LLaMA-1B's batch-3
+#                         and batch-4 steps 40-44% faster on cuBLAS; GPT-2's, whose K of 768 (all but the MLP's
 #                         down-projection and a factored Tucker's G_o) stays here, 0.6-3.7% faster)
+MULTI_ROW_MAX_WEIGHT = 1 << 25  # ... and more than 1 row only where the weight has at most this many elements (N x
+#                                 K): the LM heads (GPT-2's 38.6M, LLaMA-1B's 263M) go to cuBLAS from 2 rows (H200,
+#                                 session 54 call 7: GPT-2's head at 2 rows 34.1 us here against 25.6 on cuBLAS,
+#                                 LLaMA-1B's 193 against 133; the steps at 2-4 sequences 3.7-8.3% faster). LLaMA-1B's
+#                                 MLP matrices (16.8M) stay here: on cuBLAS its batch-2 step took 14% longer
+MAX_BLOCK_M = 2  # rows a program takes at most: 3-4 rows are two blocks of 2 (H200, session 54 calls 6-7: a K of
+#                  128 at 4 rows a program 5.0-6.6 us against 1.7-2.3 at 2 (G_q, U~2); the steps at 3-4 sequences
+#                  2-3% faster, factored Tucker's 8.5% (LLaMA-1B [32,128,128]) and 31% (GPT-2 [8,128,128]))
 TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product (registers per program)
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
 MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
@@ -252,9 +263,12 @@ def _norm_params(norm):
     return NORM_KINDS[kind], weight, bias, eps
 
 
-def serves_rows(rows: int, K: int) -> bool:
-    """Whether the kernel takes `rows` rows of K-wide input (the other conditions apart): up to MAX_ROWS rows, more
-    than 2 only where K is at most WIDE_ROWS_MAX_K (rounded up to a power of two)."""
+def serves_rows(rows: int, K: int, N: int) -> bool:
+    """Whether the kernel takes `rows` rows of K-wide input into N outputs (the other conditions apart): up to
+    MAX_ROWS rows, more than 2 only where K is at most WIDE_ROWS_MAX_K (rounded up to a power of two), more than 1
+    only where the weight (N, K) has at most MULTI_ROW_MAX_WEIGHT elements."""
+    if rows > 1 and N * K > MULTI_ROW_MAX_WEIGHT:
+        return False
     return rows <= MAX_ROWS and (rows <= 2 or _pow2(K) <= WIDE_ROWS_MAX_K)
 
 
@@ -266,9 +280,10 @@ def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Option
         return f"shapes a {tuple(a.shape)}, weight {tuple(weight.shape)} (a (M, K), weight (N, K))"
     if a.stride(1) != 1:
         return "a's rows must be contiguous"
-    if not serves_rows(a.size(0), a.size(1)):
-        return (f"{a.size(0)} rows of K = {a.size(1)}: the kernel serves up to MAX_ROWS = {MAX_ROWS} rows, more than 2 "
-                f"only up to K = WIDE_ROWS_MAX_K = {WIDE_ROWS_MAX_K} (more rows: cuBLAS's tensor-core matmuls)")
+    if not serves_rows(a.size(0), a.size(1), weight.size(0)):
+        return (f"{a.size(0)} rows of K = {a.size(1)} into N = {weight.size(0)}: the kernel serves up to MAX_ROWS = "
+                f"{MAX_ROWS} rows, more than 2 only up to K = WIDE_ROWS_MAX_K = {WIDE_ROWS_MAX_K}, more than 1 only up "
+                f"to N x K = MULTI_ROW_MAX_WEIGHT = {MULTI_ROW_MAX_WEIGHT} (more rows: cuBLAS's tensor-core matmuls)")
     N, K = weight.shape
     _, nw, nb, _ = _norm_params(norm)
     sized = [(bias, N), (bias2, N), (nw, K), (nb, K)]
@@ -302,7 +317,7 @@ def _config(M: int, N: int, K: int, device: torch.device):
     (a step's matmuls read each weight once: bandwidth wants every SM loading), then cut until the whole K row
     fits the TILE (one chunk: no loop, no dependent round trips); where even MIN_BLOCK_N columns do not fit, a
     loop over K chunks of TILE / (rows x LOOP_BLOCK_N columns)."""
-    block_m = min(_pow2(M, 1), MAX_ROWS)
+    block_m = min(_pow2(M, 1), MAX_BLOCK_M)
     k_pow2 = _pow2(K)
     want = max(1, N * _cdiv(M, block_m) // (PROGRAMS_PER_SM * _sm_count(device)))
     block_n = max(MIN_BLOCK_N, min(MAX_BLOCK_N, _pow2_floor(want), _pow2(N, 1)))

@@ -588,17 +588,17 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
 @not_traced  # an opaque call in a compiled decode step: its kernel, not inductor's fusion of the ops
 def decode_linear(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None, residual=None):
     """[residual +] act(norm(a) @ weight^T + bias): decode_linear.decode_linear, one kernel on CUDA at the rows it
-    serves (decode_linear.serves_rows: 1-2, or 3-4 where K <= 1024; the norm before a decode step's matmul, its bias,
-    activation and residual add fused in), the torch ops elsewhere."""
+    serves (decode_linear.serves_rows: 1-2, or 3-4 where K <= 1024, 1 for the LM heads; the norm before a decode
+    step's matmul, its bias, activation and residual add fused in), the torch ops elsewhere."""
     from decode_linear import decode_linear as dispatch  # imported on first use, not at import
     return dispatch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
 
 
-def decode_linear_serves(rows: int, K: int) -> bool:
-    """Whether a decode step's matmul of `rows` rows of K-wide input runs as decode_linear's GEMV kernel (where it is
-    available: decode_linear.serves_rows) rather than cuBLAS's GEMM."""
+def decode_linear_serves(rows: int, K: int, N: int) -> bool:
+    """Whether a decode step's matmul of `rows` rows of K-wide input into N outputs runs as decode_linear's GEMV
+    kernel (where it is available: decode_linear.serves_rows) rather than cuBLAS's GEMM."""
     import decode_linear as module  # imported on first use, not at import
-    return module.serves_rows(rows, K)
+    return module.serves_rows(rows, K, N)
 
 
 def add_norm(x, delta, norm):
@@ -1310,7 +1310,8 @@ class TuckerAttention(InferenceForm, nn.Module):
         their merged matrices then live beside the factors, +17 MB a layer in bf16)."""
         if self.merged_decode is not None:
             return self.merged_decode
-        return self._merge_fits and (self._merge_small or not decode_linear_serves(batch_size, self.U2.size(0)))
+        down = self.ranks[1] + self.ranks[2] + (0 if self.shared_kv else self.ranks_post[2])  # W_down's outputs
+        return self._merge_fits and (self._merge_small or not decode_linear_serves(batch_size, self.U2.size(0), down))
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:

@@ -506,7 +506,7 @@ def test_cuda_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope, 
     uncached forward's logits, in float32 (the CPU tests check the same through the SDPA fallback)."""
     import decode_attention as da
     import decode_linear as dl
-    assert dl.serves_rows(batch, 4 * 32) == (batch == 3)  # the widest K: the MLP's down-projection
+    assert dl.serves_rows(batch, 4 * 32, 32) == (batch == 3)  # the widest K: the MLP's down-projection
     launches = []
     launch = da._launch
     monkeypatch.setattr(da, "_launch", lambda *a, **kw: launches.append(1) or launch(*a, **kw))
@@ -838,7 +838,7 @@ def test_tucker_default_form_follows_the_batch(variant, monkeypatch):
     model = build(variant, "rope", None)
     attn = model.transformer.h[0].attn
     rows = 4  # decode_linear's MAX_ROWS: the GEMV serves these models' rows (K = 32) up to it
-    assert model_module.decode_linear_serves(rows, 32) and not model_module.decode_linear_serves(rows + 1, 32)
+    assert model_module.decode_linear_serves(rows, 32, 32) and not model_module.decode_linear_serves(rows + 1, 32, 32)
     assert (attn.merged_at(rows), attn.merged_at(rows + 1)) == (False, True)
     for batch, merged in ((rows, False), (rows + 1, True)):
         idx = torch.randint(0, 50, (batch, 12), generator=torch.Generator().manual_seed(batch))
@@ -942,7 +942,8 @@ def test_merged_tucker_decode_equals_uncached_forward(variant, pos_emb):
 INTERP_DECODE = [("mha", "rope", None), ("gqa2", "learned", None), ("tucker", "rope", None),
                  ("tucker_shared", "rope", None), ("tucker_post", "learned", None), ("mla_shared", "rope", "latent"),
                  ("mla_q", "rope", None), ("tucker_factored", "rope", None),  # _factored: merged_decode off
-                 ("gqa2_mixed", "learned", None)]  # _mixed: 3 sequences, the MLP's down-projection on the torch ops
+                 ("gqa2_mixed", "learned", None),  # _mixed: 3 sequences, the MLP's down-projection on the torch ops
+                 ("gqa2_large", "learned", None)]  # _large: 2 sequences, weights over d x d on the torch ops
 
 
 @needs_child
@@ -970,7 +971,11 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     mixed = variant.endswith("_mixed")  # 3 rows of K = 128 (the MLP's hidden) then not served: cuBLAS's place, its
     if mixed:  # residual add left pending for the next norm, every other matmul (K = 32) in the kernel
         monkeypatch.setattr(dl, "WIDE_ROWS_MAX_K", 64)
-    model = build(variant.removesuffix("_factored").removesuffix("_mixed"), pos_emb, mla_rope, block_size=16).float()
+    large = variant.endswith("_large")  # the bound on a weight served at more than 1 row (an LM head's place) at
+    if large:  # d x d: only the attention's output projection (+ residual) in the kernel, at the bound; QKV, the
+        monkeypatch.setattr(dl, "MULTI_ROW_MAX_WEIGHT", 32 * 32)  # MLP's and the LM head on the torch ops
+    model = build(variant.removesuffix("_factored").removesuffix("_mixed").removesuffix("_large"), pos_emb, mla_rope,
+                  block_size=16).float()
     if variant.endswith("_factored"):  # Tucker's factored form (LLaMA-1B's default): W_down, G_q, G_o, U~2 kernels
         for block in model.transformer.h:
             block.attn.merged_decode = False
@@ -993,5 +998,7 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     # per step: each attention's, the MLP's two (norm + fc + GELU, proj + residual; _mixed: proj on the torch ops),
     # the logits
     per_step = sum(kernels(block.attn) + (1 if mixed else 2) for block in model.transformer.h) + 1
+    if large:  # one launch a layer: the output projection (d x d, at the bound)
+        per_step = model.config.n_layer
     assert launches["linear"] == steps * per_step
     assert (got - full[:, 3:4 + steps]).abs().max().item() < 1e-5 * full.abs().max().item()

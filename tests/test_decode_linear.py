@@ -131,7 +131,7 @@ def test_config_tiles(M, N, K):
     one chunk exactly where the whole (padded) K row fits beside MIN_BLOCK_N columns, else a loop over K chunks with
     LOOP_BLOCK_N columns."""
     bm, bn, bk, one = dl._config(M, N, K, torch.device("cpu"))
-    assert all(v & (v - 1) == 0 for v in (bm, bn, bk)) and bm >= M
+    assert all(v & (v - 1) == 0 for v in (bm, bn, bk)) and bm == min(1 << (M - 1).bit_length(), dl.MAX_BLOCK_M)
     assert dl.MIN_BLOCK_N <= bn <= dl.MAX_BLOCK_N and bm * bn * bk <= dl.TILE
     fits = bm * dl.MIN_BLOCK_N * max(16, 1 << (K - 1).bit_length()) <= dl.TILE
     assert one == fits and (bk >= K if one else bk < K)
@@ -140,20 +140,28 @@ def test_config_tiles(M, N, K):
 
 def test_more_rows_than_max_take_torch():
     """The kernel serves up to MAX_ROWS rows (its batch-1 decoding case and a few more), more than 2 only where K is
-    at most WIDE_ROWS_MAX_K (to a power of two); the rest go to cuBLAS."""
-    def why(M, K):
+    at most WIDE_ROWS_MAX_K (to a power of two), more than 1 only where the weight has at most MULTI_ROW_MAX_WEIGHT
+    elements (the LM heads: one row); the rest go to cuBLAS."""
+    def why(M, K, N=8):
         a, weight, kw = make(M, K, 8, torch.float32)
-        return dl._unsupported(a, weight, kw["bias"], kw["norm"], None, None, None, None)
+        if N != 8:  # a weight of N rows without N x K elements in memory (only its shape is read)
+            weight = weight[:1].expand(N, K)
+        return dl._unsupported(a, weight, None, kw["norm"], None, None, None, None)
 
-    def served(M, K):
-        reason = why(M, K)
-        assert (reason is None or reason.startswith("device cpu")) == dl.serves_rows(M, K), (M, K, reason)
+    def served(M, K, N=8):
+        reason = why(M, K, N)
+        assert (reason is None or reason.startswith("device cpu")) == dl.serves_rows(M, K, N), (M, K, N, reason)
         return reason is None or reason.startswith("device cpu")  # (on a Triton device: served)
     wide = dl.WIDE_ROWS_MAX_K + 1
     assert "MAX_ROWS = " in why(dl.MAX_ROWS + 1, 16) and not served(dl.MAX_ROWS + 1, 16)
     assert served(dl.MAX_ROWS, 16) and served(3, dl.WIDE_ROWS_MAX_K)
     assert not served(3, wide) and not served(dl.MAX_ROWS, wide) and "WIDE_ROWS_MAX_K" in why(3, wide)
     assert served(2, wide) and served(1, 4 * wide)
+    K = 512  # a weight at the bound and one row of K past it
+    at, past = dl.MULTI_ROW_MAX_WEIGHT // K, dl.MULTI_ROW_MAX_WEIGHT // K + 1
+    assert at * K == dl.MULTI_ROW_MAX_WEIGHT
+    assert served(1, K, past) and served(2, K, at) and served(dl.MAX_ROWS, K, at)
+    assert not served(2, K, past) and not served(dl.MAX_ROWS, K, past) and "MULTI_ROW_MAX_WEIGHT" in why(2, K, past)
 
 
 # ----------------------------------------------------------------------------------------
@@ -236,7 +244,7 @@ def test_interp_row_strides_and_mixed_weight_layouts(K):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_cuda_kernel_matches_float64(M, N, K, act, norm, kn, dtype):
     a, weight, kw = make(M, K, N, dtype, norm=norm, act=act, residual=act is None, kn=kn, device="cuda")
-    if not dl.serves_rows(M, K):  # 3-4 rows of a wide K: cuBLAS
+    if not dl.serves_rows(M, K, N):  # 3-4 rows of a wide K: cuBLAS
         assert M > 2 and dl.decode_linear_backend(a, weight, **kw) == "torch"
         return
     assert dl.decode_linear_backend(a, weight, **kw) == "triton"
