@@ -32,10 +32,11 @@ instead, fused_norm.add_norm).
 
 Same math as the torch ops, not the same bits (fp32 sums in another order): tested to the dtype's rounding.
 Used where it is exact and cheap to choose: CUDA, Triton importable, at most 2 rows (MAX_ROWS = 4 where K is at most
-WIDE_ROWS_MAX_K: wider rows at 3-4 rows run faster on cuBLAS; 1 row for weights of more than MULTI_ROW_MAX_WEIGHT
-elements, the LM heads, which cuBLAS reads faster from 2 rows), every tensor in one dtype (fp16, bf16, fp32), no
-autocast, and not while torch.compile traces this module's code (the model calls it from outside the traced graph,
-torch.compiler.disable, so a compiled decode step keeps the kernel).
+WIDE_ROWS_MAX_K or the weight at most WIDE_ROWS_MAX_WEIGHT elements: larger ones at 3-4 rows run faster on cuBLAS; 1
+row for weights of more than MULTI_ROW_MAX_WEIGHT elements, the LM heads, which cuBLAS reads faster from 2 rows),
+every tensor in one dtype (fp16, bf16, fp32), no autocast, and not while torch.compile traces this module's code
+(the model calls it from outside the traced graph, torch.compiler.disable, so a compiled decode step keeps the
+kernel).
 Elsewhere the torch ops run (`backend='torch'`), exactly the unfused model's.
 
 weight is F.linear's (N, K) with any strides: a matrix stored (K, N) for `x @ W` is passed as W.t() (and is
@@ -56,19 +57,24 @@ from fused_norm import _norm_params as _norm_module_params
 ENABLED = True  # False: every call takes the torch ops (bench_decode --knob decode_linear.ENABLED=False)
 ACTS = (None, "gelu", "swiglu")
 MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is its case; more rows: cuBLAS) ...
-WIDE_ROWS_MAX_K = 1024  # ... and more than 2 only where K (to a power of two) is at most this: then a pair of K rows
-#                         takes at most a quarter of the TILE, four columns a program in one chunk. Wider rows at 3-4
-#                         rows run slower than cuBLAS (H200, results/bench/README.md, session 53: LLaMA-1B's batch-3
-#                         and batch-4 steps 40-44% faster on cuBLAS; GPT-2's, whose K of 768 (all but the MLP's
-#                         down-projection and a factored Tucker's G_o) stays here, 0.6-3.7% faster)
+WIDE_ROWS_MAX_K = 1024  # ... and more than 2 only where K (to a power of two) is at most this, or where the weight
+#                         is small (WIDE_ROWS_MAX_WEIGHT). Wider, larger weights at 3-4 rows run slower than cuBLAS
+#                         (H200, results/bench/README.md, session 53: LLaMA-1B's batch-3 and batch-4 steps 40-44%
+#                         faster on cuBLAS)
+WIDE_ROWS_MAX_WEIGHT = 3 << 20  # ... the small weights of any K served at 3-4 rows: at most this many elements (N x
+#                                 K). H200, session 54 call 9, against cuBLAS there (3-4 rows in pairs): GPT-2's MLP
+#                                 down-projection (2.4M) 8-21% off the steps at 3-4 sequences, a factored Tucker's
+#                                 W_down and G_o (LLaMA-1B [32,128,128]: 0.8M, 0.5M) 9-10%; LLaMA-1B GQA-8's output
+#                                 projection (4.2M) here made its step 3% slower
 MULTI_ROW_MAX_WEIGHT = 1 << 25  # ... and more than 1 row only where the weight has at most this many elements (N x
 #                                 K): the LM heads (GPT-2's 38.6M, LLaMA-1B's 263M) go to cuBLAS from 2 rows (H200,
 #                                 session 54 call 7: GPT-2's head at 2 rows 34.1 us here against 25.6 on cuBLAS,
-#                                 LLaMA-1B's 193 against 133; the steps at 2-4 sequences 3.7-8.3% faster). LLaMA-1B's
-#                                 MLP matrices (16.8M) stay here: on cuBLAS its batch-2 step took 14% longer
+#                                 LLaMA-1B's 193 against 133; the steps at 2-4 sequences 3.8-6.7% faster). LLaMA-1B's
+#                                 MLP matrices (16.8M) stay here: on cuBLAS its batch-2 steps took 13-19% longer
 MAX_BLOCK_M = 2  # rows a program takes at most: 3-4 rows are two blocks of 2 (H200, session 54 calls 6-7: a K of
-#                  128 at 4 rows a program 5.0-6.6 us against 1.7-2.3 at 2 (G_q, U~2); the steps at 3-4 sequences
-#                  2-3% faster, factored Tucker's 8.5% (LLaMA-1B [32,128,128]) and 31% (GPT-2 [8,128,128]))
+#                  128 at 3-4 rows 5.0-6.6 us in one block of 4, 2.2-3.5 in two of 2 (G_q, U~2); the steps at 3-4
+#                  sequences 1.7-2.2% faster, factored Tucker's 8.6% (LLaMA-1B [32,128,128]) and 31% (GPT-2
+#                  [8,128,128]))
 TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product (registers per program)
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
 MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
@@ -265,11 +271,11 @@ def _norm_params(norm):
 
 def serves_rows(rows: int, K: int, N: int) -> bool:
     """Whether the kernel takes `rows` rows of K-wide input into N outputs (the other conditions apart): up to
-    MAX_ROWS rows, more than 2 only where K is at most WIDE_ROWS_MAX_K (rounded up to a power of two), more than 1
-    only where the weight (N, K) has at most MULTI_ROW_MAX_WEIGHT elements."""
+    MAX_ROWS rows, more than 2 only where K is at most WIDE_ROWS_MAX_K (rounded up to a power of two) or the weight
+    (N, K) has at most WIDE_ROWS_MAX_WEIGHT elements, more than 1 only where it has at most MULTI_ROW_MAX_WEIGHT."""
     if rows > 1 and N * K > MULTI_ROW_MAX_WEIGHT:
         return False
-    return rows <= MAX_ROWS and (rows <= 2 or _pow2(K) <= WIDE_ROWS_MAX_K)
+    return rows <= MAX_ROWS and (rows <= 2 or _pow2(K) <= WIDE_ROWS_MAX_K or N * K <= WIDE_ROWS_MAX_WEIGHT)
 
 
 def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Optional[str]:
@@ -282,8 +288,9 @@ def _unsupported(a, weight, bias, norm, act, weight2, bias2, residual) -> Option
         return "a's rows must be contiguous"
     if not serves_rows(a.size(0), a.size(1), weight.size(0)):
         return (f"{a.size(0)} rows of K = {a.size(1)} into N = {weight.size(0)}: the kernel serves up to MAX_ROWS = "
-                f"{MAX_ROWS} rows, more than 2 only up to K = WIDE_ROWS_MAX_K = {WIDE_ROWS_MAX_K}, more than 1 only up "
-                f"to N x K = MULTI_ROW_MAX_WEIGHT = {MULTI_ROW_MAX_WEIGHT} (more rows: cuBLAS's tensor-core matmuls)")
+                f"{MAX_ROWS} rows, more than 2 only up to K = WIDE_ROWS_MAX_K = {WIDE_ROWS_MAX_K} or N x K = "
+                f"WIDE_ROWS_MAX_WEIGHT = {WIDE_ROWS_MAX_WEIGHT}, more than 1 only up to N x K = MULTI_ROW_MAX_WEIGHT = "
+                f"{MULTI_ROW_MAX_WEIGHT} (more rows: cuBLAS's tensor-core matmuls)")
     N, K = weight.shape
     _, nw, nb, _ = _norm_params(norm)
     sized = [(bias, N), (bias2, N), (nw, K), (nb, K)]

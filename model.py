@@ -1305,9 +1305,11 @@ class TuckerAttention(InferenceForm, nn.Module):
         batches whose down-projection decode_linear's GEMV serves (decode_linear_serves), each adds at most
         TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces: a kernel saved against the bytes added. H200
         (results/bench/README.md): at batch 1 GPT-2's Tucker steps, 0.49M more a matrix, are faster merged,
-        LLaMA-1B's, 3.7-3.9M more, factored (session 51); from 3 sequences (K = d = 2048), where cuBLAS's GEMMs
-        serve, LLaMA-1B's [32,*,64] rows take the merged form, measured 4-6.5% faster at 5-32 sequences (session 53;
-        their merged matrices then live beside the factors, +17 MB a layer in bf16)."""
+        LLaMA-1B's, 3.7-3.9M more, factored (session 51); from 5 sequences, where cuBLAS's GEMMs serve, LLaMA-1B's
+        [32,*,64] rows take the merged form, measured 4-6.5% faster at 5-32 sequences (session 53; their merged
+        matrices then live beside the factors, +17 MB a layer in bf16). At 3-4 sequences the GEMV serves their
+        down-projections (2048 x 256, decode_linear.WIDE_ROWS_MAX_WEIGHT): factored, 1.2-2.1% faster there than
+        merged on cuBLAS (session 54 call 9)."""
         if self.merged_decode is not None:
             return self.merged_decode
         down = self.ranks[1] + self.ranks[2] + (0 if self.shared_kv else self.ranks_post[2])  # W_down's outputs

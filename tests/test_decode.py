@@ -797,8 +797,8 @@ def test_tucker_merged_by_default_only_within_mha_sizes():
 def test_tucker_merged_by_default_only_where_it_adds_few_elements(monkeypatch):
     """...and, at the batches decode_linear's GEMV serves (decode_linear_serves), where each merged matrix adds at most
     TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces: GPT-2 124M's Tucker [8,64,64] merges, LLaMA-3 1B's
-    Tucker rows (d 2048, 32 heads) decode factored there (1-2 sequences) and merged at more (cuBLAS's GEMMs), but for
-    [32,128,128], larger merged than MHA's matrices; the bound sits exactly at the count d nH r3 - (d r2 + r2 nH r3)
+    Tucker rows (d 2048, 32 heads) decode factored there (1-4 sequences: their down-projections are small enough at
+    3-4) and merged at more (cuBLAS's GEMMs), but for [32,128,128], larger merged than MHA's matrices; the bound sits exactly at the count d nH r3 - (d r2 + r2 nH r3)
     (the query side; the output side likewise)."""
     import model as model_module
 
@@ -809,8 +809,8 @@ def test_tucker_merged_by_default_only_where_it_adds_few_elements(monkeypatch):
     assert merged(n_head=12, n_embd=768, tucker_ranks=(8, 64, 64))  # 491,520 more elements a matrix
     for ranks in ((32, 64, 64), (32, 128, 64)):  # 3.9M / 3.7M more
         assert not merged(n_head=32, n_embd=2048, tucker_ranks=ranks)
-        assert not merged(2, n_head=32, n_embd=2048, tucker_ranks=ranks)
-        assert merged(3, n_head=32, n_embd=2048, tucker_ranks=ranks)  # 3+ rows of K = 2048: cuBLAS's GEMMs
+        assert not merged(4, n_head=32, n_embd=2048, tucker_ranks=ranks)  # W_down (2048, 256): decode_linear's
+        assert merged(5, n_head=32, n_embd=2048, tucker_ranks=ranks)  # 5+ rows: cuBLAS's GEMMs
     assert not merged(32, n_head=32, n_embd=2048, tucker_ranks=(32, 128, 128))  # nH r3 = 4096 > d
     d, nH, r2, r3 = 64, 4, 4, 16  # query side 64*64 - (64*4 + 4*64) = 3584; output side with r~2 = 8: 3072
     extra = d * nH * r3 - (d * r2 + r2 * nH * r3)
@@ -971,6 +971,7 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
     mixed = variant.endswith("_mixed")  # 3 rows of K = 128 (the MLP's hidden) then not served: cuBLAS's place, its
     if mixed:  # residual add left pending for the next norm, every other matmul (K = 32) in the kernel
         monkeypatch.setattr(dl, "WIDE_ROWS_MAX_K", 64)
+        monkeypatch.setattr(dl, "WIDE_ROWS_MAX_WEIGHT", 32 * 32 * 3)  # (K = 128 past it: 32 x 128)
     large = variant.endswith("_large")  # the bound on a weight served at more than 1 row (an LM head's place) at
     if large:  # d x d: only the attention's output projection (+ residual) in the kernel, at the bound; QKV, the
         monkeypatch.setattr(dl, "MULTI_ROW_MAX_WEIGHT", 32 * 32)  # MLP's and the LM head on the torch ops

@@ -140,8 +140,8 @@ def test_config_tiles(M, N, K):
 
 def test_more_rows_than_max_take_torch():
     """The kernel serves up to MAX_ROWS rows (its batch-1 decoding case and a few more), more than 2 only where K is
-    at most WIDE_ROWS_MAX_K (to a power of two), more than 1 only where the weight has at most MULTI_ROW_MAX_WEIGHT
-    elements (the LM heads: one row); the rest go to cuBLAS."""
+    at most WIDE_ROWS_MAX_K (to a power of two) or the weight has at most WIDE_ROWS_MAX_WEIGHT elements, more than 1
+    only where it has at most MULTI_ROW_MAX_WEIGHT (the LM heads: one row); the rest go to cuBLAS."""
     def why(M, K, N=8):
         a, weight, kw = make(M, K, 8, torch.float32)
         if N != 8:  # a weight of N rows without N x K elements in memory (only its shape is read)
@@ -152,11 +152,16 @@ def test_more_rows_than_max_take_torch():
         reason = why(M, K, N)
         assert (reason is None or reason.startswith("device cpu")) == dl.serves_rows(M, K, N), (M, K, N, reason)
         return reason is None or reason.startswith("device cpu")  # (on a Triton device: served)
-    wide = dl.WIDE_ROWS_MAX_K + 1
     assert "MAX_ROWS = " in why(dl.MAX_ROWS + 1, 16) and not served(dl.MAX_ROWS + 1, 16)
     assert served(dl.MAX_ROWS, 16) and served(3, dl.WIDE_ROWS_MAX_K)
-    assert not served(3, wide) and not served(dl.MAX_ROWS, wide) and "WIDE_ROWS_MAX_K" in why(3, wide)
-    assert served(2, wide) and served(1, 4 * wide)
+    wide = dl.WIDE_ROWS_MAX_K * 2  # a K past WIDE_ROWS_MAX_K: served at 3-4 rows up to WIDE_ROWS_MAX_WEIGHT elements
+    at, past = dl.WIDE_ROWS_MAX_WEIGHT // wide, dl.WIDE_ROWS_MAX_WEIGHT // wide + 1
+    assert at * wide == dl.WIDE_ROWS_MAX_WEIGHT
+    assert served(3, wide, at) and served(dl.MAX_ROWS, wide, at) and served(3, wide + 1)
+    assert not served(3, wide, past) and not served(dl.MAX_ROWS, wide, past)
+    assert "WIDE_ROWS_MAX_WEIGHT" in why(3, wide, past)
+    assert served(2, wide, past) and served(1, 4 * wide, past)
+    assert served(3, dl.WIDE_ROWS_MAX_K, past)  # K within WIDE_ROWS_MAX_K: any weight up to MULTI_ROW_MAX_WEIGHT
     K = 512  # a weight at the bound and one row of K past it
     at, past = dl.MULTI_ROW_MAX_WEIGHT // K, dl.MULTI_ROW_MAX_WEIGHT // K + 1
     assert at * K == dl.MULTI_ROW_MAX_WEIGHT
