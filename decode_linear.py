@@ -67,7 +67,8 @@ WIDE_ROWS_MAX_WEIGHT = 3 << 20  # ... the small weights of any K served at 3-4 r
 #                                 W_down and G_o (LLaMA-1B [32,128,128]: 0.8M, 0.5M) 9-10%; LLaMA-1B GQA-8's output
 #                                 projection (4.2M) here made its step 3% slower
 MULTI_ROW_MAX_WEIGHT = 1 << 25  # ... and more than 1 row only where the weight has at most this many elements (N x
-#                                 K): the LM heads (GPT-2's 38.6M, LLaMA-1B's 263M) go to cuBLAS from 2 rows (H200,
+#                                 K; SwiGLU's weight2 not counted): larger ones, here the LM heads (GPT-2's 38.6M,
+#                                 LLaMA-1B's 263M), go to cuBLAS from 2 rows (H200,
 #                                 session 54 call 7: GPT-2's head at 2 rows 34.1 us here against 25.6 on cuBLAS,
 #                                 LLaMA-1B's 193 against 133; the steps at 2-4 sequences 3.8-6.7% faster). LLaMA-1B's
 #                                 MLP matrices (16.8M) stay here: on cuBLAS its batch-2 steps took 13-19% longer

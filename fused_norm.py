@@ -8,13 +8,14 @@ the sum for the next sublayer, two launches each time, four per layer:
     x = x + delta      (B, d)   the residual stream, in the activations' dtype
     h = norm(x)        (B, d)   LayerNorm (weight, optional bias) or RMSNorm (weight), fp32 statistics
 
-`add_norm` does both in one Triton program per row, the sum rounded to the stream's dtype before its
-statistics are taken (as the two-op form computes them). model.DecodeIO uses it where decode_linear's
-kernel does not serve (batches over decode_linear.MAX_ROWS, 3-4 rows of a K over decode_linear.WIDE_ROWS_MAX_K,
-an LM head at 2 or more rows, decode_linear.serves_rows: cuBLAS matmuls; the sublayer's output is then left as a
-pending add to the stream and added here, with the next norm), for the position embedding's add at any batch, and
-after a sublayer that returns a pending add itself (MLA's unmerged decode path). Same math as the two ops, not the
-same bits: the kernel's fp32 reduction order differs from ATen's, so equality is tested to the dtype's rounding.
+`add_norm` does both in one Triton program per row, the sum rounded to the stream's dtype before its statistics are
+taken (as the two-op form computes them). model.DecodeIO uses it where decode_linear's kernel does not serve (batches
+over decode_linear.MAX_ROWS, 3-4 rows of a K over decode_linear.WIDE_ROWS_MAX_K and a weight over
+WIDE_ROWS_MAX_WEIGHT, an LM head at 2 or more rows, decode_linear.serves_rows: cuBLAS matmuls; the sublayer's output
+is then left as a pending add to the stream and added here, with the next norm), for the position embedding's add at
+any batch, and after a sublayer that returns a pending add itself (MLA's unmerged decode path). Same math as the two
+ops, not the same bits: the kernel's fp32 reduction order differs from ATen's, so equality is tested to the dtype's
+rounding.
 
 Used where it is exact and cheap to choose: CUDA, Triton importable, x / delta / the norm's parameters all
 in one dtype (fp16, bf16 or fp32), no autocast, rows of at most MAX_DIM, and not while torch.compile

@@ -588,8 +588,8 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
 @not_traced  # an opaque call in a compiled decode step: its kernel, not inductor's fusion of the ops
 def decode_linear(a, weight, bias=None, *, norm=None, act=None, weight2=None, bias2=None, residual=None):
     """[residual +] act(norm(a) @ weight^T + bias): decode_linear.decode_linear, one kernel on CUDA at the rows it
-    serves (decode_linear.serves_rows: 1-2, or 3-4 where K <= 1024, 1 for the LM heads; the norm before a decode
-    step's matmul, its bias, activation and residual add fused in), the torch ops elsewhere."""
+    serves (decode_linear.serves_rows: 1-2, or 3-4 where K <= 1024 or the weight is small, 1 for the LM heads; the
+    norm before a decode step's matmul, its bias, activation and residual add fused in), the torch ops elsewhere."""
     from decode_linear import decode_linear as dispatch  # imported on first use, not at import
     return dispatch(a, weight, bias, norm=norm, act=act, weight2=weight2, bias2=bias2, residual=residual)
 
@@ -624,11 +624,11 @@ class DecodeIO:
     """A sublayer's view of the decode step's residual stream and of the norm before the sublayer.
 
     The stream is a pair (x, delta): x (B, d), delta (B, d) an add still to do, or None. Two ways to fuse the
-    step's small kernels, chosen per call by decode_linear_backend (the batch and the matmul's K decide: its kernel
-    serves a few rows, decode_linear.serves_rows, cuBLAS more): with decode_linear's kernel the norm is taken inside
-    the matmul after it and the residual add inside the output projection before it (delta stays None); with cuBLAS matmuls the residual add
-    is left pending and done with the next norm in one kernel (fused_norm.add_norm). Sublayers return the new
-    stream, x + sublayer(norm(x)), from `residual`."""
+    step's small kernels, chosen per call by decode_linear_backend (the batch and the matmul's shape, K and N x K,
+    decide: its kernel serves a few rows, decode_linear.serves_rows, cuBLAS more): with decode_linear's kernel the
+    norm is taken inside the matmul after it and the residual add inside the output projection before it (delta
+    stays None); with cuBLAS matmuls the residual add is left pending and done with the next norm in one kernel
+    (fused_norm.add_norm). Sublayers return the new stream, x + sublayer(norm(x)), from `residual`."""
 
     def __init__(self, stream: Stream, norm: nn.Module):
         (self.x, self.delta), self.norm = stream, norm

@@ -798,8 +798,8 @@ def test_tucker_merged_by_default_only_where_it_adds_few_elements(monkeypatch):
     """...and, at the batches decode_linear's GEMV serves (decode_linear_serves), where each merged matrix adds at most
     TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces: GPT-2 124M's Tucker [8,64,64] merges, LLaMA-3 1B's
     Tucker rows (d 2048, 32 heads) decode factored there (1-4 sequences: their down-projections are small enough at
-    3-4) and merged at more (cuBLAS's GEMMs), but for [32,128,128], larger merged than MHA's matrices; the bound sits exactly at the count d nH r3 - (d r2 + r2 nH r3)
-    (the query side; the output side likewise)."""
+    3-4) and merged at more (cuBLAS's GEMMs), but for [32,128,128], larger merged than MHA's matrices; the bound
+    sits exactly at the count d nH r3 - (d r2 + r2 nH r3) (the query side; the output side likewise)."""
     import model as model_module
 
     def merged(batch=1, **kw):
@@ -826,6 +826,27 @@ def test_tucker_merged_by_default_only_where_it_adds_few_elements(monkeypatch):
     assert merged(**kw_o)
     monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", 3839)
     assert not merged(**kw_o)
+
+
+@pytest.mark.parametrize("shared_kv", [False, True])
+def test_tucker_form_asks_about_its_own_down_projection(shared_kv, monkeypatch):
+    """merged_at asks decode_linear whether the GEMV serves the factored down-projection W_down = [U2 | U3 (| U~3)]
+    (d, r2 + r3 (+ r~3)) at the batch: with 3-4 rows served only by the weight's size, the form switches exactly at
+    d (r2 + r3 (+ r~3)) elements (shared KV: no U~3)."""
+    import decode_linear as dl
+    import model as model_module
+    monkeypatch.setattr(model_module, "TUCKER_MERGE_MAX_EXTRA", -(1 << 30))  # the GEMV's batches: always factored
+    monkeypatch.setattr(dl, "WIDE_ROWS_MAX_K", 16)  # K = d = 64 past it: 3-4 rows decided by the weight's size
+    d, r2, r3 = 64, 4, 16
+    config = GPTConfig(attn="tucker", n_layer=1, block_size=8, vocab_size=50, n_head=4, n_embd=d,
+                       tucker_ranks=(2, r2, r3), tucker_ranks_post=(2, 8, r3), shared_kv=shared_kv)
+    attn = GPT(config).transformer.h[0].attn
+    down = d * (r2 + r3 + (0 if shared_kv else r3))
+    assert attn.inference_form()["W_down"].shape == (d, down // d)
+    monkeypatch.setattr(dl, "WIDE_ROWS_MAX_WEIGHT", down)
+    assert (attn.merged_at(2), attn.merged_at(3), attn.merged_at(5)) == (False, False, True)
+    monkeypatch.setattr(dl, "WIDE_ROWS_MAX_WEIGHT", down - 1)
+    assert (attn.merged_at(2), attn.merged_at(3), attn.merged_at(5)) == (False, True, True)
 
 
 @pytest.mark.parametrize("variant", ["tucker", "tucker_shared"])
@@ -943,6 +964,7 @@ INTERP_DECODE = [("mha", "rope", None), ("gqa2", "learned", None), ("tucker", "r
                  ("tucker_shared", "rope", None), ("tucker_post", "learned", None), ("mla_shared", "rope", "latent"),
                  ("mla_q", "rope", None), ("tucker_factored", "rope", None),  # _factored: merged_decode off
                  ("gqa2_mixed", "learned", None),  # _mixed: 3 sequences, the MLP's down-projection on the torch ops
+                 ("gqa2_wide", "learned", None),  # _wide: 3 sequences, the down-projection at WIDE_ROWS_MAX_WEIGHT
                  ("gqa2_large", "learned", None)]  # _large: 2 sequences, weights over d x d on the torch ops
 
 
@@ -969,20 +991,21 @@ def test_interp_kernel_decode_equals_uncached_forward(variant, pos_emb, mla_rope
                             kw.get("residual")) is None else "torch")
     monkeypatch.setattr(dl, "_config", lambda *a: count("linear", config(*a)))  # once per kernel launch
     mixed = variant.endswith("_mixed")  # 3 rows of K = 128 (the MLP's hidden) then not served: cuBLAS's place, its
-    if mixed:  # residual add left pending for the next norm, every other matmul (K = 32) in the kernel
-        monkeypatch.setattr(dl, "WIDE_ROWS_MAX_K", 64)
-        monkeypatch.setattr(dl, "WIDE_ROWS_MAX_WEIGHT", 32 * 32 * 3)  # (K = 128 past it: 32 x 128)
+    if mixed or variant.endswith("_wide"):  # residual add left pending for the next norm, every other matmul (K = 32)
+        monkeypatch.setattr(dl, "WIDE_ROWS_MAX_K", 64)  # in the kernel; _wide: its weight (32 x 128) at the bound
+        monkeypatch.setattr(dl, "WIDE_ROWS_MAX_WEIGHT", 32 * 128 - (1 if mixed else 0))  # on the kernel's side
     large = variant.endswith("_large")  # the bound on a weight served at more than 1 row (an LM head's place) at
     if large:  # d x d: only the attention's output projection (+ residual) in the kernel, at the bound; QKV, the
         monkeypatch.setattr(dl, "MULTI_ROW_MAX_WEIGHT", 32 * 32)  # MLP's and the LM head on the torch ops
-    model = build(variant.removesuffix("_factored").removesuffix("_mixed").removesuffix("_large"), pos_emb, mla_rope,
-                  block_size=16).float()
+    model = build(variant.split("_")[0] if variant.startswith("gqa2_") else variant.removesuffix("_factored"),
+                  pos_emb, mla_rope, block_size=16).float()
     if variant.endswith("_factored"):  # Tucker's factored form (LLaMA-1B's default): W_down, G_q, G_o, U~2 kernels
         for block in model.transformer.h:
             block.attn.merged_decode = False
     sharpen_attention(model)
     steps = 3  # each interpreted step is seconds of the CI budget
-    idx = torch.randint(0, 50, (3 if mixed else 2, 5 + steps), generator=torch.Generator().manual_seed(4))
+    rows = 3 if mixed or variant.endswith("_wide") else 2
+    idx = torch.randint(0, 50, (rows, 5 + steps), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         full = model(idx)[0]
         got = decode_logits(model, idx, prompt=4)  # the prefill's last logits, then `steps` decode steps

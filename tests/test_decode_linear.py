@@ -180,8 +180,9 @@ CASES = [  # (M, K, N, norm, act, bias, residual, kn): every prologue, epilogue 
     (2, 48, 56, "none", None, True, True, False),
     (4, 200, 33, "rmsnorm", "swiglu", True, True, True),
     (1, 300, 20, "none", None, False, True, True),
-    (4, 1000, 40, "layernorm_bias", "gelu", True, True, False),  # 4 rows at the widest K they are served at
+    (4, 1000, 40, "layernorm_bias", "gelu", True, True, False),  # 4 rows, two blocks of 2, in one chunk
     (2, 5000, 24, "rmsnorm", "swiglu", True, True, True),  # K in a loop of chunks (not one)
+    (3, 5000, 24, "layernorm_bias", "gelu", True, True, False),  # 3 rows in the loop (a small weight): a masked row
 ]
 
 
@@ -227,7 +228,7 @@ def test_interp_row_strides_and_mixed_weight_layouts(K):
     """a and the residual as row slices of wider buffers (only a unit column stride is required: a row stride past
     the width), and SwiGLU's weight2 (N, K) contiguous beside weight the transpose of a (K, N) matrix: each tensor is
     read by its own strides."""
-    M, N = (3 if K == 64 else 2), 40  # (a K of 5000 is served at up to 2 rows)
+    M, N = (3 if K == 64 else 2), 40  # (3 rows: one chunk; 2: the loop over K chunks)
     a, weight, kw = make(M, K, N, torch.float32, norm="layernorm_bias", act="swiglu", residual=True, kn=True)
     kw["weight2"] = torch.randn(N, K, generator=torch.Generator().manual_seed(2)) * K ** -0.5
     a = F.pad(a, (0, 7))[:, :K]
@@ -249,7 +250,7 @@ def test_interp_row_strides_and_mixed_weight_layouts(K):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_cuda_kernel_matches_float64(M, N, K, act, norm, kn, dtype):
     a, weight, kw = make(M, K, N, dtype, norm=norm, act=act, residual=act is None, kn=kn, device="cuda")
-    if not dl.serves_rows(M, K, N):  # 3-4 rows of a wide K: cuBLAS
+    if not dl.serves_rows(M, K, N):  # 3-4 rows of a wide K and a large weight: cuBLAS
         assert M > 2 and dl.decode_linear_backend(a, weight, **kw) == "torch"
         return
     assert dl.decode_linear_backend(a, weight, **kw) == "triton"
