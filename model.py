@@ -1298,6 +1298,7 @@ class TuckerAttention(InferenceForm, nn.Module):
         merge_o = nH * p3 * d - (nH * p3 * p2 + p2 * d)  # G_o U~2^T (nH r~3, d) against G_o and U~2^T
         self._merge_fits = nH * r3 <= d and nH * p3 <= d  # no larger than MHA's W_Q and W_O (r3, r~3 <= dH)
         self._merge_small = max(merge_q, merge_o) <= TUCKER_MERGE_MAX_EXTRA
+        self._down_width = r2 + r3 + (0 if config.shared_kv else p3)  # W_down = [U2 | U3 (| U~3)] (d, this)
 
     def merged_at(self, batch_size: int) -> bool:
         """Whether a decode step of batch_size sequences takes the merged form: merged_decode where it is set, else
@@ -1312,8 +1313,8 @@ class TuckerAttention(InferenceForm, nn.Module):
         merged on cuBLAS (session 54 call 9)."""
         if self.merged_decode is not None:
             return self.merged_decode
-        down = self.ranks[1] + self.ranks[2] + (0 if self.shared_kv else self.ranks_post[2])  # W_down's outputs
-        return self._merge_fits and (self._merge_small or not decode_linear_serves(batch_size, self.U2.size(0), down))
+        return self._merge_fits and (self._merge_small or
+                                     not decode_linear_serves(batch_size, self.U2.size(0), self._down_width))
 
     @staticmethod
     def rope_dim(config: GPTConfig) -> int:
