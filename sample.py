@@ -45,8 +45,9 @@ DEFAULTS = dict(
     # 'auto' = the static (CUDA-graph) decode step on CUDA, eager elsewhere; 'eager' = the plain
     # cached step; 'graph' = force the static step (CUDA only); 'mega' = the whole step as one persistent kernel
     # (decode_mega, decode_wide above 4 samples; CUDA only, MHA/GQA/MQA/MLA/Tucker, learned positions or RoPE (not
-    # MLA's decoupled RoPE): on an H200 the fastest for GQA, MQA and Tucker; its logits vary in their last bits
-    # run to run, so greedy text may differ at near ties)
+    # MLA's decoupled RoPE): on an H200 the fastest for GQA, MQA and Tucker at batch_size 1 and 32 (MQA and Tucker
+    # [8,64,64] at 2 too), slower than 'auto' at 3-4 (results/bench, session 55); its logits vary in their last
+    # bits run to run, so greedy text may differ at near ties)
     decode="auto",
     # torch.compile the cached decode step first: the glue between its kernels; the uncompiled step already fuses
     # its cache writes, RoPE, norms, activations and residual adds into its attention and matmul kernels (those
