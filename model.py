@@ -2104,13 +2104,14 @@ class GPT(nn.Module):
         replays instead the whole step as one persistent kernel (decode_mega at batch <= 4, decode_wide's
         tensor-core tiles at 5-32; CUDA, MHA/GQA/MQA/MLA/Tucker with learned positions or RoPE (not MLA's
         decoupled RoPE) and a GELU MLP, else a ValueError naming why): on an H200 the fastest step for GQA, MQA and
-        Tucker at batch 1 to 32, not for MHA, but its fp32 atomic sums make the logits vary in their last bits from
-        run to run, so greedy tokens may differ from 'graph' where two logits nearly tie. When the context reaches
-        block_size the cache is refilled from the last block_size // 2 tokens (the uncached path
-        crops the context each step instead, as nanoGPT does). Sampling (temperature > 0) never waits on the
-        device inside the loop: whether every step's probabilities were finite is read once after it, and a
-        RuntimeError then says they were not (the tokens are not returned). The model's mode is left as it is:
-        call model.eval() first where it has dropout (the prefill would drop, the decode steps not)."""
+        Tucker at batch 1 and 32 (MQA and Tucker [8,64,64] at 2 too), slower than 'graph' at batch 3-4 and for MHA,
+        and its fp32 atomic sums make the logits vary in their last bits from run to run, so greedy tokens may
+        differ from 'graph' where two logits nearly tie. When the context reaches block_size the cache is refilled
+        from the last block_size // 2 tokens (the uncached path crops the context each step instead, as nanoGPT
+        does). Sampling (temperature > 0) never waits on the device inside the loop: whether every step's
+        probabilities were finite is read once after it, and a RuntimeError then says they were not (the tokens are
+        not returned). The model's mode is left as it is: call model.eval() first where it has dropout (the prefill
+        would drop, the decode steps not)."""
         check_decode(decode, idx.device, compile, use_cache)
         check_compile_mode(compile_mode)  # before a kept decoder could be reused
         if idx.dim() != 2 or idx.size(0) == 0 or idx.size(1) == 0 or idx.dtype not in (torch.long, torch.int32):
