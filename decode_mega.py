@@ -55,7 +55,11 @@ from decode_linear import NORM_KINDS, _norm_params
 MAX_ROWS = 4  # sequences a step serves (the GEMV tiles broadcast over rows in registers)
 MAX_DIM = 8192  # n_embd: a whole row of x is one register tile
 TILE = 32768  # elements (rows x columns x K) of a layer's GEMV tile: GPT-2's phases take one tile a program
-TILE_LM = 16384  # the LM head's tiles (many a program: two tiles' weights in registers, the next one's in flight)
+#              (3-4 rows: 4-row tiles of half the columns, the MLP's 8 hidden units; session 55, H200, Tucker [8,64,64]
+#              at 3 / 4 rows: 0.3764 / 0.4070 ms, TILE 65536 0.4104 / 0.4575, 131072 0.4111 / 0.4554: larger tiles
+#              spill, 256-296 B of stack at sm_90)
+TILE_LM = 16384  # the LM head's tiles (many a program: two tiles' weights in registers, the next one's in flight;
+#                 session 55: 32768, 8 columns at 3-4 rows as at 2, left the step level)
 NUM_WARPS = 4
 PROGRAMS_PER_SM = 2  # two programs of 4 warps an SM: one's chain of round trips overlaps the other's (session 17:
 #                      -12% against one program of 8 warps). Every program must be resident at once (the barriers
