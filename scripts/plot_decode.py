@@ -2,12 +2,12 @@
 size, for the model's default step and the one-launch step, and how many times faster than MHA's default step each
 variant's faster step is.
 
-    python -m scripts.plot_decode results/bench/session27/call4/decode_final.json --out results/bench/decode_final.png
+    python -m scripts.plot_decode results/bench/session56/call1/decode_final.json --out results/bench/decode_final.png
 
 Panels: one per batch size (ms a step, log-log; solid: the one-launch step `graph_mega`, dashed: the default step
-`graph_merged`, or whatever modes the run has, the first mode dashed, a color a variant), then, at the largest batch,
-MHA's default step (`graph_merged`; in a run without it, MHA's `graph`, `graph_sdpa`, `step` or `forward`, the first
-measured) over each variant's fastest mode (x faster). Failed cases (bench_decode's `status` other than ok) are left out.
+`graph_default`, or whatever modes the run has, the first mode dashed, a color a variant), then, at the largest batch,
+MHA's default step (`graph_default`; in a run without it, MHA's `graph_merged`, `graph`, `graph_sdpa`, `step` or
+`forward`, the first measured) over each variant's fastest mode (x faster). Failed cases (bench_decode's `status` other than ok) are left out.
 Without matplotlib it writes nothing and says so.
 """
 import argparse
@@ -21,9 +21,11 @@ if __name__ == "__main__" and not __package__:  # run as a file: the repository'
 
 from checkpoint import figure_cli, read_json_args, save_figure  # noqa: E402
 
-REF_VARIANT, REF_MODE = "mha", "graph_merged"  # the speed-ups' reference: MHA's default decode step
-# where the run has no MHA row in REF_MODE (bench_decode's default modes end in graph), the first of these it has
-REF_FALLBACK = ("graph", "graph_sdpa", "step", "forward")
+REF_VARIANT, REF_MODE = "mha", "graph_default"  # the speed-ups' reference: MHA's default decode step (what
+#                                                 generate and sample.py run)
+# where the run has no MHA row in REF_MODE, the first of these it has: graph_merged is the same step for MHA (runs
+# before session 56 measured it under that name), bench_decode's default modes end in graph
+REF_FALLBACK = ("graph_merged", "graph", "graph_sdpa", "step", "forward")
 
 
 def reference_mode(rows: list) -> Optional[str]:

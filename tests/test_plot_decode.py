@@ -32,14 +32,18 @@ def test_curves_hold_each_variant_modes_rows_by_context():
 
 
 def test_speedups_are_mhas_default_step_over_the_fastest_mode():
-    got = plot_decode.speedups(ROWS, 32)
+    got = plot_decode.speedups(ROWS, 32, ref_mode="graph_merged")
     assert got["TUCKER"] == [(1024, 2.0 / 0.4), (4096, 8.0 / 0.5)]  # the faster mode; 16k has no reference
     assert got["MHA"] == [(1024, 1.0), (4096, 1.0)]  # its default step (8.0) beat its one launch (9.0)
     assert plot_decode.speedups(ROWS, 1) == {}  # no MHA row at batch 1: nothing to compare with
 
 
 def test_the_reference_mode_falls_back_to_what_the_run_measured():
-    assert plot_decode.reference_mode(ROWS) == "graph_merged"
+    assert plot_decode.reference_mode(ROWS) == "graph_merged"  # runs before graph_default measured it so
+    # the model's own default step (graph_default) comes before graph_merged where a run has both
+    both = ROWS + [row("mha", "graph_default", 32, 4096, 7.0)]
+    assert plot_decode.reference_mode(both) == "graph_default"
+    assert plot_decode.speedups(both, 32, ref_mode=plot_decode.reference_mode(both))["MHA"] == [(4096, 1.0)]
     defaults = [dict(r, mode={"graph_merged": "graph", "graph_mega": "graph_sdpa"}[r["mode"]]) for r in ROWS]
     assert plot_decode.reference_mode(defaults) == "graph"  # bench_decode's default modes: no graph_merged
     assert plot_decode.reference_mode([r for r in defaults if r["mode"] != "graph"]) == "graph_sdpa"
