@@ -925,7 +925,7 @@ def decode_attention(q, k, v, length, *, scale, rope=None, rope_keys="as_read", 
     pdl_split: launch the split kernel with programmatic dependent launch too (Hopper; unless PDL is False): its
           programs start while the kernel before it finishes. It pays after a short kernel and costs after a long
           one (H200, batch 1, 4k: after Tucker's G_q GEMV LLaMA-1B's Tucker [32,128,128] step -2.2%; after a wide QKV
-          GEMV (PDL=True) GQA-8's step 6.4% slower, GPT-2 MHA's 10%: results/bench/README.md, session 52), so the
+          GEMV (PDL=True) GQA-8's step 6.4% slower, GPT-2 MHA's 10%: results/bench/LOG.md, session 52), so the
           caller, which knows the kernel before, chooses. The graph of launches stays valid either way.
     backend: 'auto' (Triton when q is on CUDA, triton imports and the shape is supported; else SDPA), 'triton', 'sdpa'.
     Returns (B, nH, Dv) in q's dtype.

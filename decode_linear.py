@@ -2,7 +2,7 @@
 The decode step's matmuls with what surrounds them fused: norm -> matmul -> bias, activation, residual add.
 
 A decode step at batch 1 reads every weight once, yet its time is the count of its kernels more than their
-bytes: ~120 launches of a few microseconds for GPT-2 124M (results/bench/README.md). Each sublayer of a
+bytes: ~120 launches of a few microseconds for GPT-2 124M (results/bench/LOG.md). Each sublayer of a
 block is a norm, one or two matmuls and a residual add,
 
     y = x + act(norm(x) @ W1^T + b1) @ W2^T + b2        (B, d), B = the decode batch, a few rows
@@ -59,7 +59,7 @@ ACTS = (None, "gelu", "swiglu")
 MAX_ROWS = 4  # the kernel serves at most this many rows (batch 1 decoding is its case; more rows: cuBLAS) ...
 WIDE_ROWS_MAX_K = 1024  # ... and more than 2 only where K (to a power of two) is at most this, or where the weight
 #                         is small (WIDE_ROWS_MAX_WEIGHT). Wider, larger weights at 3-4 rows run slower than cuBLAS
-#                         (H200, results/bench/README.md, session 53: LLaMA-1B's batch-3 and batch-4 steps 40-44%
+#                         (H200, results/bench/LOG.md, session 53: LLaMA-1B's batch-3 and batch-4 steps 40-44%
 #                         faster on cuBLAS)
 WIDE_ROWS_MAX_WEIGHT = 3 << 20  # ... the small weights of any K served at 3-4 rows: at most this many elements (N x
 #                                 K). H200, session 54 call 9, against cuBLAS there (3-4 rows in pairs): GPT-2's MLP
@@ -80,7 +80,7 @@ TILE = 8192  # fp32 elements of one (rows x columns x K chunk) broadcast product
 PROGRAMS_PER_SM = 2  # the column block is chosen for about this many programs per SM ...
 MIN_BLOCK_N = 1  # ... within [MIN_BLOCK_N, MAX_BLOCK_N] columns, and small enough that a whole row of K fits
 #                  the tile (one chunk: every load at once) where it can. 1, not 2: a K row that fits only alone still
-#                  loads in one chunk (H200, results/bench/README.md, session 52: LLaMA-1B's 8192-wide rows at batch
+#                  loads in one chunk (H200, results/bench/LOG.md, session 52: LLaMA-1B's 8192-wide rows at batch
 #                  1, Tucker [32,64,64]'s step -2.7% (call 3); its 2048-wide rows at batch 4 -14% to -18%, GPT-2's
 #                  3072-wide rows at batch 2 -2% to -6% (call 7); MLA [128] at batch 1 +0.8% (call 4))
 MAX_BLOCK_N = 64

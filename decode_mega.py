@@ -3,7 +3,7 @@ The whole decode step of a GPT in ONE persistent Triton kernel: the launches of 
 
 A batch-1 decode step of GPT-2 124M is bound by its chain of dependent kernels, not by its bytes: 77 launches of
 2.5-4 us each inside a CUDA graph (decode_linear + decode_attention, ~0.27 ms on an H200) for 0.05-0.09 ms of weight
-and cache reads (results/bench/README.md). Here one launch of two programs per SM runs every layer's phases in turn,
+and cache reads (results/bench/LOG.md). Here one launch of two programs per SM runs every layer's phases in turn,
 
     A   x0 = the embeddings, or the last layer's x1 + its MLP output; norm1; [q | k | v] = norm(x0) W_qkv^T + b,
         the new k, v written into the cache at `pos`

@@ -3,7 +3,7 @@ The decode step of a GPT at 5 .. MAX_ROWS sequences as ONE persistent Triton ker
 
 decode_mega's step keeps a tile's activation rows in registers and multiplies them on CUDA cores: it serves up to
 decode_mega.MAX_ROWS (4) sequences. At batch 32 the model's default step is ~84 kernels a token (cuBLAS GEMMs,
-the split attention, its merge, norms; results/bench/README.md), of which ~0.35-0.44 ms do not depend on the
+the split attention, its merge, norms; results/bench/LOG.md), of which ~0.35-0.44 ms do not depend on the
 context: Tucker's small cache is then read in about as long as the launches around it take. Here the same grid
 of resident programs (decode_mega's barriers) runs every layer as six phases,
 

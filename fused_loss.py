@@ -14,7 +14,7 @@ block (one exp per logit) and reads x_t; pass 2 reads the row again (from L2 whe
 GPT-2 row is 100 KB, and pass 1 marks its lines to be kept, L2_HINTS) and writes the gradient in the logits'
 dtype, streamed past L2. On GPT-2's 12,288 x 50,304 bf16 logits that
 replaces three kernels of the compiled step (forward log-sum-exp 0.66 ms, backward softmax - onehot 0.84 ms,
-and a 0.36 ms zero fill of the logits' unused incoming gradient: results/bench/README.md, session 9).
+and a 0.36 ms zero fill of the logits' unused incoming gradient: results/bench/LOG.md, session 9).
 
 `cross_entropy_rows` is the one dispatch point: the Triton kernel on CUDA (and on the CPU under
 TRITON_INTERPRET=1, for tests), registered as a torch.library triton_op so that torch.compile keeps it

@@ -8,7 +8,7 @@ With decoupled RoPE (model.LatentAttention, mla_rope='decoupled') head i attends
 
 where R(t) rotates pairs (x[j], x[j + dR/2]) by the angles of position t (model.apply_rope). Written as torch ops
 (the rotations, a cat each, k^R expanded to every head) inductor made five elementwise kernels forward and backward,
-1.37 ms of GPT-2 MLA's 12 x 1024 step on an H200 beyond the learned-position step's (results/bench/README.md,
+1.37 ms of GPT-2 MLA's 12 x 1024 step on an H200 beyond the learned-position step's (results/bench/LOG.md,
 session 24), about three times what their bytes take at the copy rate. Here:
 
     forward   Q (B, T, nH, dH + dR) and K (B, T, nH, dH + dR) written from [q_i | q^R_i], k_i and k^R in one pass
@@ -53,20 +53,20 @@ NUM_WARPS = 4  # a program's warps (a power of two; the same sweep: 2 or 8 no fa
 K_UP_IN_KERNEL = True  # the model's MLA with decoupled RoPE builds K by decoupled_qk_from_latent: k_i = c_K W_UK,i^T
 #                       computed inside the K kernel (the 128-wide latent read once for all heads), not by k_up's
 #                       matmul whose nH dH-wide output the kernel then copies; the query rotated in place. H200, GPT-2
-#                       MLA shared 128 with decoupled RoPE, --graph_step --master_weights (results/bench/README.md,
+#                       MLA shared 128 with decoupled RoPE, --graph_step --master_weights (results/bench/LOG.md,
 #                       session 29 calls 1-2): the step off 23.79, 23.84, 23.84 ms, on 23.73, 23.74, 23.82, 23.75 at
 #                       12x1024 (medians -0.09 ms, -0.4%); 27.75 / 27.68 at 64x256
 K_UP_ROWS = 64  # tokens a program of that kernel (a power of two, 16 or more: the tensor-core product's rows), at
 #                3 stages of software pipelining, or 2 where the device's shared memory does not hold 3 (k_up_launch)
 K_UP_MAX_LATENT = 128  # the widest key latent the kernel takes; wider ones (and settings below 2 stages) go by k_up's
 #                        matmul and the K kernel, which is faster there. H200, bf16, 12x1024, the forward alone
-#                        (scripts/bench_k_up, results/bench/README.md session 48 call 5), us, kernel at 64 rows and 3 /
+#                        (scripts/bench_k_up, results/bench/LOG.md session 48 call 5), us, kernel at 64 rows and 3 /
 #                        2 / 1 stages against the matmul: latent 128: 16.1 / 16.8 / 20.8 against 20.5; 256: 26.3 /
 #                        25.4 / 28.3 against 24.0; 512: - / 46.9 / 53.4 against 29.4 (heads of 128: 182.3 at 1 stage
 #                        against 77.3); fewer rows slower still
 Q_IN_PLACE = True  # what the model passes as decoupled_qk's q_in_place (with K_UP_IN_KERNEL off; on, the query is
 #                   always rotated in place). H200, GPT-2 MLA shared 128 with decoupled RoPE,
-#                   --graph_step --master_weights (results/bench/README.md, session 28 calls 1-2): the step off / on
+#                   --graph_step --master_weights (results/bench/LOG.md, session 28 calls 1-2): the step off / on
 #                   23.61 / 23.40, 23.97 / 23.79, 23.98 / 23.86 ms at 12x1024 (-0.5 to -0.9%), 27.88 / 27.74 at 64x256;
 #                   inductor's output code writes in place both ways (no copy of q or of SDPA's dQ)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)

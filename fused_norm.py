@@ -2,7 +2,7 @@
 Residual add + norm in one kernel, for the decode step.
 
 A decode step at batch 1 is ~150 small kernels, and its time is their count more than their bytes
-(results/bench/README.md). Every layer adds a sublayer's output to the residual stream and normalizes
+(results/bench/LOG.md). Every layer adds a sublayer's output to the residual stream and normalizes
 the sum for the next sublayer, two launches each time, four per layer:
 
     x = x + delta      (B, d)   the residual stream, in the activations' dtype

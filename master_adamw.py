@@ -26,7 +26,7 @@ ones). With `micro_steps > 1` each micro-step's bf16 gradient is added to a floa
 made it (a post-accumulate-grad hook) and dropped, so that gradients never add in bf16; the step reads the sum and
 zeroes it in its pass (10 bytes a parameter a micro-step, against autocast's float32 accumulation's 18). DDP and
 FSDP would reduce the gradients in bf16, so this is for one process (`check_supported`). Measured on an H200
-(results/bench/README.md, session 15): GPT-2 MHA's step 1.6-1.8% faster (`bench_train --graph_step
+(results/bench/LOG.md, session 15): GPT-2 MHA's step 1.6-1.8% faster (`bench_train --graph_step
 --master_weights`), 0.8% at 4 micro-steps; the 200-iteration Shakespeare loss curve within 0.055 of fused AdamW's.
 """
 
@@ -43,7 +43,7 @@ BLOCK = 2048  # elements per program
 NUM_WARPS = 4
 # tensors updated by one launch: the tensors of a group (same device, gradient dtype, bf16 copy or not) go
 # TENSORS_PER_LAUNCH at a time through the multi-tensor kernel; 1 = a launch per tensor (session 15's kernel). On an
-# H200 (results/bench/README.md, session 16) 16 took GPT-2 Tucker's update from 147 launches and 1.06 ms a step to
+# H200 (results/bench/LOG.md, session 16) 16 took GPT-2 Tucker's update from 147 launches and 1.06 ms a step to
 # 10 and 0.74 ms, MHA's and Tucker's steps 0.3-0.9% faster
 TENSORS_PER_LAUNCH = 16
 BACKENDS = ("auto", "triton", "torch")

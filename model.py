@@ -674,7 +674,7 @@ class LogitsCrossEntropy(torch.autograd.Function):
     log-probabilities: the backward recomputes softmax - onehot from them. Same loss and gradient up to
     float rounding (tested against F.cross_entropy). Why: compiled, F.cross_entropy on the float32 copy of
     GPT-2's (12k, 50304) logits saved that 2.5 GB copy and read it back (1.8 ms of a 25 ms H200 step); this
-    form reads the bf16 logits once forward and once backward (results/bench/README.md, session 7). The loss of
+    form reads the bf16 logits once forward and once backward (results/bench/LOG.md, session 7). The loss of
     nanoGPT's head (GPTConfig.loss_head='logits') and of every evaluation forward that returns logits; training
     with the fused head takes LinearCrossEntropy instead."""
 
@@ -873,7 +873,7 @@ class GroupedQueryAttention(nn.Module):
             qk, v = qkv.split([nH + nG, nG], dim=2)  # (B, T, nH + nG, dH), (B, T, nG, dH)
             # q and k in ONE call: its backward writes one gradient block beside v's. Two calls made
             # inductor assemble c_attn's gradient with a 4x slower kernel (MHA's RoPE: +11% of the
-            # GPT-2 step, now ~3%; scripts/bench_rope.py, results/bench/README.md)
+            # GPT-2 step, now ~3%; scripts/bench_rope.py, results/bench/LOG.md)
             q, k = apply_rope(qk, cos[:, None], sin[:, None]).split([nH, nG], dim=2)
         else:
             q, k, v = qkv.split([nH, nG, nG], dim=2)  # (B, T, nH, dH), (B, T, nG, dH) x 2
@@ -963,7 +963,7 @@ class LatentAttention(InferenceForm, nn.Module):
         # c_K (| c_V) (| k^R)] (d, nH dcK + ...), and W_UV with W_O into one (nH dcK, d): two matmuls per
         # layer instead of five, as MHA, for more weight bytes (nH dcK columns where MHA has nH dH). On an
         # H200 the GPT-2 MLA [128] step (nH dcK = 2d) takes 10-13% less time at batch 1, 27-34% at batch 32
-        # (results/bench/README.md): on by default up to that size, nH dcK <= 2d. An inference switch
+        # (results/bench/LOG.md): on by default up to that size, nH dcK <= 2d. An inference switch
         self.merged_decode = nH * self.kv_rank <= 2 * d
 
     @staticmethod
@@ -1240,7 +1240,7 @@ class LatentAttention(InferenceForm, nn.Module):
 # the batch-1 kernel saved)
 TUCKER_MERGE_MAX_EXTRA = 1 << 21
 # TuckerAttention's factored step launches its split kernel with programmatic dependent launch (to overlap G_q's short
-# matmul before it) at up to this many sequences. H200 at 4k, PDL against none (results/bench/README.md, session 53):
+# matmul before it) at up to this many sequences. H200 at 4k, PDL against none (results/bench/LOG.md, session 53):
 # LLaMA-1B [32,128,128] -2.2% at batch 1 (session 52), -1.1% at 8, -0.6% at 16, +0.8% at 32; GPT-2 Tucker
 # [8,128,128] -1.9% at 8 and 16, +0.8% at 32 (+1.4% at batch 1); shared -2.1% / -1.8% at 8 / 16, -0.9% at 32
 # (-4.3% at 1)
@@ -1305,7 +1305,7 @@ class TuckerAttention(InferenceForm, nn.Module):
         where the merged matrices are no larger than MHA's W_Q and W_O, which MHA reads every step, and, at the
         batches whose down-projection decode_linear's GEMV serves (decode_linear_serves), each adds at most
         TUCKER_MERGE_MAX_EXTRA elements to the factors it replaces: a kernel saved against the bytes added. H200
-        (results/bench/README.md): at batch 1 GPT-2's Tucker steps, 0.49M more a matrix, are faster merged,
+        (results/bench/LOG.md): at batch 1 GPT-2's Tucker steps, 0.49M more a matrix, are faster merged,
         LLaMA-1B's, 3.7-3.9M more, factored (session 51); from 5 sequences, where cuBLAS's GEMMs serve, LLaMA-1B's
         [32,*,64] rows take the merged form, measured 4-6.5% faster at 5-32 sequences (session 53; their merged
         matrices then live beside the factors, +17 MB a layer in bf16). At 3-4 sequences the GEMV serves their
@@ -1618,7 +1618,7 @@ DECODE_CHOICES = ("auto", "eager", "graph", "mega")
 # torch.compile modes of the decode step (GPT.generate's compile_mode -> torch.compile's mode): the step is
 # captured in our own CUDA graph, so inductor must not add its own ('-no-cudagraphs'). max-autotune lets
 # inductor pick Triton GEMMs with the elementwise work fused into their epilogues (before session 8 an H200
-# GPT-2 step 0.04-0.08 ms faster at batch 1, results/bench/README.md). The uncompiled step now fuses its
+# GPT-2 step 0.04-0.08 ms faster at batch 1, results/bench/LOG.md). The uncompiled step now fuses its
 # matmuls' neighbours itself (decode_linear, opaque to inductor), so compiling buys little at small batch
 DECODE_COMPILE_MODES = {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}
 
@@ -1628,7 +1628,7 @@ DECODE_COMPILE_MODES = {"default": None, "max-autotune": "max-autotune-no-cudagr
 # in one kernel (leaving partial sums to an aten sum) but then casts the incoming gradient to bf16 for the next
 # matmuls in a kernel of its own (24 a GPT-2 step, 0.30 ms on an H200). Without it the cast joins the norm's
 # backward and the weight gradient is a Triton reduction: 0.31 ms less kernel time, a GPT-2 step 0.9-1.7%
-# faster for MHA and Tucker alike in two calls (results/bench/README.md, session 11). A key this torch does
+# faster for MHA and Tucker alike in two calls (results/bench/LOG.md, session 11). A key this torch does
 # not know is left out.
 TRAIN_INDUCTOR_OPTIONS = {"triton.mix_order_reduction": False}
 
@@ -1701,7 +1701,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: Optional[int],
     (division keeps distinct bf16 values apart); for fp32 logits that the division rounds together, ties at the k-th value can differ. On an H200
     at batch 1 with GPT-2's vocabulary the draw took 127 us of GPU time a token with softmax, a sorted fp32
     top-k and multinomial, 67-73 us in this form as torch ops (sessions 33-34), 16 us as fused_sample's kernels (session
-    34; results/bench/README.md). backend 'auto' (default): on CUDA the
+    34; results/bench/LOG.md). backend 'auto' (default): on CUDA the
     same draw as two to five Triton kernels (fused_sample: the same noise from `generator`, the same float32 scores,
     so the same token wherever the draw is valid), and the argmax as one (torch.argmax's token, ties and nans
     included; torch's one-row reduction runs on one SM), the torch ops elsewhere; 'triton': the kernels or a

@@ -60,7 +60,7 @@ TRAIN_DEFAULTS = dict(
     # the model's matrices held in bf16, their float32 masters and AdamW's moments in the optimizer
     # (master_adamw.MasterAdamW): no per-step autocast casts of the weights to bf16 and of their gradients back
     # to float32, one Triton launch per 16 tensors for the update (master_adamw.TENSORS_PER_LAUNCH) with the clip
-    # folded into it (GPT-2 MHA on an H200: 1.6-1.8% off the step, results/bench/README.md). Micro-steps' gradients
+    # folded into it (GPT-2 MHA on an H200: 1.6-1.8% off the step, results/bench/LOG.md). Micro-steps' gradients
     # are summed in float32. Checkpoints hold the
     # float32 masters, so a run resumes with either value. One process (no DDP/FSDP), dtype 'bfloat16'
     master_weights=False,

@@ -61,7 +61,7 @@ rope_theta = 500000.0
 # off (GPTConfig's default): micro-batch 8 fits one H200 without it (estimate above), and recomputing every layer's
 # forward in the backward costs time, the same kernels in every row: on one H200 Tucker [32,64,64] takes 0.911x GQA-8's
 # iteration with it and 0.924x without, and every row's ratio to GQA-8 with it is within 0.032 of the 4-GPU table
-# without it (results/bench/README.md, session 32). --activation_checkpointing=True follows the paper (graph_step=True
+# without it (results/bench/LOG.md, session 32). --activation_checkpointing=True follows the paper (graph_step=True
 # cannot capture it).
 activation_checkpointing = False
 

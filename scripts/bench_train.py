@@ -39,7 +39,7 @@ first runs N worker processes that compile every row (and nanoGPT's bench) in pa
 inductor's on-disk caches (FX graphs, AOTAutograd, Triton kernels); the measuring pass that
 follows, one row at a time on an otherwise idle GPU, then only re-traces and loads. The workers'
 numbers are thrown away. --compile_scope blocks compiles one Block graph shared by all layers
-instead, for when whole-model compiles take too long (results/bench/README.md).
+instead, for when whole-model compiles take too long (results/bench/LOG.md).
 
 The variant list below is the one place the GPT-2 benchmark variants are defined; bench_decode.py
 imports it. The LLaMA rows are scripts/paper_tables.py's, built from their config files.

@@ -2,7 +2,7 @@
 The GPU's SM clock and power draw while something is timed: nvidia-smi sampled in the background.
 
 An H200 training GPT-2 runs into its 700 W power limit within a fifth of a second of the first kernel, and its
-SM clock then moves between about 1,400 and 1,980 MHz with the load (results/bench/README.md, session 12).
+SM clock then moves between about 1,400 and 1,980 MHz with the load (results/bench/LOG.md, session 12).
 Two loops timed a second apart can run at clocks 10% apart: a ratio of two short timings means little
 without the clocks they ran at. `ClockLog` samples them while a benchmark runs; `window(t0, t1)` gives
 the median SM clock and power between two `time.time()` stamps.

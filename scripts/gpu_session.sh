@@ -28,7 +28,7 @@
 #   decode_generate  model.generate end to end (sample.py) for every variant family, plain graph, compiled and
 #                 max-autotuned step (sample.py --compile=True [--compile_mode=max-autotune]), with a profile
 #   decode_profile_check  MHA and Tucker [8,64,64]: model.generate profiled eager and in a CUDA graph in one run
-#                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/README)
+#                 (does the graph replay's profile hold every kernel the eager step launches? results/bench/LOG.md)
 #   decode_linear_tune  decode_linear's tile knobs (PROGRAMS_PER_SM, TILE, NUM_WARPS, MAX_BLOCK_N) one run each, batch 1, 4k
 #   decode_pdl    decode_attention's PDL knob: all kernels, none, the split kernel only, the combine only (batch 1, 4k and 16k)
 #   blas_train    bench_train --graph_step (MHA, Tucker, MLA) with torch's BLAS, then with --blas cublaslt
@@ -127,7 +127,7 @@
 #   mg_fsdp       bench_multigpu scaling --modes ddp,fsdp: LLaMA-3 1B GQA-8 and Tucker [32,64,64] on 4 GPUs at
 #                 32 x 4096 (micro-batch 2), enwiki tokens, 12 iterations (warm-up 2: the loss visibly falls), not compiled
 # Timing stages are best run alone: the enwiki stage shares the host CPU with them (launch-bound
-# steps slow down; results/bench/README.md says which 2026-11-26 numbers that affected).
+# steps slow down; results/bench/LOG.md says which 2026-11-26 numbers that affected).
 #   enwiki=ROWS:BUDGET   in the background on GPUs 1.. (all but GPU 0): python -m scripts.sweep enwiki
 #                 for those rows (both RoPE settings, seed 1337, checkpoints kept), no run started after
 #                 BUDGET seconds; its summaries and logs are packed into $OUT/enwiki_runs.tar.gz
