@@ -8,26 +8,29 @@ memory-bandwidth floor.
 
 What one measurement is. The model (bf16 weights, eval mode, GPT-2 124M shapes with
 block_size = max context + 64) holds a KV cache of `context` tokens per sequence; one decode
-step is `model(idx[:, -1:], caches=caches, last_only=True)`: one new token per sequence reads
-every weight once and the whole cache of every layer, appends its own K/V (or latent) and
-returns the last logits. MLA runs absorbed (its cache path), Tucker attends MQA-style to its
-one latent key/value head.
+step (model.StaticDecoder's caches, tokens and position, the mode's step function: the model's
+decode_step, compiled or not, or the one-launch decoder of decode_mega / decode_wide) feeds one
+new token per sequence: it reads every weight once and the whole cache of every layer, writes
+its own K/V (or latent) at the position and returns the last logits. MLA runs absorbed (its
+cache path), Tucker attends MQA-style to its one latent key/value head; `forward` times the
+plain cached `model(idx[:, -1:], caches=caches, last_only=True)` instead.
 
 How the cache is filled. Not by prefilling with the model: the cache buffers are written with
-random-normal values and each layer's `cache.pos` is set to the context length. A decode
-step's cost does not depend on what the cached values are (no data-dependent control flow in
-attention), only on how many there are, and random values rather than zeros keep the timing
-honest (zeros can run faster than real data).
+random-normal values and the position is set to the context length. A decode step's cost does
+not depend on what the cached values are (no data-dependent control flow in attention), only
+on how many there are, and random values rather than zeros keep the timing honest (zeros can
+run faster than real data).
 
-How it is timed. LayerCache slices by a python int `pos`, so the shapes of a step are fixed
-once `pos` is: the step at pos = context is captured in a CUDA graph (after eager warm-up steps
-on a side stream) and replayed. Every replay rewrites the same cache slot at position `context`
-and attends over the same context + 1 tokens: the same work as a real step at that position,
-without the per-kernel launch overhead of eager PyTorch (which at batch 1 would dominate and
-hide the differences between variants). Each replay is bracketed by CUDA events; the table
-gives the median over --iters replays after --warmup replays. The graph's logits are checked
-against an eager step at the same position. On CPU (--tiny smoke test) eager steps are timed
-with perf_counter.
+How it is timed. The step's position lives in a device tensor (StaticDecoder.position), so
+one captured CUDA graph serves every position; here it stays at `context`: the step is
+captured once (after eager warm-up steps on a side stream) and replayed. Every replay rewrites
+the same cache slot at position `context` and attends over the same context + 1 tokens: the
+same work as a real step at that position, without the per-kernel launch overhead of eager
+PyTorch (which at batch 1 would dominate and hide the differences between variants). Each
+replay is bracketed by CUDA events; the table gives the median over --iters replays after
+--warmup replays. The graph's last logits are checked against the plain cached forward at the
+same position (relative error under 5e-2, all finite; otherwise the case is reported as
+failed). On CPU (--tiny smoke test) eager steps are timed with perf_counter.
 
 The floor. A step must at least read the weights and the cache once from HBM:
     floor = (weight bytes + KV-cache bytes) / (--hbm_tbps * 1e12)
