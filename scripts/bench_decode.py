@@ -2,7 +2,7 @@
 Per-token decode latency of every attention variant with its own KV cache, against the
 memory-bandwidth floor.
 
-    python -m scripts.bench_decode --out_dir results/bench                  # H200: all variants, B 1/32, 1k/4k/16k
+    python -m scripts.bench_decode --out_dir results/bench                  # H200: all variants, B 1/32, 4k/16k, 4 modes
     python -m scripts.bench_decode --variants mha,tucker_shared_8_64_64 --batches 1 --contexts 16384
     python -m scripts.bench_decode --device=cpu --tiny --out_dir /tmp/bench  # smoke test, seconds
 
