@@ -59,3 +59,64 @@ def test_a_failing_child_fails_its_waiting_test(tmp_path):
         finish_interpreted(run, 120)
     bad.write_text("def test_interp_one():\n    assert 1 + 1 == 2\n")
     finish_interpreted(start_interpreted(bad), 120)
+
+
+SHIM_TEST = '''
+import sys
+sys.path.insert(0, {tests!r})
+import interpreted  # the child's shims (TUCKER_TRITON_INTERPRETED=1)
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _double(x):
+    return x * 2
+
+
+@triton.jit
+def _plus_program(x):
+    return _double(x) + tl.program_id(0)  # a helper calling a helper
+
+
+@triton.jit
+def _kernel(x_ptr, out_ptr, HALF: tl.constexpr):
+    offs = tl.program_id(0) * HALF + tl.arange(0, HALF)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, _plus_program(_double(x)) + tl.sum(x, axis=0))  # tl.sum: a helper of triton's own
+
+
+def test_interp_helpers_inside_a_launch_and_the_language_restored_after_it():
+    names = ("load", "store", "arange", "program_id", "sum", "range", "static_range")
+    before = {{name: getattr(tl, name) for name in names}}
+    patched, patch_lang = [], interpreted._patch_lang
+
+    def count(fn):  # Triton's own _patch_lang, where the shim calls it
+        patched.append(fn.__name__)
+        return patch_lang(fn)
+
+    interpreted._patch_lang = count
+    x = torch.arange(8, dtype=torch.float32)
+    skipped = interpreted.SKIPPED[0]
+    for _ in range(2):  # a second launch patches afresh
+        out = torch.empty_like(x)
+        _kernel[(2,)](x, out, HALF=4)
+        want = x * 4 + torch.tensor([0.0] * 4 + [1.0] * 4) + torch.tensor([6.0] * 4 + [22.0] * 4)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        assert {{name: getattr(tl, name) for name in names}} == before  # nothing left patched
+        assert not interpreted.LAUNCHES
+    # each launch: Triton patches for the kernel and for tl.sum's module (it sees triton.language.core), once each
+    assert patched == ["_kernel", "sum"] * 2, patched
+    assert interpreted.SKIPPED[0] - skipped >= 2 * 2 * 3  # at least our 3 helper calls a program, none patched again
+'''
+
+
+def test_the_interpreter_shim_runs_helpers_and_leaves_the_language_as_it_was(tmp_path):
+    """tests/interpreted.py's shim (helpers inside a launch not re-patching triton.language): in a TRITON_INTERPRET
+    child, helper calls (one nested) compute what they should, every one of them skips the re-patch, and after
+    each launch triton.language's builtins are Triton's own again."""
+    pytest.importorskip("triton")
+    test = tmp_path / "test_shim.py"
+    test.write_text(SHIM_TEST.format(tests=str(HERE)))
+    finish_interpreted(start_interpreted(test), 120)

@@ -124,10 +124,17 @@ def test_sigusr1_prints_where_the_job_is(data_dir, tmp_path):
         time.sleep(1.0)
         assert proc.poll() is None  # still training
         proc.send_signal(signal.SIGINT)  # then Ctrl-C: one line, no traceback, the status of a process SIGINT ended
-        proc.wait(timeout=60)
+        hung = False
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # (once in a loaded suite run, not reproduced in 20 runs alone or
+            hung = True  # in pairs): the stacks say where the job was then, not just that it went on
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2.0)
     finally:
         proc.kill()
         err = proc.communicate(timeout=60)[1]
+    assert not hung, f"train.py still ran 60 s after SIGINT; its stderr:\n{err[-6000:]}"
     assert "Current thread" in err and 'train.py", line' in err and "in main" in err, err[-3000:]
     assert proc.returncode == -signal.SIGINT, (proc.returncode, err[-3000:])
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
