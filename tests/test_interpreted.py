@@ -4,7 +4,8 @@ kernels) run in ONE child pytest with Triton's interpreter switched on (tests/in
 unless all of them ran and passed. One child, not one per file: each child pays Python, torch and triton
 imports and a collection, seconds of the CI budget. Where test_kernels_interpreted is collected, the child starts as
 collection ends (conftest.py) and runs beside the other tests, at a lower priority, and the test, moved to the end of
-the run, waits for it: the interpreted tests are minutes of the suite (256 s of 728 on the 2-core machine alone)."""
+the run, waits for it: the interpreted tests are minutes of the suite (256 s of 728 on the 2-core machine alone;
+590 s on session 57's slower one, 361 s with tests/interpreted.py's shim for Triton's re-patching)."""
 import importlib.util
 from pathlib import Path
 
