@@ -53,7 +53,8 @@ if CHILD:
 
     def _langs(fn) -> frozenset:
         if fn not in _LANGS:
-            _LANGS[fn] = frozenset(id(v) for v in fn.__globals__.values() if _inspect.ismodule(v) and v in (_tl, _tl.core))
+            _LANGS[fn] = frozenset(id(v) for v in fn.__globals__.values()
+                                   if _inspect.ismodule(v) and v in (_tl, _tl.core))
         return _LANGS[fn]
 
     def _patch_lang_once(fn):
