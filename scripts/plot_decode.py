@@ -7,7 +7,8 @@ variant's faster step is.
 Panels: one per batch size (ms a step, log-log; solid: the one-launch step `graph_mega`, dashed: the default step
 `graph_default`, or whatever modes the run has, the first mode dashed, a color a variant), then, at the largest batch,
 MHA's default step (`graph_default`; in a run without it, MHA's `graph_merged`, `graph`, `graph_sdpa`, `step` or
-`forward`, the first measured) over each variant's fastest mode (x faster). Failed cases (bench_decode's `status` other than ok) are left out.
+`forward`, the first measured) over each variant's fastest mode (x faster). Failed cases (bench_decode's `status`
+other than ok) are left out.
 Without matplotlib it writes nothing and says so.
 """
 import argparse

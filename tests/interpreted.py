@@ -44,7 +44,7 @@ if CHILD:
 
     import triton.language as _tl
 
-    LAUNCHES = []  # per running launch: [the language modules its kernel sees, whether the launch has patched them]
+    PATCHED = [None]  # in a running launch: the language modules patched so far (ids); None outside launches
     SKIPPED = [0]  # helper calls not patched again (tests/test_interpreted.py checks the shim is in use)
     _patch_lang = _interp._patch_lang
     _grid_call = _interp.GridExecutor.__call__
@@ -58,22 +58,21 @@ if CHILD:
         return _LANGS[fn]
 
     def _patch_lang_once(fn):
-        if LAUNCHES:
-            top = LAUNCHES[-1]
-            langs = _langs(fn)  # (none: Triton's own path, whose assertion says so)
-            if top[1] and langs and langs <= top[0]:
+        langs, patched = _langs(fn), PATCHED[0]
+        if patched is not None:
+            if langs and langs <= patched:  # (none: Triton's own path, whose assertion says so)
                 SKIPPED[0] += 1
                 return _interp._LangPatchScope()  # nothing set, nothing to restore
-            top[1] = True  # the launch's own call (its first), or a helper seeing another module: Triton's path,
-            top[0] |= langs  # after which that module stays patched (Triton never restores a helper's patch)
+            patched |= langs  # the launch's own call, or a helper seeing another module: Triton's path, after
+            #                   which that module stays patched (Triton never restores a helper's patch)
         return _patch_lang(fn)
 
     def _grid_call_tracked(self, *args, **kwargs):
-        LAUNCHES.append([set(_langs(self.fn)), False])
+        PATCHED[0] = set()  # (launches do not nest)
         try:
             return _grid_call(self, *args, **kwargs)
         finally:
-            LAUNCHES.pop()
+            PATCHED[0] = None
 
     _interp._patch_lang = _patch_lang_once
     _interp.GridExecutor.__call__ = _grid_call_tracked
