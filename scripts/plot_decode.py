@@ -4,8 +4,9 @@ variant's faster step is.
 
     python -m scripts.plot_decode results/bench/session56/call1/decode_final.json --out results/bench/decode_final.png
 
-Panels: one per batch size (ms a step, log-log; solid: the one-launch step `graph_mega`, dashed: the default step
-`graph_default`, or whatever modes the run has, the first mode dashed, a color a variant), then, at the largest batch,
+Panels: one per batch size (ms a step, log-log; a color a variant, a line style and marker a mode: with the modes
+`graph_default,graph_mega`, the default step dashed and the one launch solid; the first panel's key names each
+mode's), then, at the largest batch,
 MHA's default step (`graph_default`; in a run without it, MHA's `graph_merged`, `graph`, `graph_sdpa`, `step` or
 `forward`, the first measured) over each variant's fastest mode (x faster). Failed cases (bench_decode's `status`
 other than ok) are left out.
@@ -61,6 +62,19 @@ def speedups(rows: list, batch: int, ref_variant: str = REF_VARIANT, ref_mode: s
     return {label: [(c, ref[c] / ms) for c, ms in sorted(at.items())] for label, at in best.items()}
 
 
+# a mode's line: the run's first mode dashed, its last solid, any between these (a run of bench_decode's default
+# modes, forward,step,graph_sdpa,graph, has four), each with its own marker
+MIDDLE_LINES = (":", "-.", (0, (5, 2, 1, 2, 1, 2)), (0, (1, 4)))
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+
+
+def mode_styles(modes: list) -> dict:
+    """{mode: (line style, marker)} for the run's modes in its order, no two alike (a run of one mode: solid)."""
+    lines = ["-"] if len(modes) == 1 else ["--", *(MIDDLE_LINES[i % len(MIDDLE_LINES)]
+                                                   for i in range(len(modes) - 2)), "-"]
+    return {mode: (line, MARKERS[i % len(MARKERS)]) for i, (mode, line) in enumerate(zip(modes, lines))}
+
+
 def plot(run: dict, path: Path) -> bool:
     """The figure of a bench_decode JSON (its `rows`) into path; False without matplotlib."""
     try:
@@ -75,11 +89,12 @@ def plot(run: dict, path: Path) -> bool:
     modes = list(dict.fromkeys(r["mode"] for r in rows))  # in the run's order
     labels = list(dict.fromkeys(r["label"] for r in rows))
     color = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    styles = mode_styles(modes)
     fig, axes = plt.subplots(1, len(batches) + 1, figsize=(5.2 * (len(batches) + 1), 4.6))
     for ax, batch in zip(axes, batches):
         for (label, mode), pts in curves(rows, batch).items():
-            style = "--" if len(modes) > 1 and mode == modes[0] else "-"
-            ax.plot(*zip(*pts), style, marker="o", ms=3, lw=1.2, color=color[label])
+            line, marker = styles[mode]
+            ax.plot(*zip(*pts), linestyle=line, marker=marker, ms=3, lw=1.2, color=color[label])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
@@ -88,6 +103,10 @@ def plot(run: dict, path: Path) -> bool:
         ax.set_ylabel("ms a decode step")
         ax.set_title(f"batch {batch}")
         ax.grid(True, which="both", lw=0.3)
+    if len(modes) > 1:  # the modes' key, in gray (the colors are the variants', keyed in the last panel)
+        axes[0].legend(handles=[plt.Line2D([], [], linestyle=line, marker=marker, ms=3, lw=1.2, color="0.35",
+                                           label=mode) for mode, (line, marker) in styles.items()],
+                       fontsize="x-small", title="mode", title_fontsize="x-small")
     ax = axes[-1]
     ref_mode = reference_mode(rows)
     for label, pts in (speedups(rows, batches[-1], ref_mode=ref_mode) if ref_mode else {}).items():
@@ -100,10 +119,7 @@ def plot(run: dict, path: Path) -> bool:
     ax.set_title(f"batch {batches[-1]}: the fastest mode of each")
     ax.grid(True, which="both", lw=0.3)
     ax.legend(fontsize="x-small")  # the variants' colors, the same in every panel
-    title = f"decode step, {run.get('gpu', '?')}, torch {run.get('torch', '?')}"
-    if len(modes) > 1:
-        title += f" (solid: {modes[-1]}, dashed: {modes[0]})"
-    fig.suptitle(title, fontsize="medium")
+    fig.suptitle(f"decode step, {run.get('gpu', '?')}, torch {run.get('torch', '?')}", fontsize="medium")
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     return True

@@ -103,3 +103,19 @@ def test_out_without_an_extension_in_a_new_folder_or_a_folder(tmp_path, capsys):
     assert plot_decode.main([str(src), "--out", str(tmp_path / "new")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a folder" in err
+
+
+@pytest.mark.parametrize("modes", [["graph_mega"], ["graph_default", "graph_mega"],
+                                   ["forward", "step", "graph_sdpa", "graph"],
+                                   ["forward", "step", "graph_sdpa", "graph", "graph_merged", "graph_default",
+                                    "graph_mega"]])
+def test_each_mode_has_its_own_line(modes):
+    """A line style and marker a mode, no two modes alike (a run of bench_decode's default four modes drew its middle
+    two as solid as its last, and the title named only the first and last); the first mode dashed, the last solid."""
+    styles = plot_decode.mode_styles(modes)
+    assert list(styles) == modes
+    assert len(set(styles.values())) == len(modes)
+    assert styles[modes[-1]][0] == "-"
+    if len(modes) > 1:
+        assert styles[modes[0]][0] == "--"
+        assert len({line for line, _ in styles.values()}) == min(len(modes), 2 + len(plot_decode.MIDDLE_LINES))
