@@ -314,7 +314,7 @@ def main(argv=None):
                     help="seconds after which no new run is started (0 = none); the rest is left for a re-run")
     ap.add_argument("--progress", type=float, default=600, metavar="S",
                     help="every S seconds, a line for each running run: its last logged iteration and loss (0 = none)")
-    ap.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the commands, each checked as train.py parses it, and run nothing")
     args, unknown = ap.parse_known_args(argv)
     if unknown:  # most often train.py's keys given without the `--` before them
         keys = [a for a in unknown if a.startswith("--") and "=" in a]
@@ -354,16 +354,18 @@ def main(argv=None):
             print(f"give another --results_dir, or {advice}", file=sys.stderr)
             return 2
 
+    # every command parses (the overrides after `--` included) and finds its data: one line now, not a failed run a
+    # row later. A dry run checks the same (a misspelled override is what it is for; ~2 s, most of it importing
+    # torch for train.py's defaults), and prints the commands with a note where the data is not there yet.
+    missing = next((m for m in map(missing_data, dict.fromkeys(tuple(c) for _, _, c in todo)) if m), None)
     if args.dry_run:
         for _, _, cmd in todo:
             print(shlex.join(cmd))
         if skipped:
             print(f"({skipped} finished run(s) skipped)", file=sys.stderr)
+        if missing:
+            print(f"note: {missing} (the sweep itself stops here)", file=sys.stderr)
         return 0
-
-    # every command parses (the overrides after `--` included) and finds its data: one line now, not a failed run a
-    # row later (not in a dry run: it imports torch for train.py's defaults, seconds a call)
-    missing = next((m for m in map(missing_data, dict.fromkeys(tuple(c) for _, _, c in todo)) if m), None)
     if missing:
         print(f"error: {missing}", file=sys.stderr)
         return 2

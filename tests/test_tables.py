@@ -482,6 +482,16 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     assert sweep.main(args + ["--", *tiny]) == 2
     assert capsys.readouterr().err.strip() == f"error: {data / 'train.bin'} not found: make it first (python -m " \
         f"data.shakespeare.prepare), or give -- --data_dir=FOLDER"
+    # a dry run checks the same: a bad override is its one line and no command printed (it printed every command
+    # with the typo, exit 0); data not there yet is a note under the commands, exit 0 (a plan made before prepare)
+    with pytest.raises(SystemExit, match="unknown config key 'max_iter'"):
+        sweep.main(args + ["--dry-run", "--", *tiny, "--max_iter=3"])
+    assert capsys.readouterr().out == ""
+    assert sweep.main(args + ["--dry-run", "--", *tiny]) == 0
+    out, err = capsys.readouterr()
+    assert [shlex.split(line)[-1] for line in out.splitlines()] == [tiny[-1]]
+    assert err.strip() == f"note: {data / 'train.bin'} not found: make it first (python -m data.shakespeare.prepare), " \
+        f"or give -- --data_dir=FOLDER (the sweep itself stops here)"
     base = [sys.executable, "-m", "scripts.sweep", *args]
     data.mkdir()
     for split in ("train", "val"):
@@ -874,7 +884,9 @@ def test_sweep_commands_carry_every_option_to_train_py(tmp_path, capsys):
         out, err = capsys.readouterr()
         assert rc == 0, err
         return [shlex.split(line) for line in out.splitlines() if line.strip()], err
-    [cmd], _ = dry("--nproc", "2")
+    with pytest.raises(SystemExit, match="gradient_accumulation_steps=1 must be a multiple of --nproc 2"):
+        dry("--nproc", "2")  # the dry run checks what each process would (shakespeare's configs accumulate 1 step)
+    [cmd], _ = dry("--nproc", "2", "--", "--gradient_accumulation_steps=2")
     assert cmd[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"]
     [cmd], _ = dry("--patience", "0")
     assert "--patience=0" in cmd
