@@ -5,8 +5,8 @@ variant's faster step is.
     python -m scripts.plot_decode results/bench/session56/call1/decode_final.json --out results/bench/decode_final.png
 
 Panels: one per batch size (ms a step, log-log; a color a variant, a line style and marker a mode: with the modes
-`graph_default,graph_mega`, the default step dashed and the one launch solid; the first panel's key names each
-mode's), then, at the largest batch,
+`graph_default,graph_mega`, the default step dashed and the one launch solid; the first panel's key names them),
+then, at the largest batch,
 MHA's default step (`graph_default`; in a run without it, MHA's `graph_merged`, `graph`, `graph_sdpa`, `step` or
 `forward`, the first measured) over each variant's fastest mode (x faster). Failed cases (bench_decode's `status`
 other than ok) are left out.

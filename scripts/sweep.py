@@ -314,7 +314,8 @@ def main(argv=None):
                     help="seconds after which no new run is started (0 = none); the rest is left for a re-run")
     ap.add_argument("--progress", type=float, default=600, metavar="S",
                     help="every S seconds, a line for each running run: its last logged iteration and loss (0 = none)")
-    ap.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the commands, each checked as train.py parses it, and run nothing")
+    ap.add_argument("--dry-run", dest="dry_run", action="store_true",
+                    help="print the commands, each checked as train.py parses it, and run nothing")
     args, unknown = ap.parse_known_args(argv)
     if unknown:  # most often train.py's keys given without the `--` before them
         keys = [a for a in unknown if a.startswith("--") and "=" in a]

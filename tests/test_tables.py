@@ -490,8 +490,8 @@ def test_sweep_checks_its_overrides_and_data_first_and_a_kill_stops_its_runs(tmp
     assert sweep.main(args + ["--dry-run", "--", *tiny]) == 0
     out, err = capsys.readouterr()
     assert [shlex.split(line)[-1] for line in out.splitlines()] == [tiny[-1]]
-    assert err.strip() == f"note: {data / 'train.bin'} not found: make it first (python -m data.shakespeare.prepare), " \
-        f"or give -- --data_dir=FOLDER (the sweep itself stops here)"
+    assert err.strip() == f"note: {data / 'train.bin'} not found: make it first (python -m " \
+        f"data.shakespeare.prepare), or give -- --data_dir=FOLDER (the sweep itself stops here)"
     base = [sys.executable, "-m", "scripts.sweep", *args]
     data.mkdir()
     for split in ("train", "val"):
